@@ -1,0 +1,216 @@
+//! Making new CA material: a self-signed Talos-style root (for evaluation
+//! clusters, the quick start and tests) and an intermediate signed by the
+//! Talos root, so that the root key can stay offline.
+//!
+//! Keys are written the way Talos and OpenSSL can both read them: Ed25519 as
+//! PKCS#8 v1 (ring's own encoding is v2, which OpenSSL 3.0 cannot read).
+
+use std::time::Duration;
+
+use der::Encode;
+use ring::rand::{SecureRandom, SystemRandom};
+use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair};
+use time::OffsetDateTime;
+use x509_cert::ext::pkix::{AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
+
+use super::CertificateAuthority;
+use crate::certificate::random_serial;
+use crate::x509::{self, CertificateTemplate, ParsedCertificate, SigningKey, X509Error, oid};
+
+/// Key types a new CA can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NewKeyType {
+    Ed25519,
+    EcdsaP256,
+    EcdsaP384,
+}
+
+/// A new private key and its PEM encoding.
+pub struct NewKey {
+    pub key: SigningKey,
+    pub pem: String,
+}
+
+impl std::fmt::Debug for NewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NewKey({})", self.key.kind())
+    }
+}
+
+/// PKCS#8 v1 (RFC 5208 PrivateKeyInfo, no public key) for an Ed25519 seed.
+pub fn ed25519_pkcs8_v1(seed: &[u8; 32]) -> Result<Vec<u8>, X509Error> {
+    let curve_private_key = der::asn1::OctetString::new(seed.as_slice())?.to_der()?;
+    let info = pkcs8::PrivateKeyInfoRef::new(
+        spki::AlgorithmIdentifier {
+            oid: oid::ED25519,
+            parameters: None,
+        },
+        der::asn1::OctetStringRef::new(&curve_private_key)?,
+    );
+    Ok(info.to_der()?)
+}
+
+pub fn generate_key(key_type: NewKeyType, rng: &SystemRandom) -> Result<NewKey, X509Error> {
+    let failed = |_| X509Error::SigningFailed;
+    match key_type {
+        NewKeyType::Ed25519 => {
+            let mut seed = [0u8; 32];
+            rng.fill(&mut seed).map_err(failed)?;
+            let pkcs8 = ed25519_pkcs8_v1(&seed)?;
+            let key = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| X509Error::SigningFailed)?;
+            Ok(NewKey {
+                key: SigningKey::Ed25519(key),
+                pem: x509::pem_encode("ED25519 PRIVATE KEY", &pkcs8),
+            })
+        }
+        NewKeyType::EcdsaP256 | NewKeyType::EcdsaP384 => {
+            let alg = if key_type == NewKeyType::EcdsaP256 {
+                &signature::ECDSA_P256_SHA256_ASN1_SIGNING
+            } else {
+                &signature::ECDSA_P384_SHA384_ASN1_SIGNING
+            };
+            let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, rng).map_err(failed)?;
+            let pair =
+                EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), rng).map_err(|_| X509Error::SigningFailed)?;
+            let key = if key_type == NewKeyType::EcdsaP256 {
+                SigningKey::EcdsaP256(pair)
+            } else {
+                SigningKey::EcdsaP384(pair)
+            };
+            Ok(NewKey {
+                key,
+                pem: x509::pem_encode("PRIVATE KEY", pkcs8.as_ref()),
+            })
+        }
+    }
+}
+
+/// A new CA: its certificate PEM and key PEM.
+#[derive(Debug)]
+pub struct NewCa {
+    /// The CA certificate; for an intermediate, followed by its issuer chain
+    /// up to the Talos root (the form `cert_file` expects).
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert: ParsedCertificate,
+}
+
+/// A self-signed CA shaped like the one `talosctl gen secrets` makes:
+/// subject `O=talos` (or the given organization), CA:TRUE, key usage
+/// digitalSignature + keyCertSign, EKU serverAuth + clientAuth, a subject key id.
+pub fn new_root(
+    key_type: NewKeyType,
+    organization: &str,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<NewCa, X509Error> {
+    let rng = SystemRandom::new();
+    let new_key = generate_key(key_type, &rng)?;
+    let spki = new_key.key.public_key_info()?;
+    let name = x509::encode_name(&[(oid::ORGANIZATION, organization)])?;
+    let key_id = x509::key_identifier(&spki);
+    let extensions = vec![
+        x509::extension(
+            oid::KEY_USAGE,
+            true,
+            &KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyCertSign),
+        )?,
+        x509::extension(
+            oid::EXT_KEY_USAGE,
+            false,
+            &ExtendedKeyUsage(vec![oid::KP_SERVER_AUTH, oid::KP_CLIENT_AUTH]),
+        )?,
+        x509::extension(
+            oid::BASIC_CONSTRAINTS,
+            true,
+            &BasicConstraints {
+                ca: true,
+                path_len_constraint: None,
+            },
+        )?,
+        x509::extension(oid::SUBJECT_KEY_ID, false, &der::asn1::OctetString::new(key_id)?)?,
+    ];
+    let serial = random_serial(&rng)?;
+    let spki_der = spki.to_der()?;
+    let template = CertificateTemplate {
+        serial: &serial,
+        issuer: &name,
+        subject: &name,
+        subject_public_key_info: &spki_der,
+        not_before: now,
+        not_after: now + validity,
+        extensions,
+    };
+    let der = x509::sign_certificate(&template, &new_key.key, &rng)?;
+    let cert = ParsedCertificate::from_der(&der)?;
+    Ok(NewCa {
+        cert_pem: cert.to_pem(),
+        key_pem: new_key.pem,
+        cert,
+    })
+}
+
+/// An intermediate CA signed by `root` (which must be the Talos root itself,
+/// not another intermediate): path length 0, key usage keyCertSign,
+/// EKU clientAuth only (so it cannot vouch for a server pretending to be a
+/// Talos node). Its validity never exceeds the root's.
+pub fn new_intermediate(
+    root: &CertificateAuthority,
+    key_type: NewKeyType,
+    common_name: &str,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<NewCa, X509Error> {
+    let rng = SystemRandom::new();
+    let new_key = generate_key(key_type, &rng)?;
+    let spki = new_key.key.public_key_info()?;
+    let parent = root.signer();
+    let subject = x509::encode_name(&[(oid::COMMON_NAME, common_name)])?;
+    let mut extensions = vec![
+        x509::extension(oid::KEY_USAGE, true, &KeyUsage(KeyUsages::KeyCertSign.into()))?,
+        x509::extension(
+            oid::EXT_KEY_USAGE,
+            false,
+            &ExtendedKeyUsage(vec![oid::KP_CLIENT_AUTH]),
+        )?,
+        x509::extension(
+            oid::BASIC_CONSTRAINTS,
+            true,
+            &BasicConstraints {
+                ca: true,
+                path_len_constraint: Some(0),
+            },
+        )?,
+        x509::extension(
+            oid::SUBJECT_KEY_ID,
+            false,
+            &der::asn1::OctetString::new(x509::key_identifier(&spki))?,
+        )?,
+    ];
+    if let Some(key_id) = parent.subject_key_id() {
+        let aki = AuthorityKeyIdentifier {
+            key_identifier: Some(der::asn1::OctetString::new(key_id)?),
+            ..Default::default()
+        };
+        extensions.push(x509::extension(oid::AUTHORITY_KEY_ID, false, &aki)?);
+    }
+    let serial = random_serial(&rng)?;
+    let spki_der = spki.to_der()?;
+    let template = CertificateTemplate {
+        serial: &serial,
+        issuer: &parent.raw_subject,
+        subject: &subject,
+        subject_public_key_info: &spki_der,
+        not_before: now - crate::certificate::DEFAULT_CLOCK_SKEW,
+        not_after: std::cmp::min(now + validity, parent.not_after()),
+        extensions,
+    };
+    let der = x509::sign_certificate(&template, root.key(), root.rng())?;
+    let cert = ParsedCertificate::from_der(&der)?;
+    let cert_pem = format!("{}{}", cert.to_pem(), parent.to_pem());
+    Ok(NewCa {
+        cert_pem,
+        key_pem: new_key.pem,
+        cert,
+    })
+}

@@ -1,0 +1,305 @@
+//! The Talos client certificate profile, and the CSR checks in front of it.
+//!
+//! [`issue`] is a pure function of (CA, CSR, identity, roles, validity, clock):
+//! it verifies the CSR's self-signature, keeps only its public key, and signs
+//! a leaf that Talos's apid accepts (PRODUCT.md §5): one `O` per role, `CN` =
+//! username, issuer copied byte for byte from the CA subject, key usage
+//! digitalSignature (critical), extended key usage exactly `clientAuth`, not a
+//! CA, authority key id, 128-bit random serial. Who may have which roles for
+//! how long is decided before this is called (`policy`); nothing here reads
+//! the clock, the network or a database.
+
+use std::time::Duration;
+
+use der::asn1::{AnyRef, BitString};
+use der::{Decode, Encode};
+use ring::rand::SecureRandom;
+use spki::SubjectPublicKeyInfoOwned;
+use time::OffsetDateTime;
+use x509_cert::ext::pkix::{AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
+use x509_cert::request::CertReqInfo;
+
+use crate::ca::CertificateAuthority;
+use crate::x509::{self, CertificateTemplate, KeyKind, ParsedCertificate, X509Error, oid};
+
+/// How far `not_before` is moved into the past so that a client whose clock
+/// runs a little behind the node's still sees a valid certificate (Talos
+/// itself allows no skew).
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// Longest accepted username (the certificate's CN). Entra UPNs can exceed
+/// X.520's 64 characters, and Talos never reads the CN, so allow more.
+pub const MAX_USERNAME_LEN: usize = 256;
+
+/// Largest CSR accepted, PEM or DER (an RSA-8192 CSR is about 2.5 KiB as PEM).
+pub const MAX_CSR_LEN: usize = 16 * 1024;
+
+/// Why a CSR was refused. The HTTP layer maps every variant to `csr_invalid`
+/// with [`CsrError::reason`] as the detail code.
+#[derive(Debug, thiserror::Error)]
+pub enum CsrError {
+    #[error("the CSR is not a PEM or DER PKCS#10 request: {0}")]
+    Malformed(String),
+    #[error("the CSR is larger than {MAX_CSR_LEN} bytes")]
+    TooLarge,
+    #[error("the CSR's signature does not verify: it was not signed by the key it carries")]
+    BadSignature,
+    #[error("the CSR is signed with an unsupported algorithm ({0})")]
+    UnsupportedSignatureAlgorithm(String),
+    #[error(
+        "a {0} key is not accepted; use Ed25519 (what talos-sso generates), ECDSA P-256 or RSA of at least 2048 bits"
+    )]
+    UnsupportedKey(KeyKind),
+    #[error("an RSA key of {bits} bits is too small; at least 2048 bits are required")]
+    RsaKeyTooSmall { bits: usize },
+}
+
+impl CsrError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CsrError::Malformed(_) => "csr_malformed",
+            CsrError::TooLarge => "csr_too_large",
+            CsrError::BadSignature => "csr_signature_invalid",
+            CsrError::UnsupportedSignatureAlgorithm(_) => "csr_signature_algorithm_unsupported",
+            CsrError::UnsupportedKey(_) => "csr_key_type_unsupported",
+            CsrError::RsaKeyTooSmall { .. } => "csr_key_too_small",
+        }
+    }
+}
+
+/// Why a certificate could not be issued for an otherwise valid request.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    #[error(transparent)]
+    Csr(#[from] CsrError),
+    #[error("no roles to grant: a Talos certificate without roles can do nothing")]
+    NoRoles,
+    #[error("`{0}` is not a well-formed role name")]
+    InvalidRole(String),
+    #[error("the username is empty, longer than {MAX_USERNAME_LEN} characters, or has control characters")]
+    InvalidUsername,
+    #[error("the TTL must be at least one second")]
+    InvalidTtl,
+    #[error("the signing CA is not valid at this time")]
+    CaNotValid,
+    #[error("signing failed: {0}")]
+    Signing(#[from] X509Error),
+}
+
+/// Parse a CSR (PEM or DER), verify its self-signature, and return the only
+/// thing we take from it: the public key. The subject and any requested
+/// extensions are ignored: identity comes from the verified token.
+pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
+    if input.len() > MAX_CSR_LEN {
+        return Err(CsrError::TooLarge);
+    }
+    let der = if input.trim_ascii_start().starts_with(b"-----BEGIN") {
+        let text = std::str::from_utf8(input).map_err(|_| CsrError::Malformed("PEM is not UTF-8".into()))?;
+        let blocks = x509::pem_blocks(text).map_err(|e| CsrError::Malformed(e.to_string()))?;
+        blocks
+            .into_iter()
+            .find(|(label, _)| label == "CERTIFICATE REQUEST" || label == "NEW CERTIFICATE REQUEST")
+            .map(|(_, der)| der)
+            .ok_or_else(|| CsrError::Malformed("no CERTIFICATE REQUEST block".into()))?
+    } else {
+        input.to_vec()
+    };
+    let malformed = |e: der::Error| CsrError::Malformed(e.to_string());
+    let (info_der, algorithm, signature) = AnyRef::from_der(&der)
+        .and_then(|outer| {
+            outer.sequence(|r| {
+                let info = AnyRef::decode(r)?.to_der()?;
+                let algorithm = spki::AlgorithmIdentifierOwned::decode(r)?;
+                let signature = BitString::decode(r)?;
+                Ok::<_, der::Error>((info, algorithm, signature))
+            })
+        })
+        .map_err(malformed)?;
+    let info = CertReqInfo::from_der(&info_der).map_err(malformed)?;
+    let spki = info.public_key;
+
+    match x509::key_kind(&spki) {
+        KeyKind::Ed25519 | KeyKind::EcdsaP256 => {}
+        KeyKind::Rsa { bits } if bits < 2048 => return Err(CsrError::RsaKeyTooSmall { bits }),
+        KeyKind::Rsa { bits } if bits <= 8192 => {}
+        other => return Err(CsrError::UnsupportedKey(other)),
+    }
+    let signature = signature
+        .as_bytes()
+        .ok_or_else(|| CsrError::Malformed("signature has unused bits".into()))?;
+    x509::verify_signature(&spki, &algorithm, &info_der, signature).map_err(|e| match e {
+        X509Error::UnsupportedSignatureAlgorithm(a) => CsrError::UnsupportedSignatureAlgorithm(a.to_string()),
+        X509Error::AlgorithmKeyMismatch { algorithm, key } => {
+            CsrError::UnsupportedSignatureAlgorithm(format!("{algorithm} with a {key} key"))
+        }
+        _ => CsrError::BadSignature,
+    })?;
+    Ok(spki)
+}
+
+/// Everything the leaf says that does not come from the CA or the CSR.
+#[derive(Debug, Clone)]
+pub struct LeafRequest<'a> {
+    /// The PKCS#10 request, PEM or DER.
+    pub csr: &'a [u8],
+    /// Written as the CN (for people and audit; Talos ignores it).
+    pub username: &'a str,
+    /// Talos roles, one `O` each, in this order (duplicates dropped).
+    pub roles: &'a [String],
+    pub ttl: Duration,
+    /// `not_before` = now - clock_skew.
+    pub clock_skew: Duration,
+}
+
+/// A signed leaf and the facts the audit record needs about it.
+#[derive(Debug, Clone)]
+pub struct IssuedCertificate {
+    pub leaf: ParsedCertificate,
+    /// Leaf then intermediates (in intermediate mode): the talosconfig `crt`.
+    pub chain_pem: String,
+    pub serial_hex: String,
+    pub roles: Vec<String>,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    /// Hex SHA-256 of the leaf DER.
+    pub certificate_sha256: String,
+    /// Hex SHA-256 of the leaf's SubjectPublicKeyInfo DER.
+    pub public_key_sha256: String,
+}
+
+/// Sign a Talos client certificate. Pure apart from the CA's randomness.
+pub fn issue(
+    ca: &CertificateAuthority,
+    request: &LeafRequest<'_>,
+    now: OffsetDateTime,
+) -> Result<IssuedCertificate, IssueError> {
+    let spki = verify_csr(request.csr)?;
+    let roles = checked_roles(request.roles)?;
+    let username = request.username;
+    if username.is_empty()
+        || username.chars().count() > MAX_USERNAME_LEN
+        || username.chars().any(char::is_control)
+    {
+        return Err(IssueError::InvalidUsername);
+    }
+    if request.ttl < Duration::from_secs(1) {
+        return Err(IssueError::InvalidTtl);
+    }
+
+    let signer = ca.signer();
+    // A leaf never outlives the certificates above it.
+    let ca_not_after = ca
+        .chain_to_send()
+        .map(ParsedCertificate::not_after)
+        .fold(signer.not_after(), std::cmp::min);
+    let ca_not_after = std::cmp::min(ca_not_after, ca.root().not_after());
+    if now < signer.not_before() || now >= ca_not_after {
+        return Err(IssueError::CaNotValid);
+    }
+    let not_before = now - request.clock_skew;
+    let not_after = std::cmp::min(now + request.ttl, ca_not_after);
+
+    let mut subject: Vec<_> = roles.iter().map(|r| (oid::ORGANIZATION, r.as_str())).collect();
+    subject.push((oid::COMMON_NAME, username));
+    let subject = x509::encode_name(&subject)?;
+    let spki_der = spki.to_der().map_err(X509Error::from)?;
+    let serial = random_serial(ca.rng())?;
+
+    let mut extensions = vec![
+        x509::extension(
+            oid::KEY_USAGE,
+            true,
+            &KeyUsage(KeyUsages::DigitalSignature.into()),
+        )?,
+        x509::extension(
+            oid::EXT_KEY_USAGE,
+            false,
+            &ExtendedKeyUsage(vec![oid::KP_CLIENT_AUTH]),
+        )?,
+        x509::extension(
+            oid::BASIC_CONSTRAINTS,
+            true,
+            &BasicConstraints {
+                ca: false,
+                path_len_constraint: None,
+            },
+        )?,
+    ];
+    // Go copies the CA's subject key id; a CA without one gets no AKI, as in Talos.
+    if let Some(key_id) = signer.subject_key_id() {
+        let aki = AuthorityKeyIdentifier {
+            key_identifier: Some(der::asn1::OctetString::new(key_id).map_err(X509Error::from)?),
+            ..Default::default()
+        };
+        extensions.push(x509::extension(oid::AUTHORITY_KEY_ID, false, &aki)?);
+    }
+
+    let template = CertificateTemplate {
+        serial: &serial,
+        issuer: &signer.raw_subject,
+        subject: &subject,
+        subject_public_key_info: &spki_der,
+        not_before,
+        not_after,
+        extensions,
+    };
+    let der = x509::sign_certificate(&template, ca.key(), ca.rng())?;
+    let leaf = ParsedCertificate::from_der(&der)?;
+    let chain_pem = std::iter::once(&leaf)
+        .chain(ca.chain_to_send())
+        .map(ParsedCertificate::to_pem)
+        .collect();
+    Ok(IssuedCertificate {
+        serial_hex: serial_hex(&serial),
+        certificate_sha256: leaf.sha256_fingerprint(),
+        public_key_sha256: hex::encode(ring::digest::digest(&ring::digest::SHA256, &spki_der)),
+        not_before: leaf.not_before(),
+        not_after: leaf.not_after(),
+        leaf,
+        chain_pem,
+        roles,
+    })
+}
+
+/// Role names end up as `O` values that Talos parses with `role.Parse`:
+/// keep them short, printable and free of separators. Duplicates are dropped.
+fn checked_roles(roles: &[String]) -> Result<Vec<String>, IssueError> {
+    let mut out: Vec<String> = Vec::with_capacity(roles.len());
+    for role in roles {
+        let well_formed = !role.is_empty()
+            && role.len() <= 64
+            && role
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b":._-".contains(&b));
+        if !well_formed {
+            return Err(IssueError::InvalidRole(role.chars().take(64).collect()));
+        }
+        if !out.contains(role) {
+            out.push(role.clone());
+        }
+    }
+    if out.is_empty() {
+        return Err(IssueError::NoRoles);
+    }
+    Ok(out)
+}
+
+/// The serial as OpenSSL prints it: hex, no leading zero bytes.
+pub fn serial_hex(serial: &[u8]) -> String {
+    let first = serial
+        .iter()
+        .position(|b| *b != 0)
+        .unwrap_or(serial.len().saturating_sub(1));
+    hex::encode(&serial[first..])
+}
+
+/// 128 random bits, never zero; encoded as a positive INTEGER.
+pub fn random_serial(rng: &dyn SecureRandom) -> Result<Vec<u8>, X509Error> {
+    let mut serial = [0u8; 16];
+    loop {
+        rng.fill(&mut serial).map_err(|_| X509Error::SigningFailed)?;
+        if serial.iter().any(|b| *b != 0) {
+            return Ok(serial.to_vec());
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The `talos-sso-server` command line: argument types and the commands that
+//! do not serve traffic (`ca inspect`, `ca intermediate`, `ca new`).
+//!
+//! `anyhow` stops here: commands turn domain errors into a message and an
+//! exit status; the domain modules keep their own error enums.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use time::OffsetDateTime;
+
+use crate::ca::generate::{self, NewKeyType};
+use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "talos-sso-server",
+    version,
+    about = "Short-lived Talos client certificates for people who log in with single sign-on"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with Talos CA material.
+    #[command(subcommand)]
+    Ca(CaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CaCommand {
+    /// Show subject, key type, fingerprint and validity of CA material, and
+    /// exit non-zero with the reason if the server would refuse it.
+    Inspect {
+        #[command(flatten)]
+        source: CaSourceArgs,
+    },
+    /// Create an intermediate CA signed by the Talos root, so that the root
+    /// key can stay offline. The certificate file gets the intermediate then
+    /// the root: use it as the cluster's `ca.cert_file`.
+    Intermediate {
+        #[command(flatten)]
+        source: CaSourceArgs,
+        /// How long the intermediate is valid (e.g. 90d, 1y); never past the root.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        validity: Duration,
+        #[arg(long)]
+        out_cert: PathBuf,
+        #[arg(long)]
+        out_key: PathBuf,
+        #[arg(long, value_enum, default_value = "ed25519")]
+        key_type: NewKeyType,
+        #[arg(long, default_value = "talos-sso intermediate CA")]
+        common_name: String,
+    },
+    /// Create a new self-signed Talos-style CA (for evaluation clusters and
+    /// demos; production clusters use the CA Talos generated).
+    New {
+        #[arg(long)]
+        out_cert: PathBuf,
+        #[arg(long)]
+        out_key: PathBuf,
+        #[arg(long, value_enum, default_value = "ed25519")]
+        key_type: NewKeyType,
+        #[arg(long, default_value = "talos")]
+        organization: String,
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10y")]
+        validity: Duration,
+    },
+}
+
+/// One CA source, named like the keys of a cluster's `ca` configuration.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = true)]
+pub struct CaSourceArgs {
+    /// PEM certificate (signer first, then its issuers up to the Talos root).
+    #[arg(long, requires = "key_file", conflicts_with_all = ["secrets_bundle", "machine_config"])]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key matching --cert-file.
+    #[arg(long, requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
+    /// A `talosctl gen secrets` bundle (uses certs.os).
+    #[arg(long, conflicts_with = "machine_config")]
+    pub secrets_bundle: Option<PathBuf>,
+    /// A control plane machine config (uses machine.ca).
+    #[arg(long)]
+    pub machine_config: Option<PathBuf>,
+    /// Extra CA certificates trusted during a rotation.
+    #[arg(long = "accepted-ca")]
+    pub accepted_cas: Vec<PathBuf>,
+    /// Accept a key file readable by group or others (never in production).
+    #[arg(long)]
+    pub allow_insecure_key_permissions: bool,
+}
+
+impl CaSourceArgs {
+    pub fn source(&self) -> anyhow::Result<CaSource> {
+        match (
+            &self.cert_file,
+            &self.key_file,
+            &self.secrets_bundle,
+            &self.machine_config,
+        ) {
+            (Some(cert_file), Some(key_file), None, None) => Ok(CaSource::Files {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            }),
+            (None, None, Some(bundle), None) => Ok(CaSource::SecretsBundle(bundle.clone())),
+            (None, None, None, Some(config)) => Ok(CaSource::MachineConfig(config.clone())),
+            _ => bail!(
+                "give exactly one CA source: --cert-file with --key-file, --secrets-bundle, or --machine-config"
+            ),
+        }
+    }
+
+    pub fn options(&self) -> CaOptions {
+        CaOptions {
+            accepted_cas: self.accepted_cas.clone(),
+            allow_insecure_key_permissions: self.allow_insecure_key_permissions,
+        }
+    }
+
+    fn load(&self, now: OffsetDateTime) -> anyhow::Result<CertificateAuthority> {
+        let source = self.source()?;
+        CertificateAuthority::load(&source, &self.options(), now)
+            .map_err(|e| anyhow::anyhow!("refused [{}]: {e}", e.code()))
+    }
+}
+
+/// Run a command; the returned error is printed by `main` and exits 1.
+pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
+    let now = OffsetDateTime::now_utc();
+    match cli.command {
+        Command::Ca(CaCommand::Inspect { source }) => {
+            let ca = source.load(now)?;
+            writeln!(out, "{}", source.source()?)?;
+            writeln!(out, "{}", ca.summary(now))?;
+            if ca.is_intermediate() {
+                writeln!(out, "mode:        intermediate; Talos root:")?;
+                writeln!(out, "{}", CaSummary::of(ca.root(), now))?;
+            }
+            for warning in ca.warnings() {
+                writeln!(out, "warning: {warning}")?;
+            }
+            Ok(())
+        }
+        Command::Ca(CaCommand::Intermediate {
+            source,
+            validity,
+            out_cert,
+            out_key,
+            key_type,
+            common_name,
+        }) => {
+            let root = source.load(now)?;
+            if root.is_intermediate() {
+                bail!("`ca intermediate` needs the Talos root CA material, not an intermediate");
+            }
+            let ca = generate::new_intermediate(&root, key_type, &common_name, validity, now)?;
+            write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
+            writeln!(
+                out,
+                "wrote {} (intermediate, then the Talos root) and {}",
+                out_cert.display(),
+                out_key.display()
+            )?;
+            writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
+            Ok(())
+        }
+        Command::Ca(CaCommand::New {
+            out_cert,
+            out_key,
+            key_type,
+            organization,
+            validity,
+        }) => {
+            let ca = generate::new_root(key_type, &organization, validity, now)?;
+            write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
+            writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;
+            writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
+            Ok(())
+        }
+    }
+}
+
+/// Write a certificate (0644) and its key (0600); never overwrite either.
+pub fn write_new_files(
+    cert_path: &Path,
+    cert_pem: &str,
+    key_path: &Path,
+    key_pem: &str,
+) -> anyhow::Result<()> {
+    for path in [cert_path, key_path] {
+        if path.exists() {
+            bail!("{} already exists; refusing to overwrite it", path.display());
+        }
+    }
+    write_new_file(key_path, key_pem, 0o600)?;
+    write_new_file(cert_path, cert_pem, 0o644)?;
+    Ok(())
+}
+
+fn write_new_file(path: &Path, contents: &str, mode: u32) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(mode);
+    }
+    let _ = mode;
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! `talos-sso-server`: parse arguments, set up logging, run the command.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use talos_sso_server::cli::{self, Cli};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    talos_sso_server::telemetry::init_logging();
+    match cli::run(cli, &mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

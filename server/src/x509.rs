@@ -1,0 +1,636 @@
+//! Low-level X.509 and DER: reading certificates while keeping the exact bytes
+//! of their names, building and signing certificates, and checking signatures.
+//!
+//! Everything here is mechanism, not policy: which extensions a Talos client
+//! certificate carries is decided in `certificate`, which CA material is
+//! acceptable in `ca`. This module knows nothing about roles, clusters or HTTP.
+
+use std::fmt;
+
+use der::asn1::{AnyRef, BitStringRef, OctetString, UintRef};
+use der::{Decode, Encode, Reader, Sequence, Tag, Tagged};
+use ring::rand::SecureRandom;
+use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair};
+use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned};
+use time::OffsetDateTime;
+use x509_cert::ext::Extension;
+use x509_cert::time::Time;
+
+/// Object identifiers used across the crate, spelled out so a reader can grep
+/// them against RFC 5280 / RFC 8410 / RFC 5758 without a lookup table.
+pub mod oid {
+    use spki::ObjectIdentifier as Oid;
+
+    pub const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
+    pub const ED448: Oid = Oid::new_unwrap("1.3.101.113");
+    pub const EC_PUBLIC_KEY: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
+    pub const SECP256R1: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
+    pub const SECP384R1: Oid = Oid::new_unwrap("1.3.132.0.34");
+    pub const SECP521R1: Oid = Oid::new_unwrap("1.3.132.0.35");
+    pub const RSA_ENCRYPTION: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
+    pub const ECDSA_WITH_SHA256: Oid = Oid::new_unwrap("1.2.840.10045.4.3.2");
+    pub const ECDSA_WITH_SHA384: Oid = Oid::new_unwrap("1.2.840.10045.4.3.3");
+    pub const SHA256_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.11");
+    pub const SHA384_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.12");
+    pub const SHA512_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.13");
+    pub const COMMON_NAME: Oid = Oid::new_unwrap("2.5.4.3");
+    pub const ORGANIZATION: Oid = Oid::new_unwrap("2.5.4.10");
+    pub const SUBJECT_KEY_ID: Oid = Oid::new_unwrap("2.5.29.14");
+    pub const KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.15");
+    pub const SUBJECT_ALT_NAME: Oid = Oid::new_unwrap("2.5.29.17");
+    pub const BASIC_CONSTRAINTS: Oid = Oid::new_unwrap("2.5.29.19");
+    pub const AUTHORITY_KEY_ID: Oid = Oid::new_unwrap("2.5.29.35");
+    pub const EXT_KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.37");
+    pub const KP_SERVER_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.1");
+    pub const KP_CLIENT_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.2");
+}
+
+/// What can go wrong below the policy layer.
+#[derive(Debug, thiserror::Error)]
+pub enum X509Error {
+    #[error("malformed DER: {0}")]
+    Der(#[from] der::Error),
+    #[error("unsupported signature algorithm {0}")]
+    UnsupportedSignatureAlgorithm(ObjectIdentifier),
+    #[error("signature algorithm {algorithm} does not fit a {key} key")]
+    AlgorithmKeyMismatch {
+        algorithm: ObjectIdentifier,
+        key: KeyKind,
+    },
+    #[error("the signature does not verify")]
+    BadSignature,
+    #[error("signing failed")]
+    SigningFailed,
+}
+
+/// The public key types this crate can tell apart. `Other` carries a
+/// printable description so errors can say what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyKind {
+    Ed25519,
+    EcdsaP256,
+    EcdsaP384,
+    Rsa { bits: usize },
+    Other(String),
+}
+
+impl fmt::Display for KeyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyKind::Ed25519 => f.write_str("Ed25519"),
+            KeyKind::EcdsaP256 => f.write_str("ECDSA P-256"),
+            KeyKind::EcdsaP384 => f.write_str("ECDSA P-384"),
+            KeyKind::Rsa { bits } => write!(f, "RSA-{bits}"),
+            KeyKind::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+/// Classify a SubjectPublicKeyInfo. Malformed RSA keys and unknown curves come
+/// back as `Other` so that the caller reports "unsupported" rather than crashing.
+pub fn key_kind(spki: &SubjectPublicKeyInfoOwned) -> KeyKind {
+    let alg = &spki.algorithm;
+    if alg.oid == oid::ED25519 {
+        return if alg.parameters.is_none() && spki.subject_public_key.raw_bytes().len() == 32 {
+            KeyKind::Ed25519
+        } else {
+            KeyKind::Other("malformed Ed25519 key".into())
+        };
+    }
+    if alg.oid == oid::ED448 {
+        return KeyKind::Other("Ed448".into());
+    }
+    if alg.oid == oid::EC_PUBLIC_KEY {
+        let curve = alg
+            .parameters
+            .as_ref()
+            .and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
+        return match curve {
+            Some(c) if c == oid::SECP256R1 => KeyKind::EcdsaP256,
+            Some(c) if c == oid::SECP384R1 => KeyKind::EcdsaP384,
+            Some(c) if c == oid::SECP521R1 => KeyKind::Other("ECDSA P-521".into()),
+            Some(c) => KeyKind::Other(format!("ECDSA on curve {c}")),
+            None => KeyKind::Other("ECDSA without a named curve".into()),
+        };
+    }
+    if alg.oid == oid::RSA_ENCRYPTION {
+        return match rsa_modulus_bits(spki.subject_public_key.raw_bytes()) {
+            Some(bits) => KeyKind::Rsa { bits },
+            None => KeyKind::Other("malformed RSA key".into()),
+        };
+    }
+    KeyKind::Other(format!("key algorithm {}", alg.oid))
+}
+
+/// RSAPublicKey ::= SEQUENCE { modulus INTEGER, publicExponent INTEGER }
+#[derive(Sequence)]
+struct RsaPublicKey<'a> {
+    modulus: UintRef<'a>,
+    public_exponent: UintRef<'a>,
+}
+
+fn rsa_modulus_bits(der: &[u8]) -> Option<usize> {
+    let key = RsaPublicKey::from_der(der).ok()?;
+    let _ = key.public_exponent;
+    let bytes = key.modulus.as_bytes();
+    let first = *bytes.first()?;
+    Some((bytes.len() - 1) * 8 + (8 - first.leading_zeros() as usize))
+}
+
+/// A parsed certificate that also keeps the verbatim DER of the parts whose
+/// exact bytes matter: the names (Go's TLS client compares raw issuer bytes
+/// with raw CA subject bytes) and the signed TBS (for signature checks).
+#[derive(Debug, Clone)]
+pub struct ParsedCertificate {
+    pub der: Vec<u8>,
+    pub cert: x509_cert::Certificate,
+    pub raw_subject: Vec<u8>,
+    pub raw_issuer: Vec<u8>,
+    pub raw_tbs: Vec<u8>,
+}
+
+impl ParsedCertificate {
+    pub fn from_der(der: &[u8]) -> Result<Self, X509Error> {
+        let cert = x509_cert::Certificate::from_der(der)?;
+        let outer = AnyRef::from_der(der)?;
+        let tbs = outer.sequence(|r| {
+            let tbs = AnyRef::decode(r)?;
+            let _algorithm = AnyRef::decode(r)?;
+            let _signature = AnyRef::decode(r)?;
+            Ok::<_, der::Error>(tbs)
+        })?;
+        let (raw_issuer, raw_subject) = tbs.sequence(|r| {
+            // version [0] EXPLICIT is optional (absent means v1)
+            let version_tag = Tag::ContextSpecific {
+                constructed: true,
+                number: der::TagNumber(0),
+            };
+            if Tag::peek(r)? == version_tag {
+                AnyRef::decode(r)?;
+            }
+            let _serial = AnyRef::decode(r)?;
+            let _signature = AnyRef::decode(r)?;
+            let issuer = AnyRef::decode(r)?.to_der()?;
+            let _validity = AnyRef::decode(r)?;
+            let subject = AnyRef::decode(r)?.to_der()?;
+            while !r.is_finished() {
+                AnyRef::decode(r)?;
+            }
+            Ok::<_, der::Error>((issuer, subject))
+        })?;
+        Ok(Self {
+            der: der.to_vec(),
+            raw_tbs: tbs.to_der()?,
+            cert,
+            raw_subject,
+            raw_issuer,
+        })
+    }
+
+    pub fn tbs(&self) -> &x509_cert::TbsCertificate {
+        self.cert.tbs_certificate()
+    }
+
+    pub fn spki(&self) -> &SubjectPublicKeyInfoOwned {
+        self.tbs().subject_public_key_info()
+    }
+
+    pub fn not_before(&self) -> OffsetDateTime {
+        to_offset(self.tbs().validity().not_before)
+    }
+
+    pub fn not_after(&self) -> OffsetDateTime {
+        to_offset(self.tbs().validity().not_after)
+    }
+
+    pub fn is_self_issued(&self) -> bool {
+        self.raw_subject == self.raw_issuer
+    }
+
+    /// The extension with this OID, if present (first occurrence).
+    pub fn extension(&self, id: ObjectIdentifier) -> Option<&Extension> {
+        self.tbs()
+            .extensions()
+            .and_then(|exts| exts.iter().find(|e| e.extn_id == id))
+    }
+
+    /// The subject key identifier, if the certificate carries one.
+    pub fn subject_key_id(&self) -> Option<Vec<u8>> {
+        let ext = self.extension(oid::SUBJECT_KEY_ID)?;
+        let id = OctetString::from_der(ext.extn_value.as_bytes()).ok()?;
+        Some(id.as_bytes().to_vec())
+    }
+
+    /// (is a CA, path length) from basicConstraints; absent means not a CA.
+    pub fn basic_constraints(&self) -> Option<x509_cert::ext::pkix::BasicConstraints> {
+        let ext = self.extension(oid::BASIC_CONSTRAINTS)?;
+        x509_cert::ext::pkix::BasicConstraints::from_der(ext.extn_value.as_bytes()).ok()
+    }
+
+    pub fn key_usage(&self) -> Option<x509_cert::ext::pkix::KeyUsage> {
+        let ext = self.extension(oid::KEY_USAGE)?;
+        x509_cert::ext::pkix::KeyUsage::from_der(ext.extn_value.as_bytes()).ok()
+    }
+
+    /// The extended key usages, or `None` when the extension is absent.
+    pub fn ext_key_usage(&self) -> Option<Vec<ObjectIdentifier>> {
+        let ext = self.extension(oid::EXT_KEY_USAGE)?;
+        x509_cert::ext::pkix::ExtendedKeyUsage::from_der(ext.extn_value.as_bytes())
+            .ok()
+            .map(|eku| eku.0)
+    }
+
+    /// Every Organization value in the subject, in order (Talos reads roles
+    /// from these).
+    pub fn subject_organizations(&self) -> Vec<String> {
+        attribute_strings(self.tbs().subject(), oid::ORGANIZATION)
+    }
+
+    pub fn subject_common_name(&self) -> Option<String> {
+        attribute_strings(self.tbs().subject(), oid::COMMON_NAME)
+            .into_iter()
+            .next()
+    }
+
+    /// Check that `issuer` signed this certificate.
+    pub fn verify_signed_by(&self, issuer: &SubjectPublicKeyInfoOwned) -> Result<(), X509Error> {
+        verify_signature(
+            issuer,
+            self.cert.signature_algorithm(),
+            &self.raw_tbs,
+            self.cert.signature().raw_bytes(),
+        )
+    }
+
+    /// Hex SHA-256 of the whole certificate, the usual fingerprint.
+    pub fn sha256_fingerprint(&self) -> String {
+        hex::encode(ring::digest::digest(&ring::digest::SHA256, &self.der))
+    }
+
+    pub fn to_pem(&self) -> String {
+        pem_encode("CERTIFICATE", &self.der)
+    }
+}
+
+/// Every string value of an attribute type in a name (PrintableString,
+/// UTF8String, IA5String are what real CAs and Talos write).
+pub fn attribute_strings(name: &x509_cert::name::Name, attribute: ObjectIdentifier) -> Vec<String> {
+    name.iter()
+        .filter(|atv| atv.oid == attribute)
+        .filter_map(|atv| {
+            let tag = atv.value.tag();
+            match tag {
+                Tag::PrintableString | Tag::Utf8String | Tag::Ia5String | Tag::TeletexString => {
+                    std::str::from_utf8(atv.value.value()).ok().map(str::to_owned)
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn to_offset(t: Time) -> OffsetDateTime {
+    let secs = t.to_unix_duration().as_secs();
+    OffsetDateTime::from_unix_timestamp(i64::try_from(secs).unwrap_or(i64::MAX))
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050. Seconds
+/// precision; anything before 1970 is clamped to the epoch.
+pub fn x509_time(at: OffsetDateTime) -> Result<Time, X509Error> {
+    let secs = u64::try_from(at.unix_timestamp()).unwrap_or(0);
+    let duration = std::time::Duration::from_secs(secs);
+    if at.year() < 2050 {
+        Ok(Time::UtcTime(der::asn1::UtcTime::from_unix_duration(duration)?))
+    } else {
+        Ok(Time::GeneralTime(der::asn1::GeneralizedTime::from_unix_duration(
+            duration,
+        )?))
+    }
+}
+
+/// Verify a signature made with the key in `spki`. Only the algorithms a
+/// Talos CA or a client CSR can reasonably use are accepted.
+pub fn verify_signature(
+    spki: &SubjectPublicKeyInfoOwned,
+    algorithm: &AlgorithmIdentifierOwned,
+    message: &[u8],
+    signature_bytes: &[u8],
+) -> Result<(), X509Error> {
+    let kind = key_kind(spki);
+    let mismatch = || X509Error::AlgorithmKeyMismatch {
+        algorithm: algorithm.oid,
+        key: kind.clone(),
+    };
+    let verifier: &dyn signature::VerificationAlgorithm = match algorithm.oid {
+        a if a == oid::ED25519 => match kind {
+            KeyKind::Ed25519 => &signature::ED25519,
+            _ => return Err(mismatch()),
+        },
+        a if a == oid::ECDSA_WITH_SHA256 => match kind {
+            KeyKind::EcdsaP256 => &signature::ECDSA_P256_SHA256_ASN1,
+            KeyKind::EcdsaP384 => &signature::ECDSA_P384_SHA256_ASN1,
+            _ => return Err(mismatch()),
+        },
+        a if a == oid::ECDSA_WITH_SHA384 => match kind {
+            KeyKind::EcdsaP256 => &signature::ECDSA_P256_SHA384_ASN1,
+            KeyKind::EcdsaP384 => &signature::ECDSA_P384_SHA384_ASN1,
+            _ => return Err(mismatch()),
+        },
+        a if a == oid::SHA256_WITH_RSA || a == oid::SHA384_WITH_RSA || a == oid::SHA512_WITH_RSA => {
+            if !matches!(kind, KeyKind::Rsa { .. }) {
+                return Err(mismatch());
+            }
+            if a == oid::SHA256_WITH_RSA {
+                &signature::RSA_PKCS1_2048_8192_SHA256
+            } else if a == oid::SHA384_WITH_RSA {
+                &signature::RSA_PKCS1_2048_8192_SHA384
+            } else {
+                &signature::RSA_PKCS1_2048_8192_SHA512
+            }
+        }
+        other => return Err(X509Error::UnsupportedSignatureAlgorithm(other)),
+    };
+    signature::UnparsedPublicKey::new(verifier, spki.subject_public_key.raw_bytes())
+        .verify(message, signature_bytes)
+        .map_err(|_| X509Error::BadSignature)
+}
+
+/// A CA private key that can sign certificates. The algorithm used follows
+/// the key, as Talos does: Ed25519, ECDSA with the curve's own hash, RSA with
+/// PKCS#1 v1.5 SHA-256.
+pub enum SigningKey {
+    Ed25519(Ed25519KeyPair),
+    EcdsaP256(EcdsaKeyPair),
+    EcdsaP384(EcdsaKeyPair),
+    Rsa(RsaKeyPair),
+}
+
+impl fmt::Debug for SigningKey {
+    // Never print key material, not even by accident in a Debug dump.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SigningKey({})", self.kind())
+    }
+}
+
+impl SigningKey {
+    pub fn kind(&self) -> KeyKind {
+        match self {
+            SigningKey::Ed25519(_) => KeyKind::Ed25519,
+            SigningKey::EcdsaP256(_) => KeyKind::EcdsaP256,
+            SigningKey::EcdsaP384(_) => KeyKind::EcdsaP384,
+            SigningKey::Rsa(k) => KeyKind::Rsa {
+                bits: k.public().modulus_len() * 8,
+            },
+        }
+    }
+
+    /// The signatureAlgorithm this key writes into certificates.
+    pub fn signature_algorithm(&self) -> AlgorithmIdentifierOwned {
+        match self {
+            SigningKey::Ed25519(_) => AlgorithmIdentifierOwned {
+                oid: oid::ED25519,
+                parameters: None,
+            },
+            SigningKey::EcdsaP256(_) => AlgorithmIdentifierOwned {
+                oid: oid::ECDSA_WITH_SHA256,
+                parameters: None,
+            },
+            SigningKey::EcdsaP384(_) => AlgorithmIdentifierOwned {
+                oid: oid::ECDSA_WITH_SHA384,
+                parameters: None,
+            },
+            SigningKey::Rsa(_) => AlgorithmIdentifierOwned {
+                oid: oid::SHA256_WITH_RSA,
+                parameters: Some(der::asn1::Any::null()),
+            },
+        }
+    }
+
+    pub fn sign(&self, rng: &dyn SecureRandom, message: &[u8]) -> Result<Vec<u8>, X509Error> {
+        match self {
+            SigningKey::Ed25519(k) => Ok(k.sign(message).as_ref().to_vec()),
+            SigningKey::EcdsaP256(k) | SigningKey::EcdsaP384(k) => k
+                .sign(rng, message)
+                .map(|s| s.as_ref().to_vec())
+                .map_err(|_| X509Error::SigningFailed),
+            SigningKey::Rsa(k) => {
+                let mut out = vec![0u8; k.public().modulus_len()];
+                k.sign(&signature::RSA_PKCS1_SHA256, rng, message, &mut out)
+                    .map_err(|_| X509Error::SigningFailed)?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// The public key as a SubjectPublicKeyInfo, e.g. for a new CA certificate.
+    pub fn public_key_info(&self) -> Result<SubjectPublicKeyInfoOwned, X509Error> {
+        let (algorithm, key): (AlgorithmIdentifierOwned, &[u8]) = match self {
+            SigningKey::Ed25519(k) => (
+                AlgorithmIdentifierOwned {
+                    oid: oid::ED25519,
+                    parameters: None,
+                },
+                k.public_key().as_ref(),
+            ),
+            SigningKey::EcdsaP256(k) => (ec_algorithm(oid::SECP256R1)?, k.public_key().as_ref()),
+            SigningKey::EcdsaP384(k) => (ec_algorithm(oid::SECP384R1)?, k.public_key().as_ref()),
+            SigningKey::Rsa(k) => (
+                AlgorithmIdentifierOwned {
+                    oid: oid::RSA_ENCRYPTION,
+                    parameters: Some(der::asn1::Any::null()),
+                },
+                k.public_key().as_ref(),
+            ),
+        };
+        Ok(SubjectPublicKeyInfoOwned {
+            algorithm,
+            subject_public_key: der::asn1::BitString::from_bytes(key)?,
+        })
+    }
+}
+
+fn ec_algorithm(curve: ObjectIdentifier) -> Result<AlgorithmIdentifierOwned, X509Error> {
+    Ok(AlgorithmIdentifierOwned {
+        oid: oid::EC_PUBLIC_KEY,
+        parameters: Some(der::asn1::Any::encode_from(&curve)?),
+    })
+}
+
+/// A key identifier per RFC 7093 method 1: the leftmost 160 bits of the
+/// SHA-256 of the subjectPublicKey bits.
+pub fn key_identifier(spki: &SubjectPublicKeyInfoOwned) -> Vec<u8> {
+    let digest = ring::digest::digest(&ring::digest::SHA256, spki.subject_public_key.raw_bytes());
+    digest.as_ref()[..20].to_vec()
+}
+
+/// Encode a distinguished name from (attribute, value) pairs, one RDN each, in
+/// order. Values that fit PrintableString are written as such (what Go and
+/// Talos write), anything else as UTF8String.
+pub fn encode_name(attributes: &[(ObjectIdentifier, &str)]) -> Result<Vec<u8>, X509Error> {
+    use x509_cert::attr::AttributeTypeAndValue;
+    use x509_cert::name::{RdnSequence, RelativeDistinguishedName};
+    let mut rdns = RdnSequence::default();
+    for (attribute, value) in attributes {
+        let tag = if is_printable_string(value) {
+            Tag::PrintableString
+        } else {
+            Tag::Utf8String
+        };
+        let mut rdn = RelativeDistinguishedName::default();
+        rdn.insert(AttributeTypeAndValue {
+            oid: *attribute,
+            value: der::asn1::Any::new(tag, value.as_bytes())?,
+        })?;
+        rdns.push(rdn);
+    }
+    Ok(rdns.to_der()?)
+}
+
+fn is_printable_string(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b" '()+,-./:=?".contains(&b))
+}
+
+/// One X.509 v3 extension, DER-encoding its value.
+pub fn extension<T: Encode>(id: ObjectIdentifier, critical: bool, value: &T) -> Result<Extension, X509Error> {
+    Ok(Extension {
+        extn_id: id,
+        critical,
+        extn_value: OctetString::new(value.to_der()?)?,
+    })
+}
+
+/// What goes into a certificate apart from the signature. Names and the key
+/// are pre-encoded DER so that the issuer can be copied byte for byte.
+#[derive(Debug)]
+pub struct CertificateTemplate<'a> {
+    pub serial: &'a [u8],
+    pub issuer: &'a [u8],
+    pub subject: &'a [u8],
+    pub subject_public_key_info: &'a [u8],
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub extensions: Vec<Extension>,
+}
+
+#[derive(Sequence)]
+struct TbsCertificateOut<'a> {
+    #[asn1(context_specific = "0", tag_mode = "EXPLICIT")]
+    version: u8,
+    serial_number: UintRef<'a>,
+    signature: AlgorithmIdentifierOwned,
+    issuer: AnyRef<'a>,
+    validity: x509_cert::time::Validity,
+    subject: AnyRef<'a>,
+    subject_public_key_info: AnyRef<'a>,
+    #[asn1(context_specific = "3", tag_mode = "EXPLICIT")]
+    extensions: Vec<Extension>,
+}
+
+#[derive(Sequence)]
+struct CertificateOut<'a> {
+    tbs_certificate: AnyRef<'a>,
+    signature_algorithm: AlgorithmIdentifierOwned,
+    signature: BitStringRef<'a>,
+}
+
+/// Build the TBS, sign it, and return the certificate DER.
+pub fn sign_certificate(
+    template: &CertificateTemplate<'_>,
+    key: &SigningKey,
+    rng: &dyn SecureRandom,
+) -> Result<Vec<u8>, X509Error> {
+    let algorithm = key.signature_algorithm();
+    let tbs = TbsCertificateOut {
+        version: 2, // v3
+        serial_number: UintRef::new(template.serial)?,
+        signature: algorithm.clone(),
+        issuer: AnyRef::from_der(template.issuer)?,
+        validity: x509_cert::time::Validity::new(
+            x509_time(template.not_before)?,
+            x509_time(template.not_after)?,
+        ),
+        subject: AnyRef::from_der(template.subject)?,
+        subject_public_key_info: AnyRef::from_der(template.subject_public_key_info)?,
+        extensions: template.extensions.clone(),
+    }
+    .to_der()?;
+    let signature = key.sign(rng, &tbs)?;
+    let cert = CertificateOut {
+        tbs_certificate: AnyRef::from_der(&tbs)?,
+        signature_algorithm: algorithm,
+        signature: BitStringRef::from_bytes(&signature)?,
+    };
+    Ok(cert.to_der()?)
+}
+
+pub fn pem_encode(label: &str, der: &[u8]) -> String {
+    // pem-rfc7468 only fails for invalid labels, which are all constants here.
+    der::pem::encode_string(label, der::pem::LineEnding::LF, der).unwrap_or_default()
+}
+
+/// Every PEM block in `text` as (label, DER), in order. Text outside blocks is
+/// ignored, like Go's `pem.Decode` loop.
+pub fn pem_blocks(text: &str) -> Result<Vec<(String, Vec<u8>)>, der::pem::Error> {
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("-----BEGIN ") {
+        let after = &rest[start..];
+        let label_end = after["-----BEGIN ".len()..]
+            .find("-----")
+            .map(|i| i + "-----BEGIN ".len())
+            .ok_or(der::pem::Error::PreEncapsulationBoundary)?;
+        let label = &after["-----BEGIN ".len()..label_end];
+        let end_marker = format!("-----END {label}-----");
+        let end = after
+            .find(&end_marker)
+            .ok_or(der::pem::Error::PostEncapsulationBoundary)?;
+        let block = &after[..end + end_marker.len()];
+        let (decoded_label, der) = der::pem::decode_vec(block.as_bytes())?;
+        blocks.push((decoded_label.to_owned(), der));
+        rest = &after[end + end_marker.len()..];
+    }
+    Ok(blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_string_detection_matches_x680() {
+        assert!(is_printable_string("os:admin"));
+        assert!(is_printable_string("talos"));
+        assert!(!is_printable_string("alice@example.com"));
+        assert!(!is_printable_string("os_admin"));
+    }
+
+    #[test]
+    fn names_round_trip_with_several_organizations() {
+        let der = encode_name(&[
+            (oid::ORGANIZATION, "os:admin"),
+            (oid::ORGANIZATION, "os:reader"),
+            (oid::COMMON_NAME, "alice@example.com"),
+        ])
+        .unwrap();
+        let name = x509_cert::name::Name::from_der(&der).unwrap();
+        assert_eq!(
+            attribute_strings(&name, oid::ORGANIZATION),
+            ["os:admin", "os:reader"]
+        );
+        assert_eq!(attribute_strings(&name, oid::COMMON_NAME), ["alice@example.com"]);
+    }
+
+    #[test]
+    fn pem_blocks_reads_every_block_and_skips_text() {
+        let a = pem_encode("CERTIFICATE", b"\x30\x00");
+        let b = pem_encode("ED25519 PRIVATE KEY", b"\x30\x01\x00");
+        let text = format!("comment\n{a}junk\n{b}");
+        let blocks = pem_blocks(&text).unwrap();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[0].0, "CERTIFICATE");
+        assert_eq!(blocks[1].0, "ED25519 PRIVATE KEY");
+        assert_eq!(blocks[1].1, b"\x30\x01\x00");
+    }
+}

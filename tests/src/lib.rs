@@ -1,0 +1,1 @@
+//! Shared test harness for talos-sso end-to-end tests.
