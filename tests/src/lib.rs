@@ -1,1 +1,13 @@
-//! Shared test harness for talos-sso end-to-end tests.
+//! Shared harness for talos-sso's end-to-end tests: checkers that stand in
+//! for Talos itself, and helpers that make throwaway CA material.
+//!
+//! - `talos_checker`: an apid/talosctl stand-in doing a real mTLS handshake.
+//! - `openssl`: a second opinion from the OpenSSL command line.
+//! - `material`: throwaway CAs and files with the right permissions.
+
+// The harness is test code: failing loudly on a broken fixture is the point.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+pub mod material;
+pub mod openssl;
+pub mod talos_checker;

@@ -1,0 +1,12 @@
+//! End-to-end tests, in one binary (one link on a 2-core machine).
+//!
+//! - `ca_sources`: every CA form loads; every refusal has its own error.
+//! - `issuance`: certificates Talos accepts, checked by the apid stand-in and
+//!   by OpenSSL, for each CA type and 1, 2 and 4 roles; CSR refusals;
+//!   validity edges with an injected clock; intermediate mode.
+//! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod ca_sources;
+mod client_key;
+mod issuance;
