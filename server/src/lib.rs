@@ -7,11 +7,13 @@
 //!   `ca::generate` makes new roots and intermediates.
 //! - `certificate`: CSR checks and the Talos client certificate profile, as a
 //!   pure function of CA, CSR, identity, roles, validity and clock.
+//! - `policy`: claims to Talos roles per cluster; pure, checked at load.
 //! - `cli`: the command line; the only place `anyhow` is used.
 //! - `telemetry`: logging setup.
 
 pub mod ca;
 pub mod certificate;
 pub mod cli;
+pub mod policy;
 pub mod telemetry;
 pub mod x509;

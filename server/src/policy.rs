@@ -1,0 +1,759 @@
+//! Who gets which Talos roles on which cluster: claims in, roles out.
+//!
+//! Pure and deterministic: no I/O, no clock. The rules of a cluster are
+//! checked once when the configuration loads ([`ClusterPolicy::new`]), and
+//! [`ClusterPolicy::decide`] then maps verified claims (and the roles the
+//! person asked for) to the roles to grant, or to a denial with a stable code
+//! and enough detail for the client to tell the person what to do.
+//!
+//! Semantics, least privilege first:
+//! - A rule matches when *every* kind of selector it has matches (groups AND
+//!   app roles AND users AND claims), each kind matching when *any* listed
+//!   value is present. A rule with no selector is refused at load.
+//! - Entitled roles are the union of the roles of all matching rules.
+//! - Asked-for roles must each be entitled. Without a request, the cluster's
+//!   `default_roles` that are entitled are granted (so `os:admin` can require
+//!   asking for it), else every entitled role.
+//! - `os:impersonator` is effectively admin on Talos (it can claim any role
+//!   per request); a rule may only grant it when the cluster sets
+//!   `allow_impersonator`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Deserialize;
+
+/// Every role Talos knows (`role.All`, Talos 1.13). Older nodes ignore the
+/// newer ones (`os:image:verifier`, `os:meta:writer`).
+pub const TALOS_ROLES: [&str; 7] = [
+    "os:admin",
+    "os:operator",
+    "os:reader",
+    "os:etcd:backup",
+    "os:image:verifier",
+    "os:meta:writer",
+    "os:impersonator",
+];
+
+pub const IMPERSONATOR: &str = "os:impersonator";
+
+/// One rule of a cluster, as written in the configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Group object ids (Entra) or group names (other providers); matches
+    /// when the person is in any of them. Compared case-insensitively.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// App roles (the token's `roles` claim); any of them.
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+    /// Specific people: subject (`oid` for Entra, else `sub`) or username
+    /// (case-insensitive); any of them.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Claim values that must all be present: a string claim equal to the
+    /// value, or an array claim containing it.
+    #[serde(default)]
+    pub claims: std::collections::BTreeMap<String, String>,
+    /// Talos roles this rule grants.
+    pub roles: Vec<String>,
+}
+
+/// The policy part of a cluster's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Roles granted when the request names none (intersected with what the
+    /// person is entitled to). Empty: every entitled role.
+    #[serde(default)]
+    pub default_roles: Vec<String>,
+    /// Allow rules to grant `os:impersonator`.
+    #[serde(default)]
+    pub allow_impersonator: bool,
+}
+
+/// What policy reads from a verified token.
+#[derive(Debug, Clone, Default)]
+pub struct Claims {
+    /// Stable subject: Entra `oid`, else `sub`.
+    pub subject: String,
+    pub username: String,
+    /// Group ids, already resolved through Graph when the token had overage.
+    pub groups: Vec<String>,
+    /// App roles (`roles` claim).
+    pub app_roles: Vec<String>,
+    /// Every claim of the token, for `claims` selectors.
+    pub raw: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A configuration mistake in a cluster's rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyConfigError {
+    #[error("rule {index} grants no roles")]
+    RuleWithoutRoles { index: usize },
+    #[error("rule {index} has no selector (groups, app_roles, users or claims): it would match everyone")]
+    RuleWithoutSelector { index: usize },
+    #[error("`{role}` is not a Talos role; known roles: {}", TALOS_ROLES.join(", "))]
+    UnknownRole { role: String },
+    #[error(
+        "rule {index} grants os:impersonator, which lets its holder act with any role; \
+         set allow_impersonator: true on the cluster if that is really intended"
+    )]
+    ImpersonatorNotAllowed { index: usize },
+}
+
+/// Why no certificate: the stable code and what the person can do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// No rule matched. `would_grant` lists the selectors that would.
+    NoMatchingRule { would_grant: Vec<String> },
+    /// Asked for roles the person is not entitled to.
+    RoleNotPermitted {
+        requested: Vec<String>,
+        entitled: Vec<String>,
+    },
+    /// Entitled, but to none of the default roles: ask explicitly.
+    RoleRequired { entitled: Vec<String> },
+}
+
+impl Denial {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Denial::NoMatchingRule { .. } => "no_matching_rule",
+            Denial::RoleNotPermitted { .. } => "role_not_permitted",
+            Denial::RoleRequired { .. } => "role_required",
+        }
+    }
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Denial::NoMatchingRule { would_grant } => write!(
+                f,
+                "no rule of this cluster matches you; membership in one of these would grant a role: {}",
+                would_grant.join(", ")
+            ),
+            Denial::RoleNotPermitted { requested, entitled } => write!(
+                f,
+                "you may not have {}; you are entitled to: {}",
+                requested.join(", "),
+                if entitled.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    entitled.join(", ")
+                }
+            ),
+            Denial::RoleRequired { entitled } => write!(
+                f,
+                "none of this cluster's default roles applies to you; ask for one of {} with --role",
+                entitled.join(", ")
+            ),
+        }
+    }
+}
+
+/// The outcome of a decision, with what was evaluated (for the audit record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Roles to put in the certificate (sorted, like Talos's `role.Set`).
+    pub granted: Vec<String>,
+    /// Everything the person is entitled to on this cluster.
+    pub entitled: Vec<String>,
+}
+
+/// A cluster's checked rules.
+#[derive(Debug, Clone)]
+pub struct ClusterPolicy {
+    config: PolicyConfig,
+}
+
+impl ClusterPolicy {
+    pub fn new(config: PolicyConfig) -> Result<Self, PolicyConfigError> {
+        for (index, rule) in config.rules.iter().enumerate() {
+            if rule.roles.is_empty() {
+                return Err(PolicyConfigError::RuleWithoutRoles { index });
+            }
+            if rule.groups.is_empty()
+                && rule.app_roles.is_empty()
+                && rule.users.is_empty()
+                && rule.claims.is_empty()
+            {
+                return Err(PolicyConfigError::RuleWithoutSelector { index });
+            }
+            for role in &rule.roles {
+                check_role_name(role)?;
+                if role == IMPERSONATOR && !config.allow_impersonator {
+                    return Err(PolicyConfigError::ImpersonatorNotAllowed { index });
+                }
+            }
+        }
+        for role in &config.default_roles {
+            check_role_name(role)?;
+        }
+        Ok(Self { config })
+    }
+
+    /// The group ids this cluster's rules mention: the only ones worth
+    /// fetching from Graph when a token has group overage.
+    pub fn referenced_groups(&self) -> impl Iterator<Item = &str> {
+        self.config
+            .rules
+            .iter()
+            .flat_map(|r| r.groups.iter().map(String::as_str))
+    }
+
+    /// Every role some rule could grant here.
+    pub fn entitled(&self, claims: &Claims) -> Vec<String> {
+        let roles: BTreeSet<&str> = self
+            .config
+            .rules
+            .iter()
+            .filter(|rule| rule_matches(rule, claims))
+            .flat_map(|rule| rule.roles.iter().map(String::as_str))
+            .collect();
+        roles.into_iter().map(str::to_owned).collect()
+    }
+
+    /// Decide which roles to grant. `requested` empty means "the defaults".
+    pub fn decide(&self, claims: &Claims, requested: &[String]) -> Result<Decision, Denial> {
+        let entitled = self.entitled(claims);
+        if entitled.is_empty() {
+            return Err(Denial::NoMatchingRule {
+                would_grant: self.selectors(),
+            });
+        }
+        let granted: BTreeSet<String> = if requested.is_empty() {
+            if self.config.default_roles.is_empty() {
+                entitled.iter().cloned().collect()
+            } else {
+                let defaults: BTreeSet<String> = self
+                    .config
+                    .default_roles
+                    .iter()
+                    .filter(|r| entitled.contains(r))
+                    .cloned()
+                    .collect();
+                if defaults.is_empty() {
+                    return Err(Denial::RoleRequired { entitled });
+                }
+                defaults
+            }
+        } else {
+            let refused: Vec<String> = requested
+                .iter()
+                .filter(|r| !entitled.contains(r))
+                .cloned()
+                .collect();
+            if !refused.is_empty() {
+                return Err(Denial::RoleNotPermitted {
+                    requested: refused,
+                    entitled,
+                });
+            }
+            requested.iter().cloned().collect()
+        };
+        Ok(Decision {
+            granted: granted.into_iter().collect(),
+            entitled,
+        })
+    }
+
+    fn selectors(&self) -> Vec<String> {
+        let mut out = BTreeSet::new();
+        for rule in &self.config.rules {
+            out.extend(rule.groups.iter().map(|g| format!("group {g}")));
+            out.extend(rule.app_roles.iter().map(|r| format!("app role {r}")));
+        }
+        out.into_iter().collect()
+    }
+}
+
+/// A claims -> roles example from the configuration, checked at start-up so
+/// a rule change that breaks an intended outcome stops the server instead of
+/// silently granting or denying.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyExample {
+    /// What the example is about, shown when it fails.
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub subject: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+    /// Other claims, for `claims` selectors.
+    #[serde(default)]
+    pub claims: serde_json::Map<String, serde_json::Value>,
+    /// Roles asked for (`--role`); empty means the defaults.
+    #[serde(default)]
+    pub request: Vec<String>,
+    /// The roles that must be granted...
+    #[serde(default)]
+    pub expect_roles: Option<Vec<String>>,
+    /// ...or the denial code that must come back.
+    #[serde(default)]
+    pub expect_denied: Option<String>,
+}
+
+impl ClusterPolicy {
+    /// Check one example; the error says what was expected and what happened.
+    pub fn check_example(&self, example: &PolicyExample) -> Result<(), String> {
+        let claims = Claims {
+            subject: example.subject.clone(),
+            username: example.username.clone(),
+            groups: example.groups.clone(),
+            app_roles: example.app_roles.clone(),
+            raw: example.claims.clone(),
+        };
+        let mut expected_roles = example.expect_roles.clone();
+        if let Some(roles) = expected_roles.as_mut() {
+            roles.sort();
+        }
+        let got = self.decide(&claims, &example.request);
+        let ok = match (&expected_roles, &example.expect_denied, &got) {
+            (Some(roles), None, Ok(decision)) => *roles == decision.granted,
+            (None, Some(code), Err(denial)) => code == denial.code(),
+            (Some(_), None, Err(_)) | (None, Some(_), Ok(_)) => false,
+            _ => {
+                return Err(format!(
+                    "example `{}` needs exactly one of expect_roles and expect_denied",
+                    example.description
+                ));
+            }
+        };
+        if ok {
+            return Ok(());
+        }
+        let expected = match (&expected_roles, &example.expect_denied) {
+            (Some(roles), _) => format!("roles [{}]", roles.join(", ")),
+            (_, Some(code)) => format!("denial `{code}`"),
+            _ => String::new(),
+        };
+        let actual = match got {
+            Ok(decision) => format!("roles [{}]", decision.granted.join(", ")),
+            Err(denial) => format!("denial `{}` ({denial})", denial.code()),
+        };
+        Err(format!(
+            "policy example `{}` expected {expected} but got {actual}",
+            example.description
+        ))
+    }
+}
+
+fn check_role_name(role: &str) -> Result<(), PolicyConfigError> {
+    if TALOS_ROLES.contains(&role) {
+        Ok(())
+    } else {
+        Err(PolicyConfigError::UnknownRole {
+            role: role.to_owned(),
+        })
+    }
+}
+
+fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
+    let groups = rule.groups.is_empty()
+        || rule
+            .groups
+            .iter()
+            .any(|g| claims.groups.iter().any(|have| have.eq_ignore_ascii_case(g)));
+    let app_roles = rule.app_roles.is_empty() || rule.app_roles.iter().any(|r| claims.app_roles.contains(r));
+    let users = rule.users.is_empty()
+        || rule
+            .users
+            .iter()
+            .any(|u| *u == claims.subject || u.eq_ignore_ascii_case(&claims.username));
+    let claim_values = rule
+        .claims
+        .iter()
+        .all(|(name, expected)| match claims.raw.get(name) {
+            Some(serde_json::Value::String(s)) => s == expected,
+            Some(serde_json::Value::Array(items)) => {
+                items.iter().any(|v| v.as_str() == Some(expected.as_str()))
+            }
+            Some(serde_json::Value::Bool(b)) => b.to_string() == *expected,
+            Some(serde_json::Value::Number(n)) => n.to_string() == *expected,
+            _ => false,
+        });
+    groups && app_roles && users && claim_values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADMINS: &str = "0f2a7c3e-1111-4c5d-9e8f-000000000001";
+    const ONCALL: &str = "0f2a7c3e-2222-4c5d-9e8f-000000000002";
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn rule(groups: &[&str], app_roles: &[&str], roles: &[&str]) -> Rule {
+        Rule {
+            groups: strings(groups),
+            app_roles: strings(app_roles),
+            roles: strings(roles),
+            ..Default::default()
+        }
+    }
+
+    fn prod() -> ClusterPolicy {
+        ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&[ADMINS], &[], &["os:admin"]),
+                rule(&[ONCALL], &[], &["os:operator"]),
+                rule(&[], &["Talos.Reader"], &["os:reader"]),
+                Rule {
+                    users: strings(&["backup-robot@example.com"]),
+                    roles: strings(&["os:etcd:backup"]),
+                    ..Default::default()
+                },
+                Rule {
+                    groups: strings(&[ONCALL]),
+                    claims: [("tid".to_owned(), "tenant-a".to_owned())].into(),
+                    roles: strings(&["os:etcd:backup"]),
+                    ..Default::default()
+                },
+            ],
+            default_roles: strings(&["os:operator", "os:reader", "os:etcd:backup"]),
+            allow_impersonator: false,
+        })
+        .unwrap()
+    }
+
+    fn person(username: &str, groups: &[&str], app_roles: &[&str], tid: &str) -> Claims {
+        let mut raw = serde_json::Map::new();
+        raw.insert("tid".into(), tid.into());
+        Claims {
+            subject: format!("oid-of-{username}"),
+            username: username.into(),
+            groups: strings(groups),
+            app_roles: strings(app_roles),
+            raw,
+        }
+    }
+
+    /// (who, groups, app roles, tid, requested, granted roles or denial code)
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a str,
+        &'a [&'a str],
+        Result<&'a [&'a str], &'a str>,
+    );
+
+    #[test]
+    fn decisions_table() {
+        let policy = prod();
+        let cases: &[Case] = &[
+            ("reader", &[], &["Talos.Reader"], "t", &[], Ok(&["os:reader"])),
+            ("nobody", &[], &[], "t", &[], Err("no_matching_rule")),
+            (
+                "nobody",
+                &["some-other-group"],
+                &["Other.Role"],
+                "t",
+                &[],
+                Err("no_matching_rule"),
+            ),
+            ("oncall", &[ONCALL], &[], "t", &[], Ok(&["os:operator"])),
+            (
+                "oncall-a",
+                &[ONCALL],
+                &[],
+                "tenant-a",
+                &[],
+                Ok(&["os:etcd:backup", "os:operator"]),
+            ),
+            (
+                "oncall-upper",
+                &["0F2A7C3E-2222-4C5D-9E8F-000000000002"],
+                &[],
+                "t",
+                &[],
+                Ok(&["os:operator"]),
+            ),
+            ("admin", &[ADMINS], &[], "t", &[], Err("role_required")),
+            ("admin", &[ADMINS], &[], "t", &["os:admin"], Ok(&["os:admin"])),
+            (
+                "admin+reader",
+                &[ADMINS],
+                &["Talos.Reader"],
+                "t",
+                &[],
+                Ok(&["os:reader"]),
+            ),
+            (
+                "admin+reader",
+                &[ADMINS],
+                &["Talos.Reader"],
+                "t",
+                &["os:admin", "os:reader"],
+                Ok(&["os:admin", "os:reader"]),
+            ),
+            (
+                "oncall",
+                &[ONCALL],
+                &[],
+                "t",
+                &["os:admin"],
+                Err("role_not_permitted"),
+            ),
+            (
+                "oncall",
+                &[ONCALL],
+                &[],
+                "t",
+                &["os:operator", "os:admin"],
+                Err("role_not_permitted"),
+            ),
+            (
+                "reader",
+                &[],
+                &["Talos.Reader"],
+                "t",
+                &["os:impersonator"],
+                Err("role_not_permitted"),
+            ),
+            (
+                "backup-robot@example.com",
+                &[],
+                &[],
+                "t",
+                &[],
+                Ok(&["os:etcd:backup"]),
+            ),
+            (
+                "BACKUP-ROBOT@example.com",
+                &[],
+                &[],
+                "t",
+                &[],
+                Ok(&["os:etcd:backup"]),
+            ),
+        ];
+        for (who, groups, app_roles, tid, requested, expected) in cases {
+            let claims = person(who, groups, app_roles, tid);
+            let got = policy.decide(&claims, &strings(requested));
+            match (expected, got) {
+                (Ok(roles), Ok(decision)) => {
+                    assert_eq!(decision.granted, strings(roles), "{who} {requested:?}")
+                }
+                (Err(code), Err(denial)) => assert_eq!(denial.code(), *code, "{who} {requested:?}"),
+                (expected, got) => panic!("{who} {requested:?}: expected {expected:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn denials_say_what_would_help() {
+        let policy = prod();
+        let denial = policy.decide(&person("nobody", &[], &[], "t"), &[]).unwrap_err();
+        let message = denial.to_string();
+        assert!(
+            message.contains(ADMINS) && message.contains(ONCALL) && message.contains("Talos.Reader"),
+            "{message}"
+        );
+        let denial = policy
+            .decide(&person("oncall", &[ONCALL], &[], "t"), &strings(&["os:admin"]))
+            .unwrap_err();
+        assert_eq!(
+            denial,
+            Denial::RoleNotPermitted {
+                requested: strings(&["os:admin"]),
+                entitled: strings(&["os:operator"])
+            }
+        );
+    }
+
+    #[test]
+    fn subject_selects_a_user_too() {
+        let policy = prod();
+        let mut claims = person("someone", &[], &[], "t");
+        claims.subject = "backup-robot@example.com".into();
+        assert_eq!(policy.decide(&claims, &[]).unwrap().granted, ["os:etcd:backup"]);
+    }
+
+    #[test]
+    fn no_default_roles_means_everything_entitled() {
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&[ADMINS], &[], &["os:admin"]),
+                rule(&[ADMINS], &[], &["os:reader"]),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        let decision = policy.decide(&person("a", &[ADMINS], &[], "t"), &[]).unwrap();
+        assert_eq!(decision.granted, ["os:admin", "os:reader"]);
+        assert_eq!(decision.entitled, decision.granted);
+    }
+
+    #[test]
+    fn configuration_mistakes_are_refused() {
+        let check = |rules: Vec<Rule>, allow_impersonator: bool| {
+            ClusterPolicy::new(PolicyConfig {
+                rules,
+                default_roles: vec![],
+                allow_impersonator,
+            })
+            .map(|_| ())
+        };
+        assert_eq!(
+            check(vec![rule(&[ADMINS], &[], &["os:root"])], false),
+            Err(PolicyConfigError::UnknownRole {
+                role: "os:root".into()
+            })
+        );
+        assert_eq!(
+            check(vec![rule(&[], &[], &["os:admin"])], false),
+            Err(PolicyConfigError::RuleWithoutSelector { index: 0 })
+        );
+        assert_eq!(
+            check(vec![rule(&[ADMINS], &[], &[])], false),
+            Err(PolicyConfigError::RuleWithoutRoles { index: 0 })
+        );
+        assert_eq!(
+            check(
+                vec![
+                    rule(&[ONCALL], &[], &["os:reader"]),
+                    rule(&[ADMINS], &[], &["os:impersonator"])
+                ],
+                false
+            ),
+            Err(PolicyConfigError::ImpersonatorNotAllowed { index: 1 })
+        );
+        assert_eq!(
+            check(vec![rule(&[ADMINS], &[], &["os:impersonator"])], true),
+            Ok(())
+        );
+        let bad_default = ClusterPolicy::new(PolicyConfig {
+            rules: vec![rule(&[ADMINS], &[], &["os:admin"])],
+            default_roles: strings(&["admin"]),
+            allow_impersonator: false,
+        });
+        assert!(matches!(bad_default, Err(PolicyConfigError::UnknownRole { .. })));
+    }
+
+    #[test]
+    fn impersonator_is_granted_only_when_named_and_allowed() {
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&["omni"], &[], &["os:impersonator"]),
+                rule(&[ADMINS], &[], &["os:admin"]),
+            ],
+            default_roles: strings(&["os:admin"]),
+            allow_impersonator: true,
+        })
+        .unwrap();
+        // An admin never gets impersonator by being an admin.
+        assert_eq!(
+            policy
+                .decide(&person("a", &[ADMINS], &[], "t"), &[])
+                .unwrap()
+                .granted,
+            ["os:admin"]
+        );
+        let denial = policy
+            .decide(&person("a", &[ADMINS], &[], "t"), &strings(&["os:impersonator"]))
+            .unwrap_err();
+        assert_eq!(denial.code(), "role_not_permitted");
+        // Named by a rule: only on explicit request, since it is not a default.
+        let omni = person("omni", &["omni"], &[], "t");
+        assert_eq!(policy.decide(&omni, &[]).unwrap_err().code(), "role_required");
+        assert_eq!(
+            policy
+                .decide(&omni, &strings(&["os:impersonator"]))
+                .unwrap()
+                .granted,
+            ["os:impersonator"]
+        );
+    }
+
+    #[test]
+    fn rules_parse_from_yaml_and_unknown_keys_are_errors() {
+        let yaml = r#"
+rules:
+  - { groups: ["g1"], roles: [os:admin] }
+  - { app_roles: ["Talos.Reader"], roles: [os:reader] }
+  - { users: ["alice@example.com"], claims: { department: platform }, roles: [os:operator] }
+default_roles: [os:reader]
+"#;
+        let config: PolicyConfig = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(config.rules.len(), 3);
+        ClusterPolicy::new(config).unwrap();
+        let typo = "rules:\n  - { group: [g1], roles: [os:admin] }\n";
+        let error = serde_yaml_ng::from_str::<PolicyConfig>(typo)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown field `group`"), "{error}");
+    }
+
+    #[test]
+    fn array_and_scalar_claims_match() {
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![Rule {
+                claims: [
+                    ("amr".to_owned(), "mfa".to_owned()),
+                    ("department".to_owned(), "platform".to_owned()),
+                ]
+                .into(),
+                roles: strings(&["os:reader"]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .unwrap();
+        let mut claims = person("x", &[], &[], "t");
+        claims.raw.insert("amr".into(), serde_json::json!(["pwd", "mfa"]));
+        claims
+            .raw
+            .insert("department".into(), serde_json::json!("platform"));
+        assert!(policy.decide(&claims, &[]).is_ok());
+        claims.raw.insert("amr".into(), serde_json::json!(["pwd"]));
+        assert_eq!(
+            policy.decide(&claims, &[]).unwrap_err().code(),
+            "no_matching_rule"
+        );
+    }
+
+    #[test]
+    fn examples_catch_a_policy_that_drifted() {
+        let policy = prod();
+        let yaml = r#"
+- { description: "on-call operates", groups: ["0f2a7c3e-2222-4c5d-9e8f-000000000002"], expect_roles: [os:operator] }
+- { description: "strangers are denied", username: eve, expect_denied: no_matching_rule }
+- { description: "admins must ask", groups: ["0f2a7c3e-1111-4c5d-9e8f-000000000001"], request: [os:admin], expect_roles: [os:admin] }
+"#;
+        let examples: Vec<PolicyExample> = serde_yaml_ng::from_str(yaml).unwrap();
+        for example in &examples {
+            policy.check_example(example).unwrap();
+        }
+        let wrong = PolicyExample {
+            description: "readers operate".into(),
+            app_roles: strings(&["Talos.Reader"]),
+            expect_roles: Some(strings(&["os:operator"])),
+            ..Default::default()
+        };
+        let error = policy.check_example(&wrong).unwrap_err();
+        assert_eq!(
+            error,
+            "policy example `readers operate` expected roles [os:operator] but got roles [os:reader]"
+        );
+        let both = PolicyExample {
+            expect_roles: Some(vec![]),
+            expect_denied: Some("x".into()),
+            ..Default::default()
+        };
+        assert!(policy.check_example(&both).unwrap_err().contains("exactly one"));
+    }
+}
