@@ -7,6 +7,7 @@
 //!   `ca::generate` makes new roots and intermediates.
 //! - `certificate`: CSR checks and the Talos client certificate profile, as a
 //!   pure function of CA, CSR, identity, roles, validity and clock.
+//! - `identity`: bearer-token verification (JWKS keys, Entra rules); pure.
 //! - `policy`: claims to Talos roles per cluster; pure, checked at load.
 //! - `cli`: the command line; the only place `anyhow` is used.
 //! - `telemetry`: logging setup.
@@ -14,6 +15,7 @@
 pub mod ca;
 pub mod certificate;
 pub mod cli;
+pub mod identity;
 pub mod policy;
 pub mod telemetry;
 pub mod x509;
