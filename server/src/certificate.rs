@@ -16,7 +16,7 @@ use der::{Decode, Encode};
 use ring::rand::SecureRandom;
 use spki::SubjectPublicKeyInfoOwned;
 use time::OffsetDateTime;
-use x509_cert::ext::pkix::{AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
 use x509_cert::request::CertReqInfo;
 
 use crate::ca::CertificateAuthority;
@@ -226,13 +226,7 @@ pub fn issue(
         )?,
     ];
     // Go copies the CA's subject key id; a CA without one gets no AKI, as in Talos.
-    if let Some(key_id) = signer.subject_key_id() {
-        let aki = AuthorityKeyIdentifier {
-            key_identifier: Some(der::asn1::OctetString::new(key_id).map_err(X509Error::from)?),
-            ..Default::default()
-        };
-        extensions.push(x509::extension(oid::AUTHORITY_KEY_ID, false, &aki)?);
-    }
+    extensions.extend(x509::authority_key_id(signer)?);
 
     let template = CertificateTemplate {
         serial: &serial,

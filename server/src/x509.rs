@@ -501,6 +501,20 @@ pub fn extension<T: Encode>(id: ObjectIdentifier, critical: bool, value: &T) -> 
     })
 }
 
+/// The authorityKeyIdentifier pointing at `issuer`'s subject key id. Like Go,
+/// which copies the parent's key id, nothing is written when the issuer has
+/// no subject key id.
+pub fn authority_key_id(issuer: &ParsedCertificate) -> Result<Option<Extension>, X509Error> {
+    let Some(key_id) = issuer.subject_key_id() else {
+        return Ok(None);
+    };
+    let aki = x509_cert::ext::pkix::AuthorityKeyIdentifier {
+        key_identifier: Some(OctetString::new(key_id)?),
+        ..Default::default()
+    };
+    Ok(Some(extension(oid::AUTHORITY_KEY_ID, false, &aki)?))
+}
+
 /// What goes into a certificate apart from the signature. Names and the key
 /// are pre-encoded DER so that the issuer can be copied byte for byte.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use der::Encode;
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair};
 use time::OffsetDateTime;
-use x509_cert::ext::pkix::{AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
 
 use super::CertificateAuthority;
 use crate::certificate::random_serial;
@@ -187,13 +187,7 @@ pub fn new_intermediate(
             &der::asn1::OctetString::new(x509::key_identifier(&spki))?,
         )?,
     ];
-    if let Some(key_id) = parent.subject_key_id() {
-        let aki = AuthorityKeyIdentifier {
-            key_identifier: Some(der::asn1::OctetString::new(key_id)?),
-            ..Default::default()
-        };
-        extensions.push(x509::extension(oid::AUTHORITY_KEY_ID, false, &aki)?);
-    }
+    extensions.extend(x509::authority_key_id(parent)?);
     let serial = random_serial(&rng)?;
     let spki_der = spki.to_der()?;
     let template = CertificateTemplate {
