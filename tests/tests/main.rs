@@ -4,9 +4,12 @@
 //! - `issuance`: certificates Talos accepts, checked by the apid stand-in and
 //!   by OpenSSL, for each CA type and 1, 2 and 4 roles; CSR refusals;
 //!   validity edges with an injected clock; intermediate mode.
+//! - `identity`: the Entra emulator driven with `openidconnect`, and the
+//!   server's token verification against it (rotation, outages, overage).
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod ca_sources;
 mod client_key;
+mod identity;
 mod issuance;

@@ -1,0 +1,206 @@
+//! Entra group overage: when a person is in too many groups, Entra leaves
+//! `groups` out of the token and points at Graph instead. We ask Graph
+//! ourselves, with the server's own client credentials, at a URL we build:
+//! the URL inside the token is never fetched (it is attacker-influenced data
+//! as far as this server is concerned until proven otherwise).
+//!
+//! Answers are cached briefly per user, and so is the app token.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::time::Instant;
+use zeroize::Zeroizing;
+
+/// How to reach Graph for one tenant.
+#[derive(Clone)]
+pub struct GraphSettings {
+    pub tenant_id: String,
+    pub client_id: String,
+    pub client_secret: Zeroizing<String>,
+    /// Token authority, `https://login.microsoftonline.com` by default.
+    pub authority: String,
+    /// Graph base URL, `https://graph.microsoft.com` by default.
+    pub graph_url: String,
+    /// How long a user's groups are reused.
+    pub cache_ttl: Duration,
+    pub http_timeout: Duration,
+}
+
+impl std::fmt::Debug for GraphSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphSettings")
+            .field("tenant_id", &self.tenant_id)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("authority", &self.authority)
+            .field("graph_url", &self.graph_url)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GraphError {
+    #[error("Graph is unreachable: {0}")]
+    Unreachable(String),
+    #[error("Graph refused the server's credentials (HTTP {0})")]
+    Unauthorized(u16),
+    #[error("Graph answered HTTP {0}")]
+    Status(u16),
+    #[error("Graph returned an unreadable answer: {0}")]
+    Malformed(String),
+    #[error("the token's oid is not an object id")]
+    BadObjectId,
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: String,
+    #[serde(default)]
+    expires_in: u64,
+}
+
+#[derive(Deserialize)]
+struct MemberObjects {
+    value: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct GraphClient {
+    http: reqwest::Client,
+    settings: GraphSettings,
+    app_token: tokio::sync::Mutex<Option<(Zeroizing<String>, Instant)>>,
+    memberships: Mutex<HashMap<String, (Vec<String>, Instant)>>,
+}
+
+/// Entra object ids are GUIDs; anything else never goes into a URL.
+fn is_object_id(oid: &str) -> bool {
+    oid.len() == 36
+        && oid.chars().enumerate().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
+}
+
+impl GraphClient {
+    pub fn new(settings: GraphSettings) -> Result<Self, GraphError> {
+        let http = reqwest::Client::builder()
+            .timeout(settings.http_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| GraphError::Unreachable(e.to_string()))?;
+        Ok(Self {
+            http,
+            settings,
+            app_token: tokio::sync::Mutex::new(None),
+            memberships: Mutex::new(HashMap::new()),
+        })
+    }
+
+    async fn app_token(&self) -> Result<Zeroizing<String>, GraphError> {
+        let mut cached = self.app_token.lock().await;
+        if let Some((token, expires)) = cached.as_ref()
+            && Instant::now() < *expires
+        {
+            return Ok(token.clone());
+        }
+        let url = format!(
+            "{}/{}/oauth2/v2.0/token",
+            self.settings.authority.trim_end_matches('/'),
+            self.settings.tenant_id
+        );
+        let scope = format!("{}/.default", self.settings.graph_url.trim_end_matches('/'));
+        let form = [
+            ("grant_type", "client_credentials"),
+            ("client_id", self.settings.client_id.as_str()),
+            ("client_secret", self.settings.client_secret.as_str()),
+            ("scope", scope.as_str()),
+        ];
+        let response = self
+            .http
+            .post(&url)
+            .form(&form)
+            .send()
+            .await
+            .map_err(|e| GraphError::Unreachable(e.without_url().to_string()))?;
+        let status = response.status();
+        if status.as_u16() == 400 || status.as_u16() == 401 {
+            return Err(GraphError::Unauthorized(status.as_u16()));
+        }
+        if !status.is_success() {
+            return Err(GraphError::Status(status.as_u16()));
+        }
+        let body: TokenResponse = response
+            .json()
+            .await
+            .map_err(|e| GraphError::Malformed(e.without_url().to_string()))?;
+        // Renew a minute early so a token never expires mid-request.
+        let lifetime = Duration::from_secs(body.expires_in.max(120) - 60);
+        let token = Zeroizing::new(body.access_token);
+        *cached = Some((token.clone(), Instant::now() + lifetime));
+        Ok(token)
+    }
+
+    /// Every group `oid` is a member of (transitively), from Graph.
+    pub async fn member_groups(&self, oid: &str) -> Result<Vec<String>, GraphError> {
+        if !is_object_id(oid) {
+            return Err(GraphError::BadObjectId);
+        }
+        let now = Instant::now();
+        if let Ok(cache) = self.memberships.lock()
+            && let Some((groups, at)) = cache.get(oid)
+            && now.duration_since(*at) < self.settings.cache_ttl
+        {
+            return Ok(groups.clone());
+        }
+        let token = self.app_token().await?;
+        let url = format!(
+            "{}/v1.0/users/{oid}/getMemberObjects",
+            self.settings.graph_url.trim_end_matches('/')
+        );
+        let response = self
+            .http
+            .post(&url)
+            .bearer_auth(token.as_str())
+            .json(&serde_json::json!({"securityEnabledOnly": false}))
+            .send()
+            .await
+            .map_err(|e| GraphError::Unreachable(e.without_url().to_string()))?;
+        let status = response.status();
+        if status.as_u16() == 401 || status.as_u16() == 403 {
+            // The cached app token may have been revoked: fetch a new one next time.
+            *self.app_token.lock().await = None;
+            return Err(GraphError::Unauthorized(status.as_u16()));
+        }
+        if !status.is_success() {
+            return Err(GraphError::Status(status.as_u16()));
+        }
+        let body: MemberObjects = response
+            .json()
+            .await
+            .map_err(|e| GraphError::Malformed(e.without_url().to_string()))?;
+        if let Ok(mut cache) = self.memberships.lock() {
+            cache.retain(|_, (_, at)| now.duration_since(*at) < self.settings.cache_ttl);
+            cache.insert(oid.to_owned(), (body.value.clone(), now));
+        }
+        Ok(body.value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_guids_become_urls() {
+        assert!(is_object_id("a1000000-0000-4000-8000-000000000001"));
+        assert!(!is_object_id("../../me/sendMail?x=a1000000-0000-4000"));
+        assert!(!is_object_id("a1000000-0000-4000-8000-00000000000/"));
+        assert!(!is_object_id(""));
+    }
+}

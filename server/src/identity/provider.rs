@@ -1,0 +1,243 @@
+//! The identity provider as the server sees it: discovery at start, and a
+//! JWKS cache that refreshes when a token names an unknown `kid`.
+//!
+//! Refreshes on unknown keys are rate-limited (`min_refresh_interval`, a few
+//! minutes) so a stream of tokens with made-up `kid`s cannot turn the server
+//! into a load generator against the provider. A failed refresh keeps the
+//! last good key set. A background task refreshes periodically.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use time::OffsetDateTime;
+use tokio::time::Instant;
+
+use super::jwks::KeySet;
+use super::token::{self, TokenError, TokenRules, VerifiedToken};
+
+/// How the provider is reached.
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    /// The configured issuer; `{tenantid}` marks Entra's multi-tenant form.
+    pub issuer: String,
+    /// Where the discovery document is; by default derived from the issuer
+    /// (`{tenantid}` read as `organizations`).
+    pub discovery_url: Option<String>,
+    /// Minimum time between two refreshes caused by unknown `kid`s.
+    pub min_refresh_interval: Duration,
+    /// Timeout of each request to the provider.
+    pub http_timeout: Duration,
+}
+
+impl ProviderSettings {
+    pub fn new(issuer: impl Into<String>) -> Self {
+        Self {
+            issuer: issuer.into(),
+            discovery_url: None,
+            min_refresh_interval: Duration::from_secs(300),
+            http_timeout: Duration::from_secs(10),
+        }
+    }
+
+    pub fn discovery_url(&self) -> String {
+        self.discovery_url.clone().unwrap_or_else(|| {
+            format!(
+                "{}/.well-known/openid-configuration",
+                self.issuer
+                    .replace("{tenantid}", "organizations")
+                    .trim_end_matches('/')
+            )
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    #[error("{url} did not return a valid {what} document: {reason}")]
+    Malformed {
+        url: String,
+        what: &'static str,
+        reason: String,
+    },
+    #[error("the discovery document names issuer `{found}`, but the configuration says `{expected}`")]
+    IssuerMismatch { expected: String, found: String },
+}
+
+/// What the client needs to know to log in (served by `/v1/info` later).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ProviderMetadata {
+    pub issuer: String,
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
+    #[serde(default)]
+    pub device_authorization_endpoint: Option<String>,
+    pub jwks_uri: String,
+}
+
+/// A discovered provider with its key cache.
+#[derive(Debug)]
+pub struct Provider {
+    http: reqwest::Client,
+    metadata: ProviderMetadata,
+    rules: TokenRules,
+    keys: RwLock<Arc<KeySet>>,
+    /// When the last refresh was attempted (successful or not); `None`
+    /// until the first one after discovery. Held during a refresh, so
+    /// concurrent callers wait for it and then use its result.
+    last_refresh: tokio::sync::Mutex<Option<Instant>>,
+    min_refresh_interval: Duration,
+}
+
+async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderError> {
+    let response = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| ProviderError::Unreachable {
+            url: url.to_owned(),
+            reason: e.without_url().to_string(),
+        })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(ProviderError::Status {
+            url: url.to_owned(),
+            status: status.as_u16(),
+        });
+    }
+    response.text().await.map_err(|e| ProviderError::Unreachable {
+        url: url.to_owned(),
+        reason: e.without_url().to_string(),
+    })
+}
+
+impl Provider {
+    /// Fetch the discovery document and the key set. Fails when either is
+    /// unavailable or malformed, or the issuer is not the configured one.
+    pub async fn discover(settings: &ProviderSettings, rules: TokenRules) -> Result<Self, ProviderError> {
+        let http = reqwest::Client::builder()
+            .timeout(settings.http_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ProviderError::Unreachable {
+                url: settings.issuer.clone(),
+                reason: e.to_string(),
+            })?;
+        let url = settings.discovery_url();
+        let text = fetch(&http, &url).await?;
+        let metadata: ProviderMetadata =
+            serde_json::from_str(&text).map_err(|e| ProviderError::Malformed {
+                url: url.clone(),
+                what: "discovery",
+                reason: e.to_string(),
+            })?;
+        if metadata.issuer != settings.issuer {
+            return Err(ProviderError::IssuerMismatch {
+                expected: settings.issuer.clone(),
+                found: metadata.issuer,
+            });
+        }
+        let keys = Self::fetch_keys(&http, &metadata.jwks_uri).await?;
+        tracing::info!(issuer = %metadata.issuer, keys = keys.len(), "identity provider discovered");
+        Ok(Self {
+            http,
+            metadata,
+            rules,
+            keys: RwLock::new(Arc::new(keys)),
+            last_refresh: tokio::sync::Mutex::new(None),
+            min_refresh_interval: settings.min_refresh_interval,
+        })
+    }
+
+    async fn fetch_keys(http: &reqwest::Client, url: &str) -> Result<KeySet, ProviderError> {
+        let text = fetch(http, url).await?;
+        KeySet::from_json(&text).map_err(|e| ProviderError::Malformed {
+            url: url.to_owned(),
+            what: "JWKS",
+            reason: e.to_string(),
+        })
+    }
+
+    pub fn metadata(&self) -> &ProviderMetadata {
+        &self.metadata
+    }
+
+    pub fn rules(&self) -> &TokenRules {
+        &self.rules
+    }
+
+    fn current_keys(&self) -> Arc<KeySet> {
+        self.keys
+            .read()
+            .map(|k| k.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+    }
+
+    /// Fetch the key set now. On failure the previous set stays in use.
+    pub async fn refresh_keys(&self) -> Result<usize, ProviderError> {
+        let mut last = self.last_refresh.lock().await;
+        *last = Some(Instant::now());
+        self.fetch_and_store().await
+    }
+
+    async fn fetch_and_store(&self) -> Result<usize, ProviderError> {
+        match Self::fetch_keys(&self.http, &self.metadata.jwks_uri).await {
+            Ok(keys) => {
+                let count = keys.len();
+                match self.keys.write() {
+                    Ok(mut guard) => *guard = Arc::new(keys),
+                    Err(poisoned) => *poisoned.into_inner() = Arc::new(keys),
+                }
+                tracing::info!(keys = count, "identity provider keys refreshed");
+                Ok(count)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "identity provider keys could not be refreshed; keeping the last good set");
+                Err(error)
+            }
+        }
+    }
+
+    /// Refresh unless one was attempted within `min_refresh_interval`.
+    async fn refresh_if_allowed(&self) {
+        let mut last = self.last_refresh.lock().await;
+        if last.is_some_and(|at| at.elapsed() < self.min_refresh_interval) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let _ = self.fetch_and_store().await;
+    }
+
+    /// Verify a bearer token. An unknown `kid` triggers one (rate-limited)
+    /// refresh of the key set and a second attempt with whatever set is
+    /// current afterwards.
+    pub async fn verify(&self, token: &str, now: OffsetDateTime) -> Result<VerifiedToken, TokenError> {
+        let keys = self.current_keys();
+        match token::verify(token, &keys, &self.rules, now) {
+            Err(TokenError::KeyUnknown(_)) => {
+                self.refresh_if_allowed().await;
+                token::verify(token, &self.current_keys(), &self.rules, now)
+            }
+            other => other,
+        }
+    }
+
+    /// Refresh the keys every `period` until the returned task is aborted.
+    pub fn spawn_refresher(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        let provider = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+            loop {
+                ticker.tick().await;
+                let Some(provider) = provider.upgrade() else {
+                    return;
+                };
+                let _ = provider.refresh_keys().await;
+            }
+        })
+    }
+}

@@ -1,0 +1,587 @@
+//! The Entra ID emulator driven as the CLI will drive it (the `openidconnect`
+//! crate over real HTTP), and the server's token verification against it:
+//! discovery, key rotation, outages, the `{tenantid}` template, v1 access
+//! tokens, group overage through Graph.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openidconnect::core::{
+    CoreAuthDisplay, CoreClaimName, CoreClaimType, CoreClient, CoreClientAuthMethod,
+    CoreDeviceAuthorizationResponse, CoreGrantType, CoreJsonWebKey, CoreJweContentEncryptionAlgorithm,
+    CoreJweKeyManagementAlgorithm, CoreResponseMode, CoreResponseType, CoreSubjectIdentifierType,
+};
+use openidconnect::{
+    AdditionalProviderMetadata, AuthenticationFlow, AuthorizationCode, ClientId, CsrfToken,
+    DeviceAuthorizationUrl, IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier,
+    ProviderMetadata, RedirectUrl, Scope, TokenResponse,
+};
+use serde::{Deserialize, Serialize};
+use talos_sso_server::identity::authenticator::Authenticator;
+use talos_sso_server::identity::graph::{GraphClient, GraphSettings};
+use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
+use talos_sso_server::identity::token::TokenRules;
+use talos_sso_tests::emulator::{
+    CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, GROUP_PLATFORM_ADMINS,
+    SERVER_APP_ID, SERVER_APP_SECRET, TENANT_ID, TokenKind,
+};
+use time::OffsetDateTime;
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+struct DeviceEndpoint {
+    device_authorization_endpoint: DeviceAuthorizationUrl,
+}
+impl AdditionalProviderMetadata for DeviceEndpoint {}
+type EntraMetadata = ProviderMetadata<
+    DeviceEndpoint,
+    CoreAuthDisplay,
+    CoreClientAuthMethod,
+    CoreClaimName,
+    CoreClaimType,
+    CoreGrantType,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJweKeyManagementAlgorithm,
+    CoreJsonWebKey,
+    CoreResponseMode,
+    CoreResponseType,
+    CoreSubjectIdentifierType,
+>;
+
+fn http() -> openidconnect::reqwest::Client {
+    openidconnect::reqwest::Client::builder()
+        .redirect(openidconnect::reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn emulator(config: EmulatorConfig) -> EmulatorHandle {
+    EmulatorHandle::start(config).await.unwrap()
+}
+
+async fn discover(emulator: &EmulatorHandle) -> EntraMetadata {
+    EntraMetadata::discover_async(IssuerUrl::new(emulator.issuer()).unwrap(), &http())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn browser_flow_with_pkce_state_nonce_and_rotating_refresh() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let metadata = discover(&emulator).await;
+    let client = CoreClient::from_provider_metadata(metadata, ClientId::new(CLI_CLIENT_ID.into()), None)
+        .set_redirect_uri(RedirectUrl::new("http://localhost:53682/callback".into()).unwrap());
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    let (url, csrf, nonce) = client
+        .authorize_url(
+            AuthenticationFlow::<CoreResponseType>::AuthorizationCode,
+            CsrfToken::new_random,
+            Nonce::new_random,
+        )
+        .add_scope(Scope::new("offline_access".into()))
+        .set_pkce_challenge(challenge)
+        .url();
+    emulator.set_auto_login(Some("bob@example.com"));
+
+    // The browser's part: follow the authorization URL to the loopback redirect.
+    let response = http().get(url.as_str()).send().await.unwrap();
+    assert_eq!(response.status(), 302);
+    let location = url::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
+    assert_eq!(
+        (location.host_str(), location.port(), location.path()),
+        (Some("localhost"), Some(53682), "/callback")
+    );
+    let query: std::collections::HashMap<_, _> = location.query_pairs().into_owned().collect();
+    assert_eq!(query["state"], *csrf.secret());
+
+    // A wrong verifier is refused, and the code is then spent.
+    let wrong = client
+        .exchange_code(AuthorizationCode::new(query["code"].clone()))
+        .unwrap()
+        .set_pkce_verifier(PkceCodeVerifier::new("x".repeat(43)))
+        .request_async(&http())
+        .await;
+    assert!(format!("{:?}", wrong.unwrap_err()).contains("invalid_grant"));
+
+    let response = http().get(url.as_str()).send().await.unwrap();
+    let location = url::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
+    let code = location
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .unwrap()
+        .1
+        .into_owned();
+    let tokens = client
+        .exchange_code(AuthorizationCode::new(code))
+        .unwrap()
+        .set_pkce_verifier(verifier)
+        .request_async(&http())
+        .await
+        .unwrap();
+    let id_token = tokens.id_token().unwrap();
+    let claims = id_token.claims(&client.id_token_verifier(), &nonce).unwrap();
+    assert_eq!(claims.preferred_username().unwrap().as_str(), "bob@example.com");
+    assert_eq!(claims.issuer().as_str(), emulator.issuer());
+    // Entra backdates iat by five minutes and lets ID tokens live 65 minutes from it.
+    assert_eq!((claims.expiration() - claims.issue_time()).num_seconds(), 3900);
+    assert!(claims.issue_time() < chrono_now() - chrono::Duration::seconds(290));
+
+    // Refresh: a new refresh token and ID token each time; the old refresh token is spent.
+    let first_refresh = tokens.refresh_token().unwrap().clone();
+    let refreshed = client
+        .exchange_refresh_token(&first_refresh)
+        .unwrap()
+        .request_async(&http())
+        .await
+        .unwrap();
+    assert_ne!(
+        refreshed.refresh_token().unwrap().secret(),
+        first_refresh.secret()
+    );
+    assert!(refreshed.id_token().is_some());
+    let again = client
+        .exchange_refresh_token(&first_refresh)
+        .unwrap()
+        .request_async(&http())
+        .await;
+    assert!(format!("{:?}", again.unwrap_err()).contains("invalid_grant"));
+}
+
+fn chrono_now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+#[tokio::test]
+async fn device_flow_with_openidconnect() {
+    let emulator = emulator(EmulatorConfig {
+        device_interval: 1,
+        ..Default::default()
+    })
+    .await;
+    let metadata = discover(&emulator).await;
+    let device_url = metadata
+        .additional_metadata()
+        .device_authorization_endpoint
+        .clone();
+    let client = CoreClient::from_provider_metadata(metadata, ClientId::new(CLI_CLIENT_ID.into()), None)
+        .set_device_authorization_url(device_url);
+    let details: CoreDeviceAuthorizationResponse = client
+        .exchange_device_code()
+        .add_scope(Scope::new("offline_access".into()))
+        .request_async(&http())
+        .await
+        .unwrap();
+    assert_eq!(
+        details.verification_uri().as_str(),
+        format!("{}/devicelogin", emulator.base_url)
+    );
+    assert_eq!(details.interval(), Duration::from_secs(1));
+    assert_eq!(details.user_code().secret().len(), 9);
+    assert!(emulator.approve_device(details.user_code().secret(), "carol@example.com"));
+    let tokens = client
+        .exchange_device_access_token(&details)
+        .unwrap()
+        .request_async(&http(), tokio::time::sleep, Some(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let id_token = tokens.id_token().unwrap();
+    // Device-code ID tokens carry no nonce.
+    let claims = id_token.claims(&client.id_token_verifier(), |nonce: Option<&Nonce>| match nonce {
+        None => Ok(()),
+        Some(_) => Err("unexpected nonce".to_owned()),
+    });
+    assert_eq!(
+        claims.unwrap().preferred_username().unwrap().as_str(),
+        "carol@example.com"
+    );
+    assert!(tokens.refresh_token().is_some());
+}
+
+async fn poll(emulator: &EmulatorHandle, device_code: &str) -> (u16, serde_json::Value) {
+    let response = http()
+        .post(format!("{}/{TENANT_ID}/oauth2/v2.0/token", emulator.base_url))
+        .form(&[
+            ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+            ("client_id", CLI_CLIENT_ID),
+            ("device_code", device_code),
+        ])
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn start_device(emulator: &EmulatorHandle) -> serde_json::Value {
+    http()
+        .post(format!(
+            "{}/{TENANT_ID}/oauth2/v2.0/devicecode",
+            emulator.base_url
+        ))
+        .form(&[
+            ("client_id", CLI_CLIENT_ID),
+            ("scope", "openid profile offline_access"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn device_flow_answers_pending_slow_down_declined_and_expired() {
+    let emulator = emulator(EmulatorConfig {
+        device_interval: 60,
+        ..Default::default()
+    })
+    .await;
+    let started = start_device(&emulator).await;
+    for field in [
+        "device_code",
+        "user_code",
+        "verification_uri",
+        "expires_in",
+        "interval",
+        "message",
+    ] {
+        assert!(started.get(field).is_some(), "missing {field}: {started}");
+    }
+    let device_code = started["device_code"].as_str().unwrap();
+    let (status, body) = poll(&emulator, device_code).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("authorization_pending"))
+    );
+    let (_, body) = poll(&emulator, device_code).await;
+    assert_eq!(body["error"], "slow_down");
+
+    let declined = start_device(&emulator).await;
+    assert!(emulator.decline_device(declined["user_code"].as_str().unwrap()));
+    let (_, body) = poll(&emulator, declined["device_code"].as_str().unwrap()).await;
+    assert_eq!(body["error"], "authorization_declined");
+
+    let short = emulator_with_expiry().await;
+    let started = start_device(&short).await;
+    let (_, body) = poll(&short, started["device_code"].as_str().unwrap()).await;
+    assert_eq!(body["error"], "expired_token");
+}
+
+async fn emulator_with_expiry() -> EmulatorHandle {
+    emulator(EmulatorConfig {
+        device_expires_in: Duration::ZERO,
+        ..Default::default()
+    })
+    .await
+}
+
+fn rules(emulator: &EmulatorHandle) -> TokenRules {
+    TokenRules {
+        issuers: vec![emulator.issuer(), emulator.issuer_v1()],
+        audiences: vec![
+            CLI_CLIENT_ID.into(),
+            SERVER_APP_ID.into(),
+            format!("api://{SERVER_APP_ID}"),
+        ],
+        client_id: Some(CLI_CLIENT_ID.into()),
+        allowed_tenants: vec![TENANT_ID.into()],
+        leeway: Duration::from_secs(300),
+        username_claim: "preferred_username".into(),
+    }
+}
+
+async fn provider(emulator: &EmulatorHandle) -> Provider {
+    Provider::discover(&ProviderSettings::new(emulator.issuer()), rules(emulator))
+        .await
+        .unwrap()
+}
+
+fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+#[tokio::test]
+async fn server_verifies_emulator_tokens_and_follows_key_rotation() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let provider = provider(&emulator).await;
+    assert_eq!(provider.metadata().issuer, emulator.issuer());
+    let token = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
+    let verified = provider.verify(&token, now()).await.unwrap();
+    assert_eq!(verified.subject, "a1000000-0000-4000-8000-000000000001");
+    assert_eq!(verified.tenant.as_deref(), Some(TENANT_ID));
+    assert_eq!(verified.groups, [GROUP_PLATFORM_ADMINS]);
+    let fetches = emulator.counters().jwks;
+
+    // A key added after the server cached the set: one refresh, then accepted.
+    emulator.rotate_keys().unwrap();
+    let rotated = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
+    provider.verify(&rotated, now()).await.unwrap();
+    assert_eq!(emulator.counters().jwks, fetches + 1);
+    provider.verify(&rotated, now()).await.unwrap();
+    assert_eq!(emulator.counters().jwks, fetches + 1, "known keys need no fetch");
+
+    // Another new key within the rate limit: no fetch, refused...
+    emulator.rotate_keys().unwrap();
+    let rotated_again = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
+    let refused = provider.verify(&rotated_again, now()).await.unwrap_err();
+    assert_eq!(refused.code(), "token_key_unknown");
+    assert_eq!(emulator.counters().jwks, fetches + 1);
+    // ...until the periodic refresh picks it up, with no restart.
+    provider.refresh_keys().await.unwrap();
+    provider.verify(&rotated_again, now()).await.unwrap();
+
+    // The emulator's clock moved two hours on: its tokens are expired.
+    emulator.set_clock_offset(-7200);
+    let old = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
+    assert_eq!(
+        provider.verify(&old, now()).await.unwrap_err().code(),
+        "token_expired"
+    );
+}
+
+#[tokio::test]
+async fn jwks_outage_keeps_the_last_good_key_set() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let provider = Arc::new(provider(&emulator).await);
+    let token = emulator.token_for("bob@example.com", TokenKind::id()).unwrap();
+    emulator.set_faults(Faults {
+        jwks_unavailable: true,
+        ..Default::default()
+    });
+    assert!(matches!(
+        provider.refresh_keys().await,
+        Err(ProviderError::Status { status: 503, .. })
+    ));
+    provider.verify(&token, now()).await.unwrap();
+    emulator.set_faults(Faults {
+        malformed_documents: true,
+        ..Default::default()
+    });
+    assert!(matches!(
+        provider.refresh_keys().await,
+        Err(ProviderError::Malformed { .. })
+    ));
+    provider.verify(&token, now()).await.unwrap();
+}
+
+#[tokio::test]
+async fn background_refresh_picks_up_new_keys_without_a_request() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let provider = Arc::new(provider(&emulator).await);
+    // Use up the on-demand refresh, so only the background task can help next.
+    emulator.rotate_keys().unwrap();
+    provider
+        .verify(
+            &emulator.token_for("bob@example.com", TokenKind::id()).unwrap(),
+            now(),
+        )
+        .await
+        .unwrap();
+    emulator.rotate_keys().unwrap();
+    let token = emulator.token_for("bob@example.com", TokenKind::id()).unwrap();
+    assert_eq!(
+        provider.verify(&token, now()).await.unwrap_err().code(),
+        "token_key_unknown"
+    );
+
+    let refresher = provider.spawn_refresher(Duration::from_millis(100));
+    // Wait, bounded, for a refresher run to bring the new key in.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut result = provider.verify(&token, now()).await;
+    while result.is_err() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        result = provider.verify(&token, now()).await;
+    }
+    refresher.abort();
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    emulator.set_faults(Faults {
+        malformed_documents: true,
+        ..Default::default()
+    });
+    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()), rules(&emulator))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProviderError::Malformed {
+                what: "discovery",
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    emulator.set_faults(Faults::default());
+    let mut settings = ProviderSettings::new(format!("{}/", emulator.issuer()));
+    settings.discovery_url = Some(format!("{}/.well-known/openid-configuration", emulator.issuer()));
+    let error = Provider::discover(&settings, rules(&emulator)).await.unwrap_err();
+    assert!(matches!(error, ProviderError::IssuerMismatch { .. }), "{error}");
+
+    emulator.set_faults(Faults {
+        jwks_unavailable: true,
+        ..Default::default()
+    });
+    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()), rules(&emulator))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ProviderError::Status { status: 503, .. }),
+        "{error}"
+    );
+
+    emulator.set_faults(Faults {
+        delay: Duration::from_secs(3),
+        ..Default::default()
+    });
+    let mut settings = ProviderSettings::new(emulator.issuer());
+    settings.http_timeout = Duration::from_millis(300);
+    let error = Provider::discover(&settings, rules(&emulator)).await.unwrap_err();
+    assert!(matches!(error, ProviderError::Unreachable { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn multi_tenant_template_and_v1_access_tokens() {
+    let emulator = emulator(EmulatorConfig {
+        access_token_version: 1,
+        ..Default::default()
+    })
+    .await;
+    let template = format!("{}/{{tenantid}}/v2.0", emulator.base_url);
+    let mut template_rules = rules(&emulator);
+    template_rules.issuers = vec![template.clone(), emulator.issuer_v1()];
+    let provider = Provider::discover(&ProviderSettings::new(template.clone()), template_rules.clone())
+        .await
+        .unwrap();
+    assert_eq!(provider.metadata().issuer, template);
+    let id = emulator.token_for("bob@example.com", TokenKind::id()).unwrap();
+    provider.verify(&id, now()).await.unwrap();
+
+    // v1 access token: iss sts form, aud api://..., appid = the CLI.
+    let access = emulator
+        .token_for("bob@example.com", TokenKind::Access { version: 1 })
+        .unwrap();
+    let verified = provider.verify(&access, now()).await.unwrap();
+    assert_eq!(verified.username, "bob@example.com", "falls back to upn");
+    assert_eq!(verified.claims["ver"], "1.0");
+
+    // The template only stands for allowed tenants.
+    let mut other = template_rules;
+    other.allowed_tenants = vec!["aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into()];
+    let strict = Provider::discover(&ProviderSettings::new(template), other)
+        .await
+        .unwrap();
+    assert_eq!(
+        strict.verify(&id, now()).await.unwrap_err().code(),
+        "token_issuer_invalid"
+    );
+
+    // Issued to another client.
+    let foreign = emulator
+        .token_with(
+            "bob@example.com",
+            TokenKind::Access { version: 1 },
+            serde_json::json!({"appid": "someone-else"}),
+        )
+        .unwrap();
+    assert_eq!(
+        provider.verify(&foreign, now()).await.unwrap_err().code(),
+        "token_client_invalid"
+    );
+}
+
+fn graph_settings(emulator: &EmulatorHandle, secret: &str) -> GraphSettings {
+    GraphSettings {
+        tenant_id: TENANT_ID.into(),
+        client_id: SERVER_APP_ID.into(),
+        client_secret: secret.to_owned().into(),
+        authority: emulator.base_url.clone(),
+        graph_url: emulator.base_url.clone(),
+        cache_ttl: Duration::from_secs(60),
+        http_timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn group_overage_is_resolved_through_graph_or_denied() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let provider = Arc::new(provider(&emulator).await);
+    let relevant = vec![GROUP_ONCALL.to_owned(), GROUP_PLATFORM_ADMINS.to_owned()];
+    let token = emulator.token_for("erin@example.com", TokenKind::id()).unwrap();
+    let claims = talos_sso_server::identity::token::unverified_claims(&token).unwrap();
+    assert!(claims.get("groups").is_none() && claims.contains_key("_claim_names"));
+
+    let without_graph = Authenticator::new(provider.clone(), None, relevant.clone());
+    let error = without_graph.authenticate(&token, now()).await.unwrap_err();
+    assert_eq!(error.code(), "groups_overage_unresolved");
+    assert!(error.to_string().contains("Graph is not configured"), "{error}");
+
+    let graph = Arc::new(GraphClient::new(graph_settings(&emulator, SERVER_APP_SECRET)).unwrap());
+    let with_graph = Authenticator::new(provider.clone(), Some(graph), relevant.clone());
+    let verified = with_graph.authenticate(&token, now()).await.unwrap();
+    // 250 groups in Graph; only the one a rule names is kept.
+    assert_eq!(verified.groups, [GROUP_ONCALL]);
+    with_graph
+        .authenticate(
+            &emulator.token_for("erin@example.com", TokenKind::id()).unwrap(),
+            now(),
+        )
+        .await
+        .unwrap();
+    let counters = emulator.counters();
+    assert_eq!(counters.graph_member_objects, 1, "cached per user");
+    assert_eq!(
+        counters.token_claim_source, 0,
+        "the URL in the token is never fetched"
+    );
+
+    let wrong_secret = Arc::new(GraphClient::new(graph_settings(&emulator, "not-the-secret")).unwrap());
+    let error = Authenticator::new(provider.clone(), Some(wrong_secret), relevant.clone())
+        .authenticate(&token, now())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "groups_overage_unresolved");
+
+    emulator.set_faults(Faults {
+        graph_unavailable: true,
+        ..Default::default()
+    });
+    let fresh = Arc::new(GraphClient::new(graph_settings(&emulator, SERVER_APP_SECRET)).unwrap());
+    let error = Authenticator::new(provider, Some(fresh), relevant)
+        .authenticate(&token, now())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "groups_overage_unresolved");
+    assert!(error.to_string().contains("503"), "{error}");
+}
+
+#[tokio::test]
+async fn people_pick_an_account_on_a_page_when_not_automatic() {
+    let emulator = emulator(EmulatorConfig::default()).await;
+    let url = format!(
+        "{}/{TENANT_ID}/oauth2/v2.0/authorize?client_id={CLI_CLIENT_ID}&response_type=code&redirect_uri=http%3A%2F%2Flocalhost%3A1%2Fcallback&code_challenge=abc&code_challenge_method=S256&state=s",
+        emulator.base_url
+    );
+    let page = http().get(&url).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("alice@example.com") && html.contains("login_hint=bob%40example.com"),
+        "{html}"
+    );
+    // PKCE is mandatory, and redirects go to loopback only.
+    let plain = url.replace("code_challenge_method=S256", "code_challenge_method=plain");
+    let response = http().get(&plain).send().await.unwrap();
+    assert!(
+        response.headers()["location"]
+            .to_str()
+            .unwrap()
+            .contains("error=invalid_request")
+    );
+    let evil = url.replace("http%3A%2F%2Flocalhost%3A1", "https%3A%2F%2Fevil.example");
+    assert_eq!(http().get(&evil).send().await.unwrap().status(), 400);
+}
