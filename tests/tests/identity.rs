@@ -383,6 +383,7 @@ async fn background_refresh_picks_up_new_keys_without_a_request() {
         "token_key_unknown"
     );
 
+    let discoveries = emulator.counters().discovery;
     let refresher = provider.spawn_refresher(Duration::from_millis(100));
     // Wait, bounded, for a refresher run to bring the new key in.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -393,6 +394,10 @@ async fn background_refresh_picks_up_new_keys_without_a_request() {
     }
     refresher.abort();
     result.unwrap();
+    assert!(
+        emulator.counters().discovery > discoveries,
+        "discovery is read again too"
+    );
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! Refreshes on unknown keys are rate-limited (`min_refresh_interval`, a few
 //! minutes) so a stream of tokens with made-up `kid`s cannot turn the server
 //! into a load generator against the provider. A failed refresh keeps the
-//! last good key set. A background task refreshes periodically.
+//! last good key set. A background task re-reads discovery and the keys
+//! periodically.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -83,7 +84,11 @@ pub struct ProviderMetadata {
 #[derive(Debug)]
 pub struct Provider {
     http: reqwest::Client,
-    metadata: ProviderMetadata,
+    /// Where discovery is read from, and the issuer it must name.
+    discovery_url: String,
+    expected_issuer: String,
+    /// Re-read by the background refresher, so a moved `jwks_uri` is followed.
+    metadata: RwLock<ProviderMetadata>,
     rules: TokenRules,
     keys: RwLock<Arc<KeySet>>,
     /// When the last refresh was attempted (successful or not); `None`
@@ -127,30 +132,52 @@ impl Provider {
                 url: settings.issuer.clone(),
                 reason: e.to_string(),
             })?;
-        let url = settings.discovery_url();
-        let text = fetch(&http, &url).await?;
-        let metadata: ProviderMetadata =
-            serde_json::from_str(&text).map_err(|e| ProviderError::Malformed {
-                url: url.clone(),
-                what: "discovery",
-                reason: e.to_string(),
-            })?;
-        if metadata.issuer != settings.issuer {
-            return Err(ProviderError::IssuerMismatch {
-                expected: settings.issuer.clone(),
-                found: metadata.issuer,
-            });
-        }
+        let discovery_url = settings.discovery_url();
+        let metadata = Self::fetch_metadata(&http, &discovery_url, &settings.issuer).await?;
         let keys = Self::fetch_keys(&http, &metadata.jwks_uri).await?;
         tracing::info!(issuer = %metadata.issuer, keys = keys.len(), "identity provider discovered");
         Ok(Self {
             http,
-            metadata,
+            discovery_url,
+            expected_issuer: settings.issuer.clone(),
+            metadata: RwLock::new(metadata),
             rules,
             keys: RwLock::new(Arc::new(keys)),
             last_refresh: tokio::sync::Mutex::new(None),
             min_refresh_interval: settings.min_refresh_interval,
         })
+    }
+
+    async fn fetch_metadata(
+        http: &reqwest::Client,
+        url: &str,
+        expected_issuer: &str,
+    ) -> Result<ProviderMetadata, ProviderError> {
+        let text = fetch(http, url).await?;
+        let metadata: ProviderMetadata =
+            serde_json::from_str(&text).map_err(|e| ProviderError::Malformed {
+                url: url.to_owned(),
+                what: "discovery",
+                reason: e.to_string(),
+            })?;
+        if metadata.issuer != expected_issuer {
+            return Err(ProviderError::IssuerMismatch {
+                expected: expected_issuer.to_owned(),
+                found: metadata.issuer,
+            });
+        }
+        Ok(metadata)
+    }
+
+    /// Read the discovery document again; on any failure the previous one
+    /// stays in use.
+    pub async fn rediscover(&self) -> Result<(), ProviderError> {
+        let metadata = Self::fetch_metadata(&self.http, &self.discovery_url, &self.expected_issuer).await?;
+        match self.metadata.write() {
+            Ok(mut guard) => *guard = metadata,
+            Err(poisoned) => *poisoned.into_inner() = metadata,
+        }
+        Ok(())
     }
 
     async fn fetch_keys(http: &reqwest::Client, url: &str) -> Result<KeySet, ProviderError> {
@@ -162,8 +189,11 @@ impl Provider {
         })
     }
 
-    pub fn metadata(&self) -> &ProviderMetadata {
-        &self.metadata
+    pub fn metadata(&self) -> ProviderMetadata {
+        self.metadata
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
     pub fn rules(&self) -> &TokenRules {
@@ -185,7 +215,8 @@ impl Provider {
     }
 
     async fn fetch_and_store(&self) -> Result<usize, ProviderError> {
-        match Self::fetch_keys(&self.http, &self.metadata.jwks_uri).await {
+        let jwks_uri = self.metadata().jwks_uri;
+        match Self::fetch_keys(&self.http, &jwks_uri).await {
             Ok(keys) => {
                 let count = keys.len();
                 match self.keys.write() {
@@ -226,7 +257,8 @@ impl Provider {
         }
     }
 
-    /// Refresh the keys every `period` until the returned task is aborted.
+    /// Re-read discovery and refresh the keys every `period` until the
+    /// returned task is aborted.
     pub fn spawn_refresher(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
         let provider = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -236,6 +268,9 @@ impl Provider {
                 let Some(provider) = provider.upgrade() else {
                     return;
                 };
+                if let Err(error) = provider.rediscover().await {
+                    tracing::warn!(%error, "identity provider discovery failed; keeping the last good document");
+                }
                 let _ = provider.refresh_keys().await;
             }
         })
