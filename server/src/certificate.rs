@@ -167,13 +167,26 @@ pub struct IssuedCertificate {
     pub public_key_sha256: String,
 }
 
-/// Sign a Talos client certificate. Pure apart from the CA's randomness.
+/// Sign a Talos client certificate for a CSR. Pure apart from the CA's
+/// randomness.
 pub fn issue(
     ca: &CertificateAuthority,
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
 ) -> Result<IssuedCertificate, IssueError> {
     let spki = verify_csr(request.csr)?;
+    sign_leaf(ca, &spki, request, now)
+}
+
+/// Sign a Talos client certificate for a public key the caller already
+/// trusts (a verified CSR's, or a key made here for break-glass).
+/// `request.csr` is not read.
+pub fn sign_leaf(
+    ca: &CertificateAuthority,
+    spki: &SubjectPublicKeyInfoOwned,
+    request: &LeafRequest<'_>,
+    now: OffsetDateTime,
+) -> Result<IssuedCertificate, IssueError> {
     let roles = checked_roles(request.roles)?;
     let username = request.username;
     if username.is_empty()

@@ -1,5 +1,6 @@
-//! The `talos-sso-server` command line: argument types and the commands that
-//! do not serve traffic (`ca inspect`, `ca intermediate`, `ca new`).
+//! The `talos-sso-server` command line: `serve`, `check`, `migrate`,
+//! `audit verify`, `break-glass`, and the CA tools (`ca inspect`,
+//! `ca intermediate`, `ca new`).
 //!
 //! `anyhow` stops here: commands turn domain errors into a message and an
 //! exit status; the domain modules keep their own error enums.
@@ -12,8 +13,13 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use time::OffsetDateTime;
 
+use std::sync::Arc;
+
+use crate::app::{App, SystemClock, load_clusters, open_store};
+use crate::break_glass::BreakGlassRequest;
 use crate::ca::generate::{self, NewKeyType};
 use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
+use crate::config::Config;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -28,9 +34,59 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the API.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate the configuration, CA material and policy examples; exit
+    /// non-zero with the reasons when something is wrong.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Create or upgrade the audit database schema.
+    Migrate {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Work with the audit trail.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Issue a certificate without the identity provider (it is down) and
+    /// write a talosconfig; recorded in the audit trail with the operator,
+    /// host and reason.
+    BreakGlass {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        cluster: String,
+        /// Talos role to grant (repeat for several).
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+        /// Certificate lifetime, at most the cluster's max_ttl.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "15m")]
+        ttl: Duration,
+        /// Why the identity provider cannot be used (recorded).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Where to write the talosconfig (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Work with Talos CA material.
     #[command(subcommand)]
     Ca(CaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Recompute the hash chain from the database and report the first
+    /// record that does not match.
+    Verify {
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -133,10 +189,149 @@ impl CaSourceArgs {
     }
 }
 
+fn load_config(path: &Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let tls = match (&config.tls, config.insecure_http) {
+        (Some(tls), _) => Some(
+            axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert_file, &tls.key_file)
+                .await
+                .with_context(|| {
+                    format!(
+                        "TLS certificate {} / key {}",
+                        tls.cert_file.display(),
+                        tls.key_file.display()
+                    )
+                })?,
+        ),
+        (None, true) => {
+            tracing::warn!("serving plain HTTP (insecure_http): only behind a proxy that terminates TLS");
+            None
+        }
+        (None, false) => bail!("no TLS configured"),
+    };
+    let listener = std::net::TcpListener::bind(config.listen)
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    tracing::info!(address = %config.listen, tls = tls.is_some(), "listening");
+    let (app, background) = App::build(config, Arc::new(SystemClock)).await?;
+    crate::http::run(app, listener, tls, shutdown_signal()).await?;
+    // Every request is done and every App handle dropped: the writer drains.
+    background.key_refresher.abort();
+    let _ = background.audit_writer.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
 /// Run a command; the returned error is printed by `main` and exits 1.
-pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
+pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     let now = OffsetDateTime::now_utc();
     match cli.command {
+        Command::Serve { config } => serve(load_config(&config)?).await,
+        Command::Check { config } => {
+            let config = load_config(&config)?;
+            let (clusters, warnings) = load_clusters(&config, now)?;
+            for (name, cluster) in &clusters {
+                writeln!(
+                    out,
+                    "cluster {name}: CA {} ({} days left), {} rules",
+                    crate::ca::describe_name(&cluster.ca.signer().raw_subject),
+                    cluster.ca.summary(now).days_left,
+                    cluster.config.rules.len()
+                )?;
+            }
+            writeln!(out, "policy examples: {} passed", config.policy_examples.len())?;
+            for (cluster, warning) in &warnings {
+                writeln!(out, "warning: cluster {cluster}: {warning}")?;
+            }
+            open_store(&config, false)
+                .await?
+                .ping()
+                .await
+                .map_err(|e| anyhow::anyhow!("audit database: {e}"))?;
+            writeln!(out, "audit database: reachable")?;
+            Ok(())
+        }
+        Command::Migrate { config } => {
+            let config = load_config(&config)?;
+            let store = open_store(&config, true).await?;
+            writeln!(out, "audit database ({}) is up to date", store.kind())?;
+            store.close().await;
+            Ok(())
+        }
+        Command::Audit(AuditCommand::Verify { config }) => {
+            let config = load_config(&config)?;
+            let store = open_store(&config, false).await?;
+            let check = store.verify_chain().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            store.close().await;
+            match check.first_broken {
+                None => {
+                    writeln!(
+                        out,
+                        "audit chain intact: {} records verified (last seq {})",
+                        check.verified, check.last_seq
+                    )?;
+                    Ok(())
+                }
+                Some(broken) => bail!(
+                    "audit chain broken at record {}: {} ({} records before it verified)",
+                    broken.seq,
+                    broken.reason,
+                    check.verified
+                ),
+            }
+        }
+        Command::BreakGlass {
+            config,
+            cluster,
+            roles,
+            ttl,
+            reason,
+            out: path,
+        } => {
+            let config = load_config(&config)?;
+            let request = BreakGlassRequest {
+                cluster: &cluster,
+                roles: &roles,
+                ttl,
+                reason: &reason,
+                out: &path,
+            };
+            let result = crate::break_glass::run(&config, &request).await?;
+            writeln!(
+                out,
+                "wrote {} (context {}): serial {}, valid until {}, audit record {}",
+                path.display(),
+                result.context,
+                result.serial,
+                crate::ca::format_time(result.not_after),
+                result.audit_seq
+            )?;
+            Ok(())
+        }
         Command::Ca(CaCommand::Inspect { source }) => {
             let ca = source.load(now)?;
             writeln!(out, "{}", source.source()?)?;

@@ -1,20 +1,34 @@
 //! talos-sso-server: signs five-minute Talos client certificates for people
 //! who logged in with their company identity.
 //!
-//! - `x509`: DER mechanics (exact name bytes, building, signing, verifying);
-//!   no policy.
+//! Data flows one way: `http` -> `identity` -> `policy` -> `certificate`/`ca`
+//! -> `audit` -> response. The domain modules (`certificate`, `policy`, `ca`,
+//! `identity::token`) know nothing about HTTP or SQL.
+//!
+//! - `x509`: DER mechanics (exact name bytes, building, signing, verifying).
 //! - `ca`: Talos CA material in every form Talos writes, refused when unsafe;
 //!   `ca::generate` makes new roots and intermediates.
-//! - `certificate`: CSR checks and the Talos client certificate profile, as a
-//!   pure function of CA, CSR, identity, roles, validity and clock.
-//! - `identity`: bearer-token verification (JWKS keys, Entra rules); pure.
+//! - `certificate`: CSR checks and the Talos client certificate profile.
+//! - `identity`: bearer-token verification, provider discovery and keys,
+//!   Entra group overage through Graph.
 //! - `policy`: claims to Talos roles per cluster; pure, checked at load.
+//! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with
+//!   group commit.
+//! - `config`: the configuration file and its environment overrides.
+//! - `app`: the server's state built from the configuration.
+//! - `http`: router, handlers, problem details, the serve loop.
+//! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
 //! - `telemetry`: logging setup.
 
+pub mod app;
+pub mod audit;
+pub mod break_glass;
 pub mod ca;
 pub mod certificate;
 pub mod cli;
+pub mod config;
+pub mod http;
 pub mod identity;
 pub mod policy;
 pub mod telemetry;

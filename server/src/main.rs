@@ -5,10 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use talos_sso_server::cli::{self, Cli};
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     talos_sso_server::telemetry::init_logging();
-    match cli::run(cli, &mut std::io::stdout()) {
+    match cli::run(cli, &mut std::io::stdout()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -281,6 +281,9 @@ pub struct PolicyExample {
     /// What the example is about, shown when it fails.
     #[serde(default)]
     pub description: String,
+    /// The cluster whose rules it checks (in the server configuration).
+    #[serde(default)]
+    pub cluster: String,
     #[serde(default)]
     pub username: String,
     #[serde(default)]

@@ -4,12 +4,14 @@
 //! - `talos_checker`: an apid/talosctl stand-in doing a real mTLS handshake.
 //! - `openssl`: a second opinion from the OpenSSL command line.
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
+//! - `harness`: a real server on a fresh database, with the emulator.
 //! - `material`: throwaway CAs and files with the right permissions.
 
 // The harness is test code: failing loudly on a broken fixture is the point.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 pub mod emulator;
+pub mod harness;
 pub mod material;
 pub mod openssl;
 pub mod talos_checker;

@@ -429,7 +429,11 @@ fn inspect(args: &[&str]) -> (bool, String) {
     )
     .unwrap();
     let mut out = Vec::new();
-    let result = run(cli, &mut out);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(run(cli, &mut out));
     let text = String::from_utf8(out).unwrap();
     match result {
         Ok(()) => (true, text),

@@ -6,6 +6,9 @@
 //!   validity edges with an injected clock; intermediate mode.
 //! - `identity`: the Entra emulator driven with `openidconnect`, and the
 //!   server's token verification against it (rotation, outages, overage).
+//! - `server`: the server end to end over HTTP, on Postgres and on SQLite:
+//!   every field of the audit record, every denial, outages, tampering,
+//!   replicas, break-glass.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -13,3 +16,4 @@ mod ca_sources;
 mod client_key;
 mod identity;
 mod issuance;
+mod server;

@@ -96,6 +96,8 @@ pub struct Provider {
     /// concurrent callers wait for it and then use its result.
     last_refresh: tokio::sync::Mutex<Option<Instant>>,
     min_refresh_interval: Duration,
+    /// When a key set was last fetched successfully (for `/readyz`).
+    keys_fetched_at: std::sync::Mutex<Instant>,
 }
 
 async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderError> {
@@ -145,6 +147,7 @@ impl Provider {
             keys: RwLock::new(Arc::new(keys)),
             last_refresh: tokio::sync::Mutex::new(None),
             min_refresh_interval: settings.min_refresh_interval,
+            keys_fetched_at: std::sync::Mutex::new(Instant::now()),
         })
     }
 
@@ -196,6 +199,14 @@ impl Provider {
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
+    /// How long ago the key set was last fetched successfully.
+    pub fn keys_age(&self) -> Duration {
+        self.keys_fetched_at
+            .lock()
+            .map(|at| at.elapsed())
+            .unwrap_or(Duration::MAX)
+    }
+
     pub fn rules(&self) -> &TokenRules {
         &self.rules
     }
@@ -222,6 +233,9 @@ impl Provider {
                 match self.keys.write() {
                     Ok(mut guard) => *guard = Arc::new(keys),
                     Err(poisoned) => *poisoned.into_inner() = Arc::new(keys),
+                }
+                if let Ok(mut at) = self.keys_fetched_at.lock() {
+                    *at = Instant::now();
                 }
                 tracing::info!(keys = count, "identity provider keys refreshed");
                 Ok(count)

@@ -1,0 +1,227 @@
+//! The running server's state, built from a [`Config`]: each cluster's CA and
+//! policy, the identity provider, the audit writer, the clock.
+//!
+//! Building refuses anything that would make the server unsafe or useless at
+//! its first request (CA material, rules, policy examples, the provider,
+//! the database), with a message that names what to fix.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::audit::store::{AuditStore, StoreOptions};
+use crate::audit::writer::AuditWriter;
+use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
+use crate::config::{ClusterConfig, Config, ConfigError, read_secret};
+use crate::identity::authenticator::Authenticator;
+use crate::identity::graph::{GraphClient, GraphSettings};
+use crate::identity::provider::{Provider, ProviderSettings};
+use crate::identity::token::TokenRules;
+use crate::policy::ClusterPolicy;
+
+/// Time, injectable: certificates are five minutes long and the edges matter.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now(&self) -> OffsetDateTime;
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+}
+
+/// One cluster, ready to sign.
+#[derive(Debug)]
+pub struct Cluster {
+    pub name: String,
+    pub config: ClusterConfig,
+    pub ca: CertificateAuthority,
+    pub policy: ClusterPolicy,
+}
+
+impl Cluster {
+    pub fn context_name(&self) -> String {
+        self.config.context.clone().unwrap_or_else(|| self.name.clone())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cluster `{cluster}`: {message}")]
+    Cluster { cluster: String, message: String },
+    #[error("{0}")]
+    PolicyExample(String),
+    #[error("identity provider: {0}")]
+    Provider(String),
+    #[error("audit database: {0}")]
+    Database(String),
+}
+
+/// Clusters by name.
+pub type Clusters = BTreeMap<String, Cluster>;
+
+/// CA warnings with the cluster they concern.
+pub type ClusterWarnings = Vec<(String, CaWarning)>;
+
+/// Clusters with their CAs and policies, checked. Shared by `serve`,
+/// `check` and `break-glass`.
+pub fn load_clusters(
+    config: &Config,
+    now: OffsetDateTime,
+) -> Result<(Clusters, ClusterWarnings), StartError> {
+    let mut clusters = BTreeMap::new();
+    let mut warnings = Vec::new();
+    for (name, cluster_config) in &config.clusters {
+        let fail = |message: String| StartError::Cluster {
+            cluster: name.clone(),
+            message,
+        };
+        let options = CaOptions {
+            accepted_cas: cluster_config.accepted_cas.clone(),
+            allow_insecure_key_permissions: cluster_config.ca.allow_insecure_key_permissions,
+        };
+        let source = cluster_config.ca.source()?;
+        let ca = CertificateAuthority::load(&source, &options, now)
+            .map_err(|e| fail(format!("CA refused [{}]: {e}", e.code())))?;
+        warnings.extend(ca.warnings().iter().cloned().map(|w| (name.clone(), w)));
+        let policy = ClusterPolicy::new(cluster_config.policy()).map_err(|e| fail(e.to_string()))?;
+        clusters.insert(
+            name.clone(),
+            Cluster {
+                name: name.clone(),
+                config: cluster_config.clone(),
+                ca,
+                policy,
+            },
+        );
+    }
+    for example in &config.policy_examples {
+        let cluster = clusters
+            .get(&example.cluster)
+            .ok_or_else(|| StartError::PolicyExample(format!("unknown cluster `{}`", example.cluster)))?;
+        cluster
+            .policy
+            .check_example(example)
+            .map_err(|e| StartError::PolicyExample(format!("cluster `{}`: {e}", example.cluster)))?;
+    }
+    Ok((clusters, warnings))
+}
+
+/// Everything a request needs.
+#[derive(Debug)]
+pub struct App {
+    pub config: Config,
+    pub clusters: Clusters,
+    pub authenticator: Authenticator,
+    pub audit: AuditWriter,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Tasks started with the app; stop them at shutdown.
+#[derive(Debug)]
+pub struct Background {
+    pub audit_writer: tokio::task::JoinHandle<()>,
+    pub key_refresher: tokio::task::JoinHandle<()>,
+}
+
+pub fn token_rules(config: &Config) -> TokenRules {
+    TokenRules {
+        issuers: config.accepted_issuers(),
+        audiences: config.audiences(),
+        client_id: Some(config.identity.client_id.clone()),
+        allowed_tenants: config.identity.allowed_tenants.clone(),
+        leeway: config.identity.leeway,
+        username_claim: config.identity.username_claim.clone(),
+    }
+}
+
+/// Open the audit store named by the configuration, migrating if asked.
+pub async fn open_store(config: &Config, migrate: bool) -> Result<AuditStore, StartError> {
+    let url = config.database_url()?;
+    let options = StoreOptions {
+        max_connections: config
+            .database
+            .max_connections
+            .unwrap_or(StoreOptions::default().max_connections),
+        acquire_timeout: config
+            .database
+            .acquire_timeout
+            .unwrap_or(StoreOptions::default().acquire_timeout),
+    };
+    let store = AuditStore::connect(&url, &options)
+        .await
+        .map_err(|e| StartError::Database(e.to_string()))?;
+    if migrate {
+        store
+            .migrate()
+            .await
+            .map_err(|e| StartError::Database(e.to_string()))?;
+    }
+    Ok(store)
+}
+
+impl App {
+    pub async fn build(config: Config, clock: Arc<dyn Clock>) -> Result<(Arc<Self>, Background), StartError> {
+        let (clusters, warnings) = load_clusters(&config, clock.now())?;
+        for (cluster, warning) in &warnings {
+            tracing::warn!(cluster = %cluster, "{warning}");
+        }
+        let mut settings = ProviderSettings::new(config.identity.issuer.clone());
+        settings.discovery_url = config.identity.discovery_url.clone();
+        settings.min_refresh_interval = config.identity.jwks_min_refresh_interval;
+        let provider = Arc::new(
+            Provider::discover(&settings, token_rules(&config))
+                .await
+                .map_err(|e| StartError::Provider(e.to_string()))?,
+        );
+        let graph = match &config.identity.entra_graph {
+            Some(graph) => Some(Arc::new(
+                GraphClient::new(GraphSettings {
+                    tenant_id: graph.tenant_id.clone(),
+                    client_id: graph.client_id.clone(),
+                    client_secret: read_secret(&graph.client_secret_file)?,
+                    authority: graph.authority.clone(),
+                    graph_url: graph.graph_url.clone(),
+                    cache_ttl: Duration::from_secs(60),
+                    http_timeout: Duration::from_secs(10),
+                })
+                .map_err(|e| StartError::Provider(e.to_string()))?,
+            )),
+            None => None,
+        };
+        let relevant_groups: Vec<String> = clusters
+            .values()
+            .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
+            .collect();
+        let key_refresher = provider.spawn_refresher(config.identity.jwks_refresh_period);
+        let authenticator = Authenticator::new(provider, graph, relevant_groups);
+        let store = open_store(&config, config.database.migrate_on_start.unwrap_or(true)).await?;
+        tracing::info!(
+            store = store.kind(),
+            clusters = clusters.len(),
+            "talos-sso-server ready"
+        );
+        let (audit, audit_writer) = AuditWriter::start(store);
+        let app = Arc::new(Self {
+            config,
+            clusters,
+            authenticator,
+            audit,
+            clock,
+        });
+        Ok((
+            app,
+            Background {
+                audit_writer,
+                key_refresher,
+            },
+        ))
+    }
+}

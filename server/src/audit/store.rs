@@ -1,0 +1,505 @@
+//! Where the audit trail lives: Postgres (production, shared by replicas) or
+//! SQLite (the embedded default). One type, two backends, the same contract:
+//!
+//! - [`AuditStore::append_batch`] appends records in one transaction, after
+//!   claiming each record's token id (the replay guard); a record whose token
+//!   was already used is written as a `token_replayed` denial instead;
+//! - the chain head is read inside that transaction under a lock (Postgres:
+//!   an advisory lock; SQLite: `BEGIN IMMEDIATE`), so concurrent writers on
+//!   several replicas extend one chain;
+//! - nothing is acknowledged before the commit returns.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, SqlSafeStr};
+use time::OffsetDateTime;
+
+use super::{AuditRecord, ChainCheck, GENESIS_HASH, StoredRecord, chain, format_micros, parse_micros};
+
+/// Postgres advisory lock key that serialises chain appends (any constant
+/// works; this one spells "talosSSO" in a way nobody else will pick).
+const CHAIN_LOCK_KEY: i64 = 0x7461_6c6f_7353_534f;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the audit database is unavailable: {0}")]
+    Unavailable(String),
+    #[error("audit database migration failed: {0}")]
+    Migration(String),
+    #[error("the audit database holds an unreadable record: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        StoreError::Unavailable(error.to_string())
+    }
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    /// How long to wait for a connection before giving up (fail fast: the
+    /// request is answered 503 rather than hanging).
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 8,
+            acquire_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// A token id to claim, and until when the claim matters.
+#[derive(Debug, Clone)]
+pub struct TokenClaim {
+    pub token_id: String,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// One record to append.
+#[derive(Debug, Clone)]
+pub struct Append {
+    pub record: AuditRecord,
+    pub claim: Option<TokenClaim>,
+}
+
+/// What happened to an [`Append`].
+#[derive(Debug, Clone)]
+pub enum Appended {
+    Recorded(StoredRecord),
+    /// The token had been used: this denial was recorded instead.
+    Replayed(StoredRecord),
+}
+
+impl Appended {
+    pub fn stored(&self) -> &StoredRecord {
+        match self {
+            Appended::Recorded(s) | Appended::Replayed(s) => s,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum AuditStore {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+fn migrator(files: &[(&'static str, &'static str)]) -> Migrator {
+    let migrations = files
+        .iter()
+        .enumerate()
+        .map(|(i, (description, sql))| {
+            Migration::new(
+                i as i64 + 1,
+                (*description).into(),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    Migrator::with_migrations(migrations)
+}
+
+const POSTGRES_MIGRATIONS: [(&str, &str); 1] = [(
+    "audit",
+    include_str!("../../../migrations/postgres/0001_audit.sql"),
+)];
+const SQLITE_MIGRATIONS: [(&str, &str); 1] =
+    [("audit", include_str!("../../../migrations/sqlite/0001_audit.sql"))];
+
+const COLUMNS: &str = "seq, occurred_at, request_id, event, outcome, reason_code, cluster, issuer, tenant, subject, \
+     username, identity_verified, groups_evaluated, roles_requested, roles_granted, serial, certificate_sha256, \
+     public_key_sha256, not_before, not_after, client_ip, user_agent, client_version, token_id, token_issued_at, \
+     details, prev_hash, hash";
+
+impl AuditStore {
+    /// Connect to `url` (`postgres://...` or `sqlite://...`). SQLite files and
+    /// their directory are created when missing.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections)
+                .acquire_timeout(options.acquire_timeout)
+                .connect(url)
+                .await?;
+            Ok(AuditStore::Postgres(pool))
+        } else if let Some(path) = url.strip_prefix("sqlite://") {
+            if let Some(dir) = std::path::Path::new(path).parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
+            }
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(options.max_connections.clamp(1, 4))
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect)
+                .await?;
+            Ok(AuditStore::Sqlite(pool))
+        } else {
+            Err(StoreError::Unavailable(
+                "database URL must start with postgres:// or sqlite://".into(),
+            ))
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AuditStore::Postgres(_) => "postgres",
+            AuditStore::Sqlite(_) => "sqlite",
+        }
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let result = match self {
+            AuditStore::Postgres(pool) => migrator(&POSTGRES_MIGRATIONS).run(pool).await,
+            AuditStore::Sqlite(pool) => migrator(&SQLITE_MIGRATIONS).run(pool).await,
+        };
+        result.map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?,
+            AuditStore::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?,
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            AuditStore::Postgres(pool) => pool.close().await,
+            AuditStore::Sqlite(pool) => pool.close().await,
+        }
+    }
+
+    /// Append records in one transaction; see the module comment.
+    pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => append_postgres(pool, batch).await,
+            AuditStore::Sqlite(pool) => append_sqlite(pool, batch).await,
+        }
+    }
+
+    /// Up to `limit` records after `after_seq`, in order.
+    pub async fn page(&self, after_seq: i64, limit: i64) -> Result<Vec<StoredRecord>, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2");
+        match self {
+            AuditStore::Postgres(pool) => {
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(after_seq)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter().map(pg_record).collect()
+            }
+            AuditStore::Sqlite(pool) => {
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(after_seq)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter().map(sqlite_record).collect()
+            }
+        }
+    }
+
+    /// Recompute the whole chain; stops at the first broken link.
+    pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
+        let mut check = ChainCheck::default();
+        let mut after = 0;
+        loop {
+            let page = self.page(after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            for record in &page {
+                check.feed(record);
+            }
+            if check.first_broken.is_some() {
+                break;
+            }
+        }
+        Ok(check)
+    }
+
+    /// The number of records (tests and `audit verify`).
+    pub async fn count(&self) -> Result<i64, StoreError> {
+        Ok(match self {
+            AuditStore::Postgres(pool) => {
+                sqlx::query_scalar("SELECT count(*) FROM audit_events")
+                    .fetch_one(pool)
+                    .await?
+            }
+            AuditStore::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT count(*) FROM audit_events")
+                    .fetch_one(pool)
+                    .await?
+            }
+        })
+    }
+}
+
+fn head(row: Option<(i64, String)>) -> (i64, String) {
+    row.unwrap_or((0, GENESIS_HASH.to_owned()))
+}
+
+async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(CHAIN_LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+    let (mut seq, mut hash) = head(
+        sqlx::query_as::<_, (i64, String)>("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut *tx)
+            .await?,
+    );
+    let mut out = Vec::with_capacity(batch.len());
+    for append in batch {
+        let mut replayed = false;
+        if let Some(claim) = &append.claim {
+            let inserted = sqlx::query(
+                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
+            )
+            .bind(&claim.token_id)
+            .bind(append.record.occurred_at)
+            .bind(claim.expires_at)
+            .execute(&mut *tx)
+            .await?;
+            replayed = inserted.rows_affected() == 0;
+        }
+        let record = if replayed {
+            append.record.clone().into_replay_denial()
+        } else {
+            append.record.clone()
+        };
+        let stored = chain(seq, &hash, record.normalised());
+        let r = &stored.record;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO audit_events ({COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)"
+        )))
+        .bind(stored.seq)
+        .bind(r.occurred_at)
+        .bind(&r.request_id)
+        .bind(&r.event)
+        .bind(&r.outcome)
+        .bind(&r.reason_code)
+        .bind(&r.cluster)
+        .bind(&r.issuer)
+        .bind(&r.tenant)
+        .bind(&r.subject)
+        .bind(&r.username)
+        .bind(r.identity_verified)
+        .bind(&r.groups_evaluated)
+        .bind(&r.roles_requested)
+        .bind(&r.roles_granted)
+        .bind(&r.serial)
+        .bind(&r.certificate_sha256)
+        .bind(&r.public_key_sha256)
+        .bind(r.not_before)
+        .bind(r.not_after)
+        .bind(&r.client_ip)
+        .bind(&r.user_agent)
+        .bind(&r.client_version)
+        .bind(&r.token_id)
+        .bind(r.token_issued_at)
+        .bind(&r.details)
+        .bind(&stored.prev_hash)
+        .bind(&stored.hash)
+        .execute(&mut *tx)
+        .await?;
+        seq = stored.seq;
+        hash = stored.hash.clone();
+        out.push(if replayed {
+            Appended::Replayed(stored)
+        } else {
+            Appended::Recorded(stored)
+        });
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+fn json_list(items: &[String]) -> String {
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
+}
+
+async fn append_sqlite(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let (mut seq, mut hash) = head(
+        sqlx::query_as::<_, (i64, String)>("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut *tx)
+            .await?,
+    );
+    let mut out = Vec::with_capacity(batch.len());
+    for append in batch {
+        let mut replayed = false;
+        if let Some(claim) = &append.claim {
+            let inserted = sqlx::query(
+                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES (?, ?, ?) ON CONFLICT (token_id) DO NOTHING",
+            )
+            .bind(&claim.token_id)
+            .bind(format_micros(append.record.occurred_at))
+            .bind(claim.expires_at.map(format_micros))
+            .execute(&mut *tx)
+            .await?;
+            replayed = inserted.rows_affected() == 0;
+        }
+        let record = if replayed {
+            append.record.clone().into_replay_denial()
+        } else {
+            append.record.clone()
+        };
+        let stored = chain(seq, &hash, record.normalised());
+        let r = &stored.record;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO audit_events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        )))
+        .bind(stored.seq)
+        .bind(format_micros(r.occurred_at))
+        .bind(&r.request_id)
+        .bind(&r.event)
+        .bind(&r.outcome)
+        .bind(&r.reason_code)
+        .bind(&r.cluster)
+        .bind(&r.issuer)
+        .bind(&r.tenant)
+        .bind(&r.subject)
+        .bind(&r.username)
+        .bind(r.identity_verified)
+        .bind(json_list(&r.groups_evaluated))
+        .bind(json_list(&r.roles_requested))
+        .bind(json_list(&r.roles_granted))
+        .bind(&r.serial)
+        .bind(&r.certificate_sha256)
+        .bind(&r.public_key_sha256)
+        .bind(r.not_before.map(format_micros))
+        .bind(r.not_after.map(format_micros))
+        .bind(&r.client_ip)
+        .bind(&r.user_agent)
+        .bind(&r.client_version)
+        .bind(&r.token_id)
+        .bind(r.token_issued_at.map(format_micros))
+        .bind(r.details.to_string())
+        .bind(&stored.prev_hash)
+        .bind(&stored.hash)
+        .execute(&mut *tx)
+        .await?;
+        seq = stored.seq;
+        hash = stored.hash.clone();
+        out.push(if replayed {
+            Appended::Replayed(stored)
+        } else {
+            Appended::Recorded(stored)
+        });
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+fn pg_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
+    let record = AuditRecord {
+        occurred_at: row.try_get("occurred_at")?,
+        request_id: row.try_get("request_id")?,
+        event: row.try_get("event")?,
+        outcome: row.try_get("outcome")?,
+        reason_code: row.try_get("reason_code")?,
+        cluster: row.try_get("cluster")?,
+        issuer: row.try_get("issuer")?,
+        tenant: row.try_get("tenant")?,
+        subject: row.try_get("subject")?,
+        username: row.try_get("username")?,
+        identity_verified: row.try_get("identity_verified")?,
+        groups_evaluated: row.try_get("groups_evaluated")?,
+        roles_requested: row.try_get("roles_requested")?,
+        roles_granted: row.try_get("roles_granted")?,
+        serial: row.try_get("serial")?,
+        certificate_sha256: row.try_get("certificate_sha256")?,
+        public_key_sha256: row.try_get("public_key_sha256")?,
+        not_before: row.try_get("not_before")?,
+        not_after: row.try_get("not_after")?,
+        client_ip: row.try_get("client_ip")?,
+        user_agent: row.try_get("user_agent")?,
+        client_version: row.try_get("client_version")?,
+        token_id: row.try_get("token_id")?,
+        token_issued_at: row.try_get("token_issued_at")?,
+        details: row.try_get("details")?,
+    };
+    Ok(StoredRecord {
+        seq: row.try_get("seq")?,
+        record,
+        prev_hash: row.try_get("prev_hash")?,
+        hash: row.try_get("hash")?,
+    })
+}
+
+fn sqlite_time(row: &SqliteRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+    let text: Option<String> = row.try_get(column)?;
+    text.map(|t| {
+        parse_micros(&t).ok_or_else(|| StoreError::Corrupt(format!("{column}: `{t}` is not a time")))
+    })
+    .transpose()
+}
+
+fn sqlite_list(row: &SqliteRow, column: &str) -> Result<Vec<String>, StoreError> {
+    let text: String = row.try_get(column)?;
+    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+}
+
+fn sqlite_record(row: &SqliteRow) -> Result<StoredRecord, StoreError> {
+    let details: String = row.try_get("details")?;
+    let record = AuditRecord {
+        occurred_at: sqlite_time(row, "occurred_at")?
+            .ok_or_else(|| StoreError::Corrupt("occurred_at is empty".into()))?,
+        request_id: row.try_get("request_id")?,
+        event: row.try_get("event")?,
+        outcome: row.try_get("outcome")?,
+        reason_code: row.try_get("reason_code")?,
+        cluster: row.try_get("cluster")?,
+        issuer: row.try_get("issuer")?,
+        tenant: row.try_get("tenant")?,
+        subject: row.try_get("subject")?,
+        username: row.try_get("username")?,
+        identity_verified: row.try_get("identity_verified")?,
+        groups_evaluated: sqlite_list(row, "groups_evaluated")?,
+        roles_requested: sqlite_list(row, "roles_requested")?,
+        roles_granted: sqlite_list(row, "roles_granted")?,
+        serial: row.try_get("serial")?,
+        certificate_sha256: row.try_get("certificate_sha256")?,
+        public_key_sha256: row.try_get("public_key_sha256")?,
+        not_before: sqlite_time(row, "not_before")?,
+        not_after: sqlite_time(row, "not_after")?,
+        client_ip: row.try_get("client_ip")?,
+        user_agent: row.try_get("user_agent")?,
+        client_version: row.try_get("client_version")?,
+        token_id: row.try_get("token_id")?,
+        token_issued_at: sqlite_time(row, "token_issued_at")?,
+        details: serde_json::from_str::<Value>(&details)
+            .map_err(|e| StoreError::Corrupt(format!("details: {e}")))?,
+    };
+    Ok(StoredRecord {
+        seq: row.try_get("seq")?,
+        record,
+        prev_hash: row.try_get("prev_hash")?,
+        hash: row.try_get("hash")?,
+    })
+}

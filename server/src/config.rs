@@ -1,0 +1,714 @@
+//! The server's configuration: one YAML or TOML file, every key overridable
+//! from the environment as `TALOS_SSO__SECTION__KEY` (for example
+//! `TALOS_SSO__DATABASE__URL`), unknown keys refused, secrets only from files.
+//!
+//! This module parses and checks shape and values; it does not open files
+//! named inside the configuration (CA material, secrets) except through the
+//! explicit `read_secret` helper, and it does not reach the network.
+//! docs/configuration.md documents every key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use zeroize::Zeroizing;
+
+use crate::ca::CaSource;
+use crate::policy::{PolicyConfig, PolicyExample};
+
+/// Prefix of environment overrides; `__` separates sections.
+pub const ENV_PREFIX: &str = "TALOS_SSO";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the configuration: {0}")]
+    Load(String),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    #[error("cannot read secret file {path}: {reason}")]
+    Secret { path: PathBuf, reason: String },
+}
+
+fn invalid(message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(message.into())
+}
+
+/// Durations are written as `5m`, `90s`, `1h 30m`.
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}")))
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    Option::<String>::deserialize(deserializer)?
+        .map(|text| {
+            humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}")))
+        })
+        .transpose()
+}
+
+/// `10.0.0.0/8` or a single address `10.1.2.3`.
+fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ipnet::IpNet>, D::Error> {
+    Vec::<String>::deserialize(deserializer)?
+        .into_iter()
+        .map(|text| {
+            text.parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| serde::de::Error::custom(format!("`{text}` is not an IP address or CIDR")))
+        })
+        .collect()
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// TLS certificate and key; required unless `insecure_http` is set.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// Serve plain HTTP: only behind a proxy that terminates TLS.
+    #[serde(default)]
+    pub insecure_http: bool,
+    /// Where the embedded SQLite database lives when `database` is not set.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    pub identity: IdentityConfig,
+    /// Clusters by name (the name is what `--cluster` takes).
+    pub clusters: BTreeMap<String, ClusterConfig>,
+    /// Claims -> roles examples checked at start; a failure stops the server.
+    #[serde(default)]
+    pub policy_examples: Vec<PolicyExample>,
+    /// Who may read the audit trail.
+    #[serde(default)]
+    pub auditors: GroupList,
+    /// Who may change the deny list.
+    #[serde(default)]
+    pub admins: GroupList,
+    #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 8443))
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("/var/lib/talos-sso")
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://user@host/db` or `sqlite:///path/audit.db`; empty means
+    /// SQLite in `data_dir`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// File holding the Postgres password (never in the URL or on the
+    /// command line).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// Pool size.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+    /// How long a request waits for a database connection before
+    /// answering 503 `audit_unavailable`.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub acquire_timeout: Option<Duration>,
+    /// Run migrations at start (default true).
+    #[serde(default)]
+    pub migrate_on_start: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// The provider's issuer, exactly as its discovery document says it. For
+    /// Entra multi-tenant apps, `https://login.microsoftonline.com/{tenantid}/v2.0`.
+    pub issuer: String,
+    /// Discovery document URL, when it is not `{issuer}/.well-known/openid-configuration`.
+    #[serde(default)]
+    pub discovery_url: Option<String>,
+    /// More accepted issuers (e.g. an Entra v1 `https://sts.windows.net/{tid}/`
+    /// for v1 access tokens). Added automatically for Entra issuers.
+    #[serde(default)]
+    pub additional_issuers: Vec<String>,
+    /// The public client id the CLI uses.
+    pub client_id: String,
+    /// Accepted `aud` values. Default: the client id (ID tokens).
+    #[serde(default)]
+    pub audiences: Vec<String>,
+    /// Scopes the CLI asks for.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+    /// Entra tenants allowed; setting it turns on Entra rules (`tid`, `oid`).
+    #[serde(default)]
+    pub allowed_tenants: Vec<String>,
+    /// The claim naming the person.
+    #[serde(default = "default_username_claim")]
+    pub username_claim: String,
+    /// Leeway on token times.
+    #[serde(default = "default_leeway", deserialize_with = "duration")]
+    pub leeway: Duration,
+    /// Minimum time between key-set refreshes caused by unknown `kid`s.
+    #[serde(default = "default_min_refresh", deserialize_with = "duration")]
+    pub jwks_min_refresh_interval: Duration,
+    /// Background refresh of discovery and keys.
+    #[serde(default = "default_refresh_period", deserialize_with = "duration")]
+    pub jwks_refresh_period: Duration,
+    /// Group overage resolution through Microsoft Graph.
+    #[serde(default)]
+    pub entra_graph: Option<GraphConfig>,
+}
+
+fn default_scopes() -> Vec<String> {
+    ["openid", "profile", "offline_access"].map(String::from).to_vec()
+}
+fn default_username_claim() -> String {
+    "preferred_username".into()
+}
+fn default_leeway() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_min_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_refresh_period() -> Duration {
+    Duration::from_secs(3600)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphConfig {
+    pub tenant_id: String,
+    /// The server's own app registration (with GroupMember.Read.All).
+    pub client_id: String,
+    pub client_secret_file: PathBuf,
+    #[serde(default = "default_authority")]
+    pub authority: String,
+    #[serde(default = "default_graph_url")]
+    pub graph_url: String,
+}
+
+fn default_authority() -> String {
+    "https://login.microsoftonline.com".into()
+}
+fn default_graph_url() -> String {
+    "https://graph.microsoft.com".into()
+}
+
+/// A cluster's `ca` section: exactly one source.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaConfig {
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub secrets_bundle: Option<PathBuf>,
+    #[serde(default)]
+    pub machine_config: Option<PathBuf>,
+    /// Accept a CA key file readable by group or others (loudly logged).
+    #[serde(default)]
+    pub allow_insecure_key_permissions: bool,
+}
+
+impl CaConfig {
+    pub fn source(&self) -> Result<CaSource, ConfigError> {
+        match (
+            &self.cert_file,
+            &self.key_file,
+            &self.secrets_bundle,
+            &self.machine_config,
+        ) {
+            (Some(cert_file), Some(key_file), None, None) => Ok(CaSource::Files {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            }),
+            (None, None, Some(bundle), None) => Ok(CaSource::SecretsBundle(bundle.clone())),
+            (None, None, None, Some(config)) => Ok(CaSource::MachineConfig(config.clone())),
+            _ => Err(invalid(
+                "a cluster's `ca` needs exactly one of: cert_file + key_file, secrets_bundle, machine_config",
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    #[serde(default)]
+    pub description: String,
+    pub ca: CaConfig,
+    /// Extra trusted CA certificates during a CA rotation.
+    #[serde(default)]
+    pub accepted_cas: Vec<PathBuf>,
+    /// talosconfig `endpoints`.
+    pub endpoints: Vec<String>,
+    /// talosconfig `nodes` (default: none).
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// talosconfig context name (default: the cluster name).
+    #[serde(default)]
+    pub context: Option<String>,
+    /// Default certificate lifetime.
+    #[serde(default = "default_ttl", deserialize_with = "duration")]
+    pub ttl: Duration,
+    /// Longest lifetime a client may ask for.
+    #[serde(default = "default_max_ttl", deserialize_with = "duration")]
+    pub max_ttl: Duration,
+    /// How far `not_before` is moved back.
+    #[serde(default = "default_skew", deserialize_with = "duration")]
+    pub clock_skew: Duration,
+    /// Who gets which roles: see `policy` (rules match on groups, app
+    /// roles, users or claims).
+    #[serde(default)]
+    pub rules: Vec<crate::policy::Rule>,
+    /// Roles granted when the client names none.
+    #[serde(default)]
+    pub default_roles: Vec<String>,
+    /// Allow a rule to grant `os:impersonator`.
+    #[serde(default)]
+    pub allow_impersonator: bool,
+}
+
+impl ClusterConfig {
+    pub fn policy(&self) -> PolicyConfig {
+        PolicyConfig {
+            rules: self.rules.clone(),
+            default_roles: self.default_roles.clone(),
+            allow_impersonator: self.allow_impersonator,
+        }
+    }
+}
+
+fn default_ttl() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_max_ttl() -> Duration {
+    Duration::from_secs(900)
+}
+fn default_skew() -> Duration {
+    crate::certificate::DEFAULT_CLOCK_SKEW
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupList {
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest accepted request body.
+    #[serde(default = "default_body_limit")]
+    pub body_limit: usize,
+    /// Longest a request may take.
+    #[serde(default = "default_request_timeout", deserialize_with = "duration")]
+    pub request_timeout: Duration,
+    /// Proxies whose `X-Forwarded-For` is believed (IPs or CIDRs).
+    #[serde(default, deserialize_with = "networks")]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Time allowed for in-flight requests at shutdown.
+    #[serde(default = "default_grace", deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            body_limit: default_body_limit(),
+            request_timeout: default_request_timeout(),
+            trusted_proxies: Vec::new(),
+            shutdown_grace: default_grace(),
+        }
+    }
+}
+
+fn default_body_limit() -> usize {
+    64 * 1024
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_grace() -> Duration {
+    Duration::from_secs(20)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    #[serde(default = "default_log_format")]
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: default_log_format(),
+        }
+    }
+}
+
+fn default_log_format() -> String {
+    "text".into()
+}
+
+impl Config {
+    /// Read `path` (YAML or TOML by extension) and apply environment overrides.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// As [`Config::load`], with the environment given (tests).
+    pub fn load_with_env(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let format = match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => config::FileFormat::Toml,
+            Some("yaml") | Some("yml") => config::FileFormat::Yaml,
+            _ => {
+                return Err(ConfigError::Load(format!(
+                    "{}: use a .yaml, .yml or .toml file",
+                    path.display()
+                )));
+            }
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+        let overrides: std::collections::HashMap<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
+            .collect();
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(&text, format))
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator("__")
+                    .separator("__")
+                    .list_separator(",")
+                    .with_list_parse_key("identity.audiences")
+                    .with_list_parse_key("identity.allowed_tenants")
+                    .with_list_parse_key("identity.scopes")
+                    .try_parsing(true)
+                    .source(Some(overrides)),
+            )
+            .build()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        let config: Config = built
+            .try_deserialize()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parse from a string (tests and `check`).
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let config: Config =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks that need more than one key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.tls.is_none() && !self.insecure_http {
+            return Err(invalid(
+                "set `tls` (cert_file, key_file), or `insecure_http: true` behind a TLS proxy",
+            ));
+        }
+        if self.clusters.is_empty() {
+            return Err(invalid("no clusters configured"));
+        }
+        for (name, cluster) in &self.clusters {
+            let valid_name = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+            if !valid_name {
+                return Err(invalid(format!(
+                    "cluster name `{name}`: use letters, digits, `-`, `_`, `.`"
+                )));
+            }
+            cluster.ca.source()?;
+            if cluster.endpoints.is_empty() {
+                return Err(invalid(format!("cluster `{name}` has no endpoints")));
+            }
+            if cluster.ttl.is_zero() || cluster.ttl > cluster.max_ttl {
+                return Err(invalid(format!(
+                    "cluster `{name}`: ttl must be above zero and at most max_ttl"
+                )));
+            }
+        }
+        for example in &self.policy_examples {
+            if !self.clusters.contains_key(&example.cluster) {
+                return Err(invalid(format!(
+                    "policy example names unknown cluster `{}`",
+                    example.cluster
+                )));
+            }
+        }
+        if self.identity.issuer.contains("{tenantid}") && self.identity.allowed_tenants.is_empty() {
+            return Err(invalid("a `{tenantid}` issuer needs identity.allowed_tenants"));
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(invalid("log.format is `text` or `json`"));
+        }
+        Ok(())
+    }
+
+    /// Every accepted `iss`: the issuer, the additional ones, and for Entra
+    /// the v1 form of each allowed tenant.
+    pub fn accepted_issuers(&self) -> Vec<String> {
+        let mut issuers = vec![self.identity.issuer.clone()];
+        issuers.extend(self.identity.additional_issuers.iter().cloned());
+        if self
+            .identity
+            .issuer
+            .starts_with("https://login.microsoftonline.com/")
+        {
+            for tenant in &self.identity.allowed_tenants {
+                issuers.push(format!("https://sts.windows.net/{tenant}/"));
+            }
+        }
+        issuers.dedup();
+        issuers
+    }
+
+    pub fn audiences(&self) -> Vec<String> {
+        if self.identity.audiences.is_empty() {
+            vec![self.identity.client_id.clone()]
+        } else {
+            self.identity.audiences.clone()
+        }
+    }
+
+    /// Database URL with the password from `password_file`, or SQLite in
+    /// the data directory.
+    pub fn database_url(&self) -> Result<Zeroizing<String>, ConfigError> {
+        let Some(url) = &self.database.url else {
+            return Ok(Zeroizing::new(format!(
+                "sqlite://{}",
+                self.data_dir.join("audit.db").display()
+            )));
+        };
+        let Some(password_file) = &self.database.password_file else {
+            return Ok(Zeroizing::new(url.clone()));
+        };
+        let password = read_secret(password_file)?;
+        let mut parsed = url::Url::parse(url).map_err(|e| invalid(format!("database.url: {e}")))?;
+        parsed
+            .set_password(Some(password.trim()))
+            .map_err(|_| invalid("database.url cannot carry a password"))?;
+        Ok(Zeroizing::new(parsed.to_string()))
+    }
+}
+
+/// Read a secret from a file, refusing files readable by group or others.
+pub fn read_secret(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
+    let error = |reason: String| ConfigError::Secret {
+        path: path.to_owned(),
+        reason,
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| error(e.to_string()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(error(format!(
+                "readable by group or others (mode {:04o}); chmod 600 it",
+                mode & 0o7777
+            )));
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    Ok(Zeroizing::new(text.trim_end_matches(['\n', '\r']).to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+insecure_http: true
+identity:
+  issuer: "https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0"
+  client_id: "11111111-2222-3333-4444-555555555555"
+  allowed_tenants: ["72f988bf-86f1-41af-91ab-2d7cd011db47"]
+clusters:
+  prod:
+    ca: { secrets_bundle: /etc/talos-sso/prod-secrets.yaml }
+    endpoints: [cp-01.example.internal]
+    rules:
+      - { groups: ["g-admins"], roles: [os:admin] }
+"#;
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        let prod = &config.clusters["prod"];
+        assert_eq!(prod.ttl, Duration::from_secs(300));
+        assert_eq!(prod.max_ttl, Duration::from_secs(900));
+        assert_eq!(prod.policy().rules.len(), 1);
+        assert_eq!(config.audiences(), ["11111111-2222-3333-4444-555555555555"]);
+        assert_eq!(
+            config.accepted_issuers(),
+            [
+                "https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0",
+                "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"
+            ]
+        );
+        assert_eq!(
+            *config.database_url().unwrap(),
+            "sqlite:///var/lib/talos-sso/audit.db"
+        );
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_the_key_named() {
+        let cases = [
+            (
+                MINIMAL.replace("insecure_http: true", "insecure_htp: true"),
+                "insecure_htp",
+            ),
+            (
+                MINIMAL.replace("insecure_http: true", "insecure_http: false"),
+                "tls",
+            ),
+            (
+                MINIMAL
+                    .replace("ttl_unused", "x")
+                    .replace("endpoints: [cp-01.example.internal]", "endpoints: []"),
+                "no endpoints",
+            ),
+            (
+                MINIMAL.replace(
+                    "{ groups: [\"g-admins\"], roles: [os:admin] }",
+                    "{ groupz: [x], roles: [os:admin] }",
+                ),
+                "groupz",
+            ),
+            (
+                MINIMAL.replace(
+                    "secrets_bundle: /etc/talos-sso/prod-secrets.yaml",
+                    "secrets_bundle: a, machine_config: b",
+                ),
+                "exactly one",
+            ),
+            (
+                MINIMAL.replace("    rules:", "    ttl: 20m\n    rules:"),
+                "ttl must be",
+            ),
+            (
+                MINIMAL.replace("    rules:", "    ttl: five minutes\n    rules:"),
+                "five minutes",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = Config::from_yaml(&text).unwrap_err().to_string();
+            assert!(error.contains(expected), "expected {expected:?} in {error}");
+        }
+    }
+
+    #[test]
+    fn environment_overrides_file_values_and_toml_works() {
+        let dir = tempfile_dir();
+        let yaml = dir.join("config.yaml");
+        std::fs::write(&yaml, MINIMAL).unwrap();
+        let env = [
+            (
+                "TALOS_SSO__DATABASE__URL".to_owned(),
+                "postgres://talos_sso@db/talos_sso".to_owned(),
+            ),
+            ("TALOS_SSO__LISTEN".to_owned(), "127.0.0.1:9443".to_owned()),
+            ("TALOS_SSO__IDENTITY__AUDIENCES".to_owned(), "a,b".to_owned()),
+            ("UNRELATED".to_owned(), "x".to_owned()),
+        ];
+        let config = Config::load_with_env(&yaml, env).unwrap();
+        assert_eq!(
+            config.database.url.as_deref(),
+            Some("postgres://talos_sso@db/talos_sso")
+        );
+        assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(config.audiences(), ["a", "b"]);
+
+        let unknown = [("TALOS_SSO__DATABASE__URLL".to_owned(), "x".to_owned())];
+        let error = Config::load_with_env(&yaml, unknown).unwrap_err().to_string();
+        assert!(error.contains("urll"), "{error}");
+
+        let toml = dir.join("config.toml");
+        std::fs::write(
+            &toml,
+            r#"
+insecure_http = true
+[identity]
+issuer = "https://idp.example.com"
+client_id = "cli"
+[clusters.lab]
+endpoints = ["10.0.0.2"]
+ca = { cert_file = "/ca.crt", key_file = "/ca.key" }
+rules = [ { users = ["alice"], roles = ["os:reader"] } ]
+"#,
+        )
+        .unwrap();
+        let config = Config::load_with_env(&toml, []).unwrap();
+        assert_eq!(config.clusters["lab"].endpoints, ["10.0.0.2"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn secrets_come_from_private_files_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile_dir();
+        let secret = dir.join("db-password");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(
+            read_secret(&secret)
+                .unwrap_err()
+                .to_string()
+                .contains("chmod 600")
+        );
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut config = Config::from_yaml(MINIMAL).unwrap();
+        config.database.url = Some("postgres://talos_sso@db:5432/talos_sso".into());
+        config.database.password_file = Some(secret);
+        assert_eq!(
+            *config.database_url().unwrap(),
+            "postgres://talos_sso:s3cret@db:5432/talos_sso"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("talos-sso-config-test-{}", crate::audit::random_hex(8)));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

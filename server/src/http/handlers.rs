@@ -1,0 +1,396 @@
+//! Handlers: extract, authenticate, authorize, call the domain, record the
+//! decision, answer. Every decision on `POST /v1/certificates` (issued or
+//! denied, for any reason) is committed to the audit trail before the answer
+//! leaves; when that is impossible the answer is 503 `audit_unavailable` and
+//! nothing is issued.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Extension, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::RequestId;
+use super::error::ApiError;
+use crate::app::App;
+use crate::audit::store::{Append, Appended, TokenClaim};
+use crate::audit::{AuditRecord, event, format_micros, outcome};
+use crate::certificate::{self, IssueError, LeafRequest};
+use crate::identity::authenticator::AuthError;
+use crate::identity::token::{TokenError, VerifiedToken, unverified_claims};
+use crate::policy::{Claims, Denial};
+
+/// The version of this API (`/v1`).
+pub const API_VERSION: u32 = 1;
+
+/// Header the CLI sends with its version, recorded in the audit trail.
+pub const CLIENT_VERSION_HEADER: &str = "x-talos-sso-client-version";
+
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+pub async fn not_found(Extension(RequestId(request_id)): Extension<RequestId>) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint").request_id(&request_id)
+}
+
+/// Ready when the database answers and the provider's keys are fresh.
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
+    let database = app.audit.store().ping().await.is_ok();
+    let keys_age = app.authenticator.provider().keys_age();
+    let keys_fresh = keys_age < Duration::from_secs(24 * 3600);
+    let ready = database && keys_fresh;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({
+            "ready": ready,
+            "database": database,
+            "identity_provider_keys_fresh": keys_fresh,
+            "clusters": app.clusters.len(),
+        })),
+    )
+}
+
+pub async fn info(State(app): State<Arc<App>>) -> Json<Value> {
+    let identity = &app.config.identity;
+    let clusters: Vec<Value> = app
+        .clusters
+        .values()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "description": c.config.description,
+                "default_ttl_seconds": c.config.ttl.as_secs(),
+                "max_ttl_seconds": c.config.max_ttl.as_secs(),
+            })
+        })
+        .collect();
+    Json(json!({
+        "server_version": env!("CARGO_PKG_VERSION"),
+        "api_version": API_VERSION,
+        "issuer": identity.issuer,
+        "discovery_url": identity.discovery_url,
+        "client_id": identity.client_id,
+        "scopes": identity.scopes,
+        "clusters": clusters,
+    }))
+}
+
+/// `POST /v1/certificates` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateRequest {
+    pub cluster: String,
+    /// PEM PKCS#10 request.
+    pub csr: String,
+    #[serde(default)]
+    pub roles: Vec<String>,
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+}
+
+/// What is known about the caller for the audit record.
+struct Caller {
+    request_id: String,
+    client_ip: Option<String>,
+    user_agent: Option<String>,
+    client_version: Option<String>,
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.chars().take(256).collect())
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The token id the replay guard claims: `uti`/`jti`, else a hash of the token.
+fn token_id(verified: &VerifiedToken, token: &str) -> String {
+    verified.token_id.clone().unwrap_or_else(|| {
+        format!(
+            "sha256:{}",
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()))
+        )
+    })
+}
+
+impl Caller {
+    fn record(&self, app: &App, event: &str, outcome: &str) -> AuditRecord {
+        let mut record = AuditRecord::new(event, outcome, &self.request_id, app.clock.now());
+        record.client_ip = self.client_ip.clone();
+        record.user_agent = self.user_agent.clone();
+        record.client_version = self.client_version.clone();
+        record
+    }
+}
+
+fn with_identity(record: &mut AuditRecord, verified: &VerifiedToken) {
+    record.issuer = Some(verified.issuer.clone());
+    record.tenant = verified.tenant.clone();
+    record.subject = Some(verified.subject.clone());
+    record.username = Some(verified.username.clone());
+    record.identity_verified = true;
+    record.groups_evaluated = verified.groups.clone();
+    record.token_id = verified.token_id.clone();
+    record.token_issued_at = verified.issued_at;
+}
+
+/// For a token that failed verification: record who it *claimed* to be,
+/// marked unverified.
+fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
+    let Some(claims) = unverified_claims(token) else {
+        return;
+    };
+    let text = |name: &str| {
+        claims
+            .get(name)
+            .and_then(Value::as_str)
+            .map(|s| s.chars().take(256).collect::<String>())
+    };
+    record.issuer = text("iss");
+    record.tenant = text("tid");
+    record.subject = text("oid").or_else(|| text("sub"));
+    record.username = text("preferred_username")
+        .or_else(|| text("upn"))
+        .or_else(|| text("email"));
+    record.token_id = text("uti").or_else(|| text("jti"));
+    record.identity_verified = false;
+}
+
+/// Commit a denial, then answer with it (or 503 when it cannot be recorded).
+async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
+    record.reason_code = Some(error.code.to_owned());
+    match app.audit.append(Append { record, claim: None }).await {
+        Ok(_) => error,
+        Err(_) => ApiError::audit_unavailable().request_id(&error.request_id),
+    }
+}
+
+fn token_error(error: &AuthError) -> ApiError {
+    match error {
+        AuthError::OverageUnresolved(_) => {
+            ApiError::new(StatusCode::FORBIDDEN, error.code(), error.to_string())
+        }
+        AuthError::Token(token_error) => {
+            let api = ApiError::new(StatusCode::UNAUTHORIZED, error.code(), error.to_string());
+            match token_error {
+                // Let the client tell a clock problem from a stale token.
+                TokenError::Expired | TokenError::NotYetValid | TokenError::IssuedInFuture => api.with(
+                    "server_time",
+                    json!(format_micros(time::OffsetDateTime::now_utc())),
+                ),
+                _ => api,
+            }
+        }
+    }
+}
+
+fn policy_error(denial: &Denial) -> ApiError {
+    let api = ApiError::new(StatusCode::FORBIDDEN, denial.code(), denial.to_string());
+    match denial {
+        Denial::NoMatchingRule { would_grant } => api.with("would_grant", json!(would_grant)),
+        Denial::RoleNotPermitted { requested, entitled } => api
+            .with("refused", json!(requested))
+            .with("entitled", json!(entitled)),
+        Denial::RoleRequired { entitled } => api.with("entitled", json!(entitled)),
+    }
+}
+
+pub async fn certificates(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let caller = Caller {
+        client_ip: super::client_ip(&app, Some(peer), &headers).map(|ip| ip.to_string()),
+        user_agent: header_text(&headers, "user-agent"),
+        client_version: header_text(&headers, CLIENT_VERSION_HEADER),
+        request_id: request_id.clone(),
+    };
+    let mut record = caller.record(&app, event::CERTIFICATE_DENIED, outcome::DENIED);
+    let problem = |status, code, detail: String| ApiError::new(status, code, detail).request_id(&request_id);
+    let parsed: Result<CertificateRequest, String> = serde_json::from_slice(&body).map_err(|e| e.to_string());
+    if let Ok(request) = &parsed {
+        record.cluster = Some(request.cluster.chars().take(64).collect());
+        record.roles_requested = request
+            .roles
+            .iter()
+            .map(|r| r.chars().take(64).collect())
+            .collect();
+    }
+
+    // Who is asking: only a token we verified ourselves says so.
+    let Some(token) = bearer(&headers) else {
+        let error = problem(
+            StatusCode::UNAUTHORIZED,
+            "token_missing",
+            "send the identity provider's token as `Authorization: Bearer ...`".into(),
+        );
+        return Err(deny(&app, record, error).await);
+    };
+    let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
+        Ok(verified) => verified,
+        Err(error) => {
+            with_claimed_identity(&mut record, token);
+            tracing::info!(request_id = %request_id, code = error.code(), "token refused");
+            return Err(deny(&app, record, token_error(&error).request_id(&request_id)).await);
+        }
+    };
+    with_identity(&mut record, &verified);
+
+    let request = match parsed {
+        Ok(request) => request,
+        Err(reason) => {
+            let error = problem(
+                StatusCode::BAD_REQUEST,
+                "request_invalid",
+                format!("the request body is not a certificate request: {reason}"),
+            );
+            return Err(deny(&app, record, error).await);
+        }
+    };
+    let Some(cluster) = app.clusters.get(&request.cluster) else {
+        let known: Vec<&String> = app.clusters.keys().collect();
+        let error = problem(
+            StatusCode::NOT_FOUND,
+            "cluster_unknown",
+            format!("no cluster `{}` here", record.cluster.clone().unwrap_or_default()),
+        )
+        .with("clusters", json!(known));
+        return Err(deny(&app, record, error).await);
+    };
+
+    let claims = Claims {
+        subject: verified.subject.clone(),
+        username: verified.username.clone(),
+        groups: verified.groups.clone(),
+        app_roles: verified.app_roles.clone(),
+        raw: verified.claims.clone(),
+    };
+    let decision = match cluster.policy.decide(&claims, &request.roles) {
+        Ok(decision) => decision,
+        Err(denial) => return Err(deny(&app, record, policy_error(&denial).request_id(&request_id)).await),
+    };
+
+    let ttl = match request.ttl_seconds {
+        None => cluster.config.ttl,
+        Some(0) => {
+            let error = problem(
+                StatusCode::BAD_REQUEST,
+                "ttl_invalid",
+                "ttl_seconds must be at least 1".into(),
+            );
+            return Err(deny(&app, record, error).await);
+        }
+        Some(seconds) if Duration::from_secs(seconds) > cluster.config.max_ttl => {
+            let max = cluster.config.max_ttl.as_secs();
+            let error = problem(
+                StatusCode::BAD_REQUEST,
+                "ttl_too_long",
+                format!("at most {max} seconds on cluster `{}`", cluster.name),
+            )
+            .with("max_ttl_seconds", json!(max));
+            return Err(deny(&app, record, error).await);
+        }
+        Some(seconds) => Duration::from_secs(seconds),
+    };
+
+    let now = app.clock.now();
+    let leaf = LeafRequest {
+        csr: request.csr.as_bytes(),
+        username: &verified.username,
+        roles: &decision.granted,
+        ttl,
+        clock_skew: cluster.config.clock_skew,
+    };
+    let issued = match certificate::issue(&cluster.ca, &leaf, now) {
+        Ok(issued) => issued,
+        Err(IssueError::Csr(csr)) => {
+            let error = problem(StatusCode::BAD_REQUEST, "csr_invalid", csr.to_string())
+                .with("reason", json!(csr.reason()));
+            return Err(deny(&app, record, error).await);
+        }
+        Err(other) => {
+            tracing::error!(request_id = %request_id, cluster = %cluster.name, error = %other, "signing failed");
+            let error = ApiError::internal().request_id(&request_id);
+            return Err(deny(&app, record, error).await);
+        }
+    };
+
+    record.event = event::CERTIFICATE_ISSUED.into();
+    record.outcome = outcome::SUCCESS.into();
+    record.roles_granted = issued.roles.clone();
+    record.serial = Some(issued.serial_hex.clone());
+    record.certificate_sha256 = Some(issued.certificate_sha256.clone());
+    record.public_key_sha256 = Some(issued.public_key_sha256.clone());
+    record.not_before = Some(issued.not_before);
+    record.not_after = Some(issued.not_after);
+    let claim = TokenClaim {
+        token_id: token_id(&verified, token),
+        expires_at: Some(verified.expires_at),
+    };
+    let stored = match app
+        .audit
+        .append(Append {
+            record,
+            claim: Some(claim),
+        })
+        .await
+    {
+        Ok(Appended::Recorded(stored)) => stored,
+        Ok(Appended::Replayed(_)) => {
+            return Err(problem(
+                StatusCode::UNAUTHORIZED,
+                "token_replayed",
+                "this token was already used for a certificate; log in again for a new one".into(),
+            ));
+        }
+        Err(_) => return Err(ApiError::audit_unavailable().request_id(&request_id)),
+    };
+    tracing::info!(request_id = %request_id, cluster = %cluster.name, username = %verified.username,
+        roles = ?issued.roles, serial = %issued.serial_hex, audit_seq = stored.seq, "certificate issued");
+
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "certificate": issued.chain_pem,
+            "ca": cluster.ca.trust_bundle_pem(),
+            "endpoints": cluster.config.endpoints,
+            "nodes": cluster.config.nodes,
+            "cluster": cluster.name,
+            "context": cluster.context_name(),
+            "roles": issued.roles,
+            "identity": {
+                "issuer": verified.issuer,
+                "tenant": verified.tenant,
+                "subject": verified.subject,
+                "username": verified.username,
+            },
+            "serial": issued.serial_hex,
+            "not_before": format_micros(issued.not_before),
+            "not_after": format_micros(issued.not_after),
+            "audit_id": stored.seq,
+        })),
+    ))
+}

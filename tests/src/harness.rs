@@ -1,0 +1,337 @@
+//! Spawn a real talos-sso-server for a test: a fresh database (Postgres,
+//! one per test, or a SQLite file), a throwaway Talos CA, the Entra
+//! emulator, plain HTTP on 127.0.0.1 port 0.
+//!
+//! Postgres comes from `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`); a missing Postgres fails the
+//! test with a message saying so, it is never skipped.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Connection;
+use talos_sso_server::app::{App, SystemClock};
+use talos_sso_server::ca::generate::{self, NewKeyType};
+use talos_sso_server::config::Config;
+use time::OffsetDateTime;
+
+use crate::emulator::{
+    CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, GROUP_ONCALL, GROUP_PLATFORM_ADMINS, GROUP_SECURITY,
+    SERVER_APP_ID, SERVER_APP_SECRET, TENANT_ID,
+};
+use crate::material::write_file;
+
+pub fn admin_database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+async fn admin_connection() -> sqlx::PgConnection {
+    let url = admin_database_url();
+    sqlx::PgConnection::connect(&url).await.unwrap_or_else(|e| {
+        panic!("Postgres is needed for these tests and is not reachable at {url} ({e}); start it or set DATABASE_URL")
+    })
+}
+
+/// A database of its own for one test.
+#[derive(Debug)]
+pub struct TestDatabase {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> Self {
+        let mut admin = admin_connection().await;
+        drop_stale_databases(&mut admin).await;
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        let name = format!("talos_sso_t_{now}_{}", talos_sso_server::audit::random_hex(4));
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("create database");
+        let mut url = url::Url::parse(&admin_database_url()).expect("DATABASE_URL");
+        url.set_path(&format!("/{name}"));
+        Self {
+            name,
+            url: url.to_string(),
+        }
+    }
+
+    /// Run SQL as the administrator (superuser) against this database.
+    pub async fn superuser(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        let mut conn = sqlx::PgConnection::connect(&self.url).await?;
+        let result = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await?;
+        Ok(result.rows_affected())
+    }
+
+    /// Refuse new connections and cut the existing ones: the database is "down".
+    pub async fn cut(&self) {
+        let mut admin = admin_connection().await;
+        let sql = format!(
+            "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}' AND pid <> pg_backend_pid();",
+            self.name
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut admin)
+            .await
+            .expect("cut database");
+    }
+
+    pub async fn restore(&self) {
+        let mut admin = admin_connection().await;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+            self.name
+        )))
+        .execute(&mut admin)
+        .await
+        .expect("restore database");
+    }
+
+    pub async fn drop_now(&self) {
+        let mut admin = admin_connection().await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&mut admin)
+        .await;
+    }
+}
+
+/// Databases of test runs that died before cleaning up (older than an hour).
+async fn drop_stale_databases(admin: &mut sqlx::PgConnection) {
+    let cutoff = OffsetDateTime::now_utc().unix_timestamp() - 3600;
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'talos\\_sso\\_t\\_%'")
+            .fetch_all(&mut *admin)
+            .await
+            .unwrap_or_default();
+    for name in names {
+        let created = name
+            .split('_')
+            .nth(3)
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(0);
+        if created < cutoff {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut *admin)
+            .await;
+        }
+    }
+}
+
+/// Which audit store a test server uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// Throwaway files of one test server: CA, secrets, SQLite database.
+#[derive(Debug)]
+pub struct Workdir {
+    pub dir: tempfile::TempDir,
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub graph_secret: PathBuf,
+}
+
+impl Workdir {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ca = generate::new_root(
+            NewKeyType::Ed25519,
+            "talos",
+            Duration::from_secs(3650 * 86400),
+            OffsetDateTime::now_utc(),
+        )
+        .expect("CA");
+        let ca_cert = write_file(dir.path(), "talos-ca.crt", &ca.cert_pem, 0o644);
+        let ca_key = write_file(dir.path(), "talos-ca.key", &ca.key_pem, 0o600);
+        let graph_secret = write_file(dir.path(), "graph-secret", SERVER_APP_SECRET, 0o600);
+        Self {
+            dir,
+            ca_cert,
+            ca_key,
+            graph_secret,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Default for Workdir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The test configuration: one cluster `prod` with the demo rules.
+pub fn config_yaml(emulator: &EmulatorHandle, work: &Workdir, database_url: &str) -> String {
+    format!(
+        r#"
+listen: "127.0.0.1:0"
+insecure_http: true
+data_dir: "{data_dir}"
+database: {{ url: "{database_url}", acquire_timeout: 2s }}
+identity:
+  issuer: "{issuer}"
+  additional_issuers: ["{issuer_v1}"]
+  client_id: "{CLI_CLIENT_ID}"
+  audiences: ["{CLI_CLIENT_ID}", "{SERVER_APP_ID}", "api://{SERVER_APP_ID}"]
+  allowed_tenants: ["{TENANT_ID}"]
+  entra_graph:
+    tenant_id: "{TENANT_ID}"
+    client_id: "{SERVER_APP_ID}"
+    client_secret_file: "{secret}"
+    authority: "{base}"
+    graph_url: "{base}"
+clusters:
+  prod:
+    description: "Production"
+    ca: {{ cert_file: "{ca_cert}", key_file: "{ca_key}" }}
+    endpoints: ["127.0.0.1"]
+    nodes: ["127.0.0.1"]
+    ttl: 5m
+    max_ttl: 15m
+    rules:
+      - {{ groups: ["{GROUP_PLATFORM_ADMINS}"], roles: [os:admin] }}
+      - {{ groups: ["{GROUP_ONCALL}"], roles: [os:operator] }}
+      - {{ app_roles: ["Talos.Reader"], roles: [os:reader] }}
+    default_roles: [os:operator, os:reader]
+policy_examples:
+  - {{ description: "on-call operates prod", cluster: prod, groups: ["{GROUP_ONCALL}"], expect_roles: [os:operator] }}
+  - {{ description: "admins must ask for admin", cluster: prod, groups: ["{GROUP_PLATFORM_ADMINS}"], expect_denied: role_required }}
+auditors: {{ groups: ["{GROUP_SECURITY}"] }}
+"#,
+        data_dir = work.path().display(),
+        issuer = emulator.issuer(),
+        issuer_v1 = emulator.issuer_v1(),
+        secret = work.graph_secret.display(),
+        base = emulator.base_url,
+        ca_cert = work.ca_cert.display(),
+        ca_key = work.ca_key.display(),
+    )
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct TestServer {
+    pub base_url: String,
+    pub app: Arc<App>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start(config: Config) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base_url = format!("http://{}", listener.local_addr().expect("address"));
+        let (app, background) = App::build(config, Arc::new(SystemClock))
+            .await
+            .expect("server starts");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = app.clone();
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            let _ = talos_sso_server::http::run(served, listener, None, shutdown).await;
+            background.key_refresher.abort();
+        });
+        Self {
+            base_url,
+            app,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stop accepting, finish in-flight requests.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+/// A whole test environment: emulator, files, database, server.
+#[derive(Debug)]
+pub struct TestEnv {
+    pub emulator: EmulatorHandle,
+    pub work: Workdir,
+    pub backend: Backend,
+    pub database: Option<TestDatabase>,
+    pub database_url: String,
+    pub server: TestServer,
+    pub http: reqwest::Client,
+}
+
+impl TestEnv {
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, |yaml| yaml).await
+    }
+
+    /// Start with the configuration text passed through `edit`.
+    pub async fn start_with(backend: Backend, edit: impl FnOnce(String) -> String) -> Self {
+        let emulator = EmulatorHandle::start(EmulatorConfig::default())
+            .await
+            .expect("emulator");
+        let work = Workdir::new();
+        let (database, database_url) = match backend {
+            Backend::Postgres => {
+                let db = TestDatabase::create().await;
+                let url = db.url.clone();
+                (Some(db), url)
+            }
+            Backend::Sqlite => (
+                None,
+                format!("sqlite://{}", work.path().join("audit.db").display()),
+            ),
+        };
+        let config =
+            Config::from_yaml(&edit(config_yaml(&emulator, &work, &database_url))).expect("test config");
+        let server = TestServer::start(config).await;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client");
+        Self {
+            emulator,
+            work,
+            backend,
+            database,
+            database_url,
+            server,
+            http,
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        self.server.app.config.clone()
+    }
+
+    /// A second server on the same database (replicas).
+    pub async fn another_server(&self) -> TestServer {
+        TestServer::start(self.config()).await
+    }
+
+    pub async fn finish(self) {
+        self.server.stop().await;
+        if let Some(db) = &self.database {
+            db.drop_now().await;
+        }
+    }
+}

@@ -1,0 +1,773 @@
+//! The server end to end: real HTTP, a real database per test (Postgres, and
+//! the same suite on SQLite), the Entra emulator, the Talos checker.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use talos_sso::key::ClientKey;
+use talos_sso_server::audit::{GENESIS_HASH, StoredRecord};
+use talos_sso_server::cli::{Cli, run};
+use talos_sso_tests::emulator::{Faults, GROUP_ONCALL, TokenKind};
+use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_tests::talos_checker;
+
+use clap::Parser;
+
+struct Answer {
+    status: u16,
+    body: Value,
+    request_id: String,
+    content_type: String,
+}
+
+async fn post(env: &TestEnv, base_url: &str, token: Option<&str>, body: Value) -> Answer {
+    let mut request = env
+        .http
+        .post(format!("{base_url}/v1/certificates"))
+        .header("user-agent", "talos-sso-tests/1.0")
+        .header("x-talos-sso-client-version", "0.1.0-test")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let request_id = response
+        .headers()
+        .get("x-request-id")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.json().await.unwrap_or(Value::Null);
+    Answer {
+        status,
+        body,
+        request_id,
+        content_type,
+    }
+}
+
+fn body(csr: &str, roles: &[&str]) -> Value {
+    json!({"cluster": "prod", "csr": csr, "roles": roles})
+}
+
+async fn records(env: &TestEnv) -> Vec<StoredRecord> {
+    env.server.app.audit.store().page(0, 10_000).await.unwrap()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
+}
+
+async fn issues_a_certificate_talos_accepts_and_records_every_field(backend: Backend) {
+    let env = TestEnv::start(backend).await;
+    let key = ClientKey::generate().unwrap();
+    let token = env
+        .emulator
+        .token_for("bob@example.com", TokenKind::id())
+        .unwrap();
+    let answer = post(
+        &env,
+        &env.server.base_url,
+        Some(&token),
+        body(&key.csr_pem().unwrap(), &[]),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let b = &answer.body;
+    assert_eq!(b["roles"], json!(["os:operator"]));
+    assert_eq!(
+        (b["cluster"].as_str(), b["context"].as_str()),
+        (Some("prod"), Some("prod"))
+    );
+    assert_eq!(b["endpoints"], json!(["127.0.0.1"]));
+    assert_eq!(b["identity"]["username"], "bob@example.com");
+
+    // Talos accepts it, with the roles policy granted.
+    let accepted = talos_checker::handshake(
+        b["ca"].as_str().unwrap(),
+        b["certificate"].as_str().unwrap(),
+        &key.private_key_pem(),
+    )
+    .unwrap();
+    assert_eq!(accepted.roles, ["os:operator"]);
+
+    // One audit row holding every field of PRODUCT.md section 6.
+    let rows = records(&env).await;
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    let r = &row.record;
+    let claims = talos_sso_server::identity::token::unverified_claims(&token).unwrap();
+    let leaf = talos_sso_server::ca::parse_certificates(b["certificate"].as_str().unwrap(), "answer")
+        .unwrap()
+        .remove(0);
+    assert_eq!((row.seq, row.prev_hash.as_str()), (1, GENESIS_HASH));
+    assert_eq!(b["audit_id"], json!(row.seq));
+    assert_eq!(r.request_id, answer.request_id);
+    assert_eq!(
+        (r.event.as_str(), r.outcome.as_str(), r.reason_code.as_deref()),
+        ("certificate.issued", "success", None)
+    );
+    assert_eq!(r.cluster.as_deref(), Some("prod"));
+    assert_eq!(r.issuer.as_deref(), Some(env.emulator.issuer().as_str()));
+    assert_eq!(r.tenant.as_deref(), claims["tid"].as_str());
+    assert_eq!(r.subject.as_deref(), claims["oid"].as_str());
+    assert_eq!(r.username.as_deref(), Some("bob@example.com"));
+    assert!(r.identity_verified);
+    assert_eq!(r.groups_evaluated, [GROUP_ONCALL]);
+    assert!(r.roles_requested.is_empty());
+    assert_eq!(r.roles_granted, ["os:operator"]);
+    assert_eq!(r.serial.as_deref(), b["serial"].as_str());
+    assert_eq!(
+        r.certificate_sha256.as_deref(),
+        Some(sha256_hex(&leaf.der).as_str())
+    );
+    let spki = der::Encode::to_der(&key.public_key_info().unwrap()).unwrap();
+    assert_eq!(r.public_key_sha256.as_deref(), Some(sha256_hex(&spki).as_str()));
+    assert_eq!(
+        r.not_before
+            .map(talos_sso_server::audit::format_micros)
+            .as_deref(),
+        b["not_before"].as_str()
+    );
+    assert_eq!(
+        r.not_after.map(talos_sso_server::audit::format_micros).as_deref(),
+        b["not_after"].as_str()
+    );
+    assert_eq!(
+        r.not_after.unwrap() - r.not_before.unwrap(),
+        time::Duration::minutes(10),
+        "5 min skew + 5 min TTL"
+    );
+    assert_eq!(r.client_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(r.user_agent.as_deref(), Some("talos-sso-tests/1.0"));
+    assert_eq!(r.client_version.as_deref(), Some("0.1.0-test"));
+    assert_eq!(r.token_id.as_deref(), claims["uti"].as_str());
+    assert_eq!(
+        r.token_issued_at.map(|t| t.unix_timestamp()),
+        claims["iat"].as_i64()
+    );
+    assert_eq!(
+        row.hash,
+        talos_sso_server::audit::record_hash(row.seq, r, &row.prev_hash)
+    );
+    let check = env.server.app.audit.store().verify_chain().await.unwrap();
+    assert_eq!((check.verified, check.first_broken), (1, None));
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_issues_a_certificate_talos_accepts_and_records_every_field() {
+    issues_a_certificate_talos_accepts_and_records_every_field(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn sqlite_issues_a_certificate_talos_accepts_and_records_every_field() {
+    issues_a_certificate_talos_accepts_and_records_every_field(Backend::Sqlite).await;
+}
+
+async fn every_denial_has_its_code_one_audit_row_and_no_certificate(backend: Backend) {
+    let env = TestEnv::start(backend).await;
+    let client_key = ClientKey::generate().unwrap();
+    let csr = client_key.csr_pem().unwrap();
+    let token = |user: &str| env.emulator.token_for(user, TokenKind::id()).unwrap();
+    let expired = {
+        env.emulator.set_clock_offset(-7200);
+        let t = token("bob@example.com");
+        env.emulator.set_clock_offset(0);
+        t
+    };
+    // The CSR with one bit of its signature flipped.
+    let mut tampered_der = client_key.csr_der().unwrap();
+    *tampered_der.last_mut().unwrap() ^= 1;
+    let tampered_csr = talos_sso_server::x509::pem_encode("CERTIFICATE REQUEST", &tampered_der);
+    let foreign_audience = env
+        .emulator
+        .token_with("bob@example.com", TokenKind::id(), json!({"aud": "someone-else"}))
+        .unwrap();
+
+    // (token, body, expected status, expected code)
+    let cases: Vec<(Option<String>, Value, u16, &str)> = vec![
+        (None, body(&csr, &[]), 401, "token_missing"),
+        (Some("not-a-jwt".into()), body(&csr, &[]), 401, "token_malformed"),
+        (Some(expired), body(&csr, &[]), 401, "token_expired"),
+        (
+            Some(foreign_audience),
+            body(&csr, &[]),
+            401,
+            "token_audience_invalid",
+        ),
+        (
+            Some(token("dave@example.com")),
+            body(&csr, &[]),
+            403,
+            "no_matching_rule",
+        ),
+        (
+            Some(token("bob@example.com")),
+            body(&csr, &["os:admin"]),
+            403,
+            "role_not_permitted",
+        ),
+        (
+            Some(token("alice@example.com")),
+            body(&csr, &[]),
+            403,
+            "role_required",
+        ),
+        (
+            Some(token("bob@example.com")),
+            json!({"cluster": "prod", "csr": csr, "ttl_seconds": 3600}),
+            400,
+            "ttl_too_long",
+        ),
+        (
+            Some(token("bob@example.com")),
+            body(&tampered_csr, &[]),
+            400,
+            "csr_invalid",
+        ),
+        (
+            Some(token("bob@example.com")),
+            json!({"cluster": "staging", "csr": csr}),
+            404,
+            "cluster_unknown",
+        ),
+        (
+            Some(token("bob@example.com")),
+            json!({"cluster": "prod"}),
+            400,
+            "request_invalid",
+        ),
+    ];
+    for (i, (token, request, status, code)) in cases.iter().enumerate() {
+        let answer = post(&env, &env.server.base_url, token.as_deref(), request.clone()).await;
+        assert_eq!(
+            (answer.status, answer.body["code"].as_str()),
+            (*status, Some(*code)),
+            "case {i}: {}",
+            answer.body
+        );
+        assert_eq!(answer.content_type, "application/problem+json");
+        assert_eq!(answer.body["request_id"], json!(answer.request_id));
+        assert!(answer.body.get("certificate").is_none());
+        let rows = records(&env).await;
+        assert_eq!(rows.len(), i + 1, "case {i}: one row per decision");
+        let last = &rows[i].record;
+        assert_eq!(
+            (last.event.as_str(), last.outcome.as_str()),
+            ("certificate.denied", "denied")
+        );
+        assert_eq!(last.reason_code.as_deref(), Some(*code));
+        assert_eq!(last.request_id, answer.request_id);
+        assert!(last.serial.is_none() && last.roles_granted.is_empty());
+    }
+    let rows = records(&env).await;
+    // A refused token's claimed identity is recorded, marked unverified.
+    assert_eq!(rows[2].record.username.as_deref(), Some("bob@example.com"));
+    assert!(!rows[2].record.identity_verified);
+    assert!(rows[4].record.identity_verified);
+    assert_eq!(rows[5].record.roles_requested, ["os:admin"]);
+    let denial = post(
+        &env,
+        &env.server.base_url,
+        Some(&token("bob@example.com")),
+        body(&csr, &["os:admin"]),
+    )
+    .await;
+    assert_eq!(denial.body["entitled"], json!(["os:operator"]));
+    let csr_denial = post(
+        &env,
+        &env.server.base_url,
+        Some(&token("bob@example.com")),
+        body(&tampered_csr, &[]),
+    )
+    .await;
+    assert_eq!(csr_denial.body["reason"], "csr_signature_invalid");
+
+    // Replay: the same token mints once.
+    let once = token("carol@example.com");
+    let first = post(&env, &env.server.base_url, Some(&once), body(&csr, &[])).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    let second = post(&env, &env.server.base_url, Some(&once), body(&csr, &[])).await;
+    assert_eq!(
+        (second.status, second.body["code"].as_str()),
+        (401, Some("token_replayed"))
+    );
+    let last = records(&env).await.pop().unwrap().record;
+    assert_eq!(last.reason_code.as_deref(), Some("token_replayed"));
+    assert!(last.serial.is_none());
+
+    // Group overage that Graph cannot resolve.
+    env.emulator.set_faults(Faults {
+        graph_unavailable: true,
+        ..Default::default()
+    });
+    let overage = post(
+        &env,
+        &env.server.base_url,
+        Some(&token("erin@example.com")),
+        body(&csr, &[]),
+    )
+    .await;
+    assert_eq!(
+        (overage.status, overage.body["code"].as_str()),
+        (403, Some("groups_overage_unresolved"))
+    );
+    env.emulator.set_faults(Faults::default());
+    // ...and resolved once Graph is back (250 groups, one of them on-call).
+    let resolved = post(
+        &env,
+        &env.server.base_url,
+        Some(&token("erin@example.com")),
+        body(&csr, &[]),
+    )
+    .await;
+    assert_eq!(
+        (resolved.status, resolved.body["roles"].clone()),
+        (201, json!(["os:operator"]))
+    );
+
+    let check = env.server.app.audit.store().verify_chain().await.unwrap();
+    assert!(check.first_broken.is_none());
+    assert_eq!(check.verified as usize, records(&env).await.len());
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_every_denial_has_its_code_one_audit_row_and_no_certificate() {
+    every_denial_has_its_code_one_audit_row_and_no_certificate(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn sqlite_every_denial_has_its_code_one_audit_row_and_no_certificate() {
+    every_denial_has_its_code_one_audit_row_and_no_certificate(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn database_outage_answers_503_then_recovers_without_restart() {
+    let env = TestEnv::start(Backend::Postgres).await;
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let token = || {
+        env.emulator
+            .token_for("bob@example.com", TokenKind::id())
+            .unwrap()
+    };
+    assert_eq!(
+        post(&env, &env.server.base_url, Some(&token()), body(&csr, &[]))
+            .await
+            .status,
+        201
+    );
+
+    let database = env.database.as_ref().unwrap();
+    database.cut().await;
+    let down = post(&env, &env.server.base_url, Some(&token()), body(&csr, &[])).await;
+    assert_eq!(
+        (down.status, down.body["code"].as_str()),
+        (503, Some("audit_unavailable")),
+        "{}",
+        down.body
+    );
+    assert!(down.body.get("certificate").is_none());
+    assert!(
+        !down.body["detail"].as_str().unwrap().contains("connection"),
+        "no internals in 5xx: {}",
+        down.body
+    );
+    let ready = env
+        .http
+        .get(format!("{}/readyz", env.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+
+    database.restore().await;
+    let back = post(&env, &env.server.base_url, Some(&token()), body(&csr, &[])).await;
+    assert_eq!(back.status, 201, "{}", back.body);
+    let rows = records(&env).await;
+    assert_eq!(
+        rows.len(),
+        2,
+        "nothing was recorded, or issued, while the database was down"
+    );
+    assert!(
+        env.server
+            .app
+            .audit
+            .store()
+            .verify_chain()
+            .await
+            .unwrap()
+            .first_broken
+            .is_none()
+    );
+    env.finish().await;
+}
+
+fn write_config(env: &TestEnv) -> std::path::PathBuf {
+    let path = env.work.path().join("server.yaml");
+    let text = talos_sso_tests::harness::config_yaml(&env.emulator, &env.work, &env.database_url);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn cli(args: &[&str]) -> Result<String, String> {
+    let cli = Cli::try_parse_from(std::iter::once("talos-sso-server").chain(args.iter().copied())).unwrap();
+    let mut out = Vec::new();
+    let result = run(cli, &mut out).await;
+    let text = String::from_utf8(out).unwrap();
+    result.map(|_| text.clone()).map_err(|e| format!("{text}{e:#}"))
+}
+
+async fn tampering_is_named_by_audit_verify(backend: Backend) {
+    let env = TestEnv::start(backend).await;
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    for user in ["bob@example.com", "carol@example.com", "dave@example.com"] {
+        let token = env.emulator.token_for(user, TokenKind::id()).unwrap();
+        post(&env, &env.server.base_url, Some(&token), body(&csr, &[])).await;
+    }
+    let config = write_config(&env);
+    let config = config.to_str().unwrap();
+    let ok = cli(&["audit", "verify", "--config", config]).await.unwrap();
+    assert!(ok.contains("audit chain intact: 3 records verified"), "{ok}");
+
+    // The database itself refuses changes...
+    match backend {
+        Backend::Postgres => {
+            let db = env.database.as_ref().unwrap();
+            let update = db
+                .superuser("UPDATE audit_events SET username = 'mallory' WHERE seq = 2")
+                .await;
+            assert!(update.unwrap_err().to_string().contains("append-only"));
+            assert!(
+                db.superuser("DELETE FROM audit_events WHERE seq = 3")
+                    .await
+                    .unwrap_err()
+                    .to_string()
+                    .contains("append-only")
+            );
+            assert!(
+                db.superuser("TRUNCATE audit_events")
+                    .await
+                    .unwrap_err()
+                    .to_string()
+                    .contains("append-only")
+            );
+            // ...unless a superuser disables the trigger, which the chain shows.
+            db.superuser(
+                "ALTER TABLE audit_events DISABLE TRIGGER audit_events_append_only; \
+                 UPDATE audit_events SET roles_granted = ARRAY['os:admin'] WHERE seq = 2; \
+                 ALTER TABLE audit_events ENABLE TRIGGER audit_events_append_only;",
+            )
+            .await
+            .unwrap();
+        }
+        Backend::Sqlite => {
+            let path = env.work.path().join("audit.db");
+            let url = format!("sqlite://{}", path.display());
+            use sqlx::Connection;
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            let update = sqlx::query("UPDATE audit_events SET username = 'mallory' WHERE seq = 2")
+                .execute(&mut conn)
+                .await;
+            assert!(update.unwrap_err().to_string().contains("append-only"));
+            let delete = sqlx::query("DELETE FROM audit_events WHERE seq = 3")
+                .execute(&mut conn)
+                .await;
+            assert!(delete.unwrap_err().to_string().contains("append-only"));
+            sqlx::raw_sql(
+                "DROP TRIGGER audit_events_no_update; \
+                 UPDATE audit_events SET roles_granted = '[\"os:admin\"]' WHERE seq = 2;",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+    let broken = cli(&["audit", "verify", "--config", config]).await.unwrap_err();
+    assert!(broken.contains("audit chain broken at record 2"), "{broken}");
+    assert!(broken.contains("1 records before it verified"), "{broken}");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_tampering_is_named_by_audit_verify() {
+    tampering_is_named_by_audit_verify(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn sqlite_tampering_is_named_by_audit_verify() {
+    tampering_is_named_by_audit_verify(Backend::Sqlite).await;
+}
+
+/// `count` issuances spread over `servers`, `concurrency` at a time; returns
+/// the tokens used and the serials issued.
+async fn issue_many(
+    env: &TestEnv,
+    servers: &[String],
+    count: usize,
+    concurrency: usize,
+) -> (Vec<String>, Vec<String>) {
+    let users = ["bob@example.com", "carol@example.com"];
+    let tokens: Vec<String> = (0..count)
+        .map(|i| env.emulator.token_for(users[i % 2], TokenKind::id()).unwrap())
+        .collect();
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut tasks = Vec::new();
+    for (i, token) in tokens.iter().cloned().enumerate() {
+        let url = format!("{}/v1/certificates", servers[i % servers.len()]);
+        let http = env.http.clone();
+        let permit = semaphore.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit.acquire_owned().await.unwrap();
+            let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+            let response = http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"cluster": "prod", "csr": csr}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap();
+            (status, body)
+        }));
+    }
+    let mut serials = Vec::new();
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        serials.push(body["serial"].as_str().unwrap().to_owned());
+    }
+    (tokens, serials)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_postgres_issue_400_with_one_valid_chain() {
+    let env = TestEnv::start(Backend::Postgres).await;
+    let second = env.another_server().await;
+    let servers = [env.server.base_url.clone(), second.base_url.clone()];
+    let (tokens, serials) = issue_many(&env, &servers, 400, 64).await;
+    assert_eq!(serials.len(), 400);
+    assert_eq!(
+        serials.iter().collect::<HashSet<_>>().len(),
+        400,
+        "unique serials"
+    );
+    let rows = records(&env).await;
+    assert_eq!(rows.len(), 400);
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.record.event == "certificate.issued")
+            .count(),
+        400
+    );
+    let check = env.server.app.audit.store().verify_chain().await.unwrap();
+    assert_eq!((check.verified, check.first_broken), (400, None));
+
+    // Replays, across replicas: refused and recorded, the chain still whole.
+    for (i, token) in tokens.iter().take(20).enumerate() {
+        let base = &servers[(i + 1) % 2];
+        let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+        let answer = post(&env, base, Some(token), body(&csr, &[])).await;
+        assert_eq!(answer.body["code"], "token_replayed");
+    }
+    let check = env.server.app.audit.store().verify_chain().await.unwrap();
+    assert_eq!((check.verified, check.first_broken), (420, None));
+    second.stop().await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_issues_400_concurrently_with_one_valid_chain() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let servers = [env.server.base_url.clone()];
+    let (_, serials) = issue_many(&env, &servers, 400, 64).await;
+    assert_eq!(serials.iter().collect::<HashSet<_>>().len(), 400);
+    let check = env.server.app.audit.store().verify_chain().await.unwrap();
+    assert_eq!((check.verified, check.first_broken), (400, None));
+    let stats = env.server.app.audit.stats();
+    let batches = stats.batches.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        batches < 400,
+        "group commit: {batches} transactions for 400 records"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn info_health_readiness_and_request_ids() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let base = &env.server.base_url;
+    let info: Value = env
+        .http
+        .get(format!("{base}/v1/info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["issuer"], json!(env.emulator.issuer()));
+    assert_eq!(info["clusters"][0]["name"], "prod");
+    assert_eq!(info["clusters"][0]["max_ttl_seconds"], 900);
+    assert_eq!(
+        env.http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let ready: Value = env
+        .http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["ready"], true);
+
+    // A well-formed caller id is kept; anything else is replaced.
+    let kept = env
+        .http
+        .post(format!("{base}/v1/certificates"))
+        .header("x-request-id", "trace-0123456789")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.headers()["x-request-id"], "trace-0123456789");
+    let replaced = env
+        .http
+        .post(format!("{base}/v1/certificates"))
+        .header("x-request-id", "bad id!")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(replaced.headers()["x-request-id"], "bad id!");
+    // Oversized bodies are refused before anything else.
+    let huge = "x".repeat(100 * 1024);
+    let too_big = env
+        .http
+        .post(format!("{base}/v1/certificates"))
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_big.status(), 413);
+    let unknown = env.http.get(format!("{base}/v2/nothing")).send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let config = write_config(&env);
+    let config = config.to_str().unwrap();
+    let out = env.work.path().join("break-glass.yaml");
+    let out_str = out.to_str().unwrap();
+
+    let no_reason = cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:admin",
+        "--out",
+        out_str,
+    ])
+    .await;
+    assert!(no_reason.unwrap_err().contains("a reason is required"));
+    let too_long = cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:admin",
+        "--ttl",
+        "1h",
+        "--reason",
+        "IdP down",
+        "--out",
+        out_str,
+    ])
+    .await;
+    assert!(too_long.unwrap_err().contains("max_ttl"));
+    assert!(!out.exists());
+
+    let done = cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:admin",
+        "--ttl",
+        "10m",
+        "--reason",
+        "Entra outage INC-4711",
+        "--out",
+        out_str,
+    ])
+    .await
+    .unwrap();
+    assert!(done.contains("context prod-break-glass"), "{done}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let yaml: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let context = &yaml["contexts"]["prod-break-glass"];
+    let field = |name: &str| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(context[name].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let accepted = talos_checker::handshake(&field("ca"), &field("crt"), &field("key")).unwrap();
+    assert_eq!(accepted.roles, ["os:admin"]);
+
+    let rows = records(&env).await;
+    let last = &rows.last().unwrap().record;
+    assert_eq!(last.event, "break_glass.issued");
+    assert_eq!(last.details["reason"], "Entra outage INC-4711");
+    assert!(last.details["operator"].is_string() && last.details["host"].is_string());
+    assert_eq!(last.roles_granted, ["os:admin"]);
+    assert!(last.username.as_deref().unwrap().starts_with("break-glass:"));
+    assert!(
+        env.server
+            .app
+            .audit
+            .store()
+            .verify_chain()
+            .await
+            .unwrap()
+            .first_broken
+            .is_none()
+    );
+    env.finish().await;
+}
