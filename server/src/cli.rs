@@ -190,7 +190,9 @@ impl CaSourceArgs {
 }
 
 fn load_config(path: &Path) -> anyhow::Result<Config> {
-    Config::load(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let config = Config::load(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    crate::telemetry::init_logging(&config.log.format);
+    Ok(config)
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -249,6 +251,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// Run a command; the returned error is printed by `main` and exits 1.
 pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     let now = OffsetDateTime::now_utc();
+    if let Command::Ca(_) = &cli.command {
+        crate::telemetry::init_logging("text");
+    }
     match cli.command {
         Command::Serve { config } => serve(load_config(&config)?).await,
         Command::Check { config } => {

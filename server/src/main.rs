@@ -8,7 +8,6 @@ use talos_sso_server::cli::{self, Cli};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    talos_sso_server::telemetry::init_logging();
     match cli::run(cli, &mut std::io::stdout()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -1,13 +1,19 @@
-//! Logging setup. Logs go to stderr; `RUST_LOG` picks the level (default
-//! `info`). Nothing logged anywhere in the crate may contain tokens, keys or
-//! CSRs: types holding them implement `Debug` without their contents.
+//! Logging setup. Logs go to stderr as text or JSON lines (`log.format`);
+//! `RUST_LOG` picks the level (default `info`). Nothing logged anywhere in
+//! the crate may contain tokens, keys or CSRs: types holding them implement
+//! `Debug` without their contents, and handlers log codes, not inputs.
 
 use tracing_subscriber::EnvFilter;
 
-pub fn init_logging() {
+/// Install the global subscriber once; later calls do nothing.
+pub fn init_logging(format: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }

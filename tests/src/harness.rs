@@ -175,6 +175,57 @@ impl Default for Workdir {
     }
 }
 
+/// A serving certificate for 127.0.0.1 (ECDSA P-256, PKCS#8 `PRIVATE KEY`
+/// as rustls reads it) and the CA that signed it, in `dir`. Returns
+/// (CA PEM, certificate path, key path).
+pub fn tls_files(dir: &Path) -> (String, PathBuf, PathBuf) {
+    use talos_sso_server::x509::{self, CertificateTemplate, oid};
+    let now = OffsetDateTime::now_utc();
+    let root = generate::new_root(
+        NewKeyType::EcdsaP256,
+        "talos-sso test TLS",
+        Duration::from_secs(86400),
+        now,
+    )
+    .expect("CA");
+    let ca = talos_sso_server::ca::CertificateAuthority::from_pem(
+        &root.cert_pem,
+        &root.key_pem,
+        "tls CA",
+        vec![],
+        now,
+    )
+    .expect("load CA");
+    let rng = ring::rand::SystemRandom::new();
+    let key = generate::generate_key(NewKeyType::EcdsaP256, &rng).expect("key");
+    let spki = der::Encode::to_der(&key.key.public_key_info().expect("spki")).expect("spki der");
+    let subject = x509::encode_name(&[(oid::COMMON_NAME, "localhost")]).expect("name");
+    let san = x509_cert::ext::pkix::SubjectAltName(vec![x509_cert::ext::pkix::name::GeneralName::IpAddress(
+        der::asn1::OctetString::new(vec![127, 0, 0, 1]).expect("ip"),
+    )]);
+    let template = CertificateTemplate {
+        serial: &[9, 9, 9],
+        issuer: &ca.signer().raw_subject,
+        subject: &subject,
+        subject_public_key_info: &spki,
+        not_before: now - time::Duration::minutes(5),
+        not_after: now + time::Duration::hours(2),
+        extensions: vec![
+            x509::extension(oid::SUBJECT_ALT_NAME, false, &san).expect("san"),
+            x509::extension(
+                oid::EXT_KEY_USAGE,
+                false,
+                &x509_cert::ext::pkix::ExtendedKeyUsage(vec![oid::KP_SERVER_AUTH]),
+            )
+            .expect("eku"),
+        ],
+    };
+    let cert = x509::sign_certificate(&template, ca.key(), &rng).expect("sign");
+    let cert_path = write_file(dir, "tls.crt", &x509::pem_encode("CERTIFICATE", &cert), 0o644);
+    let key_path = write_file(dir, "tls.key", &key.pem, 0o600);
+    (root.cert_pem, cert_path, key_path)
+}
+
 /// The test configuration: one cluster `prod` with the demo rules.
 pub fn config_yaml(emulator: &EmulatorHandle, work: &Workdir, database_url: &str) -> String {
     format!(
@@ -234,8 +285,17 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: Config) -> Self {
+        let tls = match &config.tls {
+            Some(tls) => Some(
+                axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert_file, &tls.key_file)
+                    .await
+                    .expect("TLS files"),
+            ),
+            None => None,
+        };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let base_url = format!("http://{}", listener.local_addr().expect("address"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{}", listener.local_addr().expect("address"));
         let (app, background) = App::build(config, Arc::new(SystemClock))
             .await
             .expect("server starts");
@@ -245,7 +305,7 @@ impl TestServer {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            let _ = talos_sso_server::http::run(served, listener, None, shutdown).await;
+            let _ = talos_sso_server::http::run(served, listener, tls, shutdown).await;
             background.key_refresher.abort();
         });
         Self {

@@ -771,3 +771,81 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     );
     env.finish().await;
 }
+
+#[tokio::test]
+async fn serves_tls_from_the_configured_certificate() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (ca_pem, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
+    let tls = format!(
+        "tls: {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        cert.display(),
+        key.display()
+    );
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| yaml.replace("insecure_http: true", &tls)).await;
+    assert!(env.server.base_url.starts_with("https://"));
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let info: Value = client
+        .get(format!("{}/v1/info", env.server.base_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["api_version"], 1);
+    // Plain HTTP to the TLS port gets nowhere.
+    let plain = env
+        .http
+        .get(env.server.base_url.replace("https://", "http://") + "/healthz")
+        .send()
+        .await;
+    assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    // Erin's groups come from Graph, which is slow today: her request is in
+    // flight when the server is told to stop.
+    env.emulator.set_faults(Faults {
+        delay: std::time::Duration::from_millis(800),
+        ..Default::default()
+    });
+    let token = env
+        .emulator
+        .token_for("erin@example.com", TokenKind::id())
+        .unwrap();
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let url = format!("{}/v1/certificates", env.server.base_url);
+    let http = env.http.clone();
+    let in_flight = tokio::spawn(async move {
+        http.post(url)
+            .bearer_auth(token)
+            .json(&json!({"cluster": "prod", "csr": csr}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let TestEnv {
+        server,
+        work: _work,
+        emulator: _emulator,
+        ..
+    } = env;
+    let app = server.app.clone();
+    server.stop().await;
+    assert_eq!(
+        in_flight.await.unwrap(),
+        201,
+        "the request that was in flight completed"
+    );
+    let rows = app.audit.store().page(0, 10).await.unwrap();
+    assert_eq!(rows.len(), 1, "and its audit record was written");
+}
