@@ -1,0 +1,202 @@
+//! `loadgen`: issuances per second and latency of a real talos-sso-server
+//! (HTTP, token verification, policy, signing, audit commit) at several
+//! concurrency levels, with the Postgres and the SQLite audit store, on this
+//! machine, load generator included; and the pure crypto cost per issuance
+//! (token verify + CSR verify + sign) measured in the same run, so that the
+//! throughput can be read as a ratio to that floor.
+//!
+//! ```sh
+//! cargo run --release -p talos-sso-tests --bin loadgen -- [--requests 4000] [--concurrency 1,16,64] [--store postgres,sqlite]
+//! ```
+//! Tokens and CSRs are made before the clock starts: the client's key
+//! generation is not what is measured.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use talos_sso::key::ClientKey;
+use talos_sso_server::certificate::{self, LeafRequest};
+use talos_sso_server::identity::jwks::KeySet;
+use talos_sso_server::identity::token;
+use talos_sso_tests::emulator::TokenKind;
+use talos_sso_tests::harness::{Backend, TestEnv};
+
+struct Options {
+    requests: usize,
+    concurrency: Vec<usize>,
+    stores: Vec<Backend>,
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options { requests: 4000, concurrency: vec![1, 16, 64], stores: vec![Backend::Postgres, Backend::Sqlite] };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--requests" => options.requests = value.parse().map_err(|_| "--requests takes a number")?,
+            "--concurrency" => {
+                options.concurrency = value.split(',').map(|c| c.trim().parse()).collect::<Result<_, _>>().map_err(|_| "--concurrency takes numbers")?
+            }
+            "--store" => {
+                options.stores = value
+                    .split(',')
+                    .map(|s| match s.trim() {
+                        "postgres" => Ok(Backend::Postgres),
+                        "sqlite" => Ok(Backend::Sqlite),
+                        other => Err(format!("unknown store {other}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(options)
+}
+
+struct Run {
+    throughput: f64,
+    p50: Duration,
+    p99: Duration,
+    failures: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+async fn prepare(env: &TestEnv, count: usize) -> Vec<(String, String)> {
+    let users = ["bob@example.com", "carol@example.com"];
+    (0..count)
+        .map(|i| {
+            let token = env.emulator.token_for(users[i % 2], TokenKind::id()).expect("token");
+            let csr = ClientKey::generate().and_then(|k| k.csr_pem()).expect("csr");
+            (token, csr)
+        })
+        .collect()
+}
+
+async fn fire(env: &TestEnv, work: Vec<(String, String)>, concurrency: usize) -> Run {
+    let url = format!("{}/v1/certificates", env.server.base_url);
+    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build().expect("client");
+    let queue = Arc::new(tokio::sync::Mutex::new(work.into_iter()));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let queue = queue.clone();
+        let client = client.clone();
+        let url = url.clone();
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut failures = 0;
+            loop {
+                let next = queue.lock().await.next();
+                let Some((token, csr)) = next else { break };
+                let t0 = Instant::now();
+                let ok = client
+                    .post(&url)
+                    .bearer_auth(token)
+                    .json(&json!({"cluster": "prod", "csr": csr}))
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16() == 201)
+                    .unwrap_or(false);
+                latencies.push(t0.elapsed());
+                if !ok {
+                    failures += 1;
+                }
+            }
+            (latencies, failures)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    for worker in workers {
+        let (l, f) = worker.await.expect("worker");
+        latencies.extend(l);
+        failures += f;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Run {
+        throughput: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        failures,
+    }
+}
+
+/// Token verify + CSR verify + sign, one core, no I/O: the floor.
+async fn crypto_cost(env: &TestEnv) -> Duration {
+    let jwks = reqwest::get(format!("{}/{}/discovery/v2.0/keys", env.emulator.base_url, talos_sso_tests::emulator::TENANT_ID))
+        .await
+        .expect("jwks")
+        .text()
+        .await
+        .expect("jwks text");
+    let keys = KeySet::from_json(&jwks).expect("key set");
+    let rules = talos_sso_server::app::token_rules(&env.server.app.config);
+    let cluster = &env.server.app.clusters["prod"];
+    let work = prepare(env, 500).await;
+    let roles = vec!["os:operator".to_owned()];
+    let now = time::OffsetDateTime::now_utc();
+    let started = Instant::now();
+    for (jwt, csr) in &work {
+        let verified = token::verify(jwt, &keys, &rules, now).expect("token");
+        let request = LeafRequest {
+            csr: csr.as_bytes(),
+            username: &verified.username,
+            roles: &roles,
+            ttl: Duration::from_secs(300),
+            clock_skew: cluster.config.clock_skew,
+        };
+        certificate::issue(&cluster.ca, &request, now).expect("issue");
+    }
+    started.elapsed() / work.len() as u32
+}
+
+fn main() -> Result<(), String> {
+    let options = options()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        println!("loadgen: {} requests per level, {cores} cores, server and load generator in one process", options.requests);
+        println!();
+        println!("| store | concurrency | issuances/s | p50 | p99 | failures | ratio to crypto floor |");
+        println!("|---|---|---|---|---|---|---|");
+        for backend in &options.stores {
+            let env = TestEnv::start(*backend).await;
+            let cost = crypto_cost(&env).await;
+            let floor = cores as f64 / cost.as_secs_f64();
+            // Warm up connections, caches and the database.
+            let warm = prepare(&env, 200).await;
+            fire(&env, warm, 16).await;
+            for &concurrency in &options.concurrency {
+                let work = prepare(&env, options.requests).await;
+                let run = fire(&env, work, concurrency).await;
+                println!(
+                    "| {:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {:.2} |",
+                    backend,
+                    run.throughput,
+                    run.p50.as_secs_f64() * 1000.0,
+                    run.p99.as_secs_f64() * 1000.0,
+                    run.failures,
+                    run.throughput / floor
+                );
+            }
+            println!(
+                "| {:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | 1.00 |",
+                backend,
+                cost.as_secs_f64() * 1e6
+            );
+            let check = env.server.app.audit.store().verify_chain().await.map_err(|e| e.to_string())?;
+            println!("| {:?} | chain | {} records verified, intact: {} | | | | |", backend, check.verified, check.first_broken.is_none());
+            env.finish().await;
+        }
+        Ok(())
+    })
+}
