@@ -1,6 +1,22 @@
 //! talos-sso, the client: logs a person in with single sign-on and writes a
 //! short-lived Talos client certificate into their talosconfig.
 //!
+//! - `cli`: the commands (`login`, `status`, `logout`, `exec`, `completions`).
+//! - `api`: wire types and a typed client for the server's API.
+//! - `login`: discovery, browser (PKCE) and device flows, refresh, token cache.
 //! - `key`: the per-certificate Ed25519 key and the CSR sent in its place.
+//! - `talosconfig`: read-modify-write that keeps what it does not know.
+//! - `state`: the client's own configuration (server, default cluster, logins).
+//! - `messages`: server error codes as sentences a person can act on.
+//! - `certinfo`: roles and expiry read back from a certificate.
+//! - `files`: locked, atomic, private file writes.
 
+pub mod api;
+pub mod certinfo;
+pub mod cli;
+pub mod files;
 pub mod key;
+pub mod login;
+pub mod messages;
+pub mod state;
+pub mod talosconfig;

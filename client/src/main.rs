@@ -1,12 +1,24 @@
-//! `talos-sso`: the command line. Only `--help` and `--version` exist so far.
+//! `talos-sso`: parse arguments, run the command, report errors plainly.
+
+use std::process::ExitCode;
 
 use clap::Parser;
+use talos_sso::cli::{self, Cli};
 
-/// Log in to Talos Linux clusters with single sign-on.
-#[derive(Debug, Parser)]
-#[command(name = "talos-sso", version)]
-struct Cli {}
-
-fn main() {
-    let _cli = Cli::parse();
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -11,6 +11,9 @@
 //! Tokens and CSRs are made before the clock starts: the client's key
 //! generation is not what is measured.
 
+// Measurement tooling: a broken setup should stop the run loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,14 +32,22 @@ struct Options {
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options { requests: 4000, concurrency: vec![1, 16, 64], stores: vec![Backend::Postgres, Backend::Sqlite] };
+    let mut options = Options {
+        requests: 4000,
+        concurrency: vec![1, 16, 64],
+        stores: vec![Backend::Postgres, Backend::Sqlite],
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--requests" => options.requests = value.parse().map_err(|_| "--requests takes a number")?,
             "--concurrency" => {
-                options.concurrency = value.split(',').map(|c| c.trim().parse()).collect::<Result<_, _>>().map_err(|_| "--concurrency takes numbers")?
+                options.concurrency = value
+                    .split(',')
+                    .map(|c| c.trim().parse())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| "--concurrency takes numbers")?
             }
             "--store" => {
                 options.stores = value
@@ -73,7 +84,10 @@ async fn prepare(env: &TestEnv, count: usize) -> Vec<(String, String)> {
     let users = ["bob@example.com", "carol@example.com"];
     (0..count)
         .map(|i| {
-            let token = env.emulator.token_for(users[i % 2], TokenKind::id()).expect("token");
+            let token = env
+                .emulator
+                .token_for(users[i % 2], TokenKind::id())
+                .expect("token");
             let csr = ClientKey::generate().and_then(|k| k.csr_pem()).expect("csr");
             (token, csr)
         })
@@ -82,7 +96,10 @@ async fn prepare(env: &TestEnv, count: usize) -> Vec<(String, String)> {
 
 async fn fire(env: &TestEnv, work: Vec<(String, String)>, concurrency: usize) -> Run {
     let url = format!("{}/v1/certificates", env.server.base_url);
-    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build().expect("client");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .expect("client");
     let queue = Arc::new(tokio::sync::Mutex::new(work.into_iter()));
     let started = Instant::now();
     let mut workers = Vec::new();
@@ -132,12 +149,16 @@ async fn fire(env: &TestEnv, work: Vec<(String, String)>, concurrency: usize) ->
 
 /// Token verify + CSR verify + sign, one core, no I/O: the floor.
 async fn crypto_cost(env: &TestEnv) -> Duration {
-    let jwks = reqwest::get(format!("{}/{}/discovery/v2.0/keys", env.emulator.base_url, talos_sso_tests::emulator::TENANT_ID))
-        .await
-        .expect("jwks")
-        .text()
-        .await
-        .expect("jwks text");
+    let jwks = reqwest::get(format!(
+        "{}/{}/discovery/v2.0/keys",
+        env.emulator.base_url,
+        talos_sso_tests::emulator::TENANT_ID
+    ))
+    .await
+    .expect("jwks")
+    .text()
+    .await
+    .expect("jwks text");
     let keys = KeySet::from_json(&jwks).expect("key set");
     let rules = talos_sso_server::app::token_rules(&env.server.app.config);
     let cluster = &env.server.app.clusters["prod"];
@@ -161,7 +182,11 @@ async fn crypto_cost(env: &TestEnv) -> Duration {
 
 fn main() -> Result<(), String> {
     let options = options()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         println!("loadgen: {} requests per level, {cores} cores, server and load generator in one process", options.requests);

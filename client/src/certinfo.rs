@@ -1,0 +1,51 @@
+//! What the client reads back from a certificate it holds: roles (the
+//! Subject Organization values, as Talos reads them), username (CN) and
+//! expiry.
+
+use der::{Decode, Tag, Tagged};
+use spki::ObjectIdentifier;
+use time::OffsetDateTime;
+
+const ORGANIZATION: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.10");
+const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafInfo {
+    pub roles: Vec<String>,
+    pub common_name: Option<String>,
+    pub not_after: OffsetDateTime,
+}
+
+/// The first certificate of a PEM chain.
+pub fn leaf_info(chain_pem: &str) -> Option<LeafInfo> {
+    let start = chain_pem.find("-----BEGIN CERTIFICATE-----")?;
+    let end_marker = "-----END CERTIFICATE-----";
+    let end = chain_pem[start..].find(end_marker)? + start + end_marker.len();
+    let (_, der) = der::pem::decode_vec(&chain_pem.as_bytes()[start..end]).ok()?;
+    let cert = x509_cert::Certificate::from_der(&der).ok()?;
+    let tbs = cert.tbs_certificate();
+    let strings = |oid: ObjectIdentifier| -> Vec<String> {
+        tbs.subject()
+            .iter()
+            .filter(|atv| atv.oid == oid)
+            .filter(|atv| {
+                matches!(
+                    atv.value.tag(),
+                    Tag::PrintableString | Tag::Utf8String | Tag::Ia5String
+                )
+            })
+            .filter_map(|atv| {
+                std::str::from_utf8(atv.value.value())
+                    .ok()
+                    .map(|s| s.trim().to_owned())
+            })
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let not_after = tbs.validity().not_after.to_unix_duration().as_secs();
+    Some(LeafInfo {
+        roles: strings(ORGANIZATION),
+        common_name: strings(COMMON_NAME).into_iter().next(),
+        not_after: OffsetDateTime::from_unix_timestamp(i64::try_from(not_after).ok()?).ok()?,
+    })
+}

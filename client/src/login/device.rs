@@ -1,0 +1,56 @@
+//! The device login (RFC 8628) for SSH sessions and headless machines: show
+//! the verification URL and code, then poll the token endpoint, honouring
+//! `authorization_pending` and `slow_down`, until the person signs in, the
+//! code expires, or the sign-in is declined.
+
+use std::time::Duration;
+
+use openidconnect::core::CoreDeviceAuthorizationResponse;
+
+use super::{LoginError, Provider, Tokens, error_chain, with_progress};
+
+pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
+    let endpoint = provider
+        .device_endpoint
+        .clone()
+        .ok_or(LoginError::NoDeviceEndpoint)?;
+    let client = provider.client.clone().set_device_authorization_url(endpoint);
+    let mut request = client.exchange_device_code();
+    for scope in provider.scopes() {
+        request = request.add_scope(scope);
+    }
+    let details: CoreDeviceAuthorizationResponse = request
+        .request_async(&provider.http)
+        .await
+        .map_err(|e| LoginError::Refused(error_chain(&e)))?;
+    eprintln!(
+        "To log in, open\n\n    {}\n\nand enter the code\n\n    {}\n",
+        details.verification_uri().as_str(),
+        details.user_code().secret()
+    );
+    let expires = details.expires_in();
+    let polling = client
+        .exchange_device_access_token(&details)
+        .map_err(|e| LoginError::Invalid(e.to_string()))?
+        .request_async(
+            &provider.http,
+            tokio::time::sleep,
+            Some(expires + Duration::from_secs(5)),
+        );
+    let response = with_progress(
+        "Waiting for the sign-in on that page (Ctrl-C to cancel).",
+        polling,
+    )
+    .await
+    .map_err(|e| {
+        let text = error_chain(&e);
+        if text.contains("expired") {
+            LoginError::DeviceExpired
+        } else if text.contains("authorization_declined") || text.contains("access_denied") {
+            LoginError::DeviceDeclined
+        } else {
+            LoginError::Refused(text)
+        }
+    })?;
+    provider.tokens_from(&response, None)
+}

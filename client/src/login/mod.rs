@@ -1,0 +1,238 @@
+//! Logging in with the identity provider: discovery, the browser flow
+//! (authorization code + PKCE on a loopback redirect), the device flow, and
+//! silent renewal with a cached refresh token.
+//!
+//! The ID token that comes back is verified here too (signature from the
+//! provider's keys, issuer, audience, expiry, and the nonce for the browser
+//! flow) before it is sent to the server, which verifies it again.
+
+pub mod browser;
+pub mod cache;
+pub mod device;
+
+use std::time::Duration;
+
+use openidconnect::core::{
+    CoreAuthDisplay, CoreClaimName, CoreClaimType, CoreClient, CoreClientAuthMethod, CoreGrantType,
+    CoreJsonWebKey, CoreJweContentEncryptionAlgorithm, CoreJweKeyManagementAlgorithm, CoreResponseMode,
+    CoreResponseType, CoreSubjectIdentifierType, CoreTokenResponse,
+};
+use openidconnect::{
+    AdditionalProviderMetadata, ClientId, DeviceAuthorizationUrl, EndpointMaybeSet, EndpointNotSet,
+    EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, ProviderMetadata, RefreshToken, TokenResponse,
+};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::api::ServerInfo;
+
+/// Entra (and RFC 8628 providers) announce the device endpoint in discovery.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct DeviceEndpoint {
+    #[serde(default)]
+    pub device_authorization_endpoint: Option<DeviceAuthorizationUrl>,
+}
+impl AdditionalProviderMetadata for DeviceEndpoint {}
+
+pub type Metadata = ProviderMetadata<
+    DeviceEndpoint,
+    CoreAuthDisplay,
+    CoreClientAuthMethod,
+    CoreClaimName,
+    CoreClaimType,
+    CoreGrantType,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJweKeyManagementAlgorithm,
+    CoreJsonWebKey,
+    CoreResponseMode,
+    CoreResponseType,
+    CoreSubjectIdentifierType,
+>;
+
+/// The client as discovery leaves it: auth URL set, token URL maybe.
+pub type Client = CoreClient<
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointMaybeSet,
+    EndpointMaybeSet,
+>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    #[error("cannot reach the identity provider {issuer}: {reason}")]
+    Discovery { issuer: String, reason: String },
+    #[error("the browser login did not finish within {0:?}; run `talos-sso login` again (or use --device)")]
+    Timeout(Duration),
+    #[error("the login was refused by the identity provider: {0}")]
+    Refused(String),
+    #[error("the identity provider's answer does not check out: {0}")]
+    Invalid(String),
+    #[error("the device code expired before the sign-in was completed; run `talos-sso login --device` again")]
+    DeviceExpired,
+    #[error("the sign-in was declined on the device login page")]
+    DeviceDeclined,
+    #[error("this identity provider offers no device login; use the browser login")]
+    NoDeviceEndpoint,
+    #[error("the loopback callback failed: {0}")]
+    Callback(String),
+}
+
+/// What a login yields.
+pub struct Tokens {
+    /// The ID token, sent to the server as the bearer token.
+    pub id_token: Zeroizing<String>,
+    pub refresh_token: Option<Zeroizing<String>>,
+    pub username: String,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A discovered provider.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub http: openidconnect::reqwest::Client,
+    pub client: Client,
+    pub device_endpoint: Option<DeviceAuthorizationUrl>,
+    pub scopes: Vec<String>,
+    pub issuer: String,
+    pub client_id: String,
+}
+
+impl Provider {
+    pub async fn discover(info: &ServerInfo) -> Result<Self, LoginError> {
+        let discovery_error = |reason: String| LoginError::Discovery {
+            issuer: info.issuer.clone(),
+            reason,
+        };
+        let http = openidconnect::reqwest::Client::builder()
+            // Following redirects from the provider would open the client to SSRF.
+            .redirect(openidconnect::reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(20))
+            .build()
+            .map_err(|e| discovery_error(e.to_string()))?;
+        let issuer = IssuerUrl::new(info.issuer.clone()).map_err(|e| discovery_error(e.to_string()))?;
+        let metadata = Metadata::discover_async(issuer, &http)
+            .await
+            .map_err(|e| discovery_error(error_chain(&e)))?;
+        let device_endpoint = metadata
+            .additional_metadata()
+            .device_authorization_endpoint
+            .clone();
+        let client =
+            CoreClient::from_provider_metadata(metadata, ClientId::new(info.client_id.clone()), None);
+        Ok(Self {
+            http,
+            client,
+            device_endpoint,
+            scopes: info.scopes.clone(),
+            issuer: info.issuer.clone(),
+            client_id: info.client_id.clone(),
+        })
+    }
+
+    /// Verify the ID token of a token response; `nonce` for the browser flow.
+    pub fn tokens_from(
+        &self,
+        response: &CoreTokenResponse,
+        nonce: Option<&Nonce>,
+    ) -> Result<Tokens, LoginError> {
+        let id_token = response
+            .id_token()
+            .ok_or_else(|| LoginError::Invalid("no ID token in the answer".into()))?;
+        let verifier = self.client.id_token_verifier();
+        let claims = match nonce {
+            Some(nonce) => id_token.claims(&verifier, nonce),
+            // Refresh and device-code ID tokens carry no nonce.
+            None => id_token.claims(&verifier, |_: Option<&Nonce>| Ok(())),
+        }
+        .map_err(|e| LoginError::Invalid(e.to_string()))?;
+        let username = claims
+            .preferred_username()
+            .map(|u| u.as_str().to_owned())
+            .or_else(|| claims.email().map(|e| e.as_str().to_owned()))
+            .unwrap_or_else(|| claims.subject().as_str().to_owned());
+        Ok(Tokens {
+            id_token: Zeroizing::new(id_token.to_string()),
+            refresh_token: response
+                .refresh_token()
+                .map(|r| Zeroizing::new(r.secret().clone())),
+            username,
+        })
+    }
+
+    /// A new ID token (and a rotated refresh token) without the browser.
+    pub async fn refresh(&self, refresh_token: &str) -> Result<Tokens, LoginError> {
+        let refresh = RefreshToken::new(refresh_token.to_owned());
+        let request = self
+            .client
+            .exchange_refresh_token(&refresh)
+            .map_err(|e| LoginError::Invalid(e.to_string()))?;
+        let response = request
+            .request_async(&self.http)
+            .await
+            .map_err(|e| LoginError::Refused(error_chain(&e)))?;
+        let mut tokens = self.tokens_from(&response, None)?;
+        // Providers that do not rotate keep the old refresh token valid.
+        if tokens.refresh_token.is_none() {
+            tokens.refresh_token = Some(Zeroizing::new(refresh_token.to_owned()));
+        }
+        Ok(tokens)
+    }
+
+    pub fn scopes(&self) -> impl Iterator<Item = openidconnect::Scope> + '_ {
+        self.scopes
+            .iter()
+            .filter(|s| *s != "openid")
+            .map(|s| openidconnect::Scope::new(s.clone()))
+    }
+}
+
+/// An error and its causes on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A small progress indicator on stderr while `future` runs: a spinner with
+/// the seconds waited on a terminal, nothing but the initial line otherwise.
+pub async fn with_progress<T>(message: &str, future: impl std::future::Future<Output = T>) -> T {
+    use std::io::{IsTerminal, Write};
+    eprintln!("{message}");
+    if !std::io::stderr().is_terminal() {
+        return future.await;
+    }
+    let frames = ['|', '/', '-', '\\'];
+    let started = std::time::Instant::now();
+    let mut ticker = tokio::time::interval(Duration::from_millis(250));
+    tokio::pin!(future);
+    let mut frame = 0;
+    let result = loop {
+        tokio::select! {
+            result = &mut future => break result,
+            _ = ticker.tick() => {
+                eprint!("\r{} waiting... {}s ", frames[frame % frames.len()], started.elapsed().as_secs());
+                let _ = std::io::stderr().flush();
+                frame += 1;
+            }
+        }
+    };
+    eprint!("\r\x1b[2K");
+    result
+}

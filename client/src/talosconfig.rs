@@ -1,0 +1,395 @@
+//! The talosconfig file: read, change one context, write back, keeping every
+//! other context and every field this client does not model (`auth`,
+//! `cluster`, `proxy-url`, keys from future Talos versions) unchanged in
+//! meaning.
+//!
+//! Writes are atomic (a temporary file in the same directory, fsync, rename,
+//! fsync of the directory), the file is mode 0600 and its directory 0700 when
+//! created, and every read-modify-write holds an exclusive lock on a sidecar
+//! `<file>.lock`, so parallel logins cannot lose each other's contexts. A file
+//! that does not parse is never overwritten.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::files::{self, FileLock};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TalosconfigError {
+    #[error(
+        "{path} is not a valid talosconfig ({reason}); it was left untouched: fix or move it, or use --talosconfig"
+    )]
+    Malformed { path: PathBuf, reason: String },
+    #[error("cannot {action} {path}: {reason}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("no home directory to put ~/.talos/config in; use --talosconfig or TALOSCONFIG")]
+    NoHome,
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> TalosconfigError {
+    let path = path.to_owned();
+    move |e| TalosconfigError::Io {
+        action,
+        path,
+        reason: e.to_string(),
+    }
+}
+
+/// `--talosconfig`, else `$TALOSCONFIG`, else `~/.talos/config`.
+pub fn resolve_path(explicit: Option<&Path>) -> Result<PathBuf, TalosconfigError> {
+    if let Some(path) = explicit {
+        return Ok(path.to_owned());
+    }
+    if let Some(path) = std::env::var_os("TALOSCONFIG").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    dirs::home_dir()
+        .map(|home| home.join(".talos").join("config"))
+        .ok_or(TalosconfigError::NoHome)
+}
+
+/// What a login writes into its context. PEM text; base64 is applied here.
+#[derive(Debug, Clone)]
+pub struct ContextEntry {
+    pub endpoints: Vec<String>,
+    pub nodes: Vec<String>,
+    pub ca_pem: String,
+    pub crt_pem: String,
+    pub key_pem: String,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub created_file: bool,
+    pub replaced_context: bool,
+    pub current_context: Option<String>,
+}
+
+fn lock(path: &Path) -> Result<FileLock, TalosconfigError> {
+    files::lock(path).map_err(io("lock", path))
+}
+
+fn ensure_directory(path: &Path) -> Result<(), TalosconfigError> {
+    files::ensure_parent(path).map_err(io("create the directory of", path))
+}
+
+/// Read and check the file; `None` when it does not exist.
+fn read(path: &Path) -> Result<Option<Mapping>, TalosconfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", path)(e)),
+    };
+    let malformed = |reason: String| TalosconfigError::Malformed {
+        path: path.to_owned(),
+        reason,
+    };
+    if text.trim().is_empty() {
+        return Ok(Some(Mapping::new()));
+    }
+    let value: Value = serde_yaml_ng::from_str(&text).map_err(|e| malformed(e.to_string()))?;
+    let Value::Mapping(root) = value else {
+        return Err(malformed("the top level is not a mapping".into()));
+    };
+    match root.get("contexts") {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(contexts)) => {
+            if let Some((name, _)) = contexts
+                .iter()
+                .find(|(_, v)| !matches!(v, Value::Mapping(_) | Value::Null))
+            {
+                return Err(malformed(format!("context {name:?} is not a mapping")));
+            }
+        }
+        Some(_) => return Err(malformed("`contexts` is not a mapping".into())),
+    }
+    if root
+        .get("context")
+        .is_some_and(|c| !matches!(c, Value::String(_) | Value::Null))
+    {
+        return Err(malformed("`context` is not a string".into()));
+    }
+    Ok(Some(root))
+}
+
+fn write(path: &Path, root: &Mapping) -> Result<(), TalosconfigError> {
+    let text = serde_yaml_ng::to_string(root).map_err(|e| TalosconfigError::Io {
+        action: "encode",
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    files::write_atomic(path, text.as_bytes()).map_err(io("write", path))
+}
+
+fn strings(items: &[String]) -> Value {
+    Value::Sequence(items.iter().map(|s| Value::String(s.clone())).collect())
+}
+
+/// Create or replace context `name`. Other contexts and unknown fields stay;
+/// inside our own context, fields we do not write (e.g. `proxy-url`) stay
+/// too. The current context changes only when `set_current` or when the file
+/// had none.
+pub fn upsert_context(
+    path: &Path,
+    name: &str,
+    entry: &ContextEntry,
+    set_current: bool,
+) -> Result<WriteOutcome, TalosconfigError> {
+    ensure_directory(path)?;
+    let _lock = lock(path)?;
+    let existing = read(path)?;
+    let created_file = existing.is_none();
+    let mut root = existing.unwrap_or_default();
+    let contexts = match root.get_mut("contexts") {
+        Some(Value::Mapping(map)) => map,
+        _ => {
+            root.insert("contexts".into(), Value::Mapping(Mapping::new()));
+            match root.get_mut("contexts") {
+                Some(Value::Mapping(map)) => map,
+                _ => {
+                    return Err(TalosconfigError::Malformed {
+                        path: path.to_owned(),
+                        reason: "contexts".into(),
+                    });
+                }
+            }
+        }
+    };
+    let replaced_context = contexts.contains_key(name);
+    let mut context = match contexts.remove(name) {
+        Some(Value::Mapping(map)) => map,
+        _ => Mapping::new(),
+    };
+    context.insert("endpoints".into(), strings(&entry.endpoints));
+    if entry.nodes.is_empty() {
+        context.remove("nodes");
+    } else {
+        context.insert("nodes".into(), strings(&entry.nodes));
+    }
+    context.insert("ca".into(), Value::String(STANDARD.encode(&entry.ca_pem)));
+    context.insert("crt".into(), Value::String(STANDARD.encode(&entry.crt_pem)));
+    context.insert("key".into(), Value::String(STANDARD.encode(&entry.key_pem)));
+    contexts.insert(name.into(), Value::Mapping(context));
+    let has_current = root
+        .get("context")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty());
+    if set_current || !has_current {
+        root.insert("context".into(), Value::String(name.to_owned()));
+    }
+    let current_context = root.get("context").and_then(Value::as_str).map(str::to_owned);
+    // `context` first, as talosctl writes it.
+    let mut ordered = Mapping::new();
+    if let Some(current) = root.remove("context") {
+        ordered.insert("context".into(), current);
+    }
+    ordered.extend(root);
+    write(path, &ordered)?;
+    Ok(WriteOutcome {
+        created_file,
+        replaced_context,
+        current_context,
+    })
+}
+
+/// Remove the named contexts (and nothing else). Returns those removed.
+pub fn remove_contexts(path: &Path, names: &[String]) -> Result<Vec<String>, TalosconfigError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let _lock = lock(path)?;
+    let Some(mut root) = read(path)? else {
+        return Ok(Vec::new());
+    };
+    let mut removed = Vec::new();
+    if let Some(Value::Mapping(contexts)) = root.get_mut("contexts") {
+        for name in names {
+            if contexts.remove(name.as_str()).is_some() {
+                removed.push(name.clone());
+            }
+        }
+    }
+    if removed.is_empty() {
+        return Ok(removed);
+    }
+    if root
+        .get("context")
+        .and_then(Value::as_str)
+        .is_some_and(|c| removed.iter().any(|r| r == c))
+    {
+        root.insert("context".into(), Value::String(String::new()));
+    }
+    write(path, &root)?;
+    Ok(removed)
+}
+
+/// A context's certificate chain and key (PEM), if present.
+#[derive(Debug, Clone)]
+pub struct StoredContext {
+    pub crt_pem: String,
+    pub key_pem: String,
+    pub endpoints: Vec<String>,
+}
+
+pub fn read_context(path: &Path, name: &str) -> Result<Option<StoredContext>, TalosconfigError> {
+    let Some(root) = read(path)? else { return Ok(None) };
+    let Some(Value::Mapping(context)) = root.get("contexts").and_then(|c| c.get(name)) else {
+        return Ok(None);
+    };
+    let decode = |field: &str| {
+        context
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|b| STANDARD.decode(b).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+    };
+    let (Some(crt_pem), Some(key_pem)) = (decode("crt"), decode("key")) else {
+        return Ok(None);
+    };
+    let endpoints = context
+        .get("endpoints")
+        .and_then(Value::as_sequence)
+        .map(|s| s.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    Ok(Some(StoredContext {
+        crt_pem,
+        key_pem,
+        endpoints,
+    }))
+}
+
+/// Write a talosconfig holding only `name` as current (for `exec`).
+pub fn write_single_context(source: &Path, name: &str, destination: &Path) -> Result<(), TalosconfigError> {
+    let root = read(source)?.unwrap_or_default();
+    let Some(context) = root.get("contexts").and_then(|c| c.get(name)).cloned() else {
+        return Err(TalosconfigError::Malformed {
+            path: source.to_owned(),
+            reason: format!("no context `{name}`"),
+        });
+    };
+    let mut single = Mapping::new();
+    single.insert("context".into(), Value::String(name.to_owned()));
+    let mut contexts = Mapping::new();
+    contexts.insert(name.into(), context);
+    single.insert("contexts".into(), Value::Mapping(contexts));
+    write(destination, &single)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(tag: &str) -> ContextEntry {
+        ContextEntry {
+            endpoints: vec!["10.0.0.1".into()],
+            nodes: vec![],
+            ca_pem: format!("ca-{tag}"),
+            crt_pem: format!("crt-{tag}"),
+            key_pem: format!("key-{tag}"),
+        }
+    }
+
+    #[test]
+    fn unknown_fields_and_other_contexts_survive() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(
+            &path,
+            "context: other\ncontexts:\n  other:\n    endpoints: [1.2.3.4]\n    auth: {siderov1: {identity: a@b}}\n    cluster: omni\n  prod:\n    endpoints: [old]\n    proxy-url: http://proxy:3128\nfuture-top-level: {x: 1}\n",
+        )
+        .unwrap();
+        let outcome = upsert_context(&path, "prod", &entry("new"), false).unwrap();
+        assert_eq!(
+            outcome,
+            WriteOutcome {
+                created_file: false,
+                replaced_context: true,
+                current_context: Some("other".into())
+            }
+        );
+        let value: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(value["context"], "other");
+        assert_eq!(value["contexts"]["other"]["auth"]["siderov1"]["identity"], "a@b");
+        assert_eq!(value["contexts"]["other"]["cluster"], "omni");
+        assert_eq!(value["contexts"]["prod"]["proxy-url"], "http://proxy:3128");
+        assert_eq!(value["contexts"]["prod"]["endpoints"][0], "10.0.0.1");
+        assert_eq!(value["future-top-level"]["x"], 1);
+        let stored = read_context(&path, "prod").unwrap().unwrap();
+        assert_eq!(
+            (stored.crt_pem.as_str(), stored.key_pem.as_str()),
+            ("crt-new", "key-new")
+        );
+    }
+
+    #[test]
+    fn a_new_file_is_private_and_current() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("talos").join("config");
+        let outcome = upsert_context(&path, "lab", &entry("x"), false).unwrap();
+        assert!(outcome.created_file);
+        assert_eq!(outcome.current_context.as_deref(), Some("lab"));
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(path.parent().unwrap())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+        // --set-current switches; otherwise the current context stays.
+        upsert_context(&path, "prod", &entry("y"), false).unwrap();
+        assert_eq!(
+            upsert_context(&path, "prod", &entry("y"), true)
+                .unwrap()
+                .current_context
+                .as_deref(),
+            Some("prod")
+        );
+    }
+
+    #[test]
+    fn malformed_files_are_never_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        for text in [
+            "contexts: [a, b]\n",
+            "{{{ not yaml",
+            "- a\n- b\n",
+            "context: [x]\ncontexts: {}\n",
+            "contexts:\n  a: 5\n",
+        ] {
+            let path = dir.path().join("config");
+            std::fs::write(&path, text).unwrap();
+            let error = upsert_context(&path, "prod", &entry("x"), false).unwrap_err();
+            assert!(
+                matches!(error, TalosconfigError::Malformed { .. }),
+                "{text}: {error}"
+            );
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn removing_contexts_leaves_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        upsert_context(&path, "a", &entry("a"), false).unwrap();
+        upsert_context(&path, "b", &entry("b"), false).unwrap();
+        assert_eq!(remove_contexts(&path, &["a".into(), "zz".into()]).unwrap(), ["a"]);
+        let value: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(value["contexts"].get("a").is_none() && value["contexts"].get("b").is_some());
+        assert_eq!(value["context"], "", "the removed context was current");
+    }
+}
