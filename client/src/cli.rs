@@ -149,6 +149,7 @@ fn pick_cluster<'a>(wanted: Option<&str>, info: &'a ServerInfo) -> anyhow::Resul
 /// else interactively (saying why).
 async fn obtain_tokens(provider: &Provider, server: &str, login: &LoginArgs) -> anyhow::Result<Tokens> {
     let key = cache::key(server, &provider.issuer, &provider.client_id);
+    let refresh_lock = cache::lock().context("locking the token cache")?;
     if let Some(refresh_token) = cache::get(&key) {
         match provider.refresh(&refresh_token).await {
             Ok(tokens) => {
@@ -162,6 +163,7 @@ async fn obtain_tokens(provider: &Provider, server: &str, login: &LoginArgs) -> 
             }
         }
     }
+    drop(refresh_lock);
     let tokens = if login.device {
         crate::login::device::login(provider).await?
     } else {

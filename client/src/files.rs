@@ -25,8 +25,15 @@ pub fn open_private(path: &Path, truncate: bool) -> std::io::Result<File> {
 
 /// Lock `<path>.lock` exclusively (blocking until it is free).
 pub fn lock(path: &Path) -> std::io::Result<FileLock> {
+    lock_sidecar(path, "lock")
+}
+
+/// Lock `<path>.<suffix>` exclusively: a second, independent lock on the
+/// same file (held across a slow operation without blocking plain updates).
+pub fn lock_sidecar(path: &Path, suffix: &str) -> std::io::Result<FileLock> {
     let mut name = path.as_os_str().to_owned();
-    name.push(".lock");
+    name.push(".");
+    name.push(suffix);
     let file = open_private(&PathBuf::from(name), false)?;
     file.lock()?;
     Ok(FileLock(file))

@@ -94,3 +94,106 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
     };
     format!("{message} (request id {request_id})")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn problem(code: &str, extra: Value) -> ApiError {
+        ApiError::Problem {
+            status: 403,
+            code: code.into(),
+            detail: format!("detail of {code}"),
+            request_id: "req-1".into(),
+            extra: extra.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn every_server_code_has_its_sentence() {
+        let cases = [
+            (
+                "no_matching_rule",
+                json!({"would_grant": ["group g1", "app role Talos.Reader"]}),
+                "ask for membership in one of: group g1, app role Talos.Reader",
+            ),
+            (
+                "role_not_permitted",
+                json!({"refused": ["os:admin"], "entitled": ["os:reader"]}),
+                "you may not have os:admin on cluster `prod`; you are entitled to: os:reader",
+            ),
+            (
+                "role_required",
+                json!({"entitled": ["os:admin"]}),
+                "run again with --role (you may have: os:admin)",
+            ),
+            (
+                "ttl_too_long",
+                json!({"max_ttl_seconds": 900}),
+                "at most 900 seconds",
+            ),
+            ("token_expired", json!({}), "your login has expired"),
+            ("token_replayed", json!({}), "already used"),
+            ("token_signature_invalid", json!({}), "does not accept this login"),
+            ("token_audience_invalid", json!({}), "does not accept this login"),
+            (
+                "token_tenant_not_allowed",
+                json!({}),
+                "organisation is not allowed",
+            ),
+            (
+                "groups_overage_unresolved",
+                json!({}),
+                "so many groups that they do not fit",
+            ),
+            ("identity_denied", json!({}), "blocked from new certificates"),
+            (
+                "cluster_unknown",
+                json!({"clusters": ["lab", "prod"]}),
+                "it has: lab, prod",
+            ),
+            ("audit_unavailable", json!({}), "audit database is down"),
+            (
+                "csr_invalid",
+                json!({"reason": "csr_malformed"}),
+                "refused the certificate request",
+            ),
+            (
+                "something_new",
+                json!({}),
+                "detail of something_new [something_new]",
+            ),
+        ];
+        for (code, extra, expected) in cases {
+            let message = explain(&problem(code, extra), "prod");
+            assert!(message.contains(expected), "{code}: {message}");
+            assert!(message.ends_with("(request id req-1)"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_clock_difference_is_named_in_minutes() {
+        let ahead = time::OffsetDateTime::now_utc() - time::Duration::minutes(7);
+        let server_time = ahead
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap();
+        let message = explain(
+            &problem("token_not_yet_valid", json!({"server_time": server_time})),
+            "prod",
+        );
+        assert!(
+            message.contains("the server clock and yours differ by 7 minutes (yours is ahead)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn transport_failures_say_where() {
+        let error = ApiError::Unreachable {
+            url: "https://sso.example".into(),
+            reason: "connection refused".into(),
+        };
+        assert!(explain(&error, "prod").contains("https://sso.example cannot be reached"));
+    }
+}

@@ -346,9 +346,16 @@ impl TestEnv {
 
     /// Start with the configuration text passed through `edit`.
     pub async fn start_with(backend: Backend, edit: impl FnOnce(String) -> String) -> Self {
-        let emulator = EmulatorHandle::start(EmulatorConfig::default())
-            .await
-            .expect("emulator");
+        Self::start_full(backend, EmulatorConfig::default(), edit).await
+    }
+
+    /// Start with an emulator configured as given.
+    pub async fn start_full(
+        backend: Backend,
+        emulator: EmulatorConfig,
+        edit: impl FnOnce(String) -> String,
+    ) -> Self {
+        let emulator = EmulatorHandle::start(emulator).await.expect("emulator");
         let work = Workdir::new();
         let (database, database_url) = match backend {
             Backend::Postgres => {

@@ -37,6 +37,14 @@ fn load(path: &std::path::Path) -> CacheFile {
         .unwrap_or_default()
 }
 
+/// Hold the cache's lock: a refresh done under it cannot race another
+/// process using (and, with rotating refresh tokens, spending) the same token.
+pub fn lock() -> std::io::Result<Option<files::FileLock>> {
+    let Some(path) = path() else { return Ok(None) };
+    files::ensure_parent(&path)?;
+    files::lock_sidecar(&path, "refresh").map(Some)
+}
+
 fn update(change: impl FnOnce(&mut CacheFile)) -> std::io::Result<()> {
     let Some(path) = path() else { return Ok(()) };
     files::ensure_parent(&path)?;

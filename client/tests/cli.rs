@@ -1,0 +1,453 @@
+//! The real `talos-sso` binary against a real server and the Entra emulator:
+//! browser and device logins, silent refresh, talosconfig merging and
+//! locking, status, exec, logout, and the messages people read.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_yaml_ng::Value;
+use talos_sso_tests::emulator::EmulatorConfig;
+use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_tests::talos_checker;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
+
+/// A person's machine: its own HOME, config and cache directories.
+struct Machine {
+    home: tempfile::TempDir,
+}
+
+impl Machine {
+    fn new() -> Self {
+        Self {
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn talosconfig(&self) -> PathBuf {
+        self.home.path().join(".talos").join("config")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BINARY);
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path().join(".config"))
+            .env("XDG_CACHE_HOME", self.home.path().join(".cache"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+
+    async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let output = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .unwrap()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+/// Read the child's stderr until a line satisfies `pick`; return its value,
+/// the lines so far, and a task collecting the rest of stderr.
+async fn wait_for_line(
+    child: &mut Child,
+    pick: impl Fn(&str) -> Option<String>,
+) -> (String, Vec<String>, tokio::task::JoinHandle<String>) {
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line.clone());
+            if let Some(value) = pick(&line) {
+                return value;
+            }
+        }
+        panic!("stderr ended without the expected line: {seen:?}");
+    })
+    .await
+    .expect("the CLI printed what was expected in time");
+    let rest = tokio::spawn(async move {
+        let mut rest = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        rest
+    });
+    (found, seen, rest)
+}
+
+async fn finish(child: Child) -> (i32, String) {
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+/// A browser login: the "browser" follows the printed URL; the emulator
+/// signs `user` in automatically and redirects to the CLI's loopback.
+async fn browser_login(env: &TestEnv, machine: &Machine, user: &str, extra: &[&str]) -> (i32, String) {
+    env.emulator.set_auto_login(Some(user));
+    let mut args = vec!["login", "--server", &env.server.base_url, "--no-browser"];
+    args.extend_from_slice(extra);
+    let mut child = machine.command(&args).spawn().unwrap();
+    let (url, _, _) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    let page = reqwest::get(&url).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("You may close this tab"));
+    finish(child).await
+}
+
+fn context_fields(path: &Path, context: &str) -> (String, String, String) {
+    let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let field = |name: &str| {
+        let encoded = yaml["contexts"][context][name]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {name} in {context}"));
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(encoded).unwrap()).unwrap()
+    };
+    (field("ca"), field("crt"), field("key"))
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_login_then_silent_refresh_write_a_talosconfig_talos_accepts() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("Logged in to prod as bob@example.com with os:operator"),
+        "{out}"
+    );
+    let path = machine.talosconfig();
+    assert_eq!((mode(&path), mode(path.parent().unwrap())), (0o600, 0o700));
+    let (ca, crt, key) = context_fields(&path, "prod");
+    assert_eq!(
+        talos_checker::handshake(&ca, &crt, &key).unwrap().roles,
+        ["os:operator"]
+    );
+    assert!(key.starts_with("-----BEGIN ED25519 PRIVATE KEY-----"));
+    let cache = machine.home.path().join(".cache/talos-sso/tokens.json");
+    assert_eq!(mode(&cache), 0o600);
+
+    // Again, with no --server and no browser: the server is remembered and
+    // the cached refresh token gives a fresh token (the server refuses replays).
+    env.emulator.set_auto_login(None);
+    let (code, out, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("http"), "no browser URL the second time: {err}");
+    let (_, crt2, key2) = context_fields(&path, "prod");
+    assert_ne!(
+        (crt, key),
+        (crt2.clone(), key2.clone()),
+        "a new key and certificate each time"
+    );
+    assert_eq!(
+        talos_checker::handshake(&ca, &crt2, &key2).unwrap().roles,
+        ["os:operator"]
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_login_works_headless() {
+    let env = TestEnv::start_full(
+        Backend::Sqlite,
+        EmulatorConfig {
+            device_interval: 1,
+            ..Default::default()
+        },
+        |y| y,
+    )
+    .await;
+    let machine = Machine::new();
+    let mut child = machine
+        .command(&["login", "--server", &env.server.base_url, "--device"])
+        .spawn()
+        .unwrap();
+    let (code_line, seen, _) = wait_for_line(&mut child, |line| {
+        let t = line.trim();
+        (t.len() == 9 && t.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
+            .then(|| t.to_owned())
+    })
+    .await;
+    assert!(seen.iter().any(|l| l.contains("/devicelogin")), "{seen:?}");
+    assert!(env.emulator.approve_device(&code_line, "carol@example.com"));
+    let (code, out) = finish(child).await;
+    assert_eq!(code, 0, "{out}");
+    let (ca, crt, key) = context_fields(&machine.talosconfig(), "prod");
+    assert_eq!(
+        talos_checker::handshake(&ca, &crt, &key).unwrap().roles,
+        ["os:reader"]
+    );
+
+    // Declined on the device page: a clear message, nothing written.
+    let other = Machine::new();
+    let mut child = other
+        .command(&["login", "--server", &env.server.base_url, "--device"])
+        .spawn()
+        .unwrap();
+    let (code_line, _, _) = wait_for_line(&mut child, |line| {
+        let t = line.trim();
+        (t.len() == 9 && t.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
+            .then(|| t.to_owned())
+    })
+    .await;
+    assert!(env.emulator.decline_device(&code_line));
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!other.talosconfig().exists());
+    env.finish().await;
+}
+
+const EXTRA_CONTEXTS: &str = r#"
+  omni:
+    endpoints: [https://omni.example.com]
+    auth:
+      siderov1:
+        identity: alice@example.com
+    cluster: omni-prod
+  proxied:
+    endpoints: [10.5.0.2]
+    proxy-url: http://proxy.internal:3128
+    some-future-key: {nested: [1, 2, 3]}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_keeps_every_other_context_and_field_and_refuses_malformed_files() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let path = machine.home.path().join("custom-talosconfig");
+    let fixture = std::fs::read_to_string(talos_sso_tests::material::fixture(
+        "talos/talosconfig-2021-admin.yaml",
+    ))
+    .unwrap();
+    // The 2021 talosconfig, plus contexts and fields this client does not model.
+    let mut before: Value = serde_yaml_ng::from_str(&fixture).unwrap();
+    let extra: Value = serde_yaml_ng::from_str(&format!("contexts:{EXTRA_CONTEXTS}")).unwrap();
+    for (name, context) in extra["contexts"].as_mapping().unwrap() {
+        before["contexts"]
+            .as_mapping_mut()
+            .unwrap()
+            .insert(name.clone(), context.clone());
+    }
+    before
+        .as_mapping_mut()
+        .unwrap()
+        .insert("top-level-unknown".into(), "keep-me".into());
+    let original = serde_yaml_ng::to_string(&before).unwrap();
+    std::fs::write(&path, &original).unwrap();
+
+    let (code, out) = browser_login(
+        &env,
+        &machine,
+        "bob@example.com",
+        &["--talosconfig", path.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    let after: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for context in ["no-roles", "omni", "proxied"] {
+        assert_eq!(
+            after["contexts"][context], before["contexts"][context],
+            "context {context} unchanged in meaning"
+        );
+    }
+    assert_eq!(after["top-level-unknown"], "keep-me");
+    assert_eq!(
+        after["context"], before["context"],
+        "the current context is not switched"
+    );
+    assert!(after["contexts"].get("prod").is_some());
+    assert_eq!(mode(&path), 0o600);
+
+    // --set-current switches it.
+    let (code, _, err) = machine
+        .run(&["login", "--talosconfig", path.to_str().unwrap(), "--set-current"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let after: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(after["context"], "prod");
+
+    // A malformed file: an error that says so, and the file byte for byte as it was.
+    let broken = "context: prod\ncontexts:\n  prod: [this, is, not, a, context]\n";
+    std::fs::write(&path, broken).unwrap();
+    let (code, _, err) = machine
+        .run(&["login", "--talosconfig", path.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("is not a valid talosconfig"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), broken);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_logins_on_one_file_keep_both_contexts() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    let path = machine.talosconfig();
+    for round in 0..3 {
+        let names: Vec<String> = (0..4).map(|i| format!("ctx-{round}-{i}")).collect();
+        let children: Vec<_> = names
+            .iter()
+            .map(|name| machine.command(&["login", "--context", name]).spawn().unwrap())
+            .collect();
+        for child in children {
+            let output = child.wait_with_output().await.unwrap();
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for name in &names {
+            let (ca, crt, key) = context_fields(&path, name);
+            assert!(yaml["contexts"].get(name.as_str()).is_some());
+            talos_checker::handshake(&ca, &crt, &key).unwrap();
+        }
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exec_and_logout() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let path = machine.talosconfig();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, format!("context: omni\ncontexts:{EXTRA_CONTEXTS}")).unwrap();
+    // A 30-second certificate: less than the minute `exec` wants.
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &["--ttl", "30s"]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+
+    let (_, status, _) = machine.run(&["status"]).await;
+    assert!(
+        status.contains("prod: logged in as bob@example.com with [os:operator]"),
+        "{status}"
+    );
+    let (_, json, _) = machine.run(&["status", "--output", "json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json[0]["roles"], serde_json::json!(["os:operator"]));
+    assert!(json[0]["seconds_left"].as_i64().unwrap() <= 30);
+    let (_, crt_before, _) = context_fields(&path, "prod");
+
+    // exec renews (silently) and runs the command with TALOSCONFIG set.
+    let (code, out, err) = machine
+        .run(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "grep -c 'context: prod' \"$TALOSCONFIG\"; exit 7",
+        ])
+        .await;
+    assert_eq!(code, 7, "exit code passed through: {err}");
+    assert_eq!(
+        out.trim(),
+        "1",
+        "the command saw a talosconfig with the prod context current"
+    );
+    let (_, crt_after, _) = context_fields(&path, "prod");
+    assert_ne!(crt_before, crt_after, "the certificate was renewed");
+    let (_, json, _) = machine.run(&["status", "--output", "json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(json[0]["seconds_left"].as_i64().unwrap() > 60);
+    // Fresh enough now: no renewal.
+    let (code, _, _) = machine.run(&["exec", "--", "true"]).await;
+    assert_eq!(code, 0);
+    let (_, crt_again, _) = context_fields(&path, "prod");
+    assert_eq!(crt_after, crt_again);
+
+    // logout removes our context and the cached token, nothing else.
+    let (code, out, _) = machine.run(&["logout"]).await;
+    assert_eq!(code, 0, "{out}");
+    let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(yaml["contexts"].get("prod").is_none());
+    assert!(yaml["contexts"].get("omni").is_some() && yaml["contexts"].get("proxied").is_some());
+    assert_eq!(yaml["context"], "omni");
+    let cache = std::fs::read_to_string(machine.home.path().join(".cache/talos-sso/tokens.json")).unwrap();
+    assert!(!cache.contains("refresh_token"), "{cache}");
+    let (_, status, _) = machine.run(&["status"]).await;
+    assert!(status.contains("Not logged in"), "{status}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_refusals_become_sentences() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    env.emulator.set_auto_login(Some("dave@example.com"));
+    let mut child = machine
+        .command(&["login", "--server", &env.server.base_url, "--no-browser"])
+        .spawn()
+        .unwrap();
+    let (url, _, rest) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    reqwest::get(&url).await.unwrap();
+    let output = child.wait_with_output().await.unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let err = rest.await.unwrap();
+    assert!(
+        err.contains("you are in none of the groups that grant a role on cluster `prod`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a01"),
+        "names the groups that would help: {err}"
+    );
+
+    // An unknown server.
+    let (code, _, err) = machine.run(&["login", "--server", "http://127.0.0.1:9"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot be reached"), "{err}");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn completions_for_each_shell() {
+    let machine = Machine::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, _) = machine.run(&["completions", shell]).await;
+        assert_eq!(code, 0);
+        assert!(out.contains("talos-sso") && out.contains("login"), "{shell}");
+    }
+}
