@@ -451,3 +451,44 @@ async fn completions_for_each_shell() {
         assert!(out.contains("talos-sso") && out.contains("login"), "{shell}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_refresh_falls_back_to_the_browser_and_says_why() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    // The provider no longer knows the cached refresh token (revoked).
+    let cache = machine.home.path().join(".cache/talos-sso/tokens.json");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for entry in json["entries"].as_object_mut().unwrap().values_mut() {
+        entry["refresh_token"] = serde_json::json!("revoked-by-an-administrator");
+    }
+    std::fs::write(&cache, json.to_string()).unwrap();
+
+    env.emulator.set_auto_login(Some("bob@example.com"));
+    let mut child = machine.command(&["login", "--no-browser"]).spawn().unwrap();
+    let (url, seen, _) =
+        wait_for_line(&mut child, |line| line.trim().starts_with("http").then(|| line.trim().to_owned())).await;
+    assert!(
+        seen.iter().any(|l| l.contains("Your saved login could not be renewed") && l.contains("logging in again")),
+        "{seen:?}"
+    );
+    reqwest::get(&url).await.unwrap();
+    let (code, out) = finish(child).await;
+    assert_eq!(code, 0, "{out}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_browser_login_times_out_clearly() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let (code, _, err) = machine.run(&["login", "--server", &env.server.base_url, "--no-browser", "--timeout", "1s"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("did not finish within 1s"), "{err}");
+    assert!(err.contains("--device"), "suggests the alternative: {err}");
+    assert!(!machine.talosconfig().exists());
+    env.finish().await;
+}
