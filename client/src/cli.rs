@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 
 use crate::api::{ApiClient, CertificateRequest, ClusterInfo, ServerInfo};
 use crate::key::ClientKey;
-use crate::login::browser::BrowserOptions;
+use crate::login::browser::{BrowserOptions, Opener, system_opener};
 use crate::login::{Provider, Tokens, cache};
 use crate::state::{self, LoginRecord};
 use crate::talosconfig::{self, ContextEntry};
@@ -147,7 +147,12 @@ fn pick_cluster<'a>(wanted: Option<&str>, info: &'a ServerInfo) -> anyhow::Resul
 
 /// A fresh ID token: silently with the cached refresh token when possible,
 /// else interactively (saying why).
-async fn obtain_tokens(provider: &Provider, server: &str, login: &LoginArgs) -> anyhow::Result<Tokens> {
+async fn obtain_tokens(
+    provider: &Provider,
+    server: &str,
+    login: &LoginArgs,
+    opener: Option<Opener>,
+) -> anyhow::Result<Tokens> {
     let key = cache::key(server, &provider.issuer, &provider.client_id);
     let refresh_lock = cache::lock().context("locking the token cache")?;
     if let Some(refresh_token) = cache::get(&key) {
@@ -167,9 +172,10 @@ async fn obtain_tokens(provider: &Provider, server: &str, login: &LoginArgs) -> 
     let tokens = if login.device {
         crate::login::device::login(provider).await?
     } else {
+        let opener = if login.no_browser { None } else { opener };
         let options = BrowserOptions {
             callback_port: login.callback_port,
-            open_browser: !login.no_browser,
+            opener,
             timeout: login.timeout,
         };
         crate::login::browser::login(provider, &options).await?
@@ -194,6 +200,15 @@ fn human_duration(seconds: i64) -> String {
 
 /// Log in and write the certificate; returns what was recorded.
 pub async fn login(args: &LoginArgs, out: &mut dyn Write) -> anyhow::Result<LoginRecord> {
+    login_with(args, Some(system_opener()), out).await
+}
+
+/// [`login`] with a chosen way of opening the browser login URL.
+pub async fn login_with(
+    args: &LoginArgs,
+    opener: Option<Opener>,
+    out: &mut dyn Write,
+) -> anyhow::Result<LoginRecord> {
     let saved = state::load();
     let server = args.server.clone().or(saved.server.clone()).ok_or_else(|| {
         anyhow!("no server yet: run `talos-sso login --server https://talos-sso.example.com` once")
@@ -208,7 +223,7 @@ pub async fn login(args: &LoginArgs, out: &mut dyn Write) -> anyhow::Result<Logi
         &info,
     )?;
     let provider = Provider::discover(&info).await?;
-    let tokens = obtain_tokens(&provider, &server, args).await?;
+    let tokens = obtain_tokens(&provider, &server, args, opener).await?;
 
     let key = ClientKey::generate()?;
     let csr = key.csr_pem()?;

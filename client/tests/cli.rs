@@ -469,10 +469,13 @@ async fn a_failed_refresh_falls_back_to_the_browser_and_says_why() {
 
     env.emulator.set_auto_login(Some("bob@example.com"));
     let mut child = machine.command(&["login", "--no-browser"]).spawn().unwrap();
-    let (url, seen, _) =
-        wait_for_line(&mut child, |line| line.trim().starts_with("http").then(|| line.trim().to_owned())).await;
+    let (url, seen, _) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
     assert!(
-        seen.iter().any(|l| l.contains("Your saved login could not be renewed") && l.contains("logging in again")),
+        seen.iter()
+            .any(|l| l.contains("Your saved login could not be renewed") && l.contains("logging in again")),
         "{seen:?}"
     );
     reqwest::get(&url).await.unwrap();
@@ -485,10 +488,44 @@ async fn a_failed_refresh_falls_back_to_the_browser_and_says_why() {
 async fn an_abandoned_browser_login_times_out_clearly() {
     let env = TestEnv::start(Backend::Sqlite).await;
     let machine = Machine::new();
-    let (code, _, err) = machine.run(&["login", "--server", &env.server.base_url, "--no-browser", "--timeout", "1s"]).await;
+    let (code, _, err) = machine
+        .run(&[
+            "login",
+            "--server",
+            &env.server.base_url,
+            "--no-browser",
+            "--timeout",
+            "1s",
+        ])
+        .await;
     assert_eq!(code, 1);
     assert!(err.contains("did not finish within 1s"), "{err}");
     assert!(err.contains("--device"), "suggests the alternative: {err}");
     assert!(!machine.talosconfig().exists());
     env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_produces_a_talosconfig_and_an_audit_record() {
+    let scratch = tempfile::tempdir().unwrap();
+    let options = talos_sso_tests::quickstart::QuickstartOptions {
+        dir: scratch.path().join("quickstart"),
+        client: PathBuf::from(BINARY),
+        emulator_port: 0,
+        server_port: 0,
+        once: true,
+    };
+    let result = talos_sso_tests::quickstart::run(options).await.unwrap();
+    assert_eq!(mode(&result.talosconfig), 0o600);
+    let (ca, crt, key) = context_fields(&result.talosconfig, "demo");
+    assert_eq!(
+        talos_checker::handshake(&ca, &crt, &key).unwrap().roles,
+        ["os:operator"]
+    );
+    let record = &result.audit_record;
+    assert_eq!(record["event"], "certificate.issued");
+    assert_eq!(record["username"], "bob@example.com");
+    assert_eq!(record["roles_granted"], serde_json::json!(["os:operator"]));
+    assert_eq!(record["cluster"], "demo");
+    assert_eq!(record["seq"], 1);
 }

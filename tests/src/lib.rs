@@ -5,6 +5,7 @@
 //! - `openssl`: a second opinion from the OpenSSL command line.
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
 //! - `harness`: a real server on a fresh database, with the emulator.
+//! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
 
 // The harness is test code: failing loudly on a broken fixture is the point.
@@ -14,4 +15,5 @@ pub mod emulator;
 pub mod harness;
 pub mod material;
 pub mod openssl;
+pub mod quickstart;
 pub mod talos_checker;

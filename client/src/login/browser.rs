@@ -17,14 +17,33 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::{LoginError, Provider, Tokens, error_chain, with_progress};
 
-#[derive(Debug, Clone)]
+/// Something that shows the login URL to a person: the desktop's browser,
+/// or (for the quick-start demo) an automated one.
+pub type Opener = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
+#[derive(Clone)]
 pub struct BrowserOptions {
     /// Fixed callback port (default: a free one).
     pub callback_port: Option<u16>,
-    /// Open the URL with the desktop's browser (`--no-browser` only prints it).
-    pub open_browser: bool,
+    /// Who opens the URL; `None` only prints it (`--no-browser`).
+    pub opener: Option<Opener>,
     /// How long to wait for the redirect.
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for BrowserOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrowserOptions")
+            .field("callback_port", &self.callback_port)
+            .field("opener", &self.opener.is_some())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Open URLs with `$BROWSER`, else `xdg-open` (`open` on macOS).
+pub fn system_opener() -> Opener {
+    std::sync::Arc::new(open_in_browser)
 }
 
 const CLOSE_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso</title>\
@@ -155,8 +174,8 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
     let (url, state, nonce) = request.url();
 
     eprintln!("Log in with your browser:\n\n    {url}\n");
-    if options.open_browser {
-        open_in_browser(url.as_str());
+    if let Some(open) = &options.opener {
+        open(url.as_str());
     }
     let waited = with_progress(
         "Waiting for the login to finish in the browser (Ctrl-C to cancel).",
