@@ -83,9 +83,29 @@ auditors: {{ groups: ["{GROUP_SECURITY}"] }}
     )
 }
 
-/// Run the demo login with the real CLI: read the login URL it prints and
-/// follow it like a browser would (the emulator signs `user` in).
-async fn demo_login(
+/// The `talos-sso` binary next to the running executable, built first (the
+/// quick start and the client benchmark drive the real CLI).
+pub fn client_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("no directory for the current executable")?;
+    let client = dir.join("talos-sso");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = std::process::Command::new(cargo);
+    build.args(["build", "--quiet", "-p", "talos-sso", "--bin", "talos-sso"]);
+    if dir.ends_with("release") {
+        build.arg("--release");
+    }
+    eprintln!("building the talos-sso CLI…");
+    let status = build.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() || !client.exists() {
+        return Err(format!("could not build {}", client.display()));
+    }
+    Ok(client)
+}
+
+/// Run a login with the real CLI: read the login URL it prints and follow it
+/// like a browser would (the emulator signs its auto-login user in).
+pub async fn demo_login(
     options: &QuickstartOptions,
     server_url: &str,
     talosconfig: &Path,

@@ -9,28 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use talos_sso_tests::quickstart::{QuickstartOptions, run};
-
-/// The `talos-sso` binary next to this one, built first if it is missing
-/// (the quick start drives the real CLI).
-fn client_binary() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = exe.parent().ok_or("no directory for the current executable")?;
-    let client = dir.join("talos-sso");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let release = dir.ends_with("release");
-    let mut build = std::process::Command::new(cargo);
-    build.args(["build", "--quiet", "-p", "talos-sso", "--bin", "talos-sso"]);
-    if release {
-        build.arg("--release");
-    }
-    eprintln!("building the talos-sso CLI…");
-    let status = build.status().map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() || !client.exists() {
-        return Err(format!("could not build {}", client.display()));
-    }
-    Ok(client)
-}
+use talos_sso_tests::quickstart::{QuickstartOptions, client_binary, run};
 
 fn main() -> ExitCode {
     let mut once = false;
