@@ -533,19 +533,11 @@ pub fn read_secret(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
         path: path.to_owned(),
         reason,
     };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path)
-            .map_err(|e| error(e.to_string()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            return Err(error(format!(
-                "readable by group or others (mode {:04o}); chmod 600 it",
-                mode & 0o7777
-            )));
-        }
+    if let Err(too_open) = crate::secret_file::check(path).map_err(|e| error(e.to_string()))? {
+        return Err(error(format!(
+            "readable by group or others (mode {:04o}); chmod 600 it",
+            too_open.mode
+        )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
     Ok(Zeroizing::new(text.trim_end_matches(['\n', '\r']).to_owned()))

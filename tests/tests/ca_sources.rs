@@ -263,19 +263,26 @@ fn expiry_edges_use_the_injected_clock() {
 #[test]
 fn readable_key_file_is_refused_unless_overridden() {
     let dir = tempfile::tempdir().unwrap();
-    for mode in [0o644, 0o640, 0o604] {
-        let path = write_file(
-            dir.path(),
-            "bundle.yaml",
-            &read_fixture("talos/secrets-bundle.yaml"),
-            mode,
-        );
+    let bundle = read_fixture("talos/secrets-bundle.yaml");
+    for mode in [0o644, 0o604, 0o660, 0o666] {
+        let path = write_file(dir.path(), "bundle.yaml", &bundle, mode);
         assert_eq!(
             code(load(&CaSource::SecretsBundle(path))),
             "ca_key_permissions",
             "mode {mode:o}"
         );
     }
+    // Readable by a group that is not the server's own: refused.
+    let foreign = write_file(dir.path(), "foreign-group.yaml", &bundle, 0o640);
+    std::os::unix::fs::chown(&foreign, None, Some(4242)).unwrap();
+    assert_eq!(
+        code(load(&CaSource::SecretsBundle(foreign))),
+        "ca_key_permissions"
+    );
+    // Kubernetes mounts Secrets root-owned, 0440, group = the pod's fsGroup
+    // (the server's own group): nobody else can read it, so it loads.
+    let mounted = write_file(dir.path(), "mounted.yaml", &bundle, 0o440);
+    assert_eq!(code(load(&CaSource::SecretsBundle(mounted))), "loaded");
     let path = write_file(
         dir.path(),
         "bundle.yaml",

@@ -559,29 +559,21 @@ fn decode_base64(value: &str, origin: &str, field: &'static str) -> Result<Strin
 
 /// The key file must not be readable by anyone but its owner.
 fn check_key_permissions(path: &Path, allow_insecure: bool) -> Result<Option<CaWarning>, CaError> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let meta = std::fs::metadata(path).map_err(|source| CaError::Read {
+    let verdict = crate::secret_file::check(path).map_err(|source| CaError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    match verdict {
+        Ok(()) => Ok(None),
+        Err(too_open) if allow_insecure => Ok(Some(CaWarning::InsecurePermissionsAllowed {
             path: path.to_owned(),
-            source,
-        })?;
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            if allow_insecure {
-                return Ok(Some(CaWarning::InsecurePermissionsAllowed {
-                    path: path.to_owned(),
-                    mode,
-                }));
-            }
-            return Err(CaError::InsecurePermissions {
-                path: path.to_owned(),
-                mode,
-            });
-        }
+            mode: too_open.mode,
+        })),
+        Err(too_open) => Err(CaError::InsecurePermissions {
+            path: path.to_owned(),
+            mode: too_open.mode,
+        }),
     }
-    let _ = (path, allow_insecure);
-    Ok(None)
 }
 
 /// Every CERTIFICATE block in `text`, parsed.

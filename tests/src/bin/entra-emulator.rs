@@ -1,19 +1,49 @@
-//! `entra-emulator`: run the Entra ID emulator on a fixed address, for the
-//! quick-start demo and for trying the CLI by hand.
+//! `entra-emulator`: run the Entra ID emulator, for the quick start, the
+//! compose stack and trying the CLI by hand.
+//!
+//! `entra-emulator [ADDRESS] [--public-url URL]` (default 127.0.0.1:8400);
+//! `EMULATOR_PUBLIC_URL` works too.
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use talos_sso_tests::emulator::{CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, TENANT_ID};
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> std::io::Result<()> {
-    let address: SocketAddr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:8400".into())
-        .parse()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("address: {e}")))?;
-    let emulator = EmulatorHandle::start_on(address, EmulatorConfig::default()).await?;
-    println!("Entra ID emulator on {}", emulator.base_url);
+async fn main() -> ExitCode {
+    let mut address = "127.0.0.1:8400".to_owned();
+    let mut public_url = std::env::var("EMULATOR_PUBLIC_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--public-url" => public_url = args.next(),
+            other => address = other.to_owned(),
+        }
+    }
+    let address: SocketAddr = match address.parse() {
+        Ok(address) => address,
+        Err(error) => {
+            eprintln!("error: address `{address}`: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let config = EmulatorConfig {
+        public_url,
+        ..Default::default()
+    };
+    let emulator = match EmulatorHandle::start_on(address, config).await {
+        Ok(emulator) => emulator,
+        Err(error) => {
+            eprintln!("error: cannot listen on {address}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "Entra ID emulator listening on {address}, reachable as {}",
+        emulator.base_url
+    );
     println!("  tenant    {TENANT_ID}");
     println!("  issuer    {}", emulator.issuer());
     println!("  client id {CLI_CLIENT_ID}");
@@ -25,6 +55,6 @@ async fn main() -> std::io::Result<()> {
             user.app_roles
         );
     }
-    tokio::signal::ctrl_c().await?;
-    Ok(())
+    let _ = tokio::signal::ctrl_c().await;
+    ExitCode::SUCCESS
 }

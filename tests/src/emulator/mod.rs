@@ -151,6 +151,9 @@ pub struct EmulatorConfig {
     /// 1 or 2: the version of access tokens for the server's API (Entra
     /// follows the API app's `accessTokenAcceptedVersion`).
     pub access_token_version: u8,
+    /// The URL clients use to reach the emulator, when it is not the address
+    /// it listens on (in a container: `http://localhost:8400`).
+    pub public_url: Option<String>,
 }
 
 impl Default for EmulatorConfig {
@@ -160,6 +163,7 @@ impl Default for EmulatorConfig {
             device_interval: 5,
             device_expires_in: Duration::from_secs(900),
             access_token_version: 2,
+            public_url: None,
         }
     }
 }
@@ -300,7 +304,11 @@ impl EmulatorHandle {
     pub async fn start_on(address: SocketAddr, config: EmulatorConfig) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(address).await?;
         let address = listener.local_addr()?;
-        let base_url = format!("http://{address}");
+        let base_url = config
+            .public_url
+            .clone()
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| format!("http://{address}"));
         let mut keys = load_keys();
         let spare_keys = keys.split_off(2);
         let state = Arc::new(Mutex::new(State {
