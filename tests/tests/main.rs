@@ -9,11 +9,13 @@
 //! - `server`: the server end to end over HTTP, on Postgres and on SQLite:
 //!   every field of the audit record, every denial, outages, tampering,
 //!   replicas, break-glass.
+//! - `deploy`: the deployment material checked against the code.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod ca_sources;
 mod client_key;
+mod deploy;
 mod identity;
 mod issuance;
 mod server;

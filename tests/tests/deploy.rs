@@ -1,0 +1,290 @@
+//! The deployment material checked against the code: YAML parses, every
+//! referenced file exists, ports and probe paths match what the server
+//! serves, configuration files load with the server's own parser, every
+//! `TALOS_SSO__*` variable names a real key, commands parse with the server's
+//! own command line.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde_yaml_ng::Value;
+use talos_sso_server::cli::Cli;
+use talos_sso_server::config::Config;
+use talos_sso_tests::harness::{Backend, TestEnv};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            yaml_files(&path, out);
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_yaml_file_parses() {
+    let mut files = vec![repo().join("docker-compose.yml")];
+    yaml_files(&repo().join("deploy"), &mut files);
+    assert!(files.len() >= 12, "{files:?}");
+    for file in files {
+        assert!(!documents(&file).is_empty(), "{}", file.display());
+    }
+}
+
+/// Apply the `TALOS_SSO__*` variables to a configuration file: unknown keys fail.
+fn load_with(config: &Path, env: Vec<(String, String)>) {
+    Config::load_with_env(config, env).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+}
+
+fn env_pairs(list: &[Value]) -> Vec<(String, String)> {
+    list.iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str().unwrap_or_default().to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn kustomize_base_and_overlay_hold_together() {
+    let base = repo().join("deploy/kubernetes/base");
+    let overlay = repo().join("deploy/kubernetes/overlays/example");
+    for dir in [&base, &overlay] {
+        let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
+        for resource in kustomization["resources"].as_sequence().unwrap() {
+            let path = dir.join(resource.as_str().unwrap());
+            assert!(path.exists(), "{} names {}", dir.display(), path.display());
+        }
+        for generator in kustomization["configMapGenerator"].as_sequence().unwrap() {
+            for file in generator["files"].as_sequence().unwrap() {
+                let config = dir.join(file.as_str().unwrap());
+                // The configuration the pods get loads with the server's parser.
+                Config::from_yaml(&std::fs::read_to_string(&config).unwrap()).unwrap();
+            }
+        }
+    }
+    let overlay_k = &documents(&overlay.join("kustomization.yaml"))[0];
+    let tag = overlay_k["images"][0]["newTag"].as_str().unwrap();
+    let pinned = tag
+        .strip_prefix('v')
+        .is_some_and(|v| v.split('.').count() == 3 && v.split('.').all(|p| p.parse::<u32>().is_ok()));
+    assert!(pinned, "the overlay pins a release tag, not `{tag}`");
+
+    let deployment = &documents(&base.join("deployment.yaml"))[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    // The container port is the one the configuration listens on.
+    let config = Config::from_yaml(&std::fs::read_to_string(base.join("config.yaml")).unwrap()).unwrap();
+    assert_eq!(
+        container["ports"][0]["containerPort"].as_u64(),
+        Some(u64::from(config.listen.port()))
+    );
+    let service = &documents(&base.join("service.yaml"))[0];
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"],
+        container["ports"][0]["name"]
+    );
+    assert_eq!(
+        documents(&base.join("poddisruptionbudget.yaml"))[0]["kind"],
+        "PodDisruptionBudget"
+    );
+    // Every mounted Secret or ConfigMap path the configuration uses is mounted.
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    let cluster = &config.clusters["prod"];
+    for file in [
+        cluster.ca.cert_file.clone().unwrap(),
+        config.tls.clone().unwrap().key_file,
+        config.database.password_file.clone().unwrap(),
+    ] {
+        assert!(
+            mounts.iter().any(|m| file.starts_with(m)),
+            "{} is not under a mount: {mounts:?}",
+            file.display()
+        );
+    }
+    // Environment variables name real configuration keys.
+    load_with(
+        &base.join("config.yaml"),
+        env_pairs(container["env"].as_sequence().unwrap()),
+    );
+    // The server's own command line accepts the arguments.
+    let args: Vec<String> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args)).unwrap();
+}
+
+#[tokio::test]
+async fn probe_paths_are_served() {
+    let deployment = &documents(&repo().join("deploy/kubernetes/base/deployment.yaml"))[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env = TestEnv::start(Backend::Sqlite).await;
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let path = container[probe]["httpGet"]["path"].as_str().unwrap();
+        let status = env
+            .http
+            .get(format!("{}{path}", env.server.base_url))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200, "{probe} {path}");
+    }
+    env.finish().await;
+}
+
+#[test]
+fn dockerfile_and_compose_match_the_code() {
+    let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).unwrap();
+    for stage in ["AS build", "AS emulator", "AS server"] {
+        assert!(dockerfile.contains(stage), "{stage}");
+    }
+    assert!(dockerfile.contains("--bin talos-sso-server") && dockerfile.contains("--bin entra-emulator"));
+    assert!(dockerfile.contains("USER 65532:65532"));
+    assert!(dockerfile.contains("EXPOSE 8443"));
+    for manifest in ["server/Cargo.toml", "tests/Cargo.toml"] {
+        assert!(repo().join(manifest).exists());
+    }
+    assert!(
+        std::fs::read_to_string(repo().join("tests/Cargo.toml"))
+            .unwrap()
+            .contains("name = \"entra-emulator\"")
+    );
+
+    let compose = &documents(&repo().join("docker-compose.yml"))[0];
+    let services = &compose["services"];
+    for name in ["postgres", "emulator", "server"] {
+        assert!(services.get(name).is_some(), "service {name}");
+    }
+    for name in ["emulator", "server"] {
+        let build = &services[name]["build"];
+        assert!(repo().join(build["dockerfile"].as_str().unwrap()).exists());
+        assert!(dockerfile.contains(&format!("AS {}", build["target"].as_str().unwrap())));
+        assert_eq!(services[name]["read_only"], true);
+    }
+    assert!(services["postgres"]["healthcheck"].get("test").is_some());
+    assert!(services["server"]["healthcheck"].get("test").is_some());
+    let config_file = repo().join(compose["configs"]["server_config"]["file"].as_str().unwrap());
+    let config = Config::from_yaml(&std::fs::read_to_string(&config_file).unwrap()).unwrap();
+    let ports: Vec<&str> = services["emulator"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p.ends_with(&format!(":{}", config.listen.port()))),
+        "{ports:?}"
+    );
+    assert!(config.identity.issuer.starts_with("http://localhost:8400/"));
+    assert!(ports.iter().any(|p| p.ends_with(":8400")));
+    // Secrets are files the operator makes, kept out of git.
+    for secret in compose["secrets"].as_mapping().unwrap().values() {
+        assert!(
+            secret["file"]
+                .as_str()
+                .unwrap()
+                .starts_with("deploy/compose/secrets/")
+        );
+    }
+    let ignore = std::fs::read_to_string(repo().join("deploy/compose/.gitignore")).unwrap();
+    assert!(ignore.contains("secrets/"));
+    let env: Vec<(String, String)> = services["server"]["environment"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.as_str().unwrap().to_owned()))
+        .collect();
+    load_with(&config_file, env);
+    let command: Vec<String> = services["server"]["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(command)).unwrap();
+}
+
+#[test]
+fn systemd_unit_and_talos_example_match_the_code() {
+    let unit = std::fs::read_to_string(repo().join("deploy/systemd/talos-sso-server.service")).unwrap();
+    for hardening in [
+        "DynamicUser=yes",
+        "ProtectSystem=strict",
+        "NoNewPrivileges=yes",
+        "StateDirectory=talos-sso",
+    ] {
+        assert!(unit.contains(hardening), "{hardening}");
+    }
+    for line in unit.lines().filter(|l| l.starts_with("ExecStart")) {
+        let command = line.split_once('=').unwrap().1;
+        let args: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(args[0], "/usr/local/bin/talos-sso-server");
+        Cli::try_parse_from(std::iter::once("talos-sso-server").chain(args[1..].iter().copied())).unwrap();
+    }
+    let systemd_config = repo().join("deploy/systemd/config.yaml");
+    let config = Config::from_yaml(&std::fs::read_to_string(&systemd_config).unwrap()).unwrap();
+    assert_eq!(
+        config.data_dir,
+        PathBuf::from("/var/lib/talos-sso"),
+        "the unit's StateDirectory"
+    );
+    // Credentials the configuration reads are the ones the unit loads.
+    for file in [
+        config.clusters["homelab"].ca.key_file.clone().unwrap(),
+        config.tls.clone().unwrap().key_file,
+    ] {
+        let name = file.file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(unit.contains(&format!("LoadCredential={name}:")), "{name}");
+    }
+    let env_line = unit.lines().find(|l| l.starts_with("Environment=")).unwrap();
+    let env: Vec<(String, String)> = env_line["Environment=".len()..]
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect();
+    load_with(&systemd_config, env);
+
+    let talos = documents(&repo().join("deploy/talos/extension-service.yaml"));
+    assert_eq!(talos[0]["kind"], "ExtensionServiceConfig");
+    let content = talos[0]["configFiles"][0]["content"].as_str().unwrap();
+    Config::from_yaml(content).unwrap();
+    let args: Vec<String> = talos[1]["container"]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args)).unwrap();
+    assert_eq!(talos[1]["container"]["security"]["writeableRootfs"], false);
+}
