@@ -234,7 +234,7 @@ pub async fn login_with(
         ttl_seconds: args.ttl.map(|t| t.as_secs().max(1)),
     };
     let issued = api
-        .request_certificate(&tokens.id_token, &request)
+        .request_certificate(&tokens.bearer, &request)
         .await
         .map_err(|e| anyhow!(crate::messages::explain(&e, &cluster.name)))?;
 

@@ -529,3 +529,28 @@ async fn the_quick_start_produces_a_talosconfig_and_an_audit_record() {
     assert_eq!(record["cluster"], "demo");
     assert_eq!(record["seq"], 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_scope_makes_the_cli_send_the_access_token() {
+    use talos_sso_tests::emulator::{CLI_CLIENT_ID, SERVER_APP_ID};
+    // The server accepts only access tokens for its own API (not ID tokens).
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        yaml.replace(
+            &format!(r#"audiences: ["{CLI_CLIENT_ID}", "{SERVER_APP_ID}", "api://{SERVER_APP_ID}"]"#),
+            &format!(
+                r#"audiences: ["{SERVER_APP_ID}"]
+  scopes: ["openid", "profile", "offline_access", "api://{SERVER_APP_ID}/talos.certificates"]"#
+            ),
+        )
+    })
+    .await;
+    assert_eq!(env.config().audiences(), [SERVER_APP_ID]);
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    // And silently again, with the refreshed access token.
+    env.emulator.set_auto_login(None);
+    let (code, _, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "{err}");
+    env.finish().await;
+}

@@ -79,10 +79,14 @@ pub enum LoginError {
     Callback(String),
 }
 
+/// The scopes of OpenID Connect itself; any other scope names an API.
+pub const OIDC_SCOPES: [&str; 5] = ["openid", "profile", "email", "offline_access", "phone"];
+
 /// What a login yields.
 pub struct Tokens {
-    /// The ID token, sent to the server as the bearer token.
-    pub id_token: Zeroizing<String>,
+    /// The token sent to the server: the access token when the server's
+    /// scopes name its API (`api://.../scope`), else the ID token.
+    pub bearer: Zeroizing<String>,
     pub refresh_token: Option<Zeroizing<String>>,
     pub username: String,
 }
@@ -159,8 +163,17 @@ impl Provider {
             .map(|u| u.as_str().to_owned())
             .or_else(|| claims.email().map(|e| e.as_str().to_owned()))
             .unwrap_or_else(|| claims.subject().as_str().to_owned());
+        let wants_api_token = self
+            .scopes
+            .iter()
+            .any(|scope| !OIDC_SCOPES.contains(&scope.as_str()));
+        let bearer = if wants_api_token {
+            response.access_token().secret().clone()
+        } else {
+            id_token.to_string()
+        };
         Ok(Tokens {
-            id_token: Zeroizing::new(id_token.to_string()),
+            bearer: Zeroizing::new(bearer),
             refresh_token: response
                 .refresh_token()
                 .map(|r| Zeroizing::new(r.secret().clone())),
