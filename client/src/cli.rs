@@ -520,3 +520,53 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(names: &[&str]) -> ServerInfo {
+        ServerInfo {
+            server_version: "0".into(),
+            api_version: 1,
+            issuer: "https://idp".into(),
+            discovery_url: None,
+            client_id: "cli".into(),
+            scopes: vec![],
+            clusters: names
+                .iter()
+                .map(|n| ClusterInfo {
+                    name: (*n).into(),
+                    description: String::new(),
+                    default_ttl_seconds: 300,
+                    max_ttl_seconds: 900,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_cluster_is_chosen_for_you_several_need_a_name() {
+        assert_eq!(pick_cluster(None, &info(&["prod"])).unwrap().name, "prod");
+        let several = info(&["lab", "prod"]);
+        let error = pick_cluster(None, &several).unwrap_err().to_string();
+        assert!(
+            error.contains("several clusters (lab, prod); choose one with --cluster"),
+            "{error}"
+        );
+        assert_eq!(pick_cluster(Some("lab"), &several).unwrap().name, "lab");
+        let error = pick_cluster(Some("staging"), &several).unwrap_err().to_string();
+        assert!(
+            error.contains("no cluster `staging`; it has: lab, prod"),
+            "{error}"
+        );
+        assert!(pick_cluster(None, &info(&[])).is_err());
+    }
+
+    #[test]
+    fn durations_read_like_a_person_would_say_them() {
+        assert_eq!(human_duration(299), "4m59s");
+        assert_eq!(human_duration(3725), "1h02m");
+        assert_eq!(human_duration(0), "expired");
+    }
+}

@@ -554,3 +554,33 @@ async fn an_api_scope_makes_the_cli_send_the_access_token() {
     assert_eq!(code, 0, "{err}");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn talosconfig_env_is_used_and_the_flag_wins_over_it() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let from_env = machine.home.path().join("from-env.yaml");
+    let from_flag = machine.home.path().join("from-flag.yaml");
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    let run_with_env = |args: &[&str]| {
+        let mut command = machine.command(args);
+        command.env("TALOSCONFIG", &from_env);
+        command.output()
+    };
+    let output = run_with_env(&["login"]).await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(from_env.exists());
+    let output = run_with_env(&["login", "--talosconfig", from_flag.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    assert!(from_flag.exists());
+    context_fields(&from_flag, "prod");
+    env.finish().await;
+}
