@@ -117,12 +117,7 @@ pub async fn run(
     record.cluster = Some(cluster.name.clone());
     record.username = Some(username.clone());
     record.roles_requested = request.roles.to_vec();
-    record.roles_granted = issued.roles.clone();
-    record.serial = Some(issued.serial_hex.clone());
-    record.certificate_sha256 = Some(issued.certificate_sha256.clone());
-    record.public_key_sha256 = Some(issued.public_key_sha256.clone());
-    record.not_before = Some(issued.not_before);
-    record.not_after = Some(issued.not_after);
+    record.set_certificate(&issued);
     record.details =
         json!({"operator": user, "host": host, "reason": reason, "ttl_seconds": request.ttl.as_secs()});
     let store = open_store(config, config.database.migrate_on_start.unwrap_or(true)).await?;

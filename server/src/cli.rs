@@ -157,22 +157,15 @@ pub struct CaSourceArgs {
 
 impl CaSourceArgs {
     pub fn source(&self) -> anyhow::Result<CaSource> {
-        match (
-            &self.cert_file,
-            &self.key_file,
-            &self.secrets_bundle,
-            &self.machine_config,
-        ) {
-            (Some(cert_file), Some(key_file), None, None) => Ok(CaSource::Files {
-                cert_file: cert_file.clone(),
-                key_file: key_file.clone(),
-            }),
-            (None, None, Some(bundle), None) => Ok(CaSource::SecretsBundle(bundle.clone())),
-            (None, None, None, Some(config)) => Ok(CaSource::MachineConfig(config.clone())),
-            _ => bail!(
-                "give exactly one CA source: --cert-file with --key-file, --secrets-bundle, or --machine-config"
-            ),
-        }
+        CaSource::from_parts(
+            self.cert_file.as_ref(),
+            self.key_file.as_ref(),
+            self.secrets_bundle.as_ref(),
+            self.machine_config.as_ref(),
+        )
+        .ok_or_else(|| {
+            anyhow::anyhow!("give exactly one CA source: --cert-file with --key-file, --secrets-bundle, or --machine-config")
+        })
     }
 
     pub fn options(&self) -> CaOptions {

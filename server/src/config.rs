@@ -231,22 +231,17 @@ pub struct CaConfig {
 
 impl CaConfig {
     pub fn source(&self) -> Result<CaSource, ConfigError> {
-        match (
-            &self.cert_file,
-            &self.key_file,
-            &self.secrets_bundle,
-            &self.machine_config,
-        ) {
-            (Some(cert_file), Some(key_file), None, None) => Ok(CaSource::Files {
-                cert_file: cert_file.clone(),
-                key_file: key_file.clone(),
-            }),
-            (None, None, Some(bundle), None) => Ok(CaSource::SecretsBundle(bundle.clone())),
-            (None, None, None, Some(config)) => Ok(CaSource::MachineConfig(config.clone())),
-            _ => Err(invalid(
+        CaSource::from_parts(
+            self.cert_file.as_ref(),
+            self.key_file.as_ref(),
+            self.secrets_bundle.as_ref(),
+            self.machine_config.as_ref(),
+        )
+        .ok_or_else(|| {
+            invalid(
                 "a cluster's `ca` needs exactly one of: cert_file + key_file, secrets_bundle, machine_config",
-            )),
-        }
+            )
+        })
     }
 }
 

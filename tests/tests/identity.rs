@@ -6,17 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openidconnect::core::{
-    CoreAuthDisplay, CoreClaimName, CoreClaimType, CoreClient, CoreClientAuthMethod,
-    CoreDeviceAuthorizationResponse, CoreGrantType, CoreJsonWebKey, CoreJweContentEncryptionAlgorithm,
-    CoreJweKeyManagementAlgorithm, CoreResponseMode, CoreResponseType, CoreSubjectIdentifierType,
-};
+use openidconnect::core::{CoreClient, CoreDeviceAuthorizationResponse, CoreResponseType};
 use openidconnect::{
-    AdditionalProviderMetadata, AuthenticationFlow, AuthorizationCode, ClientId, CsrfToken,
-    DeviceAuthorizationUrl, IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier,
-    ProviderMetadata, RedirectUrl, Scope, TokenResponse,
+    AuthenticationFlow, AuthorizationCode, ClientId, CsrfToken, IssuerUrl, Nonce, OAuth2TokenResponse,
+    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
 };
-use serde::{Deserialize, Serialize};
 use talos_sso_server::identity::authenticator::Authenticator;
 use talos_sso_server::identity::graph::{GraphClient, GraphSettings};
 use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
@@ -27,25 +21,8 @@ use talos_sso_tests::emulator::{
 };
 use time::OffsetDateTime;
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
-struct DeviceEndpoint {
-    device_authorization_endpoint: DeviceAuthorizationUrl,
-}
-impl AdditionalProviderMetadata for DeviceEndpoint {}
-type EntraMetadata = ProviderMetadata<
-    DeviceEndpoint,
-    CoreAuthDisplay,
-    CoreClientAuthMethod,
-    CoreClaimName,
-    CoreClaimType,
-    CoreGrantType,
-    CoreJweContentEncryptionAlgorithm,
-    CoreJweKeyManagementAlgorithm,
-    CoreJsonWebKey,
-    CoreResponseMode,
-    CoreResponseType,
-    CoreSubjectIdentifierType,
->;
+/// The CLI's own view of Entra's discovery document (with the device endpoint).
+type EntraMetadata = talos_sso::login::Metadata;
 
 fn http() -> openidconnect::reqwest::Client {
     openidconnect::reqwest::Client::builder()
@@ -161,7 +138,8 @@ async fn device_flow_with_openidconnect() {
     let device_url = metadata
         .additional_metadata()
         .device_authorization_endpoint
-        .clone();
+        .clone()
+        .expect("the emulator announces its device endpoint");
     let client = CoreClient::from_provider_metadata(metadata, ClientId::new(CLI_CLIENT_ID.into()), None)
         .set_device_authorization_url(device_url);
     let details: CoreDeviceAuthorizationResponse = client

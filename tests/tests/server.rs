@@ -61,6 +61,11 @@ async fn records(env: &TestEnv) -> Vec<StoredRecord> {
     env.server.app.audit.store().page(0, 10_000).await.unwrap()
 }
 
+async fn assert_chain_intact(env: &TestEnv) {
+    let check = env.server.app.audit.store().verify_chain().await.unwrap();
+    assert!(check.first_broken.is_none(), "{check:?}");
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
 }
@@ -398,17 +403,7 @@ async fn database_outage_answers_503_then_recovers_without_restart() {
         2,
         "nothing was recorded, or issued, while the database was down"
     );
-    assert!(
-        env.server
-            .app
-            .audit
-            .store()
-            .verify_chain()
-            .await
-            .unwrap()
-            .first_broken
-            .is_none()
-    );
+    assert_chain_intact(&env).await;
     env.finish().await;
 }
 
@@ -758,17 +753,7 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     assert!(last.details["operator"].is_string() && last.details["host"].is_string());
     assert_eq!(last.roles_granted, ["os:admin"]);
     assert!(last.username.as_deref().unwrap().starts_with("break-glass:"));
-    assert!(
-        env.server
-            .app
-            .audit
-            .store()
-            .verify_chain()
-            .await
-            .unwrap()
-            .first_broken
-            .is_none()
-    );
+    assert_chain_intact(&env).await;
     env.finish().await;
 }
 

@@ -121,6 +121,16 @@ impl AuditRecord {
         self
     }
 
+    /// Name the certificate this record is about.
+    pub fn set_certificate(&mut self, issued: &crate::certificate::IssuedCertificate) {
+        self.roles_granted = issued.roles.clone();
+        self.serial = Some(issued.serial_hex.clone());
+        self.certificate_sha256 = Some(issued.certificate_sha256.clone());
+        self.public_key_sha256 = Some(issued.public_key_sha256.clone());
+        self.not_before = Some(issued.not_before);
+        self.not_after = Some(issued.not_after);
+    }
+
     /// Normalise times to what the stores keep (microseconds).
     pub fn normalised(mut self) -> Self {
         self.occurred_at = truncate_to_micros(self.occurred_at);

@@ -49,6 +49,28 @@ pub enum CaSource {
     MachineConfig(PathBuf),
 }
 
+impl CaSource {
+    /// The one source named by the configuration keys (or command-line flags)
+    /// of a cluster's `ca`: `cert_file` + `key_file`, `secrets_bundle`, or
+    /// `machine_config`. `None` when there is not exactly one.
+    pub fn from_parts(
+        cert_file: Option<&PathBuf>,
+        key_file: Option<&PathBuf>,
+        secrets_bundle: Option<&PathBuf>,
+        machine_config: Option<&PathBuf>,
+    ) -> Option<Self> {
+        match (cert_file, key_file, secrets_bundle, machine_config) {
+            (Some(cert_file), Some(key_file), None, None) => Some(CaSource::Files {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            }),
+            (None, None, Some(bundle), None) => Some(CaSource::SecretsBundle(bundle.clone())),
+            (None, None, None, Some(config)) => Some(CaSource::MachineConfig(config.clone())),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for CaSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

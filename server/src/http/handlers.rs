@@ -340,12 +340,7 @@ pub async fn certificates(
 
     record.event = event::CERTIFICATE_ISSUED.into();
     record.outcome = outcome::SUCCESS.into();
-    record.roles_granted = issued.roles.clone();
-    record.serial = Some(issued.serial_hex.clone());
-    record.certificate_sha256 = Some(issued.certificate_sha256.clone());
-    record.public_key_sha256 = Some(issued.public_key_sha256.clone());
-    record.not_before = Some(issued.not_before);
-    record.not_after = Some(issued.not_after);
+    record.set_certificate(&issued);
     let claim = TokenClaim {
         token_id: token_id(&verified, token),
         expires_at: Some(verified.expires_at),
