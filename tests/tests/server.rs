@@ -817,7 +817,16 @@ async fn shutdown_lets_in_flight_requests_finish() {
             .status()
             .as_u16()
     });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Wait (bounded) until the request has reached Graph: it is in flight.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.emulator.counters().graph_member_objects == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        env.emulator.counters().graph_member_objects,
+        1,
+        "the request is in flight"
+    );
     let TestEnv {
         server,
         work: _work,

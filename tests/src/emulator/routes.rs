@@ -643,9 +643,10 @@ async fn graph_member_objects(
     Path(oid): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    // Counted on arrival, so a test can tell a request is in flight.
+    lock(&state).counters.graph_member_objects += 1;
     pause(&state).await;
-    let mut s = lock(&state);
-    s.counters.graph_member_objects += 1;
+    let s = lock(&state);
     if s.faults.graph_unavailable {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
