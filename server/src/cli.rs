@@ -211,21 +211,20 @@ async fn shutdown_signal() {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let tls = match (&config.tls, config.insecure_http) {
-        (Some(tls), _) => Some(
-            axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert_file, &tls.key_file)
-                .await
-                .with_context(|| {
-                    format!(
-                        "TLS certificate {} / key {}",
-                        tls.cert_file.display(),
-                        tls.key_file.display()
-                    )
-                })?,
-        ),
+    let (tls, tls_reloader) = match (&config.tls, config.insecure_http) {
+        (Some(tls), _) => {
+            let (rustls, reloader) = crate::http::tls_from_config(tls).await.with_context(|| {
+                format!(
+                    "TLS certificate {} / key {}",
+                    tls.cert_file.display(),
+                    tls.key_file.display()
+                )
+            })?;
+            (Some(rustls), Some(reloader))
+        }
         (None, true) => {
             tracing::warn!("serving plain HTTP (insecure_http): only behind a proxy that terminates TLS");
-            None
+            (None, None)
         }
         (None, false) => bail!("no TLS configured"),
     };
@@ -236,6 +235,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     crate::http::run(app, listener, tls, shutdown_signal()).await?;
     // Every request is done and every App handle dropped: the writer drains.
     background.key_refresher.abort();
+    if let Some(reloader) = tls_reloader {
+        reloader.abort();
+    }
     let _ = background.audit_writer.await;
     tracing::info!("stopped");
     Ok(())

@@ -110,6 +110,14 @@ fn default_data_dir() -> PathBuf {
 pub struct TlsConfig {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+    /// How often the files are checked for changes; changed files are
+    /// loaded without a restart (a failed load keeps the current ones).
+    #[serde(default = "default_tls_reload", deserialize_with = "duration")]
+    pub reload_interval: Duration,
+}
+
+fn default_tls_reload() -> Duration {
+    Duration::from_secs(30)
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

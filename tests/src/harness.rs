@@ -285,13 +285,14 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: Config) -> Self {
-        let tls = match &config.tls {
-            Some(tls) => Some(
-                axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert_file, &tls.key_file)
+        let (tls, tls_reloader) = match &config.tls {
+            Some(tls) => {
+                let (rustls, reloader) = talos_sso_server::http::tls_from_config(tls)
                     .await
-                    .expect("TLS files"),
-            ),
-            None => None,
+                    .expect("TLS files");
+                (Some(rustls), Some(reloader))
+            }
+            None => (None, None),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -307,6 +308,9 @@ impl TestServer {
             };
             let _ = talos_sso_server::http::run(served, listener, tls, shutdown).await;
             background.key_refresher.abort();
+            if let Some(reloader) = tls_reloader {
+                reloader.abort();
+            }
         });
         Self {
             base_url,

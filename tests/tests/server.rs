@@ -762,7 +762,7 @@ async fn serves_tls_from_the_configured_certificate() {
     let scratch = tempfile::tempdir().unwrap();
     let (ca_pem, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
     let tls = format!(
-        "tls: {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        "tls: {{ cert_file: \"{}\", key_file: \"{}\", reload_interval: 100ms }}",
         cert.display(),
         key.display()
     );
@@ -788,6 +788,39 @@ async fn serves_tls_from_the_configured_certificate() {
         .send()
         .await;
     assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
+    // A renewed certificate (from another CA) is picked up without a restart.
+    let (new_ca_pem, _, _) = talos_sso_tests::harness::tls_files(scratch.path());
+    let renewed = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(new_ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut served_new = false;
+    while !served_new && std::time::Instant::now() < deadline {
+        served_new = renewed
+            .get(format!("{}/healthz", env.server.base_url))
+            .send()
+            .await
+            .is_ok();
+        if !served_new {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    assert!(served_new, "the new certificate is served");
+    // A new connection from a client that trusts only the old CA fails now
+    // (the first client's kept-alive connection would still work).
+    let old_ca_only = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    assert!(
+        old_ca_only
+            .get(format!("{}/healthz", env.server.base_url))
+            .send()
+            .await
+            .is_err(),
+        "the old CA no longer matches"
+    );
     env.finish().await;
 }
 

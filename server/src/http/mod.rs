@@ -89,6 +89,42 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
+/// Load the configured certificate and key, and keep them fresh: every
+/// `reload_interval` the files' modification times are compared, and changed
+/// files are loaded into the running server. A load that fails (half-written
+/// files, a key that does not match) is logged and the current pair stays.
+pub async fn tls_from_config(
+    tls: &crate::config::TlsConfig,
+) -> std::io::Result<(axum_server::tls_rustls::RustlsConfig, tokio::task::JoinHandle<()>)> {
+    let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert_file, &tls.key_file).await?;
+    let (cert, key, interval) = (tls.cert_file.clone(), tls.key_file.clone(), tls.reload_interval);
+    let reloaded = config.clone();
+    let task = tokio::spawn(async move {
+        let stamp = || {
+            let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            (modified(&cert), modified(&key))
+        };
+        let mut seen = stamp();
+        loop {
+            tokio::time::sleep(interval).await;
+            let now = stamp();
+            if now == seen {
+                continue;
+            }
+            match reloaded.reload_from_pem_file(&cert, &key).await {
+                Ok(()) => {
+                    seen = now;
+                    tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "TLS certificate changed but could not be loaded; keeping the current one")
+                }
+            }
+        }
+    });
+    Ok((config, task))
+}
+
 /// Serve until `shutdown` completes, then let in-flight requests finish.
 /// `tls` is `None` only when the configuration asks for plain HTTP.
 pub async fn run(
