@@ -483,3 +483,22 @@ fn ca_inspect_prints_facts_or_the_refusal() {
     ]);
     assert!(ok && text.contains("ECDSA P-384"), "{text}");
 }
+
+#[test]
+fn a_key_file_with_ec_parameters_first_loads() {
+    // `openssl ecparam -name secp384r1 -genkey` writes EC PARAMETERS, then the key.
+    let dir = tempfile::tempdir().unwrap();
+    let key = read_fixture("openssl/p384-ca.key");
+    let with_parameters =
+        format!("-----BEGIN EC PARAMETERS-----\nBgUrgQQAIg==\n-----END EC PARAMETERS-----\n{key}");
+    let key_file = write_file(dir.path(), "p384.key", &with_parameters, 0o600);
+    let ca = load(&CaSource::Files {
+        cert_file: fixture("openssl/p384-ca.crt"),
+        key_file,
+    })
+    .unwrap();
+    assert_eq!(
+        talos_sso_server::x509::key_kind(ca.signer().spki()),
+        KeyKind::EcdsaP384
+    );
+}

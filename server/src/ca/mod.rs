@@ -712,11 +712,18 @@ fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> Result<Sign
         }
         _ => {}
     }
-    let blocks = x509::pem_blocks(text).map_err(|_| CaError::NotPem {
+    let mut blocks = x509::pem_blocks(text).map_err(|_| CaError::NotPem {
         origin: origin.to_owned(),
         what: "unreadable PEM",
     })?;
-    let Some((label, der)) = blocks.into_iter().find(|(label, _)| label != "CERTIFICATE") else {
+    // A key file may hold other blocks first (`openssl ecparam -genkey`
+    // writes EC PARAMETERS before the key): take the private key block, and
+    // only name another label when there is none.
+    let position = blocks
+        .iter()
+        .position(|(label, _)| label.ends_with("PRIVATE KEY"))
+        .or_else(|| blocks.iter().position(|(label, _)| label != "CERTIFICATE"));
+    let Some((label, der)) = position.map(|i| blocks.swap_remove(i)) else {
         return Err(CaError::NotPem {
             origin: origin.to_owned(),
             what: "no PRIVATE KEY block",

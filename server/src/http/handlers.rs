@@ -185,7 +185,7 @@ async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
     }
 }
 
-fn token_error(error: &AuthError) -> ApiError {
+fn token_error(error: &AuthError, now: time::OffsetDateTime) -> ApiError {
     match error {
         AuthError::OverageUnresolved(_) => {
             ApiError::new(StatusCode::FORBIDDEN, error.code(), error.to_string())
@@ -194,10 +194,9 @@ fn token_error(error: &AuthError) -> ApiError {
             let api = ApiError::new(StatusCode::UNAUTHORIZED, error.code(), error.to_string());
             match token_error {
                 // Let the client tell a clock problem from a stale token.
-                TokenError::Expired | TokenError::NotYetValid | TokenError::IssuedInFuture => api.with(
-                    "server_time",
-                    json!(format_micros(time::OffsetDateTime::now_utc())),
-                ),
+                TokenError::Expired | TokenError::NotYetValid | TokenError::IssuedInFuture => {
+                    api.with("server_time", json!(format_micros(now)))
+                }
                 _ => api,
             }
         }
@@ -254,7 +253,12 @@ pub async fn certificates(
         Err(error) => {
             with_claimed_identity(&mut record, token);
             tracing::info!(request_id = %request_id, code = error.code(), "token refused");
-            return Err(deny(&app, record, token_error(&error).request_id(&request_id)).await);
+            return Err(deny(
+                &app,
+                record,
+                token_error(&error, app.clock.now()).request_id(&request_id),
+            )
+            .await);
         }
     };
     with_identity(&mut record, &verified);
