@@ -90,6 +90,10 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
                 .into()
         }
         "csr_invalid" => format!("the server refused the certificate request ({detail}); please report this"),
+        "rate_limited" => format!(
+            "the server asks you to slow down ({detail}); try again in {} seconds",
+            extra.get("retry_after_seconds").and_then(Value::as_u64).unwrap_or(60)
+        ),
         _ => format!("{detail} [{code}]"),
     };
     format!("{message} (request id {request_id})")

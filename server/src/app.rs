@@ -122,6 +122,7 @@ pub struct App {
     pub authenticator: Authenticator,
     pub audit: AuditWriter,
     pub clock: Arc<dyn Clock>,
+    pub rate_limits: crate::ratelimit::RateLimits,
 }
 
 /// Tasks started with the app; stop them at shutdown.
@@ -129,6 +130,7 @@ pub struct App {
 pub struct Background {
     pub audit_writer: tokio::task::JoinHandle<()>,
     pub key_refresher: tokio::task::JoinHandle<()>,
+    pub rate_limit_janitor: tokio::task::JoinHandle<()>,
 }
 
 pub fn token_rules(config: &Config) -> TokenRules {
@@ -209,18 +211,30 @@ impl App {
             "talos-sso-server ready"
         );
         let (audit, audit_writer) = AuditWriter::start(store);
+        let rate_limits = crate::ratelimit::RateLimits::new(&config.rate_limits);
         let app = Arc::new(Self {
             config,
             clusters,
             authenticator,
             audit,
             clock,
+            rate_limits,
+        });
+        // Forget idle rate-limit keys every minute; the task ends with the app.
+        let weak = Arc::downgrade(&app);
+        let rate_limit_janitor = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                let Some(app) = weak.upgrade() else { return };
+                app.rate_limits.forget_idle();
+            }
         });
         Ok((
             app,
             Background {
                 audit_writer,
                 key_refresher,
+                rate_limit_janitor,
             },
         ))
     }

@@ -235,6 +235,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     crate::http::run(app, listener, tls, shutdown_signal()).await?;
     // Every request is done and every App handle dropped: the writer drains.
     background.key_refresher.abort();
+    background.rate_limit_janitor.abort();
     if let Some(reloader) = tls_reloader {
         reloader.abort();
     }

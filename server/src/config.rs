@@ -93,6 +93,9 @@ pub struct Config {
     pub admins: GroupList,
     #[serde(default)]
     pub http: HttpConfig,
+    /// Certificate requests per identity and per client address.
+    #[serde(default)]
+    pub rate_limits: crate::ratelimit::RateLimitConfig,
     #[serde(default)]
     pub log: LogConfig,
 }

@@ -17,6 +17,7 @@
 //! - `config`: the configuration file and its environment overrides.
 //! - `app`: the server's state built from the configuration.
 //! - `http`: router, handlers, problem details, the serve loop.
+//! - `ratelimit`: certificate requests per identity and per client address.
 //! - `secret_file`: who may read a file holding a secret.
 //! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
@@ -32,6 +33,7 @@ pub mod config;
 pub mod http;
 pub mod identity;
 pub mod policy;
+pub mod ratelimit;
 pub mod secret_file;
 pub mod telemetry;
 pub mod x509;

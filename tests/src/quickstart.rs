@@ -205,6 +205,7 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         })
         .await;
         background.key_refresher.abort();
+        background.rate_limit_janitor.abort();
     });
     say(&format!(
         "   {server_url} (config {}, audit {})",

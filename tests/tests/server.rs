@@ -876,3 +876,95 @@ async fn shutdown_lets_in_flight_requests_finish() {
     let rows = app.audit.store().page(0, 10).await.unwrap();
     assert_eq!(rows.len(), 1, "and its audit record was written");
 }
+
+#[tokio::test]
+async fn rate_limits_apply_per_address_and_per_identity() {
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        yaml.replace(
+            "rate_limits: { per_identity_per_minute: 0, per_address_per_minute: 0 }",
+            "rate_limits: { per_identity_per_minute: 2, per_address_per_minute: 5 }",
+        )
+    })
+    .await;
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let token = |user: &str| env.emulator.token_for(user, TokenKind::id()).unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            post(
+                &env,
+                &env.server.base_url,
+                Some(&token("bob@example.com")),
+                body(&csr, &[])
+            )
+            .await
+            .status,
+            201
+        );
+    }
+    let limited = post(
+        &env,
+        &env.server.base_url,
+        Some(&token("bob@example.com")),
+        body(&csr, &[]),
+    )
+    .await;
+    assert_eq!(
+        (limited.status, limited.body["code"].as_str()),
+        (429, Some("rate_limited")),
+        "{}",
+        limited.body
+    );
+    assert!(limited.body["retry_after_seconds"].as_u64().unwrap() >= 1);
+    let last = records(&env).await.pop().unwrap().record;
+    assert_eq!(
+        (last.reason_code.as_deref(), last.username.as_deref()),
+        (Some("rate_limited"), Some("bob@example.com"))
+    );
+    assert!(last.identity_verified);
+    // Another person has a quota of their own...
+    for _ in 0..2 {
+        assert_eq!(
+            post(
+                &env,
+                &env.server.base_url,
+                Some(&token("carol@example.com")),
+                body(&csr, &[])
+            )
+            .await
+            .status,
+            201
+        );
+    }
+    // ...but the address has used its 5 requests.
+    let by_address = post(
+        &env,
+        &env.server.base_url,
+        Some(&token("alice@example.com")),
+        body(&csr, &["os:admin"]),
+    )
+    .await;
+    assert_eq!(
+        (by_address.status, by_address.body["code"].as_str()),
+        (429, Some("rate_limited"))
+    );
+    assert!(
+        by_address.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("this address")
+    );
+    let last = records(&env).await.pop().unwrap().record;
+    assert_eq!(last.username.as_deref(), Some("alice@example.com"));
+    assert!(!last.identity_verified, "checked before the token was verified");
+    let raw = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(token("carol@example.com"))
+        .body(body(&csr, &[]).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(raw.headers().get("retry-after").is_some());
+    assert_chain_intact(&env).await;
+    env.finish().await;
+}

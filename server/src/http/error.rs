@@ -69,13 +69,18 @@ impl IntoResponse for ApiError {
             "request_id": self.request_id,
         });
         if let Value::Object(map) = &mut body {
-            map.extend(self.extra);
+            map.extend(self.extra.clone());
         }
         let mut response = (self.status, body.to_string()).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(seconds) = self.extra.get("retry_after_seconds").and_then(Value::as_u64)
+            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
         if let Ok(id) = HeaderValue::from_str(&self.request_id) {
             response.headers_mut().insert(REQUEST_ID_HEADER, id);
         }

@@ -203,6 +203,16 @@ fn token_error(error: &AuthError, now: time::OffsetDateTime) -> ApiError {
     }
 }
 
+fn rate_limited(retry: Duration, who: &str) -> ApiError {
+    let seconds = retry.as_secs().max(1);
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!("too many certificate requests from {who}; try again in {seconds} seconds"),
+    )
+    .with("retry_after_seconds", json!(seconds))
+}
+
 fn policy_error(denial: &Denial) -> ApiError {
     let api = ApiError::new(StatusCode::FORBIDDEN, denial.code(), denial.to_string());
     match denial {
@@ -239,6 +249,21 @@ pub async fn certificates(
             .collect();
     }
 
+    // A flood from one address is stopped before any token work.
+    if let Some(address) = &caller.client_ip
+        && let Err(retry) = app.rate_limits.check_address(address)
+    {
+        if let Some(token) = bearer(&headers) {
+            with_claimed_identity(&mut record, token);
+        }
+        return Err(deny(
+            &app,
+            record,
+            rate_limited(retry, "this address").request_id(&request_id),
+        )
+        .await);
+    }
+
     // Who is asking: only a token we verified ourselves says so.
     let Some(token) = bearer(&headers) else {
         let error = problem(
@@ -262,6 +287,9 @@ pub async fn certificates(
         }
     };
     with_identity(&mut record, &verified);
+    if let Err(retry) = app.rate_limits.check_identity(&verified.subject) {
+        return Err(deny(&app, record, rate_limited(retry, "you").request_id(&request_id)).await);
+    }
 
     let request = match parsed {
         Ok(request) => request,

@@ -1,0 +1,115 @@
+//! Rate limits on certificate requests, per client address (checked before
+//! any token work, so a flood costs little) and per identity (checked once
+//! the token is verified). Limits are per server process: with N replicas
+//! behind a load balancer a client can get up to N times the quota. A limit
+//! of 0 turns that limit off.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
+use serde::Deserialize;
+
+/// The `rate_limits` section of the configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Certificate requests one person may make per minute (bursts up to this).
+    #[serde(default = "default_per_identity")]
+    pub per_identity_per_minute: u32,
+    /// Certificate requests one client address may make per minute.
+    #[serde(default = "default_per_address")]
+    pub per_address_per_minute: u32,
+}
+
+fn default_per_identity() -> u32 {
+    20
+}
+
+fn default_per_address() -> u32 {
+    300
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            per_identity_per_minute: default_per_identity(),
+            per_address_per_minute: default_per_address(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct RateLimits {
+    per_identity: Option<DefaultKeyedRateLimiter<String>>,
+    per_address: Option<DefaultKeyedRateLimiter<String>>,
+    clock: DefaultClock,
+}
+
+fn limiter(per_minute: u32) -> Option<DefaultKeyedRateLimiter<String>> {
+    NonZeroU32::new(per_minute).map(|n| DefaultKeyedRateLimiter::dashmap(Quota::per_minute(n)))
+}
+
+impl RateLimits {
+    pub fn new(config: &RateLimitConfig) -> Self {
+        Self {
+            per_identity: limiter(config.per_identity_per_minute),
+            per_address: limiter(config.per_address_per_minute),
+            clock: DefaultClock::default(),
+        }
+    }
+
+    fn check(&self, limiter: Option<&DefaultKeyedRateLimiter<String>>, key: &str) -> Result<(), Duration> {
+        match limiter {
+            None => Ok(()),
+            Some(limiter) => limiter
+                .check_key(&key.to_owned())
+                .map_err(|not_until| not_until.wait_time_from(self.clock.now())),
+        }
+    }
+
+    /// `Err(retry after)` when the address is over its quota.
+    pub fn check_address(&self, address: &str) -> Result<(), Duration> {
+        self.check(self.per_address.as_ref(), address)
+    }
+
+    /// `Err(retry after)` when the person is over their quota.
+    pub fn check_identity(&self, subject: &str) -> Result<(), Duration> {
+        self.check(self.per_identity.as_ref(), subject)
+    }
+
+    /// Drop the state of keys that are back to a full quota (memory bound).
+    pub fn forget_idle(&self) {
+        for limiter in [&self.per_identity, &self.per_address].into_iter().flatten() {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_are_per_key_and_zero_means_off() {
+        let limits = RateLimits::new(&RateLimitConfig {
+            per_identity_per_minute: 3,
+            per_address_per_minute: 0,
+        });
+        for _ in 0..3 {
+            assert!(limits.check_identity("alice").is_ok());
+        }
+        let retry = limits.check_identity("alice").unwrap_err();
+        assert!(
+            retry > Duration::from_secs(1) && retry <= Duration::from_secs(20),
+            "{retry:?}"
+        );
+        assert!(limits.check_identity("bob").is_ok(), "others are not affected");
+        for _ in 0..1000 {
+            assert!(limits.check_address("10.0.0.1").is_ok());
+        }
+        limits.forget_idle();
+    }
+}
