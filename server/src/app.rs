@@ -198,9 +198,12 @@ impl App {
             )),
             None => None,
         };
+        // Groups any decision looks at: the rules', the auditors', the admins'.
         let relevant_groups: Vec<String> = clusters
             .values()
             .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
+            .chain(config.auditors.groups.iter().cloned())
+            .chain(config.admins.groups.iter().cloned())
             .collect();
         let key_refresher = provider.spawn_refresher(config.identity.jwks_refresh_period);
         let authenticator = Authenticator::new(provider, graph, relevant_groups);

@@ -27,6 +27,8 @@ pub mod event {
     pub const CERTIFICATE_ISSUED: &str = "certificate.issued";
     pub const CERTIFICATE_DENIED: &str = "certificate.denied";
     pub const BREAK_GLASS_ISSUED: &str = "break_glass.issued";
+    /// The trail itself was read (listed, exported or verified) through the API.
+    pub const AUDIT_QUERY: &str = "audit.query";
 }
 
 pub mod outcome {

@@ -61,6 +61,27 @@ impl Default for StoreOptions {
     }
 }
 
+/// Most records one query returns.
+pub const MAX_QUERY_LIMIT: i64 = 1000;
+
+/// What the security team asks for; every field narrows the answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    pub since: Option<OffsetDateTime>,
+    pub until: Option<OffsetDateTime>,
+    pub username: Option<String>,
+    pub subject: Option<String>,
+    pub cluster: Option<String>,
+    /// Granted or requested.
+    pub role: Option<String>,
+    pub outcome: Option<String>,
+    pub event: Option<String>,
+    pub serial: Option<String>,
+    /// Cursor: only records after this sequence number.
+    pub after_seq: i64,
+    pub limit: i64,
+}
+
 /// A token id to claim, and until when the claim matters.
 #[derive(Debug, Clone)]
 pub struct TokenClaim {
@@ -219,6 +240,83 @@ impl AuditStore {
                     .fetch_all(pool)
                     .await?;
                 rows.iter().map(sqlite_record).collect()
+            }
+        }
+    }
+
+    /// Records matching `filter`, oldest first, after `filter.after_seq`.
+    pub async fn query(&self, filter: &AuditFilter) -> Result<Vec<StoredRecord>, StoreError> {
+        enum Bind {
+            Text(String),
+            Time(OffsetDateTime),
+            Int(i64),
+        }
+        let postgres = matches!(self, AuditStore::Postgres(_));
+        let mut conditions = vec!["seq > $1".to_owned()];
+        let mut binds = vec![Bind::Int(filter.after_seq)];
+        let mut add = |condition: &dyn Fn(usize) -> String, bind: Bind| {
+            binds.push(bind);
+            conditions.push(condition(binds.len()));
+        };
+        if let Some(since) = filter.since {
+            add(&|n| format!("occurred_at >= ${n}"), Bind::Time(since));
+        }
+        if let Some(until) = filter.until {
+            add(&|n| format!("occurred_at < ${n}"), Bind::Time(until));
+        }
+        for (column, value) in [
+            ("username", &filter.username),
+            ("subject", &filter.subject),
+            ("cluster", &filter.cluster),
+            ("outcome", &filter.outcome),
+            ("event", &filter.event),
+            ("serial", &filter.serial),
+        ] {
+            if let Some(value) = value {
+                add(&|n| format!("{column} = ${n}"), Bind::Text(value.clone()));
+            }
+        }
+        if let Some(role) = &filter.role {
+            let condition: &dyn Fn(usize) -> String = if postgres {
+                &|n| format!("(${n} = ANY(roles_granted) OR ${n} = ANY(roles_requested))")
+            } else {
+                &|n| {
+                    format!(
+                        "(EXISTS (SELECT 1 FROM json_each(roles_granted) WHERE value = ${n}) \
+                         OR EXISTS (SELECT 1 FROM json_each(roles_requested) WHERE value = ${n}))"
+                    )
+                }
+            };
+            add(condition, Bind::Text(role.clone()));
+        }
+        binds.push(Bind::Int(filter.limit.clamp(1, MAX_QUERY_LIMIT)));
+        let sql = format!(
+            "SELECT {COLUMNS} FROM audit_events WHERE {} ORDER BY seq LIMIT ${}",
+            conditions.join(" AND "),
+            binds.len()
+        );
+        match self {
+            AuditStore::Postgres(pool) => {
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for bind in binds {
+                    query = match bind {
+                        Bind::Text(v) => query.bind(v),
+                        Bind::Time(v) => query.bind(v),
+                        Bind::Int(v) => query.bind(v),
+                    };
+                }
+                query.fetch_all(pool).await?.iter().map(pg_record).collect()
+            }
+            AuditStore::Sqlite(pool) => {
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for bind in binds {
+                    query = match bind {
+                        Bind::Text(v) => query.bind(v),
+                        Bind::Time(v) => query.bind(format_micros(v)),
+                        Bind::Int(v) => query.bind(v),
+                    };
+                }
+                query.fetch_all(pool).await?.iter().map(sqlite_record).collect()
             }
         }
     }

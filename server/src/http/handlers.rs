@@ -421,3 +421,186 @@ pub async fn certificates(
         })),
     ))
 }
+
+/// Query parameters of `GET /v1/audit`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// RFC 3339 time, or a duration back from now (`7d`, `12h`).
+    #[serde(default)]
+    pub since: Option<String>,
+    #[serde(default)]
+    pub until: Option<String>,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub subject: Option<String>,
+    #[serde(default)]
+    pub cluster: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub outcome: Option<String>,
+    #[serde(default)]
+    pub event: Option<String>,
+    #[serde(default)]
+    pub serial: Option<String>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+fn parse_when(text: &str, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .or_else(|| humantime::parse_duration(text).ok().map(|d| now - d))
+}
+
+fn is_member(list: &crate::config::GroupList, verified: &VerifiedToken) -> bool {
+    list.groups
+        .iter()
+        .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
+        || list.app_roles.iter().any(|r| verified.app_roles.contains(r))
+}
+
+/// Authenticate an auditor; every refusal is recorded.
+async fn auditor(
+    app: &App,
+    peer: SocketAddr,
+    request_id: &str,
+    headers: &HeaderMap,
+    details: Value,
+) -> Result<(VerifiedToken, AuditRecord), ApiError> {
+    let caller = Caller {
+        client_ip: super::client_ip(app, Some(peer), headers).map(|ip| ip.to_string()),
+        user_agent: header_text(headers, "user-agent"),
+        client_version: header_text(headers, CLIENT_VERSION_HEADER),
+        request_id: request_id.to_owned(),
+    };
+    let mut record = caller.record(app, event::AUDIT_QUERY, outcome::DENIED);
+    record.details = details;
+    let Some(token) = bearer(headers) else {
+        let error = ApiError::new(StatusCode::UNAUTHORIZED, "token_missing", "send a bearer token")
+            .request_id(request_id);
+        return Err(deny(app, record, error).await);
+    };
+    let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
+        Ok(verified) => verified,
+        Err(error) => {
+            with_claimed_identity(&mut record, token);
+            return Err(deny(
+                app,
+                record,
+                token_error(&error, app.clock.now()).request_id(request_id),
+            )
+            .await);
+        }
+    };
+    with_identity(&mut record, &verified);
+    if !is_member(&app.config.auditors, &verified) {
+        let error = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_an_auditor",
+            "reading the audit trail needs membership in one of the `auditors` groups or app roles",
+        )
+        .request_id(request_id);
+        return Err(deny(app, record, error).await);
+    }
+    record.outcome = outcome::SUCCESS.into();
+    Ok((verified, record))
+}
+
+/// `GET /v1/audit`: records matching the filters, oldest first, a page at a
+/// time. The query itself is recorded (`audit.query`) before the answer.
+pub async fn audit_list(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    query: Result<axum::extract::Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let query = query
+        .map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "request_invalid", e.body_text()).request_id(&request_id)
+        })?
+        .0;
+    let now = app.clock.now();
+    let when = |text: &Option<String>, name: &str| -> Result<Option<time::OffsetDateTime>, ApiError> {
+        text.as_deref()
+            .map(|t| {
+                parse_when(t, now).ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "request_invalid",
+                        format!("`{name}` is not a time or a duration"),
+                    )
+                    .request_id(&request_id)
+                })
+            })
+            .transpose()
+    };
+    let filter = crate::audit::store::AuditFilter {
+        since: when(&query.since, "since")?,
+        until: when(&query.until, "until")?,
+        username: query.username.clone(),
+        subject: query.subject.clone(),
+        cluster: query.cluster.clone(),
+        role: query.role.clone(),
+        outcome: query.outcome.clone(),
+        event: query.event.clone(),
+        serial: query.serial.clone(),
+        after_seq: query.cursor.unwrap_or(0),
+        limit: query.limit.unwrap_or(100),
+    };
+    let details = json!({
+        "action": "list",
+        "filter": {
+            "since": filter.since.map(format_micros), "until": filter.until.map(format_micros),
+            "username": filter.username, "subject": filter.subject, "cluster": filter.cluster,
+            "role": filter.role, "outcome": filter.outcome, "event": filter.event, "serial": filter.serial,
+            "cursor": filter.after_seq, "limit": filter.limit,
+        }
+    });
+    let (_, record) = auditor(&app, peer, &request_id, &headers, details).await?;
+    let records = app.audit.store().query(&filter).await.map_err(|error| {
+        tracing::error!(request_id = %request_id, %error, "audit query failed");
+        ApiError::audit_unavailable().request_id(&request_id)
+    })?;
+    app.audit
+        .append(Append { record, claim: None })
+        .await
+        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    let full_page = records.len() as i64 >= filter.limit.clamp(1, crate::audit::store::MAX_QUERY_LIMIT);
+    let next_cursor = if full_page {
+        records.last().map(|r| r.seq)
+    } else {
+        None
+    };
+    Ok(Json(json!({ "records": records, "next_cursor": next_cursor })))
+}
+
+/// `GET /v1/audit/verify`: recompute the hash chain.
+pub async fn audit_verify(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let (_, record) = auditor(&app, peer, &request_id, &headers, json!({"action": "verify"})).await?;
+    app.audit
+        .append(Append { record, claim: None })
+        .await
+        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    let check = app.audit.store().verify_chain().await.map_err(|error| {
+        tracing::error!(request_id = %request_id, %error, "audit verify failed");
+        ApiError::audit_unavailable().request_id(&request_id)
+    })?;
+    Ok(Json(json!({
+        "intact": check.first_broken.is_none(),
+        "verified": check.verified,
+        "last_seq": check.last_seq,
+        "first_broken": check.first_broken.map(|b| json!({"seq": b.seq, "reason": b.reason})),
+    })))
+}

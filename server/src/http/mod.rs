@@ -77,6 +77,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/info", get(handlers::info))
         .route("/v1/certificates", post(handlers::certificates))
+        .route("/v1/audit", get(handlers::audit_list))
+        .route("/v1/audit/verify", get(handlers::audit_verify))
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .fallback(handlers::not_found)
