@@ -73,6 +73,13 @@ pub struct IssuedCertificate {
     pub audit_id: i64,
 }
 
+/// One page of `GET /v1/audit`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AuditPage {
+    pub records: Vec<Map<String, Value>>,
+    pub next_cursor: Option<i64>,
+}
+
 /// A problem-details answer, or a transport failure.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
@@ -174,6 +181,33 @@ impl ApiClient {
         let response = self
             .http
             .get(format!("{}/v1/info", self.base))
+            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        self.read(response).await
+    }
+
+    /// `GET /v1/audit` with filter parameters; returns (records, next cursor).
+    pub async fn audit(&self, token: &str, params: &[(&str, String)]) -> Result<AuditPage, ApiError> {
+        let response = self
+            .http
+            .get(format!("{}/v1/audit", self.base))
+            .query(params)
+            .bearer_auth(token)
+            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        self.read(response).await
+    }
+
+    /// `GET /v1/audit/verify`.
+    pub async fn audit_verify(&self, token: &str) -> Result<Value, ApiError> {
+        let response = self
+            .http
+            .get(format!("{}/v1/audit/verify", self.base))
+            .bearer_auth(token)
             .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
             .send()
             .await

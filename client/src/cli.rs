@@ -55,6 +55,9 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Read the audit trail (auditors only): list, show, export, verify.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -66,6 +69,107 @@ pub enum Command {
 pub enum Output {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum AuditOutput {
+    Table,
+    Json,
+    Csv,
+}
+
+/// Filters of `audit list` and `audit export`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditFilterArgs {
+    /// From this time: RFC 3339, or a duration back from now (7d, 12h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Until this time (same forms).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Username (e.g. alice@example.com).
+    #[arg(long = "user")]
+    pub username: Option<String>,
+    /// Subject (Entra object id).
+    #[arg(long)]
+    pub subject: Option<String>,
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// A role granted or requested.
+    #[arg(long)]
+    pub role: Option<String>,
+    /// success or denied.
+    #[arg(long)]
+    pub outcome: Option<String>,
+    /// certificate.issued, certificate.denied, break_glass.issued, audit.query.
+    #[arg(long)]
+    pub event: Option<String>,
+    /// Certificate serial (hex).
+    #[arg(long)]
+    pub serial: Option<String>,
+}
+
+impl AuditFilterArgs {
+    fn params(&self) -> Vec<(&'static str, String)> {
+        [
+            ("since", &self.since),
+            ("until", &self.until),
+            ("username", &self.username),
+            ("subject", &self.subject),
+            ("cluster", &self.cluster),
+            ("role", &self.role),
+            ("outcome", &self.outcome),
+            ("event", &self.event),
+            ("serial", &self.serial),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+        .collect()
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Records matching the filters, oldest first.
+    List {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// At most this many records (follows pages as needed).
+        #[arg(long, default_value = "100")]
+        limit: usize,
+        #[arg(long, value_enum, default_value = "table")]
+        output: AuditOutput,
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// One record in full.
+    Show {
+        seq: i64,
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Every matching record, all pages, as JSON lines or CSV.
+    Export {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        #[arg(long, value_enum, default_value = "json")]
+        output: AuditOutput,
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Ask the server to recompute the hash chain.
+    Verify {
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -498,6 +602,211 @@ fn private_temp_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The server and a fresh token for commands that are not `login`.
+async fn authenticated(server: Option<&str>, login: &ExecLoginArgs) -> anyhow::Result<(ApiClient, Tokens)> {
+    let saved = state::load();
+    let server = server
+        .map(str::to_owned)
+        .or(saved.server)
+        .ok_or_else(|| anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once"))?;
+    let api = ApiClient::new(&server)?;
+    let info = api
+        .info()
+        .await
+        .map_err(|e| anyhow!(crate::messages::explain(&e, "")))?;
+    let provider = Provider::discover(&info).await?;
+    let args = LoginArgs {
+        server: Some(server.clone()),
+        cluster: None,
+        roles: vec![],
+        ttl: None,
+        device: login.device,
+        no_browser: login.no_browser,
+        callback_port: login.callback_port,
+        timeout: Duration::from_secs(300),
+        talosconfig: None,
+        context: None,
+        set_current: false,
+    };
+    let tokens = obtain_tokens(&provider, &server, &args, Some(system_opener())).await?;
+    // Remember the server, as `login` does.
+    state::update(|s| s.server = Some(server.clone())).context("saving the client configuration")?;
+    Ok((api, tokens))
+}
+
+const AUDIT_COLUMNS: [&str; 10] = [
+    "seq",
+    "occurred_at",
+    "event",
+    "outcome",
+    "reason_code",
+    "cluster",
+    "username",
+    "roles_granted",
+    "serial",
+    "client_ip",
+];
+
+fn cell(record: &serde_json::Map<String, serde_json::Value>, column: &str) -> String {
+    match record.get(column) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Some(serde_json::Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+fn print_records(
+    records: &[serde_json::Map<String, serde_json::Value>],
+    output: AuditOutput,
+    header: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match output {
+        AuditOutput::Json => {
+            for record in records {
+                writeln!(out, "{}", serde_json::to_string(record)?)?;
+            }
+        }
+        AuditOutput::Csv => {
+            if header {
+                writeln!(out, "{}", AUDIT_COLUMNS.join(","))?;
+            }
+            for record in records {
+                let row: Vec<String> = AUDIT_COLUMNS
+                    .iter()
+                    .map(|c| csv_field(&cell(record, c)))
+                    .collect();
+                writeln!(out, "{}", row.join(","))?;
+            }
+        }
+        AuditOutput::Table => {
+            if header {
+                writeln!(
+                    out,
+                    "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  ROLES",
+                    "SEQ", "TIME", "EVENT", "OUTCOME", "CLUSTER", "USER"
+                )?;
+            }
+            for r in records {
+                let outcome = match cell(r, "reason_code").as_str() {
+                    "" => cell(r, "outcome"),
+                    reason => format!("{} ({reason})", cell(r, "outcome")),
+                };
+                writeln!(
+                    out,
+                    "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  {}",
+                    cell(r, "seq"),
+                    cell(r, "occurred_at"),
+                    cell(r, "event"),
+                    outcome,
+                    cell(r, "cluster"),
+                    cell(r, "username"),
+                    cell(r, "roles_granted")
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    let explain = |e: crate::api::ApiError| anyhow!(crate::messages::explain(&e, ""));
+    match command {
+        AuditCommand::List {
+            filter,
+            limit,
+            output,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let mut params = filter.params();
+            let mut cursor = 0;
+            let mut shown = 0;
+            loop {
+                let page_size = (limit - shown).clamp(1, 1000);
+                params.retain(|(k, _)| *k != "cursor" && *k != "limit");
+                params.push(("cursor", cursor.to_string()));
+                params.push(("limit", page_size.to_string()));
+                let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
+                print_records(&page.records, output, shown == 0, out)?;
+                shown += page.records.len();
+                match page.next_cursor {
+                    Some(next) if shown < limit => cursor = next,
+                    _ => break,
+                }
+            }
+            Ok(())
+        }
+        AuditCommand::Export {
+            filter,
+            output,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let mut cursor = 0;
+            let mut first = true;
+            loop {
+                let mut params = filter.params();
+                params.push(("cursor", cursor.to_string()));
+                params.push(("limit", "1000".into()));
+                let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
+                print_records(&page.records, output, first, out)?;
+                first = false;
+                match page.next_cursor {
+                    Some(next) => cursor = next,
+                    None => break,
+                }
+            }
+            Ok(())
+        }
+        AuditCommand::Show { seq, server, login } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let params = [("cursor", (seq - 1).to_string()), ("limit", "1".to_owned())];
+            let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
+            let record = page
+                .records
+                .into_iter()
+                .find(|r| r.get("seq").and_then(|v| v.as_i64()) == Some(seq))
+                .ok_or_else(|| anyhow!("no audit record {seq}"))?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
+            Ok(())
+        }
+        AuditCommand::Verify { server, login } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let answer = api.audit_verify(&tokens.bearer).await.map_err(explain)?;
+            if answer["intact"] == serde_json::Value::Bool(true) {
+                writeln!(
+                    out,
+                    "audit chain intact: {} records verified (last seq {})",
+                    answer["verified"], answer["last_seq"]
+                )?;
+                Ok(())
+            } else {
+                bail!(
+                    "audit chain broken at record {}: {}",
+                    answer["first_broken"]["seq"],
+                    answer["first_broken"]["reason"].as_str().unwrap_or_default()
+                )
+            }
+        }
+    }
+}
+
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
@@ -514,6 +823,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             login,
             command,
         } => exec(cluster.as_deref(), &login, &command).await,
+        Command::Audit(command) => audit(command, &mut out).await.map(|_| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talos-sso", &mut out);
             Ok(ExitCode::SUCCESS)

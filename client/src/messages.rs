@@ -90,6 +90,9 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
                 .into()
         }
         "csr_invalid" => format!("the server refused the certificate request ({detail}); please report this"),
+        "not_an_auditor" => {
+            "reading the audit trail is for the security team; ask to be added to one of the server's `auditors` groups".into()
+        }
         "rate_limited" => format!(
             "the server asks you to slow down ({detail}); try again in {} seconds",
             extra.get("retry_after_seconds").and_then(Value::as_u64).unwrap_or(60)

@@ -584,3 +584,87 @@ async fn talosconfig_env_is_used_and_the_flag_wins_over_it() {
     context_fields(&from_flag, "prod");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_team_reads_the_audit_trail() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let bob = Machine::new();
+    let (code, out) = browser_login(&env, &bob, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    let dave = Machine::new();
+    let (code, _) = browser_login(&env, &dave, "dave@example.com", &[]).await;
+    assert_eq!(code, 1, "dave has no role");
+
+    // Sam (security group) logs in through the browser for the first query.
+    let sam = Machine::new();
+    env.emulator.set_auto_login(Some("sam@example.com"));
+    let mut child = sam
+        .command(&[
+            "audit",
+            "list",
+            "--server",
+            &env.server.base_url,
+            "--no-browser",
+            "--role",
+            "os:operator",
+        ])
+        .spawn()
+        .unwrap();
+    let (url, _, _) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    reqwest::get(&url).await.unwrap();
+    let (code, table) = finish(child).await;
+    assert_eq!(code, 0, "{table}");
+    assert!(table.starts_with("   SEQ  TIME"), "{table}");
+    assert!(
+        table.contains("bob@example.com") && table.contains("os:operator"),
+        "{table}"
+    );
+    assert!(!table.contains("dave@example.com"), "filtered by role: {table}");
+    env.emulator.set_auto_login(None);
+
+    // Later queries are silent (cached login, remembered server).
+    let (code, csv, err) = sam
+        .run(&["audit", "list", "--user", "dave@example.com", "--output", "csv"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "seq,occurred_at,event,outcome,reason_code,cluster,username,roles_granted,serial,client_ip"
+    );
+    assert!(
+        lines[1].contains(",certificate.denied,denied,no_matching_rule,prod,dave@example.com,"),
+        "{csv}"
+    );
+    let (code, json, _) = sam.run(&["audit", "export", "--output", "json"]).await;
+    assert_eq!(code, 0);
+    let exported: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(exported.len() >= 4, "{json}");
+    assert!(
+        exported
+            .iter()
+            .any(|r| r["event"] == "audit.query" && r["username"] == "sam@example.com")
+    );
+    let (code, shown, _) = sam.run(&["audit", "show", "1"]).await;
+    assert_eq!(code, 0);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(
+        (shown["seq"].as_i64(), shown["username"].as_str()),
+        (Some(1), Some("bob@example.com"))
+    );
+    let (code, verified, _) = sam.run(&["audit", "verify"]).await;
+    assert_eq!(code, 0);
+    assert!(verified.contains("audit chain intact"), "{verified}");
+
+    // Bob is not an auditor.
+    let (code, _, err) = bob.run(&["audit", "list"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("reading the audit trail is for the security team"),
+        "{err}"
+    );
+    env.finish().await;
+}
