@@ -121,7 +121,12 @@ pub async fn run(
     record.details =
         json!({"operator": user, "host": host, "reason": reason, "ttl_seconds": request.ttl.as_secs()});
     let store = open_store(config, config.database.migrate_on_start.unwrap_or(true)).await?;
-    let appended = store.append_batch(&[Append { record, claim: None }]).await;
+    let appended = store
+        .append_batch(&[Append {
+            record,
+            ..Default::default()
+        }])
+        .await;
     store.close().await;
     let audit_seq = match appended.map_err(|e| BreakGlassError::Audit(e.to_string()))?.pop() {
         Some(Appended::Recorded(stored)) => stored.seq,

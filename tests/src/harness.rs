@@ -263,6 +263,7 @@ policy_examples:
   - {{ description: "on-call operates prod", cluster: prod, groups: ["{GROUP_ONCALL}"], expect_roles: [os:operator] }}
   - {{ description: "admins must ask for admin", cluster: prod, groups: ["{GROUP_PLATFORM_ADMINS}"], expect_denied: role_required }}
 auditors: {{ groups: ["{GROUP_SECURITY}"] }}
+admins: {{ groups: ["{GROUP_PLATFORM_ADMINS}"] }}
 # Off here: the concurrency tests and the load generator send hundreds of
 # requests per user; `rate_limits_apply_per_address_and_per_identity` turns them on.
 rate_limits: {{ per_identity_per_minute: 0, per_address_per_minute: 0 }}

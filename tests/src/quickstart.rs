@@ -75,6 +75,7 @@ policy_examples:
   - {{ description: "on-call engineers operate", cluster: demo, groups: ["{GROUP_ONCALL}"], expect_roles: [os:operator] }}
   - {{ description: "admins must ask for os:admin", cluster: demo, groups: ["{GROUP_PLATFORM_ADMINS}"], expect_denied: role_required }}
 auditors: {{ groups: ["{GROUP_SECURITY}"] }}
+admins: {{ groups: ["{GROUP_PLATFORM_ADMINS}"] }}
 "#,
         data = dir.display(),
         issuer = emulator.issuer(),

@@ -1077,3 +1077,105 @@ async fn postgres_audit_api_answers_auditors_only_and_records_each_query() {
 async fn sqlite_audit_api_answers_auditors_only_and_records_each_query() {
     audit_api_answers_auditors_only_and_records_each_query(Backend::Sqlite).await;
 }
+
+async fn the_deny_list_blocks_at_once_and_every_change_is_recorded(backend: Backend) {
+    let env = TestEnv::start(backend).await;
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let token = |user: &str| env.emulator.token_for(user, TokenKind::id()).unwrap();
+    let base = &env.server.base_url;
+    let send = |method: reqwest::Method, path: String, user: &str, body: Option<Value>| {
+        let mut request = env.http.request(method, path).bearer_auth(token(user));
+        if let Some(body) = body {
+            request = request.body(body.to_string());
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+
+    // Alice (platform admins) blocks Bob by username, any case.
+    let (status, added) = send(
+        reqwest::Method::POST,
+        format!("{base}/v1/deny"),
+        "alice@example.com",
+        Some(json!({"username": "Bob@Example.com", "reason": "laptop stolen, INC-42"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{added}");
+    let change = records(&env).await.pop().unwrap().record;
+    assert_eq!(
+        (change.event.as_str(), change.username.as_deref()),
+        ("deny.added", Some("alice@example.com"))
+    );
+    assert_eq!(change.details["target_username"], "bob@example.com");
+    assert_eq!(change.details["entries_changed"], 1);
+
+    // Bob's group still grants os:operator, but nothing is issued.
+    let blocked = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
+    assert_eq!(
+        (blocked.status, blocked.body["code"].as_str()),
+        (403, Some("identity_denied")),
+        "{}",
+        blocked.body
+    );
+    assert!(blocked.body.get("certificate").is_none());
+    let last = records(&env).await.pop().unwrap().record;
+    assert_eq!(
+        (last.reason_code.as_deref(), last.serial.as_deref()),
+        (Some("identity_denied"), None)
+    );
+
+    let (_, listed) = send(
+        reqwest::Method::GET,
+        format!("{base}/v1/deny"),
+        "alice@example.com",
+        None,
+    )
+    .await;
+    assert_eq!(listed["entries"][0]["username"], "bob@example.com");
+    assert_eq!(listed["entries"][0]["added_by"], "alice@example.com");
+    // Only admins may look or change, and a reason is required.
+    let (status, refused) = send(
+        reqwest::Method::GET,
+        format!("{base}/v1/deny"),
+        "bob@example.com",
+        None,
+    )
+    .await;
+    assert_eq!((status, refused["code"].as_str()), (403, Some("not_an_admin")));
+    let (status, _) = send(
+        reqwest::Method::POST,
+        format!("{base}/v1/deny"),
+        "alice@example.com",
+        Some(json!({"username": "carol@example.com"})),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    // Removed: Bob gets certificates again.
+    let (status, removed) = send(
+        reqwest::Method::DELETE,
+        format!("{base}/v1/deny?username=bob@example.com"),
+        "alice@example.com",
+        None,
+    )
+    .await;
+    assert_eq!((status, removed["removed"].clone()), (200, json!(1)));
+    assert_eq!(records(&env).await.pop().unwrap().record.event, "deny.removed");
+    let again = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert_chain_intact(&env).await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_the_deny_list_blocks_at_once_and_every_change_is_recorded() {
+    the_deny_list_blocks_at_once_and_every_change_is_recorded(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn sqlite_the_deny_list_blocks_at_once_and_every_change_is_recorded() {
+    the_deny_list_blocks_at_once_and_every_change_is_recorded(Backend::Sqlite).await;
+}

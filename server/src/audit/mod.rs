@@ -27,6 +27,11 @@ pub mod event {
     pub const CERTIFICATE_ISSUED: &str = "certificate.issued";
     pub const CERTIFICATE_DENIED: &str = "certificate.denied";
     pub const BREAK_GLASS_ISSUED: &str = "break_glass.issued";
+    /// An identity was added to or removed from the deny list.
+    pub const DENY_ADDED: &str = "deny.added";
+    pub const DENY_REMOVED: &str = "deny.removed";
+    /// Someone tried to read the deny list (recorded when refused).
+    pub const DENY_LISTED: &str = "deny.listed";
     /// The trail itself was read (listed, exported or verified) through the API.
     pub const AUDIT_QUERY: &str = "audit.query";
 }
@@ -76,6 +81,12 @@ pub struct AuditRecord {
     pub details: Value,
 }
 
+impl Default for AuditRecord {
+    fn default() -> Self {
+        Self::new("", "", "", OffsetDateTime::UNIX_EPOCH)
+    }
+}
+
 impl AuditRecord {
     /// An empty record of `event` at `at` (microsecond precision, as stored).
     pub fn new(event: &str, outcome: &str, request_id: &str, at: OffsetDateTime) -> Self {
@@ -108,12 +119,13 @@ impl AuditRecord {
         }
     }
 
-    /// The record written instead of an issuance whose token turned out to
-    /// be used already: the certificate was never sent, so it is not named.
-    pub fn into_replay_denial(mut self) -> Self {
+    /// The record written instead of an issuance refused at commit time
+    /// (`token_replayed`, `identity_denied`): the certificate was never sent,
+    /// so it is not named.
+    pub fn into_denial(mut self, reason: &str) -> Self {
         self.event = event::CERTIFICATE_DENIED.into();
         self.outcome = outcome::DENIED.into();
-        self.reason_code = Some("token_replayed".into());
+        self.reason_code = Some(reason.into());
         self.roles_granted.clear();
         self.serial = None;
         self.certificate_sha256 = None;
@@ -380,7 +392,7 @@ mod tests {
         let mut r = record(1);
         r.serial = Some("01".into());
         r.certificate_sha256 = Some("aa".into());
-        let denied = r.into_replay_denial();
+        let denied = r.into_denial("token_replayed");
         assert_eq!(
             (denied.event.as_str(), denied.reason_code.as_deref()),
             ("certificate.denied", Some("token_replayed"))

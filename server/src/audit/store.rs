@@ -90,10 +90,44 @@ pub struct TokenClaim {
 }
 
 /// One record to append.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Append {
     pub record: AuditRecord,
+    /// Claim this token id (replay guard); a used one turns the record into
+    /// a `token_replayed` denial.
     pub claim: Option<TokenClaim>,
+    /// Check the record's subject and username against the deny list; a
+    /// listed identity turns the record into an `identity_denied` denial.
+    pub deny_check: bool,
+    /// Change the deny list in the same transaction as this record.
+    pub deny_change: Option<DenyChange>,
+}
+
+/// An entry of the deny list.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DenyEntry {
+    pub subject: Option<String>,
+    /// Lower-cased.
+    pub username: Option<String>,
+    pub reason: String,
+    pub added_by: String,
+    #[serde(serialize_with = "serialize_time")]
+    pub added_at: OffsetDateTime,
+}
+
+fn serialize_time<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_micros(*t))
+}
+
+/// A deny-list change made with its audit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DenyChange {
+    Add(DenyEntry),
+    /// Remove entries matching the subject or the (lower-cased) username.
+    Remove {
+        subject: Option<String>,
+        username: Option<String>,
+    },
 }
 
 /// What happened to an [`Append`].
@@ -102,12 +136,14 @@ pub enum Appended {
     Recorded(StoredRecord),
     /// The token had been used: this denial was recorded instead.
     Replayed(StoredRecord),
+    /// The identity is on the deny list: this denial was recorded instead.
+    Denied(StoredRecord),
 }
 
 impl Appended {
     pub fn stored(&self) -> &StoredRecord {
         match self {
-            Appended::Recorded(s) | Appended::Replayed(s) => s,
+            Appended::Recorded(s) | Appended::Replayed(s) | Appended::Denied(s) => s,
         }
     }
 }
@@ -135,12 +171,23 @@ fn migrator(files: &[(&'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(migrations)
 }
 
-const POSTGRES_MIGRATIONS: [(&str, &str); 1] = [(
-    "audit",
-    include_str!("../../../migrations/postgres/0001_audit.sql"),
-)];
-const SQLITE_MIGRATIONS: [(&str, &str); 1] =
-    [("audit", include_str!("../../../migrations/sqlite/0001_audit.sql"))];
+const POSTGRES_MIGRATIONS: [(&str, &str); 2] = [
+    (
+        "audit",
+        include_str!("../../../migrations/postgres/0001_audit.sql"),
+    ),
+    (
+        "deny list",
+        include_str!("../../../migrations/postgres/0002_deny_list.sql"),
+    ),
+];
+const SQLITE_MIGRATIONS: [(&str, &str); 2] = [
+    ("audit", include_str!("../../../migrations/sqlite/0001_audit.sql")),
+    (
+        "deny list",
+        include_str!("../../../migrations/sqlite/0002_deny_list.sql"),
+    ),
+];
 
 const COLUMNS: &str = "seq, occurred_at, request_id, event, outcome, reason_code, cluster, issuer, tenant, subject, \
      username, identity_verified, groups_evaluated, roles_requested, roles_granted, serial, certificate_sha256, \
@@ -321,6 +368,45 @@ impl AuditStore {
         }
     }
 
+    /// The deny list, newest first.
+    pub async fn deny_list(&self) -> Result<Vec<DenyEntry>, StoreError> {
+        let sql =
+            "SELECT subject, username, reason, added_by, added_at FROM deny_list ORDER BY added_at DESC";
+        match self {
+            AuditStore::Postgres(pool) => {
+                let rows: Vec<(Option<String>, Option<String>, String, String, OffsetDateTime)> =
+                    sqlx::query_as(sql).fetch_all(pool).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(subject, username, reason, added_by, added_at)| DenyEntry {
+                        subject,
+                        username,
+                        reason,
+                        added_by,
+                        added_at,
+                    })
+                    .collect())
+            }
+            AuditStore::Sqlite(pool) => {
+                let rows: Vec<(Option<String>, Option<String>, String, String, String)> =
+                    sqlx::query_as(sql).fetch_all(pool).await?;
+                rows.into_iter()
+                    .map(|(subject, username, reason, added_by, added_at)| {
+                        let added_at = parse_micros(&added_at)
+                            .ok_or_else(|| StoreError::Corrupt(format!("deny_list.added_at `{added_at}`")))?;
+                        Ok(DenyEntry {
+                            subject,
+                            username,
+                            reason,
+                            added_by,
+                            added_at,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// Recompute the whole chain; stops at the first broken link.
     pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
         let mut check = ChainCheck::default();
@@ -373,23 +459,58 @@ async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended
     );
     let mut out = Vec::with_capacity(batch.len());
     for append in batch {
-        let mut replayed = false;
-        if let Some(claim) = &append.claim {
+        let mut record = append.record.clone();
+        let mut outcome = Outcome::Recorded;
+        if append.deny_check {
+            let listed: Option<i32> = sqlx::query_scalar(
+                "SELECT 1 FROM deny_list WHERE subject = $1 OR username = lower($2) LIMIT 1",
+            )
+            .bind(&record.subject)
+            .bind(&record.username)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if listed.is_some() {
+                outcome = Outcome::Denied;
+            }
+        }
+        if let (Some(claim), Outcome::Recorded) = (&append.claim, outcome) {
             let inserted = sqlx::query(
                 "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
             )
             .bind(&claim.token_id)
-            .bind(append.record.occurred_at)
+            .bind(record.occurred_at)
             .bind(claim.expires_at)
             .execute(&mut *tx)
             .await?;
-            replayed = inserted.rows_affected() == 0;
+            if inserted.rows_affected() == 0 {
+                outcome = Outcome::Replayed;
+            }
         }
-        let record = if replayed {
-            append.record.clone().into_replay_denial()
-        } else {
-            append.record.clone()
-        };
+        match &append.deny_change {
+            Some(DenyChange::Add(entry)) => {
+                let added = sqlx::query(
+                    "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
+                )
+                .bind(&entry.subject)
+                .bind(&entry.username)
+                .bind(&entry.reason)
+                .bind(&entry.added_by)
+                .bind(entry.added_at)
+                .execute(&mut *tx)
+                .await?;
+                note_change(&mut record, added.rows_affected());
+            }
+            Some(DenyChange::Remove { subject, username }) => {
+                let removed = sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR username = lower($2)")
+                    .bind(subject)
+                    .bind(username)
+                    .execute(&mut *tx)
+                    .await?;
+                note_change(&mut record, removed.rows_affected());
+            }
+            None => {}
+        }
+        let record = outcome.apply(record);
         let stored = chain(seq, &hash, record.normalised());
         let r = &stored.record;
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -427,14 +548,43 @@ async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended
         .await?;
         seq = stored.seq;
         hash = stored.hash.clone();
-        out.push(if replayed {
-            Appended::Replayed(stored)
-        } else {
-            Appended::Recorded(stored)
-        });
+        out.push(outcome.wrap(stored));
     }
     tx.commit().await?;
     Ok(out)
+}
+
+/// What the in-transaction checks decided for one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Recorded,
+    Replayed,
+    Denied,
+}
+
+impl Outcome {
+    fn apply(self, record: AuditRecord) -> AuditRecord {
+        match self {
+            Outcome::Recorded => record,
+            Outcome::Replayed => record.into_denial("token_replayed"),
+            Outcome::Denied => record.into_denial("identity_denied"),
+        }
+    }
+
+    fn wrap(self, stored: StoredRecord) -> Appended {
+        match self {
+            Outcome::Recorded => Appended::Recorded(stored),
+            Outcome::Replayed => Appended::Replayed(stored),
+            Outcome::Denied => Appended::Denied(stored),
+        }
+    }
+}
+
+/// Say in the record how many deny-list entries the change touched.
+fn note_change(record: &mut AuditRecord, rows: u64) {
+    if let serde_json::Value::Object(details) = &mut record.details {
+        details.insert("entries_changed".into(), serde_json::json!(rows));
+    }
 }
 
 fn json_list(items: &[String]) -> String {
@@ -450,23 +600,58 @@ async fn append_sqlite(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Append
     );
     let mut out = Vec::with_capacity(batch.len());
     for append in batch {
-        let mut replayed = false;
-        if let Some(claim) = &append.claim {
+        let mut record = append.record.clone();
+        let mut outcome = Outcome::Recorded;
+        if append.deny_check {
+            let listed: Option<i32> = sqlx::query_scalar(
+                "SELECT 1 FROM deny_list WHERE subject = ? OR username = lower(?) LIMIT 1",
+            )
+            .bind(&record.subject)
+            .bind(&record.username)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if listed.is_some() {
+                outcome = Outcome::Denied;
+            }
+        }
+        if let (Some(claim), Outcome::Recorded) = (&append.claim, outcome) {
             let inserted = sqlx::query(
                 "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES (?, ?, ?) ON CONFLICT (token_id) DO NOTHING",
             )
             .bind(&claim.token_id)
-            .bind(format_micros(append.record.occurred_at))
+            .bind(format_micros(record.occurred_at))
             .bind(claim.expires_at.map(format_micros))
             .execute(&mut *tx)
             .await?;
-            replayed = inserted.rows_affected() == 0;
+            if inserted.rows_affected() == 0 {
+                outcome = Outcome::Replayed;
+            }
         }
-        let record = if replayed {
-            append.record.clone().into_replay_denial()
-        } else {
-            append.record.clone()
-        };
+        match &append.deny_change {
+            Some(DenyChange::Add(entry)) => {
+                let added = sqlx::query(
+                    "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES (?, lower(?), ?, ?, ?) ON CONFLICT DO NOTHING",
+                )
+                .bind(&entry.subject)
+                .bind(&entry.username)
+                .bind(&entry.reason)
+                .bind(&entry.added_by)
+                .bind(format_micros(entry.added_at))
+                .execute(&mut *tx)
+                .await?;
+                note_change(&mut record, added.rows_affected());
+            }
+            Some(DenyChange::Remove { subject, username }) => {
+                let removed = sqlx::query("DELETE FROM deny_list WHERE subject = ? OR username = lower(?)")
+                    .bind(subject)
+                    .bind(username)
+                    .execute(&mut *tx)
+                    .await?;
+                note_change(&mut record, removed.rows_affected());
+            }
+            None => {}
+        }
+        let record = outcome.apply(record);
         let stored = chain(seq, &hash, record.normalised());
         let r = &stored.record;
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -504,11 +689,7 @@ async fn append_sqlite(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Append
         .await?;
         seq = stored.seq;
         hash = stored.hash.clone();
-        out.push(if replayed {
-            Appended::Replayed(stored)
-        } else {
-            Appended::Recorded(stored)
-        });
+        out.push(outcome.wrap(stored));
     }
     tx.commit().await?;
     Ok(out)

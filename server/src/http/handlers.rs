@@ -179,7 +179,14 @@ fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
 /// Commit a denial, then answer with it (or 503 when it cannot be recorded).
 async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
     record.reason_code = Some(error.code.to_owned());
-    match app.audit.append(Append { record, claim: None }).await {
+    match app
+        .audit
+        .append(Append {
+            record,
+            ..Default::default()
+        })
+        .await
+    {
         Ok(_) => error,
         Err(_) => ApiError::audit_unavailable().request_id(&error.request_id),
     }
@@ -382,10 +389,20 @@ pub async fn certificates(
         .append(Append {
             record,
             claim: Some(claim),
+            deny_check: true,
+            deny_change: None,
         })
         .await
     {
         Ok(Appended::Recorded(stored)) => stored,
+        Ok(Appended::Denied(_)) => {
+            return Err(problem(
+                StatusCode::FORBIDDEN,
+                "identity_denied",
+                "you are blocked from new certificates on this server (deny list); ask the platform team"
+                    .into(),
+            ));
+        }
         Ok(Appended::Replayed(_)) => {
             return Err(problem(
                 StatusCode::UNAUTHORIZED,
@@ -465,12 +482,23 @@ fn is_member(list: &crate::config::GroupList, verified: &VerifiedToken) -> bool 
         || list.app_roles.iter().any(|r| verified.app_roles.contains(r))
 }
 
-/// Authenticate an auditor; every refusal is recorded.
-async fn auditor(
+/// Who may do what beyond asking for a certificate.
+#[derive(Debug, Clone, Copy)]
+enum Privilege {
+    Auditor,
+    Admin,
+}
+
+/// Authenticate a caller and check `privilege`; every refusal is recorded.
+/// On success, the returned record (event `event`, outcome success) is
+/// ready to be appended with the action.
+async fn privileged(
     app: &App,
     peer: SocketAddr,
     request_id: &str,
     headers: &HeaderMap,
+    privilege: Privilege,
+    event: &str,
     details: Value,
 ) -> Result<(VerifiedToken, AuditRecord), ApiError> {
     let caller = Caller {
@@ -479,7 +507,7 @@ async fn auditor(
         client_version: header_text(headers, CLIENT_VERSION_HEADER),
         request_id: request_id.to_owned(),
     };
-    let mut record = caller.record(app, event::AUDIT_QUERY, outcome::DENIED);
+    let mut record = caller.record(app, event, outcome::DENIED);
     record.details = details;
     let Some(token) = bearer(headers) else {
         let error = ApiError::new(StatusCode::UNAUTHORIZED, "token_missing", "send a bearer token")
@@ -499,17 +527,43 @@ async fn auditor(
         }
     };
     with_identity(&mut record, &verified);
-    if !is_member(&app.config.auditors, &verified) {
-        let error = ApiError::new(
-            StatusCode::FORBIDDEN,
+    let (list, code, message) = match privilege {
+        Privilege::Auditor => (
+            &app.config.auditors,
             "not_an_auditor",
             "reading the audit trail needs membership in one of the `auditors` groups or app roles",
-        )
-        .request_id(request_id);
+        ),
+        Privilege::Admin => (
+            &app.config.admins,
+            "not_an_admin",
+            "changing the deny list needs membership in one of the `admins` groups or app roles",
+        ),
+    };
+    if !is_member(list, &verified) {
+        let error = ApiError::new(StatusCode::FORBIDDEN, code, message).request_id(request_id);
         return Err(deny(app, record, error).await);
     }
     record.outcome = outcome::SUCCESS.into();
     Ok((verified, record))
+}
+
+async fn auditor(
+    app: &App,
+    peer: SocketAddr,
+    request_id: &str,
+    headers: &HeaderMap,
+    details: Value,
+) -> Result<(VerifiedToken, AuditRecord), ApiError> {
+    privileged(
+        app,
+        peer,
+        request_id,
+        headers,
+        Privilege::Auditor,
+        event::AUDIT_QUERY,
+        details,
+    )
+    .await
 }
 
 /// `GET /v1/audit`: records matching the filters, oldest first, a page at a
@@ -569,7 +623,10 @@ pub async fn audit_list(
         ApiError::audit_unavailable().request_id(&request_id)
     })?;
     app.audit
-        .append(Append { record, claim: None })
+        .append(Append {
+            record,
+            ..Default::default()
+        })
         .await
         .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
     let full_page = records.len() as i64 >= filter.limit.clamp(1, crate::audit::store::MAX_QUERY_LIMIT);
@@ -590,7 +647,10 @@ pub async fn audit_verify(
 ) -> Result<Json<Value>, ApiError> {
     let (_, record) = auditor(&app, peer, &request_id, &headers, json!({"action": "verify"})).await?;
     app.audit
-        .append(Append { record, claim: None })
+        .append(Append {
+            record,
+            ..Default::default()
+        })
         .await
         .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
     let check = app.audit.store().verify_chain().await.map_err(|error| {
@@ -603,4 +663,174 @@ pub async fn audit_verify(
         "last_seq": check.last_seq,
         "first_broken": check.first_broken.map(|b| json!({"seq": b.seq, "reason": b.reason})),
     })))
+}
+
+/// `POST /v1/deny` body; `DELETE /v1/deny` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenyRequest {
+    /// Entra oid or OIDC sub.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Username (matched case-insensitively).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Why (required when adding; recorded).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+fn deny_target(
+    request: &DenyRequest,
+    request_id: &str,
+) -> Result<(Option<String>, Option<String>), ApiError> {
+    let clean = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| v.chars().take(256).collect())
+    };
+    let (subject, username): (Option<String>, Option<String>) =
+        (clean(&request.subject), clean(&request.username));
+    if subject.is_none() && username.is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "request_invalid",
+            "name a `subject` or a `username`",
+        )
+        .request_id(request_id));
+    }
+    Ok((subject, username.map(|u| u.to_lowercase())))
+}
+
+/// `GET /v1/deny` (admins).
+pub async fn deny_list(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    // Only a refusal is recorded: reading the list changes nothing.
+    privileged(
+        &app,
+        peer,
+        &request_id,
+        &headers,
+        Privilege::Admin,
+        event::DENY_LISTED,
+        json!({}),
+    )
+    .await?;
+    let entries = app
+        .audit
+        .store()
+        .deny_list()
+        .await
+        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    Ok(Json(json!({ "entries": entries })))
+}
+
+/// `POST /v1/deny`: block an identity from new certificates, at once.
+pub async fn deny_add(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let request: DenyRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "request_invalid",
+            format!("not a deny request: {e}"),
+        )
+        .request_id(&request_id)
+    })?;
+    let (subject, username) = deny_target(&request, &request_id)?;
+    let reason = request
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "request_invalid",
+                "a `reason` is required",
+            )
+            .request_id(&request_id)
+        })?;
+    let details = json!({"target_subject": subject, "target_username": username, "reason": reason});
+    let (verified, record) = privileged(
+        &app,
+        peer,
+        &request_id,
+        &headers,
+        Privilege::Admin,
+        event::DENY_ADDED,
+        details,
+    )
+    .await?;
+    let entry = crate::audit::store::DenyEntry {
+        subject,
+        username,
+        reason: reason.chars().take(1024).collect(),
+        added_by: verified.username.clone(),
+        added_at: record.occurred_at,
+    };
+    let appended = app
+        .audit
+        .append(Append {
+            record,
+            deny_change: Some(crate::audit::store::DenyChange::Add(entry.clone())),
+            ..Default::default()
+        })
+        .await
+        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    tracing::warn!(request_id = %request_id, by = %verified.username, "deny list entry added");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "entry": entry, "audit_id": appended.stored().seq })),
+    ))
+}
+
+/// `DELETE /v1/deny?subject=...` or `?username=...`.
+pub async fn deny_remove(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    query: Result<axum::extract::Query<DenyRequest>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let request = query
+        .map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "request_invalid", e.body_text()).request_id(&request_id)
+        })?
+        .0;
+    let (subject, username) = deny_target(&request, &request_id)?;
+    let details = json!({"target_subject": subject, "target_username": username});
+    let (verified, record) = privileged(
+        &app,
+        peer,
+        &request_id,
+        &headers,
+        Privilege::Admin,
+        event::DENY_REMOVED,
+        details,
+    )
+    .await?;
+    let appended = app
+        .audit
+        .append(Append {
+            record,
+            deny_change: Some(crate::audit::store::DenyChange::Remove { subject, username }),
+            ..Default::default()
+        })
+        .await
+        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    let stored = appended.stored();
+    tracing::warn!(request_id = %request_id, by = %verified.username, "deny list entry removed");
+    Ok(Json(
+        json!({ "removed": stored.record.details["entries_changed"], "audit_id": stored.seq }),
+    ))
 }

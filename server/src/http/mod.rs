@@ -79,6 +79,12 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/certificates", post(handlers::certificates))
         .route("/v1/audit", get(handlers::audit_list))
         .route("/v1/audit/verify", get(handlers::audit_verify))
+        .route(
+            "/v1/deny",
+            get(handlers::deny_list)
+                .post(handlers::deny_add)
+                .delete(handlers::deny_remove),
+        )
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .fallback(handlers::not_found)
