@@ -115,6 +115,9 @@ pub struct DenyEntry {
     pub added_at: OffsetDateTime,
 }
 
+/// A deny_list row: subject, username, reason, added_by, added_at.
+type DenyRow<Time> = (Option<String>, Option<String>, String, String, Time);
+
 fn serialize_time<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_micros(*t))
 }
@@ -374,8 +377,7 @@ impl AuditStore {
             "SELECT subject, username, reason, added_by, added_at FROM deny_list ORDER BY added_at DESC";
         match self {
             AuditStore::Postgres(pool) => {
-                let rows: Vec<(Option<String>, Option<String>, String, String, OffsetDateTime)> =
-                    sqlx::query_as(sql).fetch_all(pool).await?;
+                let rows: Vec<DenyRow<OffsetDateTime>> = sqlx::query_as(sql).fetch_all(pool).await?;
                 Ok(rows
                     .into_iter()
                     .map(|(subject, username, reason, added_by, added_at)| DenyEntry {
@@ -388,8 +390,7 @@ impl AuditStore {
                     .collect())
             }
             AuditStore::Sqlite(pool) => {
-                let rows: Vec<(Option<String>, Option<String>, String, String, String)> =
-                    sqlx::query_as(sql).fetch_all(pool).await?;
+                let rows: Vec<DenyRow<String>> = sqlx::query_as(sql).fetch_all(pool).await?;
                 rows.into_iter()
                     .map(|(subject, username, reason, added_by, added_at)| {
                         let added_at = parse_micros(&added_at)
