@@ -215,6 +215,27 @@ impl ApiClient {
         self.read(response).await
     }
 
+    /// `GET`, `POST` or `DELETE /v1/deny` (admins).
+    pub async fn deny(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Value, ApiError> {
+        let mut request = self
+            .http
+            .request(method, format!("{}/v1/deny", self.base))
+            .query(query)
+            .bearer_auth(token)
+            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        self.read(response).await
+    }
+
     pub async fn request_certificate(
         &self,
         token: &str,

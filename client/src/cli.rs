@@ -58,6 +58,9 @@ pub enum Command {
     /// Read the audit trail (auditors only): list, show, export, verify.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Block identities from new certificates at once (administrators).
+    #[command(subcommand)]
+    Deny(DenyCommand),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -126,6 +129,42 @@ impl AuditFilterArgs {
         .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
         .collect()
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DenyCommand {
+    /// Block a person by subject (Entra object id) or username.
+    Add {
+        #[arg(long, required_unless_present = "user")]
+        subject: Option<String>,
+        #[arg(long)]
+        user: Option<String>,
+        /// Why (recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Unblock.
+    Remove {
+        #[arg(long, required_unless_present = "user")]
+        subject: Option<String>,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Who is blocked.
+    List {
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -807,6 +846,86 @@ async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()>
     }
 }
 
+async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    let explain = |e: crate::api::ApiError| anyhow!(crate::messages::explain(&e, ""));
+    let target = |subject: Option<String>, user: Option<String>| -> Vec<(&'static str, String)> {
+        [("subject", subject), ("username", user)]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect()
+    };
+    match command {
+        DenyCommand::Add {
+            subject,
+            user,
+            reason,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let body = serde_json::json!({"subject": subject, "username": user, "reason": reason});
+            let answer = api
+                .deny(&tokens.bearer, reqwest::Method::POST, &[], Some(body))
+                .await
+                .map_err(explain)?;
+            writeln!(
+                out,
+                "blocked {} from new certificates (audit record {})",
+                answer["entry"]["username"]
+                    .as_str()
+                    .or(answer["entry"]["subject"].as_str())
+                    .unwrap_or("?"),
+                answer["audit_id"]
+            )?;
+        }
+        DenyCommand::Remove {
+            subject,
+            user,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let answer = api
+                .deny(
+                    &tokens.bearer,
+                    reqwest::Method::DELETE,
+                    &target(subject, user),
+                    None,
+                )
+                .await
+                .map_err(explain)?;
+            writeln!(
+                out,
+                "removed {} entr(ies) (audit record {})",
+                answer["removed"], answer["audit_id"]
+            )?;
+        }
+        DenyCommand::List { server, login } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let answer = api
+                .deny(&tokens.bearer, reqwest::Method::GET, &[], None)
+                .await
+                .map_err(explain)?;
+            let entries = answer["entries"].as_array().cloned().unwrap_or_default();
+            if entries.is_empty() {
+                writeln!(out, "nobody is blocked")?;
+            }
+            for entry in entries {
+                writeln!(
+                    out,
+                    "{}  {}  by {} at {}: {}",
+                    entry["username"].as_str().unwrap_or("-"),
+                    entry["subject"].as_str().unwrap_or("-"),
+                    entry["added_by"].as_str().unwrap_or("?"),
+                    entry["added_at"].as_str().unwrap_or("?"),
+                    entry["reason"].as_str().unwrap_or("")
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
@@ -824,6 +943,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command,
         } => exec(cluster.as_deref(), &login, &command).await,
         Command::Audit(command) => audit(command, &mut out).await.map(|_| ExitCode::SUCCESS),
+        Command::Deny(command) => deny(command, &mut out).await.map(|_| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talos-sso", &mut out);
             Ok(ExitCode::SUCCESS)

@@ -93,6 +93,9 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
         "not_an_auditor" => {
             "reading the audit trail is for the security team; ask to be added to one of the server's `auditors` groups".into()
         }
+        "not_an_admin" => {
+            "changing the deny list is for administrators; ask to be added to one of the server's `admins` groups".into()
+        }
         "rate_limited" => format!(
             "the server asks you to slow down ({detail}); try again in {} seconds",
             extra.get("retry_after_seconds").and_then(Value::as_u64).unwrap_or(60)

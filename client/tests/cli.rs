@@ -668,3 +668,49 @@ async fn the_security_team_reads_the_audit_trail() {
     );
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_blocks_and_unblocks_someone_with_the_cli() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let alice = Machine::new();
+    let (code, out) = browser_login(&env, &alice, "alice@example.com", &["--role", "os:admin"]).await;
+    assert_eq!(code, 0, "{out}");
+    let bob = Machine::new();
+    let (code, out) = browser_login(&env, &bob, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+
+    let (code, out, err) = alice
+        .run(&[
+            "deny",
+            "add",
+            "--user",
+            "bob@example.com",
+            "--reason",
+            "laptop stolen",
+        ])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("blocked bob@example.com"), "{out}");
+    let (_, listed, _) = alice.run(&["deny", "list"]).await;
+    assert!(
+        listed.contains("bob@example.com") && listed.contains("laptop stolen"),
+        "{listed}"
+    );
+
+    // Bob's next login is refused, with a sentence saying why.
+    let (code, _, err) = bob.run(&["login"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("you are blocked from new certificates"), "{err}");
+    // Bob cannot unblock himself.
+    let (code, _, err) = bob.run(&["deny", "remove", "--user", "bob@example.com"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("for administrators"), "{err}");
+
+    let (code, out, err) = alice.run(&["deny", "remove", "--user", "bob@example.com"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("removed 1"), "{out}");
+    let (code, _, err) = bob.run(&["login"]).await;
+    assert_eq!(code, 0, "{err}");
+    env.finish().await;
+}
