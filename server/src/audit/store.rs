@@ -458,19 +458,39 @@ async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended
             .fetch_optional(&mut *tx)
             .await?,
     );
+    // One query for the whole batch: which of its identities are denied?
+    let (subjects, usernames): (Vec<String>, Vec<String>) = batch
+        .iter()
+        .filter(|a| a.deny_check)
+        .map(|a| {
+            let r = &a.record;
+            (
+                r.subject.clone().unwrap_or_default(),
+                r.username.clone().unwrap_or_default().to_lowercase(),
+            )
+        })
+        .unzip();
+    let denied: Vec<(Option<String>, Option<String>)> = if subjects.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_as(
+            "SELECT subject, username FROM deny_list WHERE subject = ANY($1) OR username = ANY($2)",
+        )
+        .bind(&subjects)
+        .bind(&usernames)
+        .fetch_all(&mut *tx)
+        .await?
+    };
     let mut out = Vec::with_capacity(batch.len());
     for append in batch {
         let mut record = append.record.clone();
         let mut outcome = Outcome::Recorded;
         if append.deny_check {
-            let listed: Option<i32> = sqlx::query_scalar(
-                "SELECT 1 FROM deny_list WHERE subject = $1 OR username = lower($2) LIMIT 1",
-            )
-            .bind(&record.subject)
-            .bind(&record.username)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if listed.is_some() {
+            let username = record.username.as_deref().map(str::to_lowercase);
+            let listed = denied.iter().any(|(subject, name)| {
+                (subject.is_some() && *subject == record.subject) || (name.is_some() && *name == username)
+            });
+            if listed {
                 outcome = Outcome::Denied;
             }
         }
