@@ -123,6 +123,7 @@ pub struct App {
     pub audit: AuditWriter,
     pub clock: Arc<dyn Clock>,
     pub rate_limits: crate::ratelimit::RateLimits,
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Tasks started with the app; stop them at shutdown.
@@ -215,6 +216,7 @@ impl App {
         );
         let (audit, audit_writer) = AuditWriter::start(store);
         let rate_limits = crate::ratelimit::RateLimits::new(&config.rate_limits);
+        let metrics = crate::metrics::Metrics::new();
         let app = Arc::new(Self {
             config,
             clusters,
@@ -222,6 +224,7 @@ impl App {
             audit,
             clock,
             rate_limits,
+            metrics,
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
         let weak = Arc::downgrade(&app);

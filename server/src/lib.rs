@@ -11,6 +11,7 @@
 //! - `certificate`: CSR checks and the Talos client certificate profile.
 //! - `identity`: bearer-token verification, provider discovery and keys,
 //!   Entra group overage through Graph.
+//! - `metrics`: Prometheus metrics on `/metrics`.
 //! - `policy`: claims to Talos roles per cluster; pure, checked at load.
 //! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with
 //!   group commit.
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod identity;
+pub mod metrics;
 pub mod policy;
 pub mod ratelimit;
 pub mod secret_file;

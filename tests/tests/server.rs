@@ -1179,3 +1179,82 @@ async fn postgres_the_deny_list_blocks_at_once_and_every_change_is_recorded() {
 async fn sqlite_the_deny_list_blocks_at_once_and_every_change_is_recorded() {
     the_deny_list_blocks_at_once_and_every_change_is_recorded(Backend::Sqlite).await;
 }
+
+#[tokio::test]
+async fn metrics_count_decisions_latency_and_ca_expiry() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let token = |user: &str| env.emulator.token_for(user, TokenKind::id()).unwrap();
+    assert_eq!(
+        post(
+            &env,
+            &env.server.base_url,
+            Some(&token("bob@example.com")),
+            body(&csr, &[])
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        post(
+            &env,
+            &env.server.base_url,
+            Some(&token("dave@example.com")),
+            body(&csr, &[])
+        )
+        .await
+        .status,
+        403
+    );
+    let response = env
+        .http
+        .get(format!("{}/metrics", env.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = response.text().await.unwrap();
+    for expected in [
+        r#"talos_sso_certificates_issued_total{cluster="prod",role="os:operator"} 1"#,
+        r#"talos_sso_requests_denied_total{cluster="prod",reason="no_matching_rule"} 1"#,
+        "talos_sso_issuance_seconds_count 2",
+        "talos_sso_audit_write_failures_total 0",
+        r#"talos_sso_ca_not_after_timestamp_seconds{cluster="prod"} "#,
+        "# EOF",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    // A key refresh shows up as it happens.
+    env.emulator.rotate_keys().unwrap();
+    assert_eq!(
+        post(
+            &env,
+            &env.server.base_url,
+            Some(&token("bob@example.com")),
+            body(&csr, &[])
+        )
+        .await
+        .status,
+        201
+    );
+    let text = env
+        .http
+        .get(format!("{}/metrics", env.server.base_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(r#"talos_sso_jwks_refreshes_total{result="ok"} 1"#),
+        "{text}"
+    );
+    env.finish().await;
+}

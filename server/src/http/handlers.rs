@@ -61,6 +61,17 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
     )
 }
 
+/// Prometheus metrics (OpenMetrics text).
+pub async fn metrics(State(app): State<Arc<App>>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(&app),
+    )
+}
+
 pub async fn info(State(app): State<Arc<App>>) -> Json<Value> {
     let identity = &app.config.identity;
     let clusters: Vec<Value> = app
@@ -176,9 +187,20 @@ fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
     record.identity_verified = false;
 }
 
+fn count_denied(app: &App, cluster: &str, reason: &str) {
+    let labels = crate::metrics::DeniedLabels {
+        cluster: cluster.to_owned(),
+        reason: reason.to_owned(),
+    };
+    app.metrics.denied.get_or_create(&labels).inc();
+}
+
 /// Commit a denial, then answer with it (or 503 when it cannot be recorded).
 async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
     record.reason_code = Some(error.code.to_owned());
+    if record.event == event::CERTIFICATE_DENIED {
+        count_denied(app, record.cluster.as_deref().unwrap_or_default(), error.code);
+    }
     match app
         .audit
         .append(Append {
@@ -232,6 +254,22 @@ fn policy_error(denial: &Denial) -> ApiError {
 }
 
 pub async fn certificates(
+    state: State<Arc<App>>,
+    connect: ConnectInfo<SocketAddr>,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let started = std::time::Instant::now();
+    let app = state.0.clone();
+    let answer = issue_certificate(state, connect, request_id, headers, body).await;
+    app.metrics
+        .issuance_seconds
+        .observe(started.elapsed().as_secs_f64());
+    answer
+}
+
+async fn issue_certificate(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Extension(RequestId(request_id)): Extension<RequestId>,
@@ -396,6 +434,7 @@ pub async fn certificates(
     {
         Ok(Appended::Recorded(stored)) => stored,
         Ok(Appended::Denied(_)) => {
+            count_denied(&app, &cluster.name, "identity_denied");
             return Err(problem(
                 StatusCode::FORBIDDEN,
                 "identity_denied",
@@ -404,6 +443,7 @@ pub async fn certificates(
             ));
         }
         Ok(Appended::Replayed(_)) => {
+            count_denied(&app, &cluster.name, "token_replayed");
             return Err(problem(
                 StatusCode::UNAUTHORIZED,
                 "token_replayed",
@@ -412,6 +452,13 @@ pub async fn certificates(
         }
         Err(_) => return Err(ApiError::audit_unavailable().request_id(&request_id)),
     };
+    for role in &issued.roles {
+        let labels = crate::metrics::IssuedLabels {
+            cluster: cluster.name.clone(),
+            role: role.clone(),
+        };
+        app.metrics.issued.get_or_create(&labels).inc();
+    }
     tracing::info!(request_id = %request_id, cluster = %cluster.name, username = %verified.username,
         roles = ?issued.roles, serial = %issued.serial_hex, audit_seq = stored.seq, "certificate issued");
 

@@ -87,6 +87,7 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(

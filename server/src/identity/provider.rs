@@ -98,6 +98,9 @@ pub struct Provider {
     min_refresh_interval: Duration,
     /// When a key set was last fetched successfully (for `/readyz`).
     keys_fetched_at: std::sync::Mutex<Instant>,
+    /// Refreshes that succeeded / failed (for metrics).
+    refreshes_ok: std::sync::atomic::AtomicU64,
+    refreshes_failed: std::sync::atomic::AtomicU64,
 }
 
 async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderError> {
@@ -148,6 +151,8 @@ impl Provider {
             last_refresh: tokio::sync::Mutex::new(None),
             min_refresh_interval: settings.min_refresh_interval,
             keys_fetched_at: std::sync::Mutex::new(Instant::now()),
+            refreshes_ok: Default::default(),
+            refreshes_failed: Default::default(),
         })
     }
 
@@ -199,6 +204,15 @@ impl Provider {
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
+    /// Key-set refreshes so far: (succeeded, failed).
+    pub fn refresh_counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.refreshes_ok.load(Relaxed),
+            self.refreshes_failed.load(Relaxed),
+        )
+    }
+
     /// How long ago the key set was last fetched successfully.
     pub fn keys_age(&self) -> Duration {
         self.keys_fetched_at
@@ -237,10 +251,14 @@ impl Provider {
                 if let Ok(mut at) = self.keys_fetched_at.lock() {
                     *at = Instant::now();
                 }
+                self.refreshes_ok
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(keys = count, "identity provider keys refreshed");
                 Ok(count)
             }
             Err(error) => {
+                self.refreshes_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(%error, "identity provider keys could not be refreshed; keeping the last good set");
                 Err(error)
             }
