@@ -714,3 +714,33 @@ async fn an_admin_blocks_and_unblocks_someone_with_the_cli() {
     assert_eq!(code, 0, "{err}");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_works_with_a_multi_tenant_issuer() {
+    let emulator_issuer = std::sync::Mutex::new(String::new());
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        // `issuer: "http://127.0.0.1:PORT/<tenant>/v2.0"` -> the `{tenantid}` template.
+        let line = yaml
+            .lines()
+            .find(|l| l.trim_start().starts_with("issuer:"))
+            .unwrap()
+            .to_owned();
+        let issuer = line.split('"').nth(1).unwrap().to_owned();
+        let template = issuer.replace(talos_sso_tests::emulator::TENANT_ID, "{tenantid}");
+        *emulator_issuer.lock().unwrap() = template.clone();
+        yaml.replace(&line, &format!("  issuer: \"{template}\""))
+    })
+    .await;
+    let template = emulator_issuer.lock().unwrap().clone();
+    assert!(template.ends_with("/{tenantid}/v2.0"), "{template}");
+    assert_eq!(env.config().identity.issuer, template);
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    let (ca, crt, key) = context_fields(&machine.talosconfig(), "prod");
+    assert_eq!(
+        talos_checker::handshake(&ca, &crt, &key).unwrap().roles,
+        ["os:operator"]
+    );
+    env.finish().await;
+}

@@ -122,10 +122,45 @@ impl Provider {
             .timeout(Duration::from_secs(20))
             .build()
             .map_err(|e| discovery_error(e.to_string()))?;
-        let issuer = IssuerUrl::new(info.issuer.clone()).map_err(|e| discovery_error(e.to_string()))?;
-        let metadata = Metadata::discover_async(issuer, &http)
-            .await
-            .map_err(|e| discovery_error(error_chain(&e)))?;
+        let metadata = if info.issuer.contains("{tenantid}") {
+            // Entra's multi-tenant issuer is a template: discovery lives at
+            // `organizations` and names the template, which openidconnect's
+            // issuer check cannot match. Fetch it directly; the ID token's
+            // issuer is checked against the template in `tokens_from`.
+            let url = info.discovery_url.clone().unwrap_or_else(|| {
+                format!(
+                    "{}/.well-known/openid-configuration",
+                    info.issuer
+                        .replace("{tenantid}", "organizations")
+                        .trim_end_matches('/')
+                )
+            });
+            let response = http
+                .get(&url)
+                .send()
+                .await
+                .map_err(|e| discovery_error(e.to_string()))?;
+            let metadata: Metadata = response
+                .json()
+                .await
+                .map_err(|e| discovery_error(e.to_string()))?;
+            if metadata.issuer().as_str() != info.issuer {
+                return Err(discovery_error(format!(
+                    "the discovery document names issuer {}, the server says {}",
+                    metadata.issuer().as_str(),
+                    info.issuer
+                )));
+            }
+            let jwks = openidconnect::JsonWebKeySet::fetch_async(metadata.jwks_uri(), &http)
+                .await
+                .map_err(|e| discovery_error(error_chain(&e)))?;
+            metadata.set_jwks(jwks)
+        } else {
+            let issuer = IssuerUrl::new(info.issuer.clone()).map_err(|e| discovery_error(e.to_string()))?;
+            Metadata::discover_async(issuer, &http)
+                .await
+                .map_err(|e| discovery_error(error_chain(&e)))?
+        };
         let device_endpoint = metadata
             .additional_metadata()
             .device_authorization_endpoint
@@ -151,13 +186,26 @@ impl Provider {
         let id_token = response
             .id_token()
             .ok_or_else(|| LoginError::Invalid("no ID token in the answer".into()))?;
-        let verifier = self.client.id_token_verifier();
+        let template = self.issuer.contains("{tenantid}");
+        // With a `{tenantid}` issuer the check below replaces openidconnect's.
+        let verifier = self.client.id_token_verifier().require_issuer_match(!template);
         let claims = match nonce {
             Some(nonce) => id_token.claims(&verifier, nonce),
             // Refresh and device-code ID tokens carry no nonce.
             None => id_token.claims(&verifier, |_: Option<&Nonce>| Ok(())),
         }
         .map_err(|e| LoginError::Invalid(e.to_string()))?;
+        if template {
+            let tenant = token_claim(&id_token.to_string(), "tid")
+                .ok_or_else(|| LoginError::Invalid("the ID token names no tenant (tid)".into()))?;
+            let expected = self.issuer.replace("{tenantid}", &tenant);
+            if claims.issuer().as_str() != expected {
+                return Err(LoginError::Invalid(format!(
+                    "the ID token's issuer {} is not {expected}",
+                    claims.issuer().as_str()
+                )));
+            }
+        }
         let username = claims
             .preferred_username()
             .map(|u| u.as_str().to_owned())
@@ -206,6 +254,17 @@ impl Provider {
             .filter(|s| *s != "openid")
             .map(|s| openidconnect::Scope::new(s.clone()))
     }
+}
+
+/// A string claim of a JWT whose signature was already verified.
+fn token_claim(jwt: &str, name: &str) -> Option<String> {
+    use base64::Engine;
+    let payload = jwt.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims.get(name)?.as_str().map(str::to_owned)
 }
 
 /// An error and its causes on one line.
