@@ -15,6 +15,36 @@ use talos_sso_tests::talos_checker;
 
 use clap::Parser;
 
+/// Each named test function, run once against each audit store:
+/// `server::<name>::postgres` and `server::<name>::sqlite`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use super::*;
+
+                #[tokio::test]
+                async fn postgres() {
+                    super::$name(Backend::Postgres).await;
+                }
+
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$name(Backend::Sqlite).await;
+                }
+            }
+        )*
+    };
+}
+
+on_both_stores!(
+    issues_a_certificate_talos_accepts_and_records_every_field,
+    every_denial_has_its_code_one_audit_row_and_no_certificate,
+    tampering_is_named_by_audit_verify,
+    audit_api_answers_auditors_only_and_records_each_query,
+    the_deny_list_blocks_at_once_and_every_change_is_recorded,
+);
+
 struct Answer {
     status: u16,
     body: Value,
@@ -165,16 +195,6 @@ async fn issues_a_certificate_talos_accepts_and_records_every_field(backend: Bac
     let check = env.server.app.audit.store().verify_chain().await.unwrap();
     assert_eq!((check.verified, check.first_broken), (1, None));
     env.finish().await;
-}
-
-#[tokio::test]
-async fn postgres_issues_a_certificate_talos_accepts_and_records_every_field() {
-    issues_a_certificate_talos_accepts_and_records_every_field(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn sqlite_issues_a_certificate_talos_accepts_and_records_every_field() {
-    issues_a_certificate_talos_accepts_and_records_every_field(Backend::Sqlite).await;
 }
 
 async fn every_denial_has_its_code_one_audit_row_and_no_certificate(backend: Backend) {
@@ -346,16 +366,6 @@ async fn every_denial_has_its_code_one_audit_row_and_no_certificate(backend: Bac
 }
 
 #[tokio::test]
-async fn postgres_every_denial_has_its_code_one_audit_row_and_no_certificate() {
-    every_denial_has_its_code_one_audit_row_and_no_certificate(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn sqlite_every_denial_has_its_code_one_audit_row_and_no_certificate() {
-    every_denial_has_its_code_one_audit_row_and_no_certificate(Backend::Sqlite).await;
-}
-
-#[tokio::test]
 async fn database_outage_answers_503_then_recovers_without_restart() {
     let env = TestEnv::start(Backend::Postgres).await;
     let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
@@ -491,16 +501,6 @@ async fn tampering_is_named_by_audit_verify(backend: Backend) {
     assert!(broken.contains("audit chain broken at record 2"), "{broken}");
     assert!(broken.contains("1 records before it verified"), "{broken}");
     env.finish().await;
-}
-
-#[tokio::test]
-async fn postgres_tampering_is_named_by_audit_verify() {
-    tampering_is_named_by_audit_verify(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn sqlite_tampering_is_named_by_audit_verify() {
-    tampering_is_named_by_audit_verify(Backend::Sqlite).await;
 }
 
 /// `count` issuances spread over `servers`, `concurrency` at a time; returns
@@ -1068,16 +1068,6 @@ async fn audit_api_answers_auditors_only_and_records_each_query(backend: Backend
     env.finish().await;
 }
 
-#[tokio::test]
-async fn postgres_audit_api_answers_auditors_only_and_records_each_query() {
-    audit_api_answers_auditors_only_and_records_each_query(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn sqlite_audit_api_answers_auditors_only_and_records_each_query() {
-    audit_api_answers_auditors_only_and_records_each_query(Backend::Sqlite).await;
-}
-
 async fn the_deny_list_blocks_at_once_and_every_change_is_recorded(backend: Backend) {
     let env = TestEnv::start(backend).await;
     let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
@@ -1168,16 +1158,6 @@ async fn the_deny_list_blocks_at_once_and_every_change_is_recorded(backend: Back
     assert_eq!(again.status, 201, "{}", again.body);
     assert_chain_intact(&env).await;
     env.finish().await;
-}
-
-#[tokio::test]
-async fn postgres_the_deny_list_blocks_at_once_and_every_change_is_recorded() {
-    the_deny_list_blocks_at_once_and_every_change_is_recorded(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn sqlite_the_deny_list_blocks_at_once_and_every_change_is_recorded() {
-    the_deny_list_blocks_at_once_and_every_change_is_recorded(Backend::Sqlite).await;
 }
 
 #[tokio::test]

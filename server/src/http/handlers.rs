@@ -486,6 +486,15 @@ async fn issue_certificate(
     ))
 }
 
+type QueryParams<T> = Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>;
+
+/// Query parameters, or a 400 `request_invalid` saying what is wrong with them.
+fn query_or_400<T>(query: QueryParams<T>, request_id: &str) -> Result<T, ApiError> {
+    query.map(|q| q.0).map_err(|e| {
+        ApiError::new(StatusCode::BAD_REQUEST, "request_invalid", e.body_text()).request_id(request_id)
+    })
+}
+
 /// Query parameters of `GET /v1/audit`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -620,13 +629,9 @@ pub async fn audit_list(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Extension(RequestId(request_id)): Extension<RequestId>,
     headers: HeaderMap,
-    query: Result<axum::extract::Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+    query: QueryParams<AuditQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = query
-        .map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "request_invalid", e.body_text()).request_id(&request_id)
-        })?
-        .0;
+    let query = query_or_400(query, &request_id)?;
     let now = app.clock.now();
     let when = |text: &Option<String>, name: &str| -> Result<Option<time::OffsetDateTime>, ApiError> {
         text.as_deref()
@@ -847,13 +852,9 @@ pub async fn deny_remove(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Extension(RequestId(request_id)): Extension<RequestId>,
     headers: HeaderMap,
-    query: Result<axum::extract::Query<DenyRequest>, axum::extract::rejection::QueryRejection>,
+    query: QueryParams<DenyRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let request = query
-        .map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "request_invalid", e.body_text()).request_id(&request_id)
-        })?
-        .0;
+    let request = query_or_400(query, &request_id)?;
     let (subject, username) = deny_target(&request, &request_id)?;
     let details = json!({"target_subject": subject, "target_username": username});
     let (verified, record) = privileged(
