@@ -1238,3 +1238,154 @@ async fn metrics_count_decisions_latency_and_ca_expiry() {
     );
     env.finish().await;
 }
+
+#[tokio::test]
+async fn check_and_migrate_report_what_they_find() {
+    let env = TestEnv::start(Backend::Postgres).await;
+    let config = write_config(&env);
+    let config_str = config.to_str().unwrap();
+    let ok = cli(&["check", "--config", config_str]).await.unwrap();
+    assert!(ok.contains("cluster prod: CA O=talos"), "{ok}");
+    assert!(
+        ok.contains("policy examples: 2 passed") && ok.contains("audit database: reachable"),
+        "{ok}"
+    );
+    let migrated = cli(&["migrate", "--config", config_str]).await.unwrap();
+    assert!(
+        migrated.contains("audit database (postgres) is up to date"),
+        "{migrated}"
+    );
+
+    // A policy example the rules contradict stops `check` (and `serve`) with both outcomes named.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("expect_denied: role_required", "expect_roles: [os:admin]");
+    std::fs::write(&config, text).unwrap();
+    let failed = cli(&["check", "--config", config_str]).await.unwrap_err();
+    assert!(
+        failed.contains("policy example `admins must ask for admin` expected roles [os:admin] but got denial `role_required`"),
+        "{failed}"
+    );
+    // An unreachable database is named.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&env.database_url, "postgres://postgres@127.0.0.1:9/none");
+    std::fs::write(
+        &config,
+        text.replace("expect_roles: [os:admin]", "expect_denied: role_required"),
+    )
+    .unwrap();
+    let unreachable = cli(&["check", "--config", config_str]).await.unwrap_err();
+    assert!(unreachable.contains("audit database"), "{unreachable}");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn ca_new_and_intermediate_write_private_files_and_refuse_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let made = cli(&[
+        "ca",
+        "new",
+        "--out-cert",
+        &path("root.crt"),
+        "--out-key",
+        &path("root.key"),
+        "--key-type",
+        "ecdsa-p256",
+    ])
+    .await
+    .unwrap();
+    assert!(made.contains("key type:    ECDSA P-256"), "{made}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |name: &str| {
+        std::fs::metadata(dir.path().join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!((mode("root.key"), mode("root.crt")), (0o600, 0o644));
+    // Never overwrite.
+    let again = cli(&[
+        "ca",
+        "new",
+        "--out-cert",
+        &path("root.crt"),
+        "--out-key",
+        &path("other.key"),
+    ])
+    .await
+    .unwrap_err();
+    assert!(
+        again.contains("already exists; refusing to overwrite it"),
+        "{again}"
+    );
+    assert!(!dir.path().join("other.key").exists());
+
+    let inter = cli(&[
+        "ca",
+        "intermediate",
+        "--cert-file",
+        &path("root.crt"),
+        "--key-file",
+        &path("root.key"),
+        "--validity",
+        "30d",
+        "--out-cert",
+        &path("inter.crt"),
+        "--out-key",
+        &path("inter.key"),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        inter.contains("intermediate, then the Talos root") && inter.contains("days left:   29"),
+        "{inter}"
+    );
+    let inspected = cli(&[
+        "ca",
+        "inspect",
+        "--cert-file",
+        &path("inter.crt"),
+        "--key-file",
+        &path("inter.key"),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        inspected.contains("mode:        intermediate; Talos root:"),
+        "{inspected}"
+    );
+    // An intermediate cannot make another one (path length 0).
+    let nested = cli(&[
+        "ca",
+        "intermediate",
+        "--cert-file",
+        &path("inter.crt"),
+        "--key-file",
+        &path("inter.key"),
+        "--validity",
+        "1d",
+        "--out-cert",
+        &path("nested.crt"),
+        "--out-key",
+        &path("nested.key"),
+    ])
+    .await
+    .unwrap_err();
+    assert!(nested.contains("needs the Talos root CA material"), "{nested}");
+    // Two sources at once are refused by the argument parser itself.
+    let both = Cli::try_parse_from([
+        "talos-sso-server",
+        "ca",
+        "inspect",
+        "--cert-file",
+        "a",
+        "--key-file",
+        "b",
+        "--secrets-bundle",
+        "c",
+    ]);
+    assert!(both.is_err());
+}
