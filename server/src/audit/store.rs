@@ -425,40 +425,31 @@ impl AuditStore {
         }
         Ok(check)
     }
-
-    /// The number of records (tests and `audit verify`).
-    pub async fn count(&self) -> Result<i64, StoreError> {
-        Ok(match self {
-            AuditStore::Postgres(pool) => {
-                sqlx::query_scalar("SELECT count(*) FROM audit_events")
-                    .fetch_one(pool)
-                    .await?
-            }
-            AuditStore::Sqlite(pool) => {
-                sqlx::query_scalar("SELECT count(*) FROM audit_events")
-                    .fetch_one(pool)
-                    .await?
-            }
-        })
-    }
 }
 
-fn head(row: Option<(i64, String)>) -> (i64, String) {
-    row.unwrap_or((0, GENESIS_HASH.to_owned()))
+/// `(subject, username)` of deny-list entries that match a batch.
+type DeniedPairs = Vec<(Option<String>, Option<String>)>;
+
+/// The statements one backend runs inside the appending transaction.
+/// [`extend_chain`] holds what both backends share: the order of the checks,
+/// the outcomes, the hashing. The transaction was opened under the lock that
+/// serialises chain appends (advisory lock, or `BEGIN IMMEDIATE`).
+trait ChainTx {
+    /// The last record's sequence number and hash (0 and zeros when empty).
+    async fn head(&mut self) -> Result<(i64, String), StoreError>;
+    /// Deny-list entries matching any of these subjects or (lower-cased) usernames.
+    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError>;
+    /// Claim a token id; `false` when it was claimed before (a replay).
+    async fn claim(&mut self, claim: &TokenClaim, at: OffsetDateTime) -> Result<bool, StoreError>;
+    /// Apply a deny-list change; the number of entries it touched.
+    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError>;
+    async fn insert(&mut self, stored: &StoredRecord) -> Result<(), StoreError>;
 }
 
-async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(CHAIN_LOCK_KEY)
-        .execute(&mut *tx)
-        .await?;
-    let (mut seq, mut hash) = head(
-        sqlx::query_as::<_, (i64, String)>("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
-            .fetch_optional(&mut *tx)
-            .await?,
-    );
-    // One query for the whole batch: which of its identities are denied?
+/// Append `batch` in order inside `tx`: deny list (read once for the batch),
+/// replay guard, deny-list changes, then the record on the chain.
+async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let (mut seq, mut hash) = tx.head().await?;
     let (subjects, usernames): (Vec<String>, Vec<String>) = batch
         .iter()
         .filter(|a| a.deny_check)
@@ -470,16 +461,10 @@ async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended
             )
         })
         .unzip();
-    let denied: Vec<(Option<String>, Option<String>)> = if subjects.is_empty() {
+    let denied = if subjects.is_empty() {
         Vec::new()
     } else {
-        sqlx::query_as(
-            "SELECT subject, username FROM deny_list WHERE subject = ANY($1) OR username = ANY($2)",
-        )
-        .bind(&subjects)
-        .bind(&usernames)
-        .fetch_all(&mut *tx)
-        .await?
+        tx.denied(&subjects, &usernames).await?
     };
     let mut out = Vec::with_capacity(batch.len());
     for append in batch {
@@ -494,45 +479,96 @@ async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended
                 outcome = Outcome::Denied;
             }
         }
-        if let (Some(claim), Outcome::Recorded) = (&append.claim, outcome) {
-            let inserted = sqlx::query(
-                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
-            )
-            .bind(&claim.token_id)
-            .bind(record.occurred_at)
-            .bind(claim.expires_at)
-            .execute(&mut *tx)
-            .await?;
-            if inserted.rows_affected() == 0 {
-                outcome = Outcome::Replayed;
-            }
+        if let (Some(claim), Outcome::Recorded) = (&append.claim, outcome)
+            && !tx.claim(claim, record.occurred_at).await?
+        {
+            outcome = Outcome::Replayed;
         }
-        match &append.deny_change {
-            Some(DenyChange::Add(entry)) => {
-                let added = sqlx::query(
-                    "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
-                )
-                .bind(&entry.subject)
-                .bind(&entry.username)
-                .bind(&entry.reason)
-                .bind(&entry.added_by)
-                .bind(entry.added_at)
-                .execute(&mut *tx)
-                .await?;
-                note_change(&mut record, added.rows_affected());
-            }
-            Some(DenyChange::Remove { subject, username }) => {
-                let removed = sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR username = lower($2)")
+        if let Some(change) = &append.deny_change {
+            let rows = tx.change_deny_list(change).await?;
+            note_change(&mut record, rows);
+        }
+        let stored = chain(seq, &hash, outcome.apply(record).normalised());
+        tx.insert(&stored).await?;
+        seq = stored.seq;
+        hash = stored.hash.clone();
+        out.push(outcome.wrap(stored));
+    }
+    Ok(out)
+}
+
+const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
+
+async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(CHAIN_LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+    let out = extend_chain(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+async fn append_sqlite(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let out = extend_chain(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+impl ChainTx for sqlx::Transaction<'_, sqlx::Postgres> {
+    async fn head(&mut self) -> Result<(i64, String), StoreError> {
+        let row: Option<(i64, String)> = sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?;
+        Ok(row.unwrap_or((0, GENESIS_HASH.to_owned())))
+    }
+
+    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT subject, username FROM deny_list WHERE subject = ANY($1) OR username = ANY($2)",
+        )
+        .bind(subjects)
+        .bind(usernames)
+        .fetch_all(&mut **self)
+        .await?)
+    }
+
+    async fn claim(&mut self, claim: &TokenClaim, at: OffsetDateTime) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
+        )
+        .bind(&claim.token_id)
+        .bind(at)
+        .bind(claim.expires_at)
+        .execute(&mut **self)
+        .await?;
+        Ok(inserted.rows_affected() == 1)
+    }
+
+    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
+        let done = match change {
+            DenyChange::Add(entry) => sqlx::query(
+                "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(&entry.subject)
+            .bind(&entry.username)
+            .bind(&entry.reason)
+            .bind(&entry.added_by)
+            .bind(entry.added_at)
+            .execute(&mut **self)
+            .await?,
+            DenyChange::Remove { subject, username } => {
+                sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR username = lower($2)")
                     .bind(subject)
                     .bind(username)
-                    .execute(&mut *tx)
-                    .await?;
-                note_change(&mut record, removed.rows_affected());
+                    .execute(&mut **self)
+                    .await?
             }
-            None => {}
-        }
-        let record = outcome.apply(record);
-        let stored = chain(seq, &hash, record.normalised());
+        };
+        Ok(done.rows_affected())
+    }
+
+    async fn insert(&mut self, stored: &StoredRecord) -> Result<(), StoreError> {
         let r = &stored.record;
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO audit_events ({COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)"
@@ -565,14 +601,101 @@ async fn append_postgres(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended
         .bind(&r.details)
         .bind(&stored.prev_hash)
         .bind(&stored.hash)
-        .execute(&mut *tx)
+        .execute(&mut **self)
         .await?;
-        seq = stored.seq;
-        hash = stored.hash.clone();
-        out.push(outcome.wrap(stored));
+        Ok(())
     }
-    tx.commit().await?;
-    Ok(out)
+}
+
+impl ChainTx for sqlx::Transaction<'_, sqlx::Sqlite> {
+    async fn head(&mut self) -> Result<(i64, String), StoreError> {
+        let row: Option<(i64, String)> = sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?;
+        Ok(row.unwrap_or((0, GENESIS_HASH.to_owned())))
+    }
+
+    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT subject, username FROM deny_list \
+             WHERE subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(json_list(subjects))
+        .bind(json_list(usernames))
+        .fetch_all(&mut **self)
+        .await?)
+    }
+
+    async fn claim(&mut self, claim: &TokenClaim, at: OffsetDateTime) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES (?, ?, ?) ON CONFLICT (token_id) DO NOTHING",
+        )
+        .bind(&claim.token_id)
+        .bind(format_micros(at))
+        .bind(claim.expires_at.map(format_micros))
+        .execute(&mut **self)
+        .await?;
+        Ok(inserted.rows_affected() == 1)
+    }
+
+    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
+        let done = match change {
+            DenyChange::Add(entry) => sqlx::query(
+                "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES (?, lower(?), ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&entry.subject)
+            .bind(&entry.username)
+            .bind(&entry.reason)
+            .bind(&entry.added_by)
+            .bind(format_micros(entry.added_at))
+            .execute(&mut **self)
+            .await?,
+            DenyChange::Remove { subject, username } => {
+                sqlx::query("DELETE FROM deny_list WHERE subject = ? OR username = lower(?)")
+                    .bind(subject)
+                    .bind(username)
+                    .execute(&mut **self)
+                    .await?
+            }
+        };
+        Ok(done.rows_affected())
+    }
+
+    async fn insert(&mut self, stored: &StoredRecord) -> Result<(), StoreError> {
+        let r = &stored.record;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO audit_events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        )))
+        .bind(stored.seq)
+        .bind(format_micros(r.occurred_at))
+        .bind(&r.request_id)
+        .bind(&r.event)
+        .bind(&r.outcome)
+        .bind(&r.reason_code)
+        .bind(&r.cluster)
+        .bind(&r.issuer)
+        .bind(&r.tenant)
+        .bind(&r.subject)
+        .bind(&r.username)
+        .bind(r.identity_verified)
+        .bind(json_list(&r.groups_evaluated))
+        .bind(json_list(&r.roles_requested))
+        .bind(json_list(&r.roles_granted))
+        .bind(&r.serial)
+        .bind(&r.certificate_sha256)
+        .bind(&r.public_key_sha256)
+        .bind(r.not_before.map(format_micros))
+        .bind(r.not_after.map(format_micros))
+        .bind(&r.client_ip)
+        .bind(&r.user_agent)
+        .bind(&r.client_version)
+        .bind(&r.token_id)
+        .bind(r.token_issued_at.map(format_micros))
+        .bind(r.details.to_string())
+        .bind(&stored.prev_hash)
+        .bind(&stored.hash)
+        .execute(&mut **self)
+        .await?;
+        Ok(())
+    }
 }
 
 /// What the in-transaction checks decided for one record.
@@ -610,110 +733,6 @@ fn note_change(record: &mut AuditRecord, rows: u64) {
 
 fn json_list(items: &[String]) -> String {
     serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
-}
-
-async fn append_sqlite(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let (mut seq, mut hash) = head(
-        sqlx::query_as::<_, (i64, String)>("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
-            .fetch_optional(&mut *tx)
-            .await?,
-    );
-    let mut out = Vec::with_capacity(batch.len());
-    for append in batch {
-        let mut record = append.record.clone();
-        let mut outcome = Outcome::Recorded;
-        if append.deny_check {
-            let listed: Option<i32> = sqlx::query_scalar(
-                "SELECT 1 FROM deny_list WHERE subject = ? OR username = lower(?) LIMIT 1",
-            )
-            .bind(&record.subject)
-            .bind(&record.username)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if listed.is_some() {
-                outcome = Outcome::Denied;
-            }
-        }
-        if let (Some(claim), Outcome::Recorded) = (&append.claim, outcome) {
-            let inserted = sqlx::query(
-                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES (?, ?, ?) ON CONFLICT (token_id) DO NOTHING",
-            )
-            .bind(&claim.token_id)
-            .bind(format_micros(record.occurred_at))
-            .bind(claim.expires_at.map(format_micros))
-            .execute(&mut *tx)
-            .await?;
-            if inserted.rows_affected() == 0 {
-                outcome = Outcome::Replayed;
-            }
-        }
-        match &append.deny_change {
-            Some(DenyChange::Add(entry)) => {
-                let added = sqlx::query(
-                    "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES (?, lower(?), ?, ?, ?) ON CONFLICT DO NOTHING",
-                )
-                .bind(&entry.subject)
-                .bind(&entry.username)
-                .bind(&entry.reason)
-                .bind(&entry.added_by)
-                .bind(format_micros(entry.added_at))
-                .execute(&mut *tx)
-                .await?;
-                note_change(&mut record, added.rows_affected());
-            }
-            Some(DenyChange::Remove { subject, username }) => {
-                let removed = sqlx::query("DELETE FROM deny_list WHERE subject = ? OR username = lower(?)")
-                    .bind(subject)
-                    .bind(username)
-                    .execute(&mut *tx)
-                    .await?;
-                note_change(&mut record, removed.rows_affected());
-            }
-            None => {}
-        }
-        let record = outcome.apply(record);
-        let stored = chain(seq, &hash, record.normalised());
-        let r = &stored.record;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO audit_events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-        )))
-        .bind(stored.seq)
-        .bind(format_micros(r.occurred_at))
-        .bind(&r.request_id)
-        .bind(&r.event)
-        .bind(&r.outcome)
-        .bind(&r.reason_code)
-        .bind(&r.cluster)
-        .bind(&r.issuer)
-        .bind(&r.tenant)
-        .bind(&r.subject)
-        .bind(&r.username)
-        .bind(r.identity_verified)
-        .bind(json_list(&r.groups_evaluated))
-        .bind(json_list(&r.roles_requested))
-        .bind(json_list(&r.roles_granted))
-        .bind(&r.serial)
-        .bind(&r.certificate_sha256)
-        .bind(&r.public_key_sha256)
-        .bind(r.not_before.map(format_micros))
-        .bind(r.not_after.map(format_micros))
-        .bind(&r.client_ip)
-        .bind(&r.user_agent)
-        .bind(&r.client_version)
-        .bind(&r.token_id)
-        .bind(r.token_issued_at.map(format_micros))
-        .bind(r.details.to_string())
-        .bind(&stored.prev_hash)
-        .bind(&stored.hash)
-        .execute(&mut *tx)
-        .await?;
-        seq = stored.seq;
-        hash = stored.hash.clone();
-        out.push(outcome.wrap(stored));
-    }
-    tx.commit().await?;
-    Ok(out)
 }
 
 fn pg_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
