@@ -11,6 +11,7 @@ use openidconnect::{
     AuthenticationFlow, AuthorizationCode, ClientId, CsrfToken, IssuerUrl, Nonce, OAuth2TokenResponse,
     PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
 };
+use serde_json::json;
 use talos_sso_server::identity::authenticator::Authenticator;
 use talos_sso_server::identity::graph::{GraphClient, GraphSettings};
 use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
@@ -434,6 +435,34 @@ async fn multi_tenant_template_and_v1_access_tokens() {
         ..Default::default()
     })
     .await;
+    // The v1 document names the v1 issuer; `organizations` names the template.
+    let v1: serde_json::Value = http()
+        .get(format!(
+            "{}/{TENANT_ID}/.well-known/openid-configuration",
+            emulator.base_url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v1["issuer"], json!(emulator.issuer_v1()));
+    let organizations: serde_json::Value = http()
+        .get(format!(
+            "{}/organizations/.well-known/openid-configuration",
+            emulator.base_url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        organizations["issuer"],
+        json!(format!("{}/sts/{{tenantid}}/", emulator.base_url))
+    );
     let template = format!("{}/{{tenantid}}/v2.0", emulator.base_url);
     let mut template_rules = rules(&emulator);
     template_rules.issuers = vec![template.clone(), emulator.issuer_v1()];

@@ -123,7 +123,14 @@ fn malformed_document() -> Response {
         .into_response()
 }
 
-async fn discovery_v2(AxumState(state): AxumState<Shared>, Path(tenant): Path<String>) -> Response {
+/// A discovery document for `tenant`, built by `document(base, tenant,
+/// issuer tenant)` after the checks and faults every document shares. The
+/// multi-tenant names get the literal `{tenantid}` issuer template.
+async fn discovery(
+    state: Shared,
+    tenant: String,
+    document: impl FnOnce(&str, &str, &str) -> Value,
+) -> Response {
     pause(&state).await;
     let mut s = lock(&state);
     s.counters.discovery += 1;
@@ -133,14 +140,16 @@ async fn discovery_v2(AxumState(state): AxumState<Shared>, Path(tenant): Path<St
     if s.faults.malformed_documents {
         return malformed_document();
     }
-    let base = &s.base_url;
     let issuer_tenant = if tenant == TENANT_ID {
         TENANT_ID
     } else {
         "{tenantid}"
     };
-    json_response(
-        StatusCode::OK,
+    json_response(StatusCode::OK, document(&s.base_url, &tenant, issuer_tenant))
+}
+
+async fn discovery_v2(AxumState(state): AxumState<Shared>, Path(tenant): Path<String>) -> Response {
+    discovery(state, tenant, |base, tenant, issuer_tenant| {
         json!({
             "token_endpoint": format!("{base}/{tenant}/oauth2/v2.0/token"),
             "token_endpoint_auth_methods_supported": ["client_secret_post", "private_key_jwt", "client_secret_basic"],
@@ -167,28 +176,13 @@ async fn discovery_v2(AxumState(state): AxumState<Shared>, Path(tenant): Path<St
             "cloud_graph_host_name": "graph.windows.net",
             "msgraph_host": "graph.microsoft.com",
             "rbac_url": "https://pas.windows.net"
-        }),
-    )
+        })
+    })
+    .await
 }
 
 async fn discovery_v1(AxumState(state): AxumState<Shared>, Path(tenant): Path<String>) -> Response {
-    pause(&state).await;
-    let mut s = lock(&state);
-    s.counters.discovery += 1;
-    if !known_tenant(&tenant) {
-        return bad_tenant(&tenant);
-    }
-    if s.faults.malformed_documents {
-        return malformed_document();
-    }
-    let base = &s.base_url;
-    let issuer_tenant = if tenant == TENANT_ID {
-        TENANT_ID
-    } else {
-        "{tenantid}"
-    };
-    json_response(
-        StatusCode::OK,
+    discovery(state, tenant, |base, tenant, issuer_tenant| {
         json!({
             "token_endpoint": format!("{base}/{tenant}/oauth2/token"),
             "jwks_uri": format!("{base}/{tenant}/discovery/keys"),
@@ -198,8 +192,9 @@ async fn discovery_v1(AxumState(state): AxumState<Shared>, Path(tenant): Path<St
             "issuer": format!("{base}/sts/{issuer_tenant}/"),
             "authorization_endpoint": format!("{base}/{tenant}/oauth2/authorize"),
             "device_authorization_endpoint": format!("{base}/{tenant}/oauth2/devicecode"),
-        }),
-    )
+        })
+    })
+    .await
 }
 
 async fn jwks(AxumState(state): AxumState<Shared>, Path(tenant): Path<String>) -> Response {
