@@ -129,10 +129,6 @@ impl ApiClient {
         })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     async fn read<T: for<'de> Deserialize<'de>>(&self, response: reqwest::Response) -> Result<T, ApiError> {
         let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| self.unreachable(e))?;

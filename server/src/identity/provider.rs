@@ -221,10 +221,6 @@ impl Provider {
             .unwrap_or(Duration::MAX)
     }
 
-    pub fn rules(&self) -> &TokenRules {
-        &self.rules
-    }
-
     fn current_keys(&self) -> Arc<KeySet> {
         self.keys
             .read()

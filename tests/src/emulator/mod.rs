@@ -365,15 +365,6 @@ impl EmulatorHandle {
         Some(kid)
     }
 
-    /// The kid that signs tokens now.
-    pub fn signing_kid(&self) -> String {
-        self.state()
-            .keys
-            .last()
-            .map(|k| k.kid.clone())
-            .unwrap_or_default()
-    }
-
     /// Complete every authorization request as this user without a page.
     pub fn set_auto_login(&self, username: Option<&str>) {
         self.state().auto_login = username.map(str::to_owned);
