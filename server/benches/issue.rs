@@ -64,7 +64,7 @@ fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, TokenRules)> {
         client_id: Some("cli".into()),
         allowed_tenants: vec![tenant.into()],
         leeway: Duration::from_secs(300),
-        username_claim: "preferred_username".into(),
+        username_claim: None,
     };
     Some((format!("{input}.{}", B64.encode(sig)), keys, rules))
 }

@@ -123,6 +123,8 @@ pub struct App {
     pub audit: AuditWriter,
     pub clock: Arc<dyn Clock>,
     pub rate_limits: crate::ratelimit::RateLimits,
+    /// Unauthenticated and rate-limited refusals, counted per window.
+    pub refusals: crate::refusals::Refusals,
     pub metrics: crate::metrics::Metrics,
 }
 
@@ -132,6 +134,8 @@ pub struct Background {
     pub audit_writer: tokio::task::JoinHandle<()>,
     pub key_refresher: tokio::task::JoinHandle<()>,
     pub rate_limit_janitor: tokio::task::JoinHandle<()>,
+    /// Closes each refusal window and records its counts.
+    pub refusal_recorder: tokio::task::JoinHandle<()>,
 }
 
 pub fn token_rules(config: &Config) -> TokenRules {
@@ -217,6 +221,7 @@ impl App {
         let (audit, audit_writer) = AuditWriter::start(store);
         let rate_limits = crate::ratelimit::RateLimits::new(&config.rate_limits);
         let metrics = crate::metrics::Metrics::new();
+        let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
         let app = Arc::new(Self {
             config,
             clusters,
@@ -224,6 +229,7 @@ impl App {
             audit,
             clock,
             rate_limits,
+            refusals,
             metrics,
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
@@ -235,13 +241,45 @@ impl App {
                 app.rate_limits.forget_idle();
             }
         });
+        let weak = Arc::downgrade(&app);
+        let window = app.refusals.window();
+        let refusal_recorder = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(window).await;
+                let Some(app) = weak.upgrade() else { return };
+                app.record_refusals().await;
+            }
+        });
         Ok((
             app,
             Background {
                 audit_writer,
                 key_refresher,
                 rate_limit_janitor,
+                refusal_recorder,
             },
         ))
+    }
+
+    /// Close the current refusal window and record its counts (also at
+    /// shutdown, so that a stopping server loses none).
+    pub async fn record_refusals(&self) {
+        let mut appends = tokio::task::JoinSet::new();
+        for record in self.refusals.close_window(self.clock.now()) {
+            let writer = self.audit.clone();
+            appends.spawn(async move {
+                writer
+                    .append(crate::audit::store::Append {
+                        record,
+                        ..Default::default()
+                    })
+                    .await
+            });
+        }
+        while let Some(done) = appends.join_next().await {
+            if !matches!(done, Ok(Ok(_))) {
+                tracing::error!("refusal counts could not be recorded");
+            }
+        }
     }
 }

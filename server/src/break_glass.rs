@@ -1,9 +1,10 @@
 //! Break-glass: a certificate when the identity provider is down. Run on the
 //! server host with the server's configuration and CA material; it writes a
-//! talosconfig directly and records the operator (OS user and host), the
-//! reason and the certificate in the audit trail under its own event type,
-//! before the file is written. No reason, no certificate; the TTL is capped
-//! by the cluster's `max_ttl`.
+//! talosconfig directly and records the operator (as the kernel knows them:
+//! uid and login uid, not `$USER`), the host, the reason and the
+//! certificate in the audit trail under its own event type, before the file
+//! is written. No reason, no certificate; only roles some rule of the
+//! cluster grants; the TTL is capped by the cluster's `max_ttl`.
 
 use std::io::Write;
 use std::path::Path;
@@ -28,6 +29,15 @@ pub enum BreakGlassError {
     NoReason,
     #[error("no cluster `{0}` in the configuration")]
     UnknownCluster(String),
+    #[error(
+        "no rule of cluster `{cluster}` grants `{role}`, so break-glass cannot either; roles its rules grant: {}",
+        grantable.join(", ")
+    )]
+    RoleNotGrantable {
+        cluster: String,
+        role: String,
+        grantable: Vec<String>,
+    },
     #[error("the TTL {requested:?} is above the cluster's max_ttl {max:?}")]
     TtlTooLong { requested: Duration, max: Duration },
     #[error("{0} already exists; refusing to overwrite it")]
@@ -42,17 +52,72 @@ pub enum BreakGlassError {
     Write { path: String, reason: String },
 }
 
-/// Who is at the keyboard, as the OS says.
-pub fn operator() -> (String, String) {
-    let user = std::env::var("SUDO_USER")
-        .or_else(|_| std::env::var("USER"))
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into());
-    (user, host)
+/// Who is at the keyboard, from what the kernel says, not from the
+/// environment (`$USER` and `$SUDO_USER` are whatever the caller set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    /// The real uid of this process.
+    pub uid: Option<u32>,
+    /// The audit login uid: who logged in to the host, kept across `sudo`
+    /// and `su` (Linux, when the kernel tracks it).
+    pub login_uid: Option<u32>,
+    /// The account name of the login uid, else of the uid, from /etc/passwd.
+    pub name: String,
+    /// `$SUDO_USER` / `$USER` as set: recorded, never believed.
+    pub claimed_user: Option<String>,
+    pub host: String,
+}
+
+/// The real uid from `/proc/self/status` (`Uid: real effective saved fs`).
+fn real_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|uid| uid.parse().ok())
+}
+
+/// `/proc/self/loginuid`; `4294967295` means no login uid was set.
+fn login_uid(text: &str) -> Option<u32> {
+    text.trim().parse().ok().filter(|uid| *uid != u32::MAX)
+}
+
+/// The account name of `uid` in an /etc/passwd text.
+fn passwd_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == uid && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
+impl Operator {
+    pub fn of_this_process() -> Self {
+        let read = |path: &str| std::fs::read_to_string(path).ok();
+        let uid = read("/proc/self/status").as_deref().and_then(real_uid);
+        let login_uid = read("/proc/self/loginuid").as_deref().and_then(login_uid);
+        let passwd = read("/etc/passwd").unwrap_or_default();
+        let name = login_uid
+            .or(uid)
+            .map(|id| passwd_name(&passwd, id).unwrap_or_else(|| format!("uid-{id}")))
+            .unwrap_or_else(|| "uid-unknown".into());
+        let claimed_user = std::env::var("SUDO_USER")
+            .or_else(|_| std::env::var("USER"))
+            .ok()
+            .map(|u| crate::audit::text::clean_field(&u));
+        let host = read("/proc/sys/kernel/hostname")
+            .or_else(|| read("/etc/hostname"))
+            .map(|h| crate::audit::text::clean_field(h.trim()))
+            .unwrap_or_else(|| "unknown".into());
+        Self {
+            uid,
+            login_uid,
+            name,
+            claimed_user,
+            host,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -89,20 +154,28 @@ pub async fn run(
     let cluster: &Cluster = clusters
         .get(request.cluster)
         .ok_or_else(|| BreakGlassError::UnknownCluster(request.cluster.to_owned()))?;
+    let grantable = cluster.policy.grantable_roles();
+    if let Some(role) = request.roles.iter().find(|r| !grantable.contains(r)) {
+        return Err(BreakGlassError::RoleNotGrantable {
+            cluster: cluster.name.clone(),
+            role: crate::audit::text::clean_field(role),
+            grantable,
+        });
+    }
     if request.ttl > cluster.config.max_ttl {
         return Err(BreakGlassError::TtlTooLong {
             requested: request.ttl,
             max: cluster.config.max_ttl,
         });
     }
-    let (user, host) = operator();
+    let operator = Operator::of_this_process();
     let key = generate_key(NewKeyType::Ed25519, &SystemRandom::new())
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
     let spki = key
         .key
         .public_key_info()
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
-    let username = format!("break-glass:{user}@{host}");
+    let username = format!("break-glass:{}@{}", operator.name, operator.host);
     let leaf = LeafRequest {
         csr: &[],
         username: &username,
@@ -118,8 +191,15 @@ pub async fn run(
     record.username = Some(username.clone());
     record.roles_requested = request.roles.to_vec();
     record.set_certificate(&issued);
-    record.details =
-        json!({"operator": user, "host": host, "reason": reason, "ttl_seconds": request.ttl.as_secs()});
+    record.details = json!({
+        "operator": operator.name,
+        "uid": operator.uid,
+        "login_uid": operator.login_uid,
+        "claimed_user": operator.claimed_user,
+        "host": operator.host,
+        "reason": reason,
+        "ttl_seconds": request.ttl.as_secs(),
+    });
     let store = open_store(config, config.database.migrate_on_start.unwrap_or(true)).await?;
     let appended = store
         .append_batch(&[Append {
@@ -151,8 +231,8 @@ pub async fn run(
         path: request.out.display().to_string(),
         reason: e.to_string(),
     })?;
-    tracing::warn!(cluster = %cluster.name, operator = %user, host = %host, serial = %issued.serial_hex, audit_seq,
-        "break-glass certificate issued");
+    tracing::warn!(cluster = %cluster.name, operator = %operator.name, host = %operator.host,
+        serial = %issued.serial_hex, audit_seq, "break-glass certificate issued");
     Ok(BreakGlassResult {
         context,
         serial: issued.serial_hex,
@@ -172,4 +252,22 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     let mut file = options.open(path)?;
     file.write_all(contents.as_bytes())?;
     file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operator_comes_from_the_kernel_and_passwd() {
+        let status = "Name:\tcat\nUid:\t1000\t0\t0\t0\nGid:\t1000\t0\t0\t0\n";
+        assert_eq!(real_uid(status), Some(1000));
+        assert_eq!(real_uid("Name: x\n"), None);
+        assert_eq!(login_uid("1001\n"), Some(1001));
+        assert_eq!(login_uid("4294967295"), None, "no login uid set");
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/sh\n";
+        assert_eq!(passwd_name(passwd, 1000).as_deref(), Some("alice"));
+        assert_eq!(passwd_name(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(passwd_name(passwd, 4242), None);
+    }
 }

@@ -232,7 +232,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     tracing::info!(address = %config.listen, tls = tls.is_some(), "listening");
     let (app, background) = App::build(config, Arc::new(SystemClock)).await?;
-    crate::http::run(app, listener, tls, shutdown_signal()).await?;
+    crate::http::run(app.clone(), listener, tls, shutdown_signal()).await?;
+    background.refusal_recorder.abort();
+    app.record_refusals().await;
+    drop(app);
     // Every request is done and every App handle dropped: the writer drains.
     background.key_refresher.abort();
     background.rate_limit_janitor.abort();

@@ -36,7 +36,7 @@ fn invalid(message: impl Into<String>) -> ConfigError {
 }
 
 /// Durations are written as `5m`, `90s`, `1h 30m`.
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     humantime::parse_duration(&text).map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}")))
 }
@@ -97,7 +97,19 @@ pub struct Config {
     #[serde(default)]
     pub rate_limits: crate::ratelimit::RateLimitConfig,
     #[serde(default)]
+    pub audit: AuditConfig,
+    #[serde(default)]
     pub log: LogConfig,
+}
+
+/// The `audit` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// How refusals of unauthenticated and rate-limited requests are
+    /// aggregated (`crate::refusals`).
+    #[serde(default)]
+    pub refusals: crate::refusals::RefusalConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -170,9 +182,13 @@ pub struct IdentityConfig {
     /// Entra tenants allowed; setting it turns on Entra rules (`tid`, `oid`).
     #[serde(default)]
     pub allowed_tenants: Vec<String>,
-    /// The claim naming the person.
-    #[serde(default = "default_username_claim")]
-    pub username_claim: String,
+    /// The claim naming the person (certificate CN, audit username). When
+    /// set, a token without it is refused; when not, the first of
+    /// `preferred_username`, `upn`, `unique_name`, a verified `email`, then
+    /// the subject. A display name only: policy and the deny list match
+    /// the subject.
+    #[serde(default)]
+    pub username_claim: Option<String>,
     /// Leeway on token times.
     #[serde(default = "default_leeway", deserialize_with = "duration")]
     pub leeway: Duration,
@@ -189,9 +205,6 @@ pub struct IdentityConfig {
 
 fn default_scopes() -> Vec<String> {
     ["openid", "profile", "offline_access"].map(String::from).to_vec()
-}
-fn default_username_claim() -> String {
-    "preferred_username".into()
 }
 fn default_leeway() -> Duration {
     Duration::from_secs(300)
@@ -338,6 +351,22 @@ pub struct HttpConfig {
     /// Time allowed for in-flight requests at shutdown.
     #[serde(default = "default_grace", deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// Time a client has for the TLS handshake and for each request's
+    /// headers; an HTTP/1.1 keep-alive connection that sends no next
+    /// request within it is closed.
+    #[serde(default = "default_header_read_timeout", deserialize_with = "duration")]
+    pub header_read_timeout: Duration,
+    /// A connection on which nothing moves for this long is closed (HTTP/2
+    /// included). Must be longer than `request_timeout`.
+    #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// Connections open at once; at the cap, new ones wait in the kernel's
+    /// backlog until one closes.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Concurrent requests (streams) on one HTTP/2 connection.
+    #[serde(default = "default_h2_streams")]
+    pub http2_max_concurrent_streams: u32,
 }
 
 impl Default for HttpConfig {
@@ -347,8 +376,49 @@ impl Default for HttpConfig {
             request_timeout: default_request_timeout(),
             trusted_proxies: Vec::new(),
             shutdown_grace: default_grace(),
+            header_read_timeout: default_header_read_timeout(),
+            idle_timeout: default_idle_timeout(),
+            max_connections: default_max_connections(),
+            http2_max_concurrent_streams: default_h2_streams(),
         }
     }
+}
+
+impl HttpConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.header_read_timeout.is_zero() || self.request_timeout.is_zero() {
+            return Err(invalid(
+                "http.header_read_timeout and http.request_timeout must be above zero",
+            ));
+        }
+        if self.idle_timeout <= self.request_timeout {
+            return Err(invalid(format!(
+                "http.idle_timeout ({:?}) must be longer than http.request_timeout ({:?}): \
+                 a request in progress must not look idle",
+                self.idle_timeout, self.request_timeout
+            )));
+        }
+        if self.max_connections == 0 || self.max_connections > u32::MAX as usize {
+            return Err(invalid("http.max_connections must be at least 1"));
+        }
+        if self.http2_max_concurrent_streams == 0 {
+            return Err(invalid("http.http2_max_concurrent_streams must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+fn default_header_read_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_h2_streams() -> u32 {
+    64
 }
 
 fn default_body_limit() -> usize {
@@ -447,6 +517,10 @@ impl Config {
         }
         if self.clusters.is_empty() {
             return Err(invalid("no clusters configured"));
+        }
+        self.http.check()?;
+        if self.audit.refusals.window.is_zero() {
+            return Err(invalid("audit.refusals.window must be above zero"));
         }
         for (name, cluster) in &self.clusters {
             let valid_name = !name.is_empty()

@@ -18,7 +18,9 @@
 //! - `config`: the configuration file and its environment overrides.
 //! - `app`: the server's state built from the configuration.
 //! - `http`: router, handlers, problem details, the serve loop.
-//! - `ratelimit`: certificate requests per identity and per client address.
+//! - `ratelimit`: requests per identity and per client address.
+//! - `refusals`: unauthenticated and rate-limited refusals, aggregated so
+//!   that a flood adds a bounded number of audit records.
 //! - `secret_file`: who may read a file holding a secret.
 //! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
@@ -36,6 +38,7 @@ pub mod identity;
 pub mod metrics;
 pub mod policy;
 pub mod ratelimit;
+pub mod refusals;
 pub mod secret_file;
 pub mod telemetry;
 pub mod x509;

@@ -48,8 +48,9 @@ pub struct Rule {
     /// App roles (the token's `roles` claim); any of them.
     #[serde(default)]
     pub app_roles: Vec<String>,
-    /// Specific people: subject (`oid` for Entra, else `sub`) or username
-    /// (case-insensitive); any of them.
+    /// Specific people by subject (`oid` for Entra, else `sub`), or
+    /// `tid/oid` to pin the tenant; any of them. Usernames never match:
+    /// their owners can change them.
     #[serde(default)]
     pub users: Vec<String>,
     /// Claim values that must all be present: a string claim equal to the
@@ -204,6 +205,17 @@ impl ClusterPolicy {
             .rules
             .iter()
             .flat_map(|r| r.groups.iter().map(String::as_str))
+    }
+
+    /// Every role some rule of this cluster grants, to anyone (sorted).
+    pub fn grantable_roles(&self) -> Vec<String> {
+        let roles: BTreeSet<&str> = self
+            .config
+            .rules
+            .iter()
+            .flat_map(|r| r.roles.iter().map(String::as_str))
+            .collect();
+        roles.into_iter().map(str::to_owned).collect()
     }
 
     /// Every role some rule could grant here.
@@ -368,11 +380,19 @@ fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
             .iter()
             .any(|g| claims.groups.iter().any(|have| have.eq_ignore_ascii_case(g)));
     let app_roles = rule.app_roles.is_empty() || rule.app_roles.iter().any(|r| claims.app_roles.contains(r));
+    // People are named by what they cannot change: the subject (`oid` on
+    // Entra, else `sub`), optionally pinned to a tenant as `tid/oid`. Never
+    // the username: `preferred_username` and `email` are editable, and
+    // guests bring their own.
+    let tenant = claims.raw.get("tid").and_then(serde_json::Value::as_str);
     let users = rule.users.is_empty()
-        || rule
-            .users
-            .iter()
-            .any(|u| *u == claims.subject || u.eq_ignore_ascii_case(&claims.username));
+        || rule.users.iter().any(|u| {
+            *u == claims.subject
+                || tenant.is_some_and(|tid| {
+                    u.split_once('/')
+                        .is_some_and(|(t, s)| t.eq_ignore_ascii_case(tid) && s == claims.subject)
+                })
+        });
     let claim_values = rule
         .claims
         .iter()
@@ -415,7 +435,7 @@ mod tests {
                 rule(&[ONCALL], &[], &["os:operator"]),
                 rule(&[], &["Talos.Reader"], &["os:reader"]),
                 Rule {
-                    users: strings(&["backup-robot@example.com"]),
+                    users: strings(&["oid-of-backup-robot@example.com", "tenant-b/oid-of-robot-2"]),
                     roles: strings(&["os:etcd:backup"]),
                     ..Default::default()
                 },
@@ -535,13 +555,17 @@ mod tests {
                 &[],
                 Ok(&["os:etcd:backup"]),
             ),
+            // Pinned to a tenant: the same oid elsewhere is someone else.
+            ("robot-2", &[], &[], "tenant-b", &[], Ok(&["os:etcd:backup"])),
+            ("robot-2", &[], &[], "tenant-c", &[], Err("no_matching_rule")),
+            // Subjects are compared exactly.
             (
                 "BACKUP-ROBOT@example.com",
                 &[],
                 &[],
                 "t",
                 &[],
-                Ok(&["os:etcd:backup"]),
+                Err("no_matching_rule"),
             ),
         ];
         for (who, groups, app_roles, tid, requested, expected) in cases {
@@ -579,11 +603,18 @@ mod tests {
     }
 
     #[test]
-    fn subject_selects_a_user_too() {
+    fn users_are_matched_by_subject_never_by_username() {
         let policy = prod();
         let mut claims = person("someone", &[], &[], "t");
-        claims.subject = "backup-robot@example.com".into();
+        claims.subject = "oid-of-backup-robot@example.com".into();
         assert_eq!(policy.decide(&claims, &[]).unwrap().granted, ["os:etcd:backup"]);
+        // A guest who names themselves like the rule's user gets nothing.
+        let mut impostor = person("oid-of-backup-robot@example.com", &[], &[], "t");
+        impostor.subject = "guest-oid".into();
+        assert_eq!(
+            policy.decide(&impostor, &[]).unwrap_err().code(),
+            "no_matching_rule"
+        );
     }
 
     #[test]

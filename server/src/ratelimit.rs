@@ -1,9 +1,12 @@
-//! Rate limits on certificate requests, per client address (checked before
-//! any token work, so a flood costs little) and per identity (checked once
-//! the token is verified). Limits are per server process: with N replicas
-//! behind a load balancer a client can get up to N times the quota. A limit
-//! of 0 turns that limit off.
+//! Rate limits per client address (checked before any token work, so a
+//! flood costs little) and per identity (checked once the token is
+//! verified): certificate requests have their own identity quota, the audit
+//! and deny-list API another. An IPv6 client is one /64 network (a host
+//! usually has the whole /64). Limits are per server process: with N
+//! replicas behind a load balancer a client can get up to N times the
+//! quota. A limit of 0 turns that limit off.
 
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -18,9 +21,33 @@ pub struct RateLimitConfig {
     /// Certificate requests one person may make per minute (bursts up to this).
     #[serde(default = "default_per_identity")]
     pub per_identity_per_minute: u32,
-    /// Certificate requests one client address may make per minute.
+    /// Requests (certificates, audit, deny list) one client address may
+    /// make per minute.
     #[serde(default = "default_per_address")]
     pub per_address_per_minute: u32,
+    /// Audit and deny-list requests one person may make per minute (an
+    /// export reads one page per request).
+    #[serde(default = "default_api_per_identity")]
+    pub api_per_identity_per_minute: u32,
+}
+
+fn default_api_per_identity() -> u32 {
+    600
+}
+
+/// The key a client address is limited (and its refusals counted) under:
+/// an IPv4 address, or the /64 network of an IPv6 address.
+pub fn address_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let network = ipnet::Ipv6Net::new(v6, 64).map(|n| n.trunc());
+                network.map(|n| n.to_string()).unwrap_or_else(|_| v6.to_string())
+            }
+        },
+    }
 }
 
 fn default_per_identity() -> u32 {
@@ -36,6 +63,7 @@ impl Default for RateLimitConfig {
         Self {
             per_identity_per_minute: default_per_identity(),
             per_address_per_minute: default_per_address(),
+            api_per_identity_per_minute: default_api_per_identity(),
         }
     }
 }
@@ -44,6 +72,7 @@ impl Default for RateLimitConfig {
 pub struct RateLimits {
     per_identity: Option<DefaultKeyedRateLimiter<String>>,
     per_address: Option<DefaultKeyedRateLimiter<String>>,
+    api_per_identity: Option<DefaultKeyedRateLimiter<String>>,
     clock: DefaultClock,
 }
 
@@ -56,6 +85,7 @@ impl RateLimits {
         Self {
             per_identity: limiter(config.per_identity_per_minute),
             per_address: limiter(config.per_address_per_minute),
+            api_per_identity: limiter(config.api_per_identity_per_minute),
             clock: DefaultClock::default(),
         }
     }
@@ -69,9 +99,16 @@ impl RateLimits {
         }
     }
 
-    /// `Err(retry after)` when the address is over its quota.
-    pub fn check_address(&self, address: &str) -> Result<(), Duration> {
-        self.check(self.per_address.as_ref(), address)
+    /// `Err(retry after)` when the address (its [`address_key`]) is over
+    /// its quota.
+    pub fn check_address(&self, address_key: &str) -> Result<(), Duration> {
+        self.check(self.per_address.as_ref(), address_key)
+    }
+
+    /// `Err(retry after)` when the person is over their audit and deny-list
+    /// quota.
+    pub fn check_api_identity(&self, subject: &str) -> Result<(), Duration> {
+        self.check(self.api_per_identity.as_ref(), subject)
     }
 
     /// `Err(retry after)` when the person is over their quota.
@@ -81,7 +118,10 @@ impl RateLimits {
 
     /// Drop the state of keys that are back to a full quota (memory bound).
     pub fn forget_idle(&self) {
-        for limiter in [&self.per_identity, &self.per_address].into_iter().flatten() {
+        for limiter in [&self.per_identity, &self.per_address, &self.api_per_identity]
+            .into_iter()
+            .flatten()
+        {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
@@ -97,6 +137,7 @@ mod tests {
         let limits = RateLimits::new(&RateLimitConfig {
             per_identity_per_minute: 3,
             per_address_per_minute: 0,
+            api_per_identity_per_minute: 0,
         });
         for _ in 0..3 {
             assert!(limits.check_identity("alice").is_ok());
@@ -111,5 +152,15 @@ mod tests {
             assert!(limits.check_address("10.0.0.1").is_ok());
         }
         limits.forget_idle();
+    }
+
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_64() {
+        let key = |s: &str| address_key(s.parse().unwrap());
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+        assert_eq!(key("203.0.113.7"), "203.0.113.7");
+        assert_eq!(key("::ffff:203.0.113.7"), "203.0.113.7");
     }
 }

@@ -313,6 +313,7 @@ impl TestServer {
             let _ = talos_sso_server::http::run(served, listener, tls, shutdown).await;
             background.key_refresher.abort();
             background.rate_limit_janitor.abort();
+            background.refusal_recorder.abort();
             if let Some(reloader) = tls_reloader {
                 reloader.abort();
             }

@@ -207,6 +207,7 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         .await;
         background.key_refresher.abort();
         background.rate_limit_janitor.abort();
+        background.refusal_recorder.abort();
     });
     say(&format!(
         "   {server_url} (config {}, audit {})",

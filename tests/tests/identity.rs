@@ -264,7 +264,7 @@ fn rules(emulator: &EmulatorHandle) -> TokenRules {
         client_id: Some(CLI_CLIENT_ID.into()),
         allowed_tenants: vec![TENANT_ID.into()],
         leeway: Duration::from_secs(300),
-        username_claim: "preferred_username".into(),
+        username_claim: None,
     }
 }
 

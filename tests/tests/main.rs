@@ -10,12 +10,16 @@
 //!   every field of the audit record, every denial, outages, tampering,
 //!   replicas, break-glass.
 //! - `deploy`: the deployment material checked against the code.
+//! - `hostile`: hostile input against a running server (poisoned text,
+//!   extreme parameters, slow clients, floods, forwarded addresses, the
+//!   deny list's edges).
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod ca_sources;
 mod client_key;
 mod deploy;
+mod hostile;
 mod identity;
 mod issuance;
 mod server;

@@ -953,9 +953,9 @@ async fn rate_limits_apply_per_address_and_per_identity() {
             .unwrap()
             .contains("this address")
     );
-    let last = records(&env).await.pop().unwrap().record;
-    assert_eq!(last.username.as_deref(), Some("alice@example.com"));
-    assert!(!last.identity_verified, "checked before the token was verified");
+    // Rate-limited refusals are counted, not recorded one by one: bob's
+    // was the first of its kind from this address in this window.
+    let before = records(&env).await.len();
     let raw = env
         .http
         .post(format!("{}/v1/certificates", env.server.base_url))
@@ -965,6 +965,14 @@ async fn rate_limits_apply_per_address_and_per_identity() {
         .await
         .unwrap();
     assert!(raw.headers().get("retry-after").is_some());
+    assert_eq!(records(&env).await.len(), before);
+    env.server.app.record_refusals().await;
+    let summary = records(&env).await.pop().unwrap().record;
+    assert_eq!(
+        (summary.event.as_str(), summary.reason_code.as_deref()),
+        ("refusals.aggregated", Some("rate_limited"))
+    );
+    assert_eq!(summary.details["count"], 2, "alice's and carol's");
     assert_chain_intact(&env).await;
     env.finish().await;
 }
@@ -1057,8 +1065,8 @@ async fn audit_api_answers_auditors_only_and_records_each_query(backend: Backend
     assert_eq!(queries, 6);
     let last = records(&env).await.pop().unwrap().record;
     assert_eq!(
-        (last.username.as_deref(), last.details["filter"]["limit"].as_i64()),
-        (Some("sam@example.com"), Some(2))
+        (last.username.as_deref(), last.details["filter"]["limit"].as_str()),
+        (Some("sam@example.com"), Some("2"))
     );
     // Bad input is refused.
     let (status, bad) = get(format!("{base}/v1/audit?since=last-tuesday"), "sam@example.com").await;
@@ -1085,7 +1093,11 @@ async fn the_deny_list_blocks_at_once_and_every_change_is_recorded(backend: Back
         }
     };
 
-    // Alice (platform admins) blocks Bob by username, any case.
+    // Bob has logged in before: the trail knows his subject.
+    let before = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
+    assert_eq!(before.status, 201, "{}", before.body);
+    // Alice (platform admins) blocks Bob by username, any case: the entry
+    // names the subject that username belongs to.
     let (status, added) = send(
         reqwest::Method::POST,
         format!("{base}/v1/deny"),
@@ -1100,6 +1112,10 @@ async fn the_deny_list_blocks_at_once_and_every_change_is_recorded(backend: Back
         ("deny.added", Some("alice@example.com"))
     );
     assert_eq!(change.details["target_username"], "bob@example.com");
+    assert_eq!(
+        change.details["target_subject"],
+        "b2000000-0000-4000-8000-000000000002"
+    );
     assert_eq!(change.details["entries_changed"], 1);
 
     // Bob's group still grants os:operator, but nothing is issued.

@@ -13,6 +13,7 @@
 //! removing a record or reordering records breaks the chain at that point.
 
 pub mod store;
+pub mod text;
 pub mod writer;
 
 use serde::Serialize;
@@ -34,6 +35,12 @@ pub mod event {
     pub const DENY_LISTED: &str = "deny.listed";
     /// The trail itself was read (listed, exported or verified) through the API.
     pub const AUDIT_QUERY: &str = "audit.query";
+    /// The database refused a record: this one stands in for it (the
+    /// request was refused).
+    pub const RECORD_REFUSED: &str = "audit.record_refused";
+    /// Refusals of unauthenticated or rate-limited requests from one client
+    /// address, counted over a window instead of recorded one by one.
+    pub const REFUSALS_AGGREGATED: &str = "refusals.aggregated";
 }
 
 pub mod outcome {
@@ -119,11 +126,14 @@ impl AuditRecord {
         }
     }
 
-    /// The record written instead of an issuance refused at commit time
-    /// (`token_replayed`, `identity_denied`): the certificate was never sent,
-    /// so it is not named.
+    /// The record written instead of an action refused at commit time
+    /// (`token_replayed`, `identity_denied`): an issuance becomes a
+    /// `certificate.denied` that names no certificate (it was never sent);
+    /// other events keep their name with outcome `denied`.
     pub fn into_denial(mut self, reason: &str) -> Self {
-        self.event = event::CERTIFICATE_DENIED.into();
+        if self.event == event::CERTIFICATE_ISSUED {
+            self.event = event::CERTIFICATE_DENIED.into();
+        }
         self.outcome = outcome::DENIED.into();
         self.reason_code = Some(reason.into());
         self.roles_granted.clear();
@@ -133,6 +143,27 @@ impl AuditRecord {
         self.not_before = None;
         self.not_after = None;
         self
+    }
+
+    /// The stand-in for a record the database refused: only what the server
+    /// itself chose (no caller-supplied text), and why it stands in.
+    pub fn refused_by_store(&self, reason: &str) -> Self {
+        let mut record = Self::new(
+            event::RECORD_REFUSED,
+            outcome::DENIED,
+            &self.request_id,
+            self.occurred_at,
+        );
+        record.reason_code = Some("audit_record_refused".into());
+        record.cluster = self.cluster.clone();
+        record.identity_verified = self.identity_verified;
+        record.details = json!({
+            "event": self.event,
+            "outcome": self.outcome,
+            "reason_code": self.reason_code,
+            "database_error": reason,
+        });
+        record
     }
 
     /// Name the certificate this record is about.
@@ -145,12 +176,49 @@ impl AuditRecord {
         self.not_after = Some(issued.not_after);
     }
 
-    /// Normalise times to what the stores keep (microseconds).
+    /// The record as the stores keep it: times to microseconds, and every
+    /// text field escaped and bounded ([`text`]), whatever its source, so
+    /// that no record can be refused by the database or hold text that
+    /// misleads whoever reads it.
     pub fn normalised(mut self) -> Self {
         self.occurred_at = truncate_to_micros(self.occurred_at);
         self.not_before = self.not_before.map(truncate_to_micros);
         self.not_after = self.not_after.map(truncate_to_micros);
         self.token_issued_at = self.token_issued_at.map(truncate_to_micros);
+        let field = |value: &mut String| *value = text::clean_field(value);
+        let optional = |value: &mut Option<String>| {
+            if let Some(v) = value {
+                *v = text::clean_field(v);
+            }
+        };
+        field(&mut self.request_id);
+        field(&mut self.event);
+        field(&mut self.outcome);
+        for value in [
+            &mut self.reason_code,
+            &mut self.cluster,
+            &mut self.issuer,
+            &mut self.tenant,
+            &mut self.subject,
+            &mut self.username,
+            &mut self.serial,
+            &mut self.certificate_sha256,
+            &mut self.public_key_sha256,
+            &mut self.client_ip,
+            &mut self.user_agent,
+            &mut self.client_version,
+            &mut self.token_id,
+        ] {
+            optional(value);
+        }
+        for list in [
+            &mut self.groups_evaluated,
+            &mut self.roles_requested,
+            &mut self.roles_granted,
+        ] {
+            *list = text::clean_list(list);
+        }
+        self.details = text::clean_json(std::mem::take(&mut self.details));
         self
     }
 }

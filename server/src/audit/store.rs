@@ -31,6 +31,10 @@ const CHAIN_LOCK_KEY: i64 = 0x7461_6c6f_7353_534f;
 pub enum StoreError {
     #[error("the audit database is unavailable: {0}")]
     Unavailable(String),
+    /// The database answered and refused a statement (a constraint, a value
+    /// it cannot store, a conflict): the connection is fine, the data is not.
+    #[error("the audit database refused the write: {0}")]
+    Refused(String),
     #[error("audit database migration failed: {0}")]
     Migration(String),
     #[error("the audit database holds an unreadable record: {0}")]
@@ -39,7 +43,14 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
-        StoreError::Unavailable(error.to_string())
+        match &error {
+            sqlx::Error::Database(refusal) => StoreError::Refused(format!(
+                "[{}] {}",
+                refusal.code().unwrap_or_default(),
+                super::text::clean(refusal.message(), super::text::FIELD_CHARS)
+            )),
+            _ => StoreError::Unavailable(error.to_string()),
+        }
     }
 }
 
@@ -209,12 +220,7 @@ impl AuditStore {
                 .await?;
             Ok(AuditStore::Postgres(pool))
         } else if let Some(path) = url.strip_prefix("sqlite://") {
-            if let Some(dir) = std::path::Path::new(path).parent()
-                && !dir.as_os_str().is_empty()
-            {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
-            }
+            create_private_sqlite_file(path.split('?').next().unwrap_or(path))?;
             let connect = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
@@ -408,6 +414,44 @@ impl AuditStore {
         }
     }
 
+    /// The subjects that verified records name with this username (case
+    /// does not matter), at most `limit`: how a username is turned into the
+    /// immutable identifier a deny-list entry blocks.
+    pub async fn subjects_of(&self, username: &str, limit: i64) -> Result<Vec<String>, StoreError> {
+        let sql = "SELECT DISTINCT subject FROM audit_events \
+                   WHERE identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
+                   ORDER BY subject LIMIT $2";
+        Ok(match self {
+            AuditStore::Postgres(pool) => {
+                sqlx::query_scalar(sql)
+                    .bind(username)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+            AuditStore::Sqlite(pool) => {
+                sqlx::query_scalar(sql)
+                    .bind(username)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+        })
+    }
+
+    /// Whether the deny list blocks this subject (or, for entries without
+    /// a subject, this username).
+    pub async fn is_denied(&self, subject: &str, username: &str) -> Result<bool, StoreError> {
+        let entries = self.deny_list().await?;
+        Ok(entries.iter().any(|e| {
+            entry_blocks(
+                &(e.subject.clone(), e.username.clone()),
+                Some(subject),
+                Some(username),
+            )
+        }))
+    }
+
     /// Recompute the whole chain; stops at the first broken link.
     pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
         let mut check = ChainCheck::default();
@@ -446,8 +490,25 @@ trait ChainTx {
     async fn insert(&mut self, stored: &StoredRecord) -> Result<(), StoreError>;
 }
 
-/// Append `batch` in order inside `tx`: deny list (read once for the batch),
-/// replay guard, deny-list changes, then the record on the chain.
+/// Whether a deny-list entry `(subject, username)` blocks `record`. Entries
+/// match on the subject, which the person cannot change; an entry with no
+/// subject (written before subjects were required) matches the lower-cased
+/// username.
+fn entry_blocks(
+    entry: &(Option<String>, Option<String>),
+    subject: Option<&str>,
+    username: Option<&str>,
+) -> bool {
+    match entry {
+        (Some(listed), _) => Some(listed.as_str()) == subject,
+        (None, Some(name)) => username.is_some_and(|u| u.to_lowercase() == *name),
+        (None, None) => false,
+    }
+}
+
+/// Append `batch` in order inside `tx`: deny list (read once for the batch,
+/// and again after any change to it in the batch), replay guard, deny-list
+/// changes, then the record on the chain.
 async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
     let (mut seq, mut hash) = tx.head().await?;
     let (subjects, usernames): (Vec<String>, Vec<String>) = batch
@@ -461,7 +522,7 @@ async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<App
             )
         })
         .unzip();
-    let denied = if subjects.is_empty() {
+    let mut denied = if subjects.is_empty() {
         Vec::new()
     } else {
         tx.denied(&subjects, &usernames).await?
@@ -470,23 +531,25 @@ async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<App
     for append in batch {
         let mut record = append.record.clone();
         let mut outcome = Outcome::Recorded;
-        if append.deny_check {
-            let username = record.username.as_deref().map(str::to_lowercase);
-            let listed = denied.iter().any(|(subject, name)| {
-                (subject.is_some() && *subject == record.subject) || (name.is_some() && *name == username)
-            });
-            if listed {
-                outcome = Outcome::Denied;
-            }
+        if append.deny_check
+            && denied
+                .iter()
+                .any(|entry| entry_blocks(entry, record.subject.as_deref(), record.username.as_deref()))
+        {
+            outcome = Outcome::Denied;
         }
         if let (Some(claim), Outcome::Recorded) = (&append.claim, outcome)
             && !tx.claim(claim, record.occurred_at).await?
         {
             outcome = Outcome::Replayed;
         }
-        if let Some(change) = &append.deny_change {
+        if let (Some(change), Outcome::Recorded) = (&append.deny_change, outcome) {
             let rows = tx.change_deny_list(change).await?;
             note_change(&mut record, rows);
+            if !subjects.is_empty() {
+                // Later records of this batch see the list as changed.
+                denied = tx.denied(&subjects, &usernames).await?;
+            }
         }
         let stored = chain(seq, &hash, outcome.apply(record).normalised());
         tx.insert(&stored).await?;
@@ -728,6 +791,35 @@ impl Outcome {
 fn note_change(record: &mut AuditRecord, rows: u64) {
     if let serde_json::Value::Object(details) = &mut record.details {
         details.insert("entries_changed".into(), serde_json::json!(rows));
+    }
+}
+
+/// The SQLite database holds the trail, the deny list and the replay
+/// guard: its directory is created 0700 and the file 0600 when missing,
+/// whatever the umask. SQLite gives its `-wal` and `-shm` files the
+/// database file's mode.
+fn create_private_sqlite_file(path: &str) -> Result<(), StoreError> {
+    let path = std::path::Path::new(path);
+    let fail =
+        |p: &std::path::Path, e: std::io::Error| StoreError::Unavailable(format!("{}: {e}", p.display()));
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir).map_err(|e| fail(dir, e))?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(fail(path, e)),
     }
 }
 

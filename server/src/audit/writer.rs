@@ -33,6 +33,8 @@ pub struct WriterStats {
     pub batches: AtomicU64,
     pub records: AtomicU64,
     pub failures: AtomicU64,
+    /// Records the database refused on their own (see [`write_one`]).
+    pub refused: AtomicU64,
 }
 
 /// A handle to the writer task; cheap to clone.
@@ -96,6 +98,20 @@ async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) {
                 let _ = job.respond.send(Ok(result));
             }
         }
+        Err(StoreError::Refused(reason)) => {
+            // The database is there but refused something in this batch:
+            // write record by record, so that a bad record fails alone.
+            tracing::warn!(%reason, records = batch.len(), "audit batch refused; writing record by record");
+            let alone = batch.len() == 1;
+            for job in batch.drain(..) {
+                let result = if alone {
+                    record_refusal(store, stats, job.append, &reason).await
+                } else {
+                    write_one(store, stats, job.append).await
+                };
+                let _ = job.respond.send(result);
+            }
+        }
         Err(error) => {
             stats.failures.fetch_add(1, Ordering::Relaxed);
             log_failure(&error, batch.len());
@@ -104,6 +120,48 @@ async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) {
             }
         }
     }
+}
+
+/// One record on its own.
+async fn write_one(store: &AuditStore, stats: &WriterStats, append: Append) -> Result<Appended, AuditError> {
+    match store.append_batch(std::slice::from_ref(&append)).await {
+        Ok(mut results) => {
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            stats.records.fetch_add(1, Ordering::Relaxed);
+            results.pop().ok_or(AuditError::Unavailable)
+        }
+        Err(StoreError::Refused(reason)) => record_refusal(store, stats, append, &reason).await,
+        Err(error) => {
+            stats.failures.fetch_add(1, Ordering::Relaxed);
+            log_failure(&error, 1);
+            Err(AuditError::Unavailable)
+        }
+    }
+}
+
+/// A record the database refused is replaced by an `audit.record_refused`
+/// record that keeps only what the server itself wrote (time, request id,
+/// event, outcome, reason, configured cluster), so that the trail still
+/// shows the decision. The request is refused either way: nothing is issued
+/// on a record that was not kept.
+async fn record_refusal(
+    store: &AuditStore,
+    stats: &WriterStats,
+    append: Append,
+    reason: &str,
+) -> Result<Appended, AuditError> {
+    stats.failures.fetch_add(1, Ordering::Relaxed);
+    stats.refused.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(%reason, request_id = %append.record.request_id,
+        "audit record refused by the database; recording the refusal instead, the request is refused");
+    let fallback = Append {
+        record: append.record.refused_by_store(reason),
+        ..Default::default()
+    };
+    if let Err(error) = store.append_batch(&[fallback]).await {
+        log_failure(&error, 1);
+    }
+    Err(AuditError::Unavailable)
 }
 
 fn log_failure(error: &StoreError, records: usize) {

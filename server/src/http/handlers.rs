@@ -19,11 +19,13 @@ use super::RequestId;
 use super::error::ApiError;
 use crate::app::App;
 use crate::audit::store::{Append, Appended, TokenClaim};
-use crate::audit::{AuditRecord, event, format_micros, outcome};
+use crate::audit::{AuditRecord, event, format_micros, outcome, text};
 use crate::certificate::{self, IssueError, LeafRequest};
 use crate::identity::authenticator::AuthError;
 use crate::identity::token::{TokenError, VerifiedToken, unverified_claims};
 use crate::policy::{Claims, Denial};
+use crate::ratelimit::address_key;
+use crate::refusals::Admission;
 
 /// The version of this API (`/v1`).
 pub const API_VERSION: u32 = 1;
@@ -114,15 +116,18 @@ pub struct CertificateRequest {
 struct Caller {
     request_id: String,
     client_ip: Option<String>,
+    /// What the client is rate-limited under ([`address_key`]).
+    address_key: Option<String>,
     user_agent: Option<String>,
     client_version: Option<String>,
 }
 
+/// A header as text for the record: bytes that are not UTF-8 kept as
+/// replacement characters, then escaped and bounded.
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.chars().take(256).collect())
+        .map(|v| text::clean_field(&String::from_utf8_lossy(v.as_bytes())))
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -134,17 +139,27 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The token id the replay guard claims: `uti`/`jti`, else a hash of the token.
-fn token_id(verified: &VerifiedToken, token: &str) -> String {
-    verified.token_id.clone().unwrap_or_else(|| {
-        format!(
-            "sha256:{}",
-            hex::encode(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()))
-        )
-    })
+/// The token id the replay guard claims: `uti`/`jti`, else a hash of what
+/// the token's signature covers (see [`VerifiedToken::signed_sha256`]).
+fn token_id(verified: &VerifiedToken) -> String {
+    verified
+        .token_id
+        .clone()
+        .unwrap_or_else(|| format!("sha256:{}", verified.signed_sha256))
 }
 
 impl Caller {
+    fn new(app: &App, peer: SocketAddr, headers: &HeaderMap, request_id: &str) -> Self {
+        let ip = super::client_ip(app, Some(peer), headers);
+        Self {
+            client_ip: ip.map(|ip| ip.to_string()),
+            address_key: ip.map(address_key),
+            user_agent: header_text(headers, "user-agent"),
+            client_version: header_text(headers, CLIENT_VERSION_HEADER),
+            request_id: request_id.to_owned(),
+        }
+    }
+
     fn record(&self, app: &App, event: &str, outcome: &str) -> AuditRecord {
         let mut record = AuditRecord::new(event, outcome, &self.request_id, app.clock.now());
         record.client_ip = self.client_ip.clone();
@@ -171,23 +186,24 @@ fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
     let Some(claims) = unverified_claims(token) else {
         return;
     };
-    let text = |name: &str| {
-        claims
-            .get(name)
-            .and_then(Value::as_str)
-            .map(|s| s.chars().take(256).collect::<String>())
-    };
-    record.issuer = text("iss");
-    record.tenant = text("tid");
-    record.subject = text("oid").or_else(|| text("sub"));
-    record.username = text("preferred_username")
-        .or_else(|| text("upn"))
-        .or_else(|| text("email"));
-    record.token_id = text("uti").or_else(|| text("jti"));
+    let claim = |name: &str| claims.get(name).and_then(Value::as_str).map(text::clean_field);
+    record.issuer = claim("iss");
+    record.tenant = claim("tid");
+    record.subject = claim("oid").or_else(|| claim("sub"));
+    record.username = claim("preferred_username")
+        .or_else(|| claim("upn"))
+        .or_else(|| claim("email"));
+    record.token_id = claim("uti").or_else(|| claim("jti"));
     record.identity_verified = false;
 }
 
-fn count_denied(app: &App, cluster: &str, reason: &str) {
+/// Count a denial. Labels take only configured values: `cluster` is a
+/// configured cluster's name (the record holds nothing else there) or
+/// `unknown`, `reason` one of the server's own codes.
+fn count_denied(app: &App, cluster: Option<&str>, reason: &'static str) {
+    let cluster = cluster
+        .filter(|c| app.clusters.contains_key(*c))
+        .unwrap_or("unknown");
     let labels = crate::metrics::DeniedLabels {
         cluster: cluster.to_owned(),
         reason: reason.to_owned(),
@@ -196,10 +212,24 @@ fn count_denied(app: &App, cluster: &str, reason: &str) {
 }
 
 /// Commit a denial, then answer with it (or 503 when it cannot be recorded).
+/// Refusals of callers nobody authenticated, and rate-limited ones, are
+/// aggregated per client address instead ([`crate::refusals`]): only the
+/// first of each kind per window waits for its own record.
 async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
     record.reason_code = Some(error.code.to_owned());
+    record.outcome = outcome::DENIED.into();
     if record.event == event::CERTIFICATE_DENIED {
-        count_denied(app, record.cluster.as_deref().unwrap_or_default(), error.code);
+        count_denied(app, record.cluster.as_deref(), error.code);
+    }
+    if !record.identity_verified || error.code == RATE_LIMITED {
+        let key = record
+            .client_ip
+            .as_deref()
+            .and_then(|ip| ip.parse().ok())
+            .map(address_key);
+        if app.refusals.admit(key.as_deref(), &record) == Admission::Counted {
+            return error;
+        }
     }
     match app
         .audit
@@ -232,12 +262,14 @@ fn token_error(error: &AuthError, now: time::OffsetDateTime) -> ApiError {
     }
 }
 
+const RATE_LIMITED: &str = "rate_limited";
+
 fn rate_limited(retry: Duration, who: &str) -> ApiError {
     let seconds = retry.as_secs().max(1);
     ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
-        "rate_limited",
-        format!("too many certificate requests from {who}; try again in {seconds} seconds"),
+        RATE_LIMITED,
+        format!("too many requests from {who}; try again in {seconds} seconds"),
     )
     .with("retry_after_seconds", json!(seconds))
 }
@@ -276,26 +308,23 @@ async fn issue_certificate(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let caller = Caller {
-        client_ip: super::client_ip(&app, Some(peer), &headers).map(|ip| ip.to_string()),
-        user_agent: header_text(&headers, "user-agent"),
-        client_version: header_text(&headers, CLIENT_VERSION_HEADER),
-        request_id: request_id.clone(),
-    };
+    let caller = Caller::new(&app, peer, &headers, &request_id);
     let mut record = caller.record(&app, event::CERTIFICATE_DENIED, outcome::DENIED);
     let problem = |status, code, detail: String| ApiError::new(status, code, detail).request_id(&request_id);
     let parsed: Result<CertificateRequest, String> = serde_json::from_slice(&body).map_err(|e| e.to_string());
     if let Ok(request) = &parsed {
-        record.cluster = Some(request.cluster.chars().take(64).collect());
-        record.roles_requested = request
-            .roles
-            .iter()
-            .map(|r| r.chars().take(64).collect())
-            .collect();
+        // Only a configured name goes in `cluster` (and into metric labels);
+        // anything else is kept, escaped, as what it is: a name asked for.
+        if app.clusters.contains_key(&request.cluster) {
+            record.cluster = Some(request.cluster.clone());
+        } else {
+            record.details = json!({ "requested_cluster": text::clean(&request.cluster, 64) });
+        }
+        record.roles_requested = request.roles.clone();
     }
 
     // A flood from one address is stopped before any token work.
-    if let Some(address) = &caller.client_ip
+    if let Some(address) = &caller.address_key
         && let Err(retry) = app.rate_limits.check_address(address)
     {
         if let Some(token) = bearer(&headers) {
@@ -352,7 +381,7 @@ async fn issue_certificate(
         let error = problem(
             StatusCode::NOT_FOUND,
             "cluster_unknown",
-            format!("no cluster `{}` here", record.cluster.clone().unwrap_or_default()),
+            format!("no cluster `{}` here", text::clean(&request.cluster, 64)),
         )
         .with("clusters", json!(known));
         return Err(deny(&app, record, error).await);
@@ -419,7 +448,7 @@ async fn issue_certificate(
     record.outcome = outcome::SUCCESS.into();
     record.set_certificate(&issued);
     let claim = TokenClaim {
-        token_id: token_id(&verified, token),
+        token_id: token_id(&verified),
         expires_at: Some(verified.expires_at),
     };
     let stored = match app
@@ -434,7 +463,7 @@ async fn issue_certificate(
     {
         Ok(Appended::Recorded(stored)) => stored,
         Ok(Appended::Denied(_)) => {
-            count_denied(&app, &cluster.name, "identity_denied");
+            count_denied(&app, Some(&cluster.name), "identity_denied");
             return Err(problem(
                 StatusCode::FORBIDDEN,
                 "identity_denied",
@@ -443,7 +472,7 @@ async fn issue_certificate(
             ));
         }
         Ok(Appended::Replayed(_)) => {
-            count_denied(&app, &cluster.name, "token_replayed");
+            count_denied(&app, Some(&cluster.name), "token_replayed");
             return Err(problem(
                 StatusCode::UNAUTHORIZED,
                 "token_replayed",
@@ -495,7 +524,9 @@ fn query_or_400<T>(query: QueryParams<T>, request_id: &str) -> Result<T, ApiErro
     })
 }
 
-/// Query parameters of `GET /v1/audit`.
+/// Query parameters of `GET /v1/audit`, as sent: each is checked (and a
+/// bad one refused with the parameter named) once the caller is known to be
+/// an auditor.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
@@ -518,17 +549,85 @@ pub struct AuditQuery {
     pub event: Option<String>,
     #[serde(default)]
     pub serial: Option<String>,
-    /// The `next_cursor` of the previous page.
+    /// The `next_cursor` of the previous page (a sequence number, 0 or more).
     #[serde(default)]
-    pub cursor: Option<i64>,
+    pub cursor: Option<String>,
+    /// Records per page, 1 to `MAX_QUERY_LIMIT`.
     #[serde(default)]
-    pub limit: Option<i64>,
+    pub limit: Option<String>,
 }
 
-fn parse_when(text: &str, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
-    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .ok()
-        .or_else(|| humantime::parse_duration(text).ok().map(|d| now - d))
+/// Why a query parameter was refused: `(parameter, what is wrong)`.
+type ParamError = (&'static str, String);
+
+/// An RFC 3339 time, or a duration back from `now`; `None` when it is
+/// neither or falls outside the times this server can represent.
+pub fn parse_when(text: &str, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
+    if let Ok(t) = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+        return Some(t);
+    }
+    let back = humantime::parse_duration(text).ok()?;
+    now.checked_sub(time::Duration::try_from(back).ok()?)
+}
+
+fn bounded_int(name: &'static str, text: &str, min: i64, max: i64) -> Result<i64, ParamError> {
+    let value: i64 = text.trim().parse().map_err(|_| {
+        (
+            name,
+            format!("`{name}` must be a whole number from {min} to {max}"),
+        )
+    })?;
+    if !(min..=max).contains(&value) {
+        return Err((name, format!("`{name}` must be from {min} to {max}")));
+    }
+    Ok(value)
+}
+
+impl AuditQuery {
+    /// The store filter these parameters ask for. Text values are cleaned
+    /// exactly as stored records are, so a filter matches what was kept.
+    pub fn filter(&self, now: time::OffsetDateTime) -> Result<crate::audit::store::AuditFilter, ParamError> {
+        use crate::audit::store::MAX_QUERY_LIMIT;
+        let when = |text: &Option<String>, name: &'static str| {
+            text.as_deref()
+                .map(|t| {
+                    parse_when(t, now).ok_or((
+                        name,
+                        format!("`{name}` is not an RFC 3339 time or a duration back from now within range"),
+                    ))
+                })
+                .transpose()
+        };
+        let clean = |v: &Option<String>| v.as_deref().map(text::clean_field);
+        Ok(crate::audit::store::AuditFilter {
+            since: when(&self.since, "since")?,
+            until: when(&self.until, "until")?,
+            username: clean(&self.username),
+            subject: clean(&self.subject),
+            cluster: clean(&self.cluster),
+            role: clean(&self.role),
+            outcome: clean(&self.outcome),
+            event: clean(&self.event),
+            serial: clean(&self.serial),
+            after_seq: match &self.cursor {
+                Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
+                None => 0,
+            },
+            limit: match &self.limit {
+                Some(l) => bounded_int("limit", l, 1, MAX_QUERY_LIMIT)?,
+                None => 100,
+            },
+        })
+    }
+
+    /// The parameters as recorded in the `audit.query` record.
+    fn details(&self) -> Value {
+        json!({
+            "since": self.since, "until": self.until, "username": self.username, "subject": self.subject,
+            "cluster": self.cluster, "role": self.role, "outcome": self.outcome, "event": self.event,
+            "serial": self.serial, "cursor": self.cursor, "limit": self.limit,
+        })
+    }
 }
 
 fn is_member(list: &crate::config::GroupList, verified: &VerifiedToken) -> bool {
@@ -557,14 +656,15 @@ async fn privileged(
     event: &str,
     details: Value,
 ) -> Result<(VerifiedToken, AuditRecord), ApiError> {
-    let caller = Caller {
-        client_ip: super::client_ip(app, Some(peer), headers).map(|ip| ip.to_string()),
-        user_agent: header_text(headers, "user-agent"),
-        client_version: header_text(headers, CLIENT_VERSION_HEADER),
-        request_id: request_id.to_owned(),
-    };
+    let caller = Caller::new(app, peer, headers, request_id);
     let mut record = caller.record(app, event, outcome::DENIED);
     record.details = details;
+    if let Some(address) = &caller.address_key
+        && let Err(retry) = app.rate_limits.check_address(address)
+    {
+        let error = rate_limited(retry, "this address").request_id(request_id);
+        return Err(deny(app, record, error).await);
+    }
     let Some(token) = bearer(headers) else {
         let error = ApiError::new(StatusCode::UNAUTHORIZED, "token_missing", "send a bearer token")
             .request_id(request_id);
@@ -583,6 +683,9 @@ async fn privileged(
         }
     };
     with_identity(&mut record, &verified);
+    if let Err(retry) = app.rate_limits.check_api_identity(&verified.subject) {
+        return Err(deny(app, record, rate_limited(retry, "you").request_id(request_id)).await);
+    }
     let (list, code, message) = match privilege {
         Privilege::Auditor => (
             &app.config.auditors,
@@ -599,8 +702,55 @@ async fn privileged(
         let error = ApiError::new(StatusCode::FORBIDDEN, code, message).request_id(request_id);
         return Err(deny(app, record, error).await);
     }
+    // A deny-listed auditor or admin is out too. Checked here so that they
+    // get no answer computed for them, and again in the transaction that
+    // commits the action ([`commit_privileged`]), so no change slips between.
+    match app
+        .audit
+        .store()
+        .is_denied(&verified.subject, &verified.username)
+        .await
+    {
+        Ok(false) => {}
+        Ok(true) => return Err(deny(app, record, identity_denied(request_id)).await),
+        Err(_) => return Err(ApiError::audit_unavailable().request_id(request_id)),
+    }
     record.outcome = outcome::SUCCESS.into();
     Ok((verified, record))
+}
+
+fn identity_denied(request_id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "identity_denied",
+        "you are blocked on this server (deny list); ask the platform team",
+    )
+    .request_id(request_id)
+}
+
+/// Commit the record of a privileged action, with its deny-list change, in
+/// one transaction that also checks the caller is not on the deny list:
+/// refused there, neither the change nor the answer happens.
+async fn commit_privileged(
+    app: &App,
+    record: AuditRecord,
+    deny_change: Option<crate::audit::store::DenyChange>,
+    request_id: &str,
+) -> Result<crate::audit::StoredRecord, ApiError> {
+    let appended = app
+        .audit
+        .append(Append {
+            record,
+            claim: None,
+            deny_check: true,
+            deny_change,
+        })
+        .await;
+    match appended {
+        Ok(Appended::Recorded(stored)) => Ok(stored),
+        Ok(Appended::Denied(_)) => Err(identity_denied(request_id)),
+        Ok(Appended::Replayed(_)) | Err(_) => Err(ApiError::audit_unavailable().request_id(request_id)),
+    }
 }
 
 async fn auditor(
@@ -632,56 +782,23 @@ pub async fn audit_list(
     query: QueryParams<AuditQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let query = query_or_400(query, &request_id)?;
-    let now = app.clock.now();
-    let when = |text: &Option<String>, name: &str| -> Result<Option<time::OffsetDateTime>, ApiError> {
-        text.as_deref()
-            .map(|t| {
-                parse_when(t, now).ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "request_invalid",
-                        format!("`{name}` is not a time or a duration"),
-                    )
-                    .request_id(&request_id)
-                })
-            })
-            .transpose()
-    };
-    let filter = crate::audit::store::AuditFilter {
-        since: when(&query.since, "since")?,
-        until: when(&query.until, "until")?,
-        username: query.username.clone(),
-        subject: query.subject.clone(),
-        cluster: query.cluster.clone(),
-        role: query.role.clone(),
-        outcome: query.outcome.clone(),
-        event: query.event.clone(),
-        serial: query.serial.clone(),
-        after_seq: query.cursor.unwrap_or(0),
-        limit: query.limit.unwrap_or(100),
-    };
-    let details = json!({
-        "action": "list",
-        "filter": {
-            "since": filter.since.map(format_micros), "until": filter.until.map(format_micros),
-            "username": filter.username, "subject": filter.subject, "cluster": filter.cluster,
-            "role": filter.role, "outcome": filter.outcome, "event": filter.event, "serial": filter.serial,
-            "cursor": filter.after_seq, "limit": filter.limit,
-        }
-    });
+    let details = json!({"action": "list", "filter": query.details()});
     let (_, record) = auditor(&app, peer, &request_id, &headers, details).await?;
+    let filter = match query.filter(app.clock.now()) {
+        Ok(filter) => filter,
+        Err((parameter, detail)) => {
+            let error = ApiError::new(StatusCode::BAD_REQUEST, "request_invalid", detail)
+                .with("parameter", json!(parameter))
+                .request_id(&request_id);
+            return Err(deny(&app, record, error).await);
+        }
+    };
     let records = app.audit.store().query(&filter).await.map_err(|error| {
         tracing::error!(request_id = %request_id, %error, "audit query failed");
         ApiError::audit_unavailable().request_id(&request_id)
     })?;
-    app.audit
-        .append(Append {
-            record,
-            ..Default::default()
-        })
-        .await
-        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
-    let full_page = records.len() as i64 >= filter.limit.clamp(1, crate::audit::store::MAX_QUERY_LIMIT);
+    commit_privileged(&app, record, None, &request_id).await?;
+    let full_page = records.len() as i64 >= filter.limit;
     let next_cursor = if full_page {
         records.last().map(|r| r.seq)
     } else {
@@ -698,13 +815,7 @@ pub async fn audit_verify(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let (_, record) = auditor(&app, peer, &request_id, &headers, json!({"action": "verify"})).await?;
-    app.audit
-        .append(Append {
-            record,
-            ..Default::default()
-        })
-        .await
-        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    commit_privileged(&app, record, None, &request_id).await?;
     let check = app.audit.store().verify_chain().await.map_err(|error| {
         tracing::error!(request_id = %request_id, %error, "audit verify failed");
         ApiError::audit_unavailable().request_id(&request_id)
@@ -721,10 +832,12 @@ pub async fn audit_verify(
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DenyRequest {
-    /// Entra oid or OIDC sub.
+    /// Entra oid or OIDC sub: what an entry blocks (required when adding).
     #[serde(default)]
     pub subject: Option<String>,
-    /// Username (matched case-insensitively).
+    /// Username, kept with the entry for people to read; it blocks nothing,
+    /// because its owner can change it. Removing by username removes
+    /// entries that were added with a username only.
     #[serde(default)]
     pub username: Option<String>,
     /// Why (required when adding; recorded).
@@ -740,7 +853,7 @@ fn deny_target(
         v.as_deref()
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(|v| v.chars().take(256).collect())
+            .map(text::clean_field)
     };
     let (subject, username): (Option<String>, Option<String>) =
         (clean(&request.subject), clean(&request.username));
@@ -813,7 +926,7 @@ pub async fn deny_add(
             .request_id(&request_id)
         })?;
     let details = json!({"target_subject": subject, "target_username": username, "reason": reason});
-    let (verified, record) = privileged(
+    let (verified, mut record) = privileged(
         &app,
         peer,
         &request_id,
@@ -823,27 +936,67 @@ pub async fn deny_add(
         details,
     )
     .await?;
+    let subject = match (subject, &username) {
+        (Some(subject), _) => subject,
+        (None, Some(username)) => match subject_of(&app, username, &request_id).await {
+            Ok(subject) => subject,
+            Err(error) => return Err(deny(&app, record, error).await),
+        },
+        (None, None) => return Err(ApiError::internal().request_id(&request_id)),
+    };
+    if let Value::Object(details) = &mut record.details {
+        details.insert("target_subject".into(), json!(subject));
+    }
+    let subject = Some(subject);
     let entry = crate::audit::store::DenyEntry {
         subject,
         username,
-        reason: reason.chars().take(1024).collect(),
+        reason: text::clean(reason, text::REASON_CHARS),
         added_by: verified.username.clone(),
         added_at: record.occurred_at,
     };
-    let appended = app
-        .audit
-        .append(Append {
-            record,
-            deny_change: Some(crate::audit::store::DenyChange::Add(entry.clone())),
-            ..Default::default()
-        })
-        .await
-        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
+    let change = crate::audit::store::DenyChange::Add(entry.clone());
+    let stored = commit_privileged(&app, record, Some(change), &request_id).await?;
     tracing::warn!(request_id = %request_id, by = %verified.username, "deny list entry added");
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "entry": entry, "audit_id": appended.stored().seq })),
+        Json(json!({ "entry": entry, "audit_id": stored.seq })),
     ))
+}
+
+/// The one subject that verified records name with `username`. A deny
+/// entry blocks a subject, never a username (its owner can change it), so
+/// a username is resolved once, here, or refused when that is not certain.
+async fn subject_of(app: &App, username: &str, request_id: &str) -> Result<String, ApiError> {
+    let subjects = app
+        .audit
+        .store()
+        .subjects_of(username, 10)
+        .await
+        .map_err(|_| ApiError::audit_unavailable().request_id(request_id))?;
+    match subjects.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "subject_required",
+            format!(
+                "no verified record names `{username}`, so its subject is unknown; name the `subject` to block \
+                 (Entra object id, or the provider's `sub`): a username can be changed by its owner, so it \
+                 cannot block anyone"
+            ),
+        )
+        .request_id(request_id)),
+        several => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "subject_ambiguous",
+            format!(
+                "`{username}` has been used by {} different subjects; name the `subject` to block",
+                several.len()
+            ),
+        )
+        .with("subjects", json!(several))
+        .request_id(request_id)),
+    }
 }
 
 /// `DELETE /v1/deny?subject=...` or `?username=...`.
@@ -867,18 +1020,39 @@ pub async fn deny_remove(
         details,
     )
     .await?;
-    let appended = app
-        .audit
-        .append(Append {
-            record,
-            deny_change: Some(crate::audit::store::DenyChange::Remove { subject, username }),
-            ..Default::default()
-        })
-        .await
-        .map_err(|_| ApiError::audit_unavailable().request_id(&request_id))?;
-    let stored = appended.stored();
+    let change = crate::audit::store::DenyChange::Remove { subject, username };
+    let stored = commit_privileged(&app, record, Some(change), &request_id).await?;
     tracing::warn!(request_id = %request_id, by = %verified.username, "deny list entry removed");
     Ok(Json(
         json!({ "removed": stored.record.details["entries_changed"], "audit_id": stored.seq }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replay_key_of_a_token_without_an_id_is_what_its_signature_covers() {
+        let verified = VerifiedToken {
+            issuer: "i".into(),
+            tenant: None,
+            subject: "s".into(),
+            username: "u".into(),
+            groups: vec![],
+            app_roles: vec![],
+            groups_overage: false,
+            token_id: None,
+            signed_sha256: "ab".repeat(32),
+            issued_at: None,
+            expires_at: time::OffsetDateTime::UNIX_EPOCH,
+            claims: Default::default(),
+        };
+        assert_eq!(token_id(&verified), format!("sha256:{}", "ab".repeat(32)));
+        let with_id = VerifiedToken {
+            token_id: Some("uti-1".into()),
+            ..verified
+        };
+        assert_eq!(token_id(&with_id), "uti-1");
+    }
 }

@@ -1,10 +1,13 @@
-//! HTTP: the router, request ids, client addresses, limits, and the serve
-//! loop shared by `serve` and the tests (`run(app, listener, shutdown)`).
+//! HTTP: the router, request ids, client addresses, limits; `serve` holds
+//! the serve loop shared by `serve` and the tests (`run(app, listener,
+//! tls, shutdown)`).
 
 pub mod error;
 pub mod handlers;
+pub mod serve;
 
-use std::future::Future;
+pub use serve::{TlsFiles, run, tls_from_config};
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -48,28 +51,66 @@ async fn request_id(mut request: Request, next: Next) -> Response {
     response
 }
 
-/// The client's address: the peer, or for a trusted proxy the last
-/// `X-Forwarded-For` entry that is not itself a trusted proxy.
+/// One `X-Forwarded-For` entry: an address, with or without a port
+/// (`203.0.113.7:51234`, `[2001:db8::1]:443`, `[2001:db8::1]`), as load
+/// balancers write them.
+pub fn forwarded_address(entry: &str) -> Option<IpAddr> {
+    let entry = entry.trim();
+    entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        .or_else(|| {
+            entry
+                .strip_prefix('[')
+                .and_then(|e| e.strip_suffix(']'))
+                .and_then(|e| e.parse::<std::net::Ipv6Addr>().ok())
+                .map(IpAddr::V6)
+        })
+        .map(|ip| ip.to_canonical())
+}
+
+/// The client's address: the peer, or when the peer is a trusted proxy,
+/// the `X-Forwarded-For` entries read from the right (each was appended by
+/// the hop in front of the next): the first one that is not a trusted
+/// proxy is the client. An entry that cannot be read ends the walk at the
+/// last trusted hop: everything to its left was written by someone we
+/// cannot vouch for.
 pub fn client_ip(app: &App, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<IpAddr> {
-    let peer = peer?.ip();
-    let trusted = |ip: &IpAddr| app.config.http.trusted_proxies.iter().any(|net| net.contains(ip));
+    Some(client_address(
+        &app.config.http.trusted_proxies,
+        peer?.ip(),
+        headers,
+    ))
+}
+
+/// [`client_ip`] given the trusted proxies.
+pub fn client_address(trusted_proxies: &[ipnet::IpNet], peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    let peer = peer.to_canonical();
+    let trusted = |ip: &IpAddr| trusted_proxies.iter().any(|net| net.contains(ip));
     if !trusted(&peer) {
-        return Some(peer);
+        return peer;
     }
-    let forwarded: Vec<IpAddr> = headers
+    // `None` stands for a header line that is not text: unreadable.
+    let entries: Vec<Option<&str>> = headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|part| part.trim().parse().ok())
+        .flat_map(|line| match line.to_str() {
+            Ok(text) => text.split(',').map(Some).collect::<Vec<_>>(),
+            Err(_) => vec![None],
+        })
         .collect();
-    Some(
-        forwarded
-            .into_iter()
-            .rev()
-            .find(|ip| !trusted(ip))
-            .unwrap_or(peer),
-    )
+    let mut client = peer;
+    for entry in entries.into_iter().rev() {
+        let Some(ip) = entry.and_then(forwarded_address) else {
+            break;
+        };
+        client = ip;
+        if !trusted(&ip) {
+            break;
+        }
+    }
+    client
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -98,75 +139,6 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Load the configured certificate and key, and keep them fresh: every
-/// `reload_interval` the files' modification times are compared, and changed
-/// files are loaded into the running server. A load that fails (half-written
-/// files, a key that does not match) is logged and the current pair stays.
-pub async fn tls_from_config(
-    tls: &crate::config::TlsConfig,
-) -> std::io::Result<(axum_server::tls_rustls::RustlsConfig, tokio::task::JoinHandle<()>)> {
-    let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&tls.cert_file, &tls.key_file).await?;
-    let (cert, key, interval) = (tls.cert_file.clone(), tls.key_file.clone(), tls.reload_interval);
-    let reloaded = config.clone();
-    let task = tokio::spawn(async move {
-        let stamp = || {
-            let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-            (modified(&cert), modified(&key))
-        };
-        let mut seen = stamp();
-        loop {
-            tokio::time::sleep(interval).await;
-            let now = stamp();
-            if now == seen {
-                continue;
-            }
-            match reloaded.reload_from_pem_file(&cert, &key).await {
-                Ok(()) => {
-                    seen = now;
-                    tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "TLS certificate changed but could not be loaded; keeping the current one")
-                }
-            }
-        }
-    });
-    Ok((config, task))
-}
-
-/// Serve until `shutdown` completes, then let in-flight requests finish.
-/// `tls` is `None` only when the configuration asks for plain HTTP.
-pub async fn run(
-    app: Arc<App>,
-    listener: std::net::TcpListener,
-    tls: Option<axum_server::tls_rustls::RustlsConfig>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let grace = app.config.http.shutdown_grace;
-    let service = router(app).into_make_service_with_connect_info::<SocketAddr>();
-    listener.set_nonblocking(true)?;
-    match tls {
-        Some(tls) => {
-            let handle = axum_server::Handle::new();
-            let stopper = handle.clone();
-            tokio::spawn(async move {
-                shutdown.await;
-                stopper.graceful_shutdown(Some(grace));
-            });
-            axum_server::from_tcp_rustls(listener, tls)?
-                .handle(handle)
-                .serve(service)
-                .await
-        }
-        None => {
-            let listener = tokio::net::TcpListener::from_std(listener)?;
-            axum::serve(listener, service)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-    }
-}
-
 /// The peer address from connect info, when present.
 pub fn peer(connect: Option<ConnectInfo<SocketAddr>>) -> Option<SocketAddr> {
     connect.map(|ConnectInfo(addr)| addr)
@@ -174,3 +146,77 @@ pub fn peer(connect: Option<ConnectInfo<SocketAddr>>) -> Option<SocketAddr> {
 
 /// The app from router state (for handlers that need only it).
 pub type AppState = State<Arc<App>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address(trusted: &[&str], peer: &str, forwarded: &[&[u8]]) -> String {
+        let trusted: Vec<ipnet::IpNet> = trusted.iter().map(|t| t.parse().unwrap()).collect();
+        let mut headers = HeaderMap::new();
+        for line in forwarded {
+            headers.append("x-forwarded-for", HeaderValue::from_bytes(line).unwrap());
+        }
+        client_address(&trusted, peer.parse().unwrap(), &headers).to_string()
+    }
+
+    #[test]
+    fn forwarded_entries_may_carry_ports() {
+        for (entry, ip) in [
+            ("203.0.113.7", "203.0.113.7"),
+            (" 203.0.113.7:51234 ", "203.0.113.7"),
+            ("[2001:db8::1]:443", "2001:db8::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+            ("2001:db8::1", "2001:db8::1"),
+            ("::ffff:203.0.113.7", "203.0.113.7"),
+        ] {
+            assert_eq!(
+                forwarded_address(entry).map(|a| a.to_string()).as_deref(),
+                Some(ip),
+                "{entry}"
+            );
+        }
+        for bad in [
+            "",
+            "unknown",
+            "203.0.113.7:",
+            "[2001:db8::1",
+            "203.0.113.7:99999",
+            "_hidden",
+        ] {
+            assert_eq!(forwarded_address(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_client_is_the_first_untrusted_entry_from_the_right() {
+        let lb = ["10.0.0.0/8"];
+        // Not a trusted peer: its header means nothing.
+        assert_eq!(address(&lb, "198.51.100.9", &[b"203.0.113.7"]), "198.51.100.9");
+        // The load balancer appended the client, with its port.
+        assert_eq!(
+            address(&lb, "10.0.0.5", &[b"6.6.6.6, 203.0.113.7:51234"]),
+            "203.0.113.7",
+            "the attacker's entry to the left is not taken"
+        );
+        assert_eq!(
+            address(&lb, "10.0.0.5", &[b"6.6.6.6, [2001:db8::1]:443"]),
+            "2001:db8::1"
+        );
+        // Several proxies, several header lines.
+        assert_eq!(
+            address(&lb, "10.0.0.5", &[b"6.6.6.6, 203.0.113.7", b"10.1.1.1"]),
+            "203.0.113.7"
+        );
+        // An entry that cannot be read stops the walk at the last trusted hop.
+        assert_eq!(address(&lb, "10.0.0.5", &[b"6.6.6.6, garbage"]), "10.0.0.5");
+        assert_eq!(
+            address(&lb, "10.0.0.5", &[b"6.6.6.6, junk, 10.2.2.2"]),
+            "10.2.2.2"
+        );
+        assert_eq!(address(&lb, "10.0.0.5", &[b"6.6.6.6", b"\xff\xfe"]), "10.0.0.5");
+        // Only trusted hops: the leftmost of them.
+        assert_eq!(address(&lb, "10.0.0.5", &[b"10.3.3.3"]), "10.3.3.3");
+        assert_eq!(address(&lb, "10.0.0.5", &[]), "10.0.0.5");
+    }
+}

@@ -52,9 +52,11 @@ pub struct TokenRules {
     pub allowed_tenants: Vec<String>,
     /// Leeway on `exp`, `nbf` and `iat`.
     pub leeway: Duration,
-    /// The claim that names the person; falls back to `preferred_username`,
-    /// `upn`, `email`, `unique_name`, then the subject.
-    pub username_claim: String,
+    /// The claim that names the person. When set, a token without it is
+    /// refused. When not set: `preferred_username`, `upn`, `unique_name`,
+    /// a verified `email`, then the subject. `email` counts only with
+    /// `email_verified: true`.
+    pub username_claim: Option<String>,
 }
 
 impl TokenRules {
@@ -92,6 +94,11 @@ pub enum TokenError {
     TenantNotAllowed(String),
     #[error("the token names no subject ({0})")]
     SubjectMissing(&'static str),
+    #[error(
+        "the token has no usable `{0}` claim, which the server takes the username from \
+         (an `email` counts only with `email_verified: true`)"
+    )]
+    UsernameMissing(String),
 }
 
 impl TokenError {
@@ -110,6 +117,7 @@ impl TokenError {
             TokenError::TenantMissing => "token_tenant_missing",
             TokenError::TenantNotAllowed(_) => "token_tenant_not_allowed",
             TokenError::SubjectMissing(_) => "token_subject_missing",
+            TokenError::UsernameMissing(_) => "token_username_missing",
         }
     }
 }
@@ -129,6 +137,11 @@ pub struct VerifiedToken {
     pub groups_overage: bool,
     /// `uti` (Entra) or `jti`, for the replay guard.
     pub token_id: Option<String>,
+    /// Hex SHA-256 of what the signature covers (header and payload): the
+    /// replay key of a token without `uti`/`jti`. Not of the whole token:
+    /// an ECDSA signature can be rewritten into another valid one, so the
+    /// same token has more than one encoding.
+    pub signed_sha256: String,
     pub issued_at: Option<OffsetDateTime>,
     pub expires_at: OffsetDateTime,
     /// Every claim, for policy `claims` selectors and the audit trail.
@@ -300,17 +313,20 @@ pub fn verify(
         string_claim(&claims, "sub").ok_or(TokenError::SubjectMissing("sub"))?
     }
     .to_owned();
-    let username = [
-        rules.username_claim.as_str(),
-        "preferred_username",
-        "upn",
-        "email",
-        "unique_name",
-    ]
-    .iter()
-    .find_map(|name| string_claim(&claims, name))
-    .unwrap_or(&subject)
-    .to_owned();
+    let usable = |name: &str| {
+        let email_ok = name != "email" || claims.get("email_verified").and_then(Value::as_bool) == Some(true);
+        string_claim(&claims, name).filter(|_| email_ok)
+    };
+    let username = match &rules.username_claim {
+        Some(name) => usable(name)
+            .ok_or_else(|| TokenError::UsernameMissing(name.chars().take(64).collect()))?
+            .to_owned(),
+        None => ["preferred_username", "upn", "unique_name", "email"]
+            .iter()
+            .find_map(|name| usable(name))
+            .unwrap_or(&subject)
+            .to_owned(),
+    };
     let groups_overage = claims.get("_claim_names").and_then(|c| c.get("groups")).is_some()
         || claims.get("hasgroups").and_then(Value::as_bool).unwrap_or(false);
     Ok(VerifiedToken {
@@ -324,6 +340,7 @@ pub fn verify(
         token_id: string_claim(&claims, "uti")
             .or_else(|| string_claim(&claims, "jti"))
             .map(str::to_owned),
+        signed_sha256: hex::encode(ring::digest::digest(&ring::digest::SHA256, signed.as_bytes())),
         issued_at: iat.and_then(|t| OffsetDateTime::from_unix_timestamp(t).ok()),
         expires_at: OffsetDateTime::from_unix_timestamp(exp).unwrap_or(OffsetDateTime::UNIX_EPOCH),
         claims,
@@ -415,7 +432,7 @@ mod tests {
             client_id: Some(CLI.into()),
             allowed_tenants: vec![TENANT.into()],
             leeway: Duration::from_secs(300),
-            username_claim: "preferred_username".into(),
+            username_claim: None,
         }
     }
 
@@ -446,6 +463,18 @@ mod tests {
             _ => s.ed.sign(input.as_bytes()).as_ref().to_vec(),
         };
         format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig))
+    }
+
+    /// Rules for a generic OpenID provider (not Entra).
+    fn generic_rules(username_claim: Option<&str>) -> TokenRules {
+        TokenRules {
+            issuers: vec!["https://idp.example.com".into()],
+            audiences: vec!["talos-sso".into()],
+            client_id: None,
+            allowed_tenants: vec![],
+            leeway: Duration::from_secs(300),
+            username_claim: username_claim.map(str::to_owned),
+        }
     }
 
     fn at(seconds: i64) -> OffsetDateTime {
@@ -672,15 +701,8 @@ mod tests {
     #[test]
     fn generic_oidc_uses_iss_and_sub_and_overage_is_detected() {
         let s = signers();
-        let rules = TokenRules {
-            issuers: vec!["https://idp.example.com".into()],
-            audiences: vec!["talos-sso".into()],
-            client_id: None,
-            allowed_tenants: vec![],
-            leeway: Duration::from_secs(300),
-            username_claim: "email".into(),
-        };
-        let claims = json!({"iss": "https://idp.example.com", "aud": "talos-sso", "sub": "u-1", "exp": NOW + 60, "email": "bob@example.com", "jti": "j-1"});
+        let rules = generic_rules(Some("email"));
+        let claims = json!({"iss": "https://idp.example.com", "aud": "talos-sso", "sub": "u-1", "exp": NOW + 60, "email": "bob@example.com", "email_verified": true, "jti": "j-1"});
         let verified = verify(&sign(&s, "ES256", "ec", &claims), &s.keys, &rules, at(NOW)).unwrap();
         assert_eq!(
             (verified.subject.as_str(), verified.username.as_str()),
@@ -704,5 +726,79 @@ mod tests {
         assert!(verified.groups_overage && verified.groups.is_empty());
         let unverified = unverified_claims(&sign(&s, "RS256", "rsa", &overage)).unwrap();
         assert_eq!(unverified["oid"], "00000000-0000-0000-0000-0000000000a1");
+    }
+
+    /// `n - s` for a P-256 signature's `s` (big-endian, 32 bytes).
+    fn negate_s(s: &[u8]) -> Vec<u8> {
+        let n = hex::decode("ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551").unwrap();
+        let mut out = vec![0u8; 32];
+        let mut borrow = 0i16;
+        for i in (0..32).rev() {
+            let mut d = i16::from(n[i]) - i16::from(s[i]) - borrow;
+            borrow = if d < 0 {
+                d += 256;
+                1
+            } else {
+                0
+            };
+            out[i] = d as u8;
+        }
+        out
+    }
+
+    #[test]
+    fn a_rewritten_ecdsa_signature_is_the_same_token_for_the_replay_guard() {
+        let s = signers();
+        let rules = generic_rules(None);
+        // No jti: the replay guard keys on the token itself.
+        let claims =
+            json!({"iss": "https://idp.example.com", "aud": "talos-sso", "sub": "u-1", "exp": NOW + 60});
+        let token = sign(&s, "ES256", "ec", &claims);
+        let (input, signature) = token.rsplit_once('.').unwrap();
+        let mut raw = URL_SAFE_NO_PAD.decode(signature).unwrap();
+        let flipped = negate_s(&raw[32..]);
+        raw[32..].copy_from_slice(&flipped);
+        let twin = format!("{input}.{}", URL_SAFE_NO_PAD.encode(&raw));
+        assert_ne!(twin, token);
+        let first = verify(&token, &s.keys, &rules, at(NOW)).unwrap();
+        let second = verify(&twin, &s.keys, &rules, at(NOW)).expect("(r, n - s) verifies too");
+        assert_eq!(first.token_id, None);
+        assert_eq!(first.signed_sha256, second.signed_sha256);
+    }
+
+    #[test]
+    fn a_configured_username_claim_is_required_and_email_must_be_verified() {
+        let s = signers();
+        let mut rules = generic_rules(Some("preferred_username"));
+        let base = json!({"iss": "https://idp.example.com", "aud": "talos-sso", "sub": "u-1", "exp": NOW + 60,
+            "email": "mallory@example.com", "upn": "m@example.com"});
+        // Configured and missing: refused, no falling back to another claim.
+        assert_eq!(
+            code(&s, &sign(&s, "ES256", "ec", &base), &rules, NOW),
+            "token_username_missing"
+        );
+        rules.username_claim = Some("email".into());
+        assert_eq!(
+            code(&s, &sign(&s, "ES256", "ec", &base), &rules, NOW),
+            "token_username_missing"
+        );
+        let mut verified_email = base.clone();
+        verified_email["email_verified"] = json!(true);
+        let v = verify(
+            &sign(&s, "ES256", "ec", &verified_email),
+            &s.keys,
+            &rules,
+            at(NOW),
+        )
+        .unwrap();
+        assert_eq!(v.username, "mallory@example.com");
+        // Not configured: the documented order; an unverified email is skipped.
+        rules.username_claim = None;
+        let only_email = json!({"iss": "https://idp.example.com", "aud": "talos-sso", "sub": "u-1", "exp": NOW + 60,
+            "email": "mallory@example.com"});
+        let v = verify(&sign(&s, "ES256", "ec", &only_email), &s.keys, &rules, at(NOW)).unwrap();
+        assert_eq!(v.username, "u-1", "an unverified email is not a name");
+        let v = verify(&sign(&s, "ES256", "ec", &base), &s.keys, &rules, at(NOW)).unwrap();
+        assert_eq!(v.username, "m@example.com");
     }
 }

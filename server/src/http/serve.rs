@@ -1,0 +1,339 @@
+//! The serve loop: one path for TLS and plain HTTP, on hyper-util's
+//! HTTP/1.1 + HTTP/2 server, with the limits a listener facing the network
+//! needs, so that slow or idle clients cannot hold the server:
+//!
+//! - at most `max_connections` connections at once; at the cap the server
+//!   stops accepting until one ends (the kernel's backlog holds the rest);
+//! - the TLS handshake and every request head must arrive within
+//!   `header_read_timeout` (for HTTP/1.1 this also ends a keep-alive
+//!   connection that sends no next request);
+//! - a connection on which no byte moves for `idle_timeout` is closed
+//!   (HTTP/2 included, which has no head timeout of its own);
+//! - HTTP/2: at most `http2_max_concurrent_streams` streams per connection,
+//!   and hyper's defences against reset floods;
+//! - at shutdown, no new connections; open ones finish their requests
+//!   within `shutdown_grace`.
+//!
+//! The TLS certificate and key are reloaded when their files change.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, watch};
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tower::ServiceExt;
+
+use crate::app::App;
+use crate::config::{HttpConfig, TlsConfig};
+
+/// The server's TLS certificate and key, swapped in place when the files
+/// change; each new connection takes the current pair.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+}
+
+impl TlsFiles {
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        let config = match self.current.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        tokio_rustls::TlsAcceptor::from(config)
+    }
+}
+
+fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
+    let bad = |what: &Path, e: &dyn std::fmt::Display| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", what.display()))
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| bad(cert, &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(cert, &e))?;
+    if chain.is_empty() {
+        return Err(bad(cert, &"no CERTIFICATE block"));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, &e))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(cert, &e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .map_err(|e| bad(key, &e))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Load the configured certificate and key, and keep them fresh: every
+/// `reload_interval` the files' modification times are compared, and changed
+/// files are loaded into the running server. A load that fails (half-written
+/// files, a key that does not match) is logged and the current pair stays.
+pub async fn tls_from_config(tls: &TlsConfig) -> io::Result<(TlsFiles, tokio::task::JoinHandle<()>)> {
+    let files = TlsFiles {
+        current: Arc::new(RwLock::new(Arc::new(load_tls(&tls.cert_file, &tls.key_file)?))),
+    };
+    let (cert, key, interval): (PathBuf, PathBuf, Duration) =
+        (tls.cert_file.clone(), tls.key_file.clone(), tls.reload_interval);
+    let reloaded = files.clone();
+    let task = tokio::spawn(async move {
+        let stamp = || {
+            let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            (modified(&cert), modified(&key))
+        };
+        let mut seen = stamp();
+        loop {
+            tokio::time::sleep(interval).await;
+            let now = stamp();
+            if now == seen {
+                continue;
+            }
+            match load_tls(&cert, &key) {
+                Ok(config) => {
+                    match reloaded.current.write() {
+                        Ok(mut current) => *current = Arc::new(config),
+                        Err(poisoned) => *poisoned.into_inner() = Arc::new(config),
+                    }
+                    seen = now;
+                    tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "TLS certificate changed but could not be loaded; keeping the current one")
+                }
+            }
+        }
+    });
+    Ok((files, task))
+}
+
+/// When a connection last moved a byte, in milliseconds since it opened.
+#[derive(Debug)]
+struct Activity {
+    opened: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            opened: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        let now = self.opened.elapsed();
+        now.saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// A stream that notes each read and write in its [`Activity`].
+struct Tracked<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+fn connection_builder(http: &HttpConfig) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(http.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(http.http2_max_concurrent_streams)
+        .max_header_list_size(64 * 1024);
+    builder
+}
+
+/// Serve until `shutdown` completes, then let open connections finish their
+/// requests for up to `shutdown_grace`. `tls` is `None` only when the
+/// configuration asks for plain HTTP.
+pub async fn run(
+    app: Arc<App>,
+    listener: std::net::TcpListener,
+    tls: Option<TlsFiles>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let http = Arc::new(app.config.http.clone());
+    let router = super::router(app);
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let builder = Arc::new(connection_builder(&http));
+    let slots = Arc::new(Semaphore::new(http.max_connections));
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait, don't spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let connection = Connection {
+            builder: builder.clone(),
+            router: router.clone(),
+            http: http.clone(),
+            stopping: stopping.clone(),
+            peer,
+        };
+        let acceptor = tls.as_ref().map(TlsFiles::acceptor);
+        tokio::spawn(async move {
+            let _permit = permit;
+            connection.serve(stream, acceptor).await;
+        });
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let all = u32::try_from(http.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(http.shutdown_grace, slots.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace over; closing the remaining connections");
+    }
+    Ok(())
+}
+
+/// One accepted connection and what it needs.
+struct Connection {
+    builder: Arc<Builder<TokioExecutor>>,
+    router: Router,
+    http: Arc<HttpConfig>,
+    stopping: watch::Receiver<bool>,
+    peer: SocketAddr,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream, acceptor: Option<tokio_rustls::TlsAcceptor>) {
+        let _ = stream.set_nodelay(true);
+        let activity = Activity::new();
+        match acceptor {
+            None => {
+                let io = Tracked {
+                    inner: stream,
+                    activity: activity.clone(),
+                };
+                self.drive(io, activity).await;
+            }
+            Some(acceptor) => {
+                let handshake = tokio::time::timeout(self.http.header_read_timeout, acceptor.accept(stream));
+                let Ok(Ok(stream)) = handshake.await else {
+                    return;
+                };
+                let io = Tracked {
+                    inner: stream,
+                    activity: activity.clone(),
+                };
+                self.drive(io, activity).await;
+            }
+        }
+    }
+
+    async fn drive<I>(mut self, io: I, activity: Arc<Activity>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (router, peer) = (self.router.clone(), self.peer);
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let router = router.clone();
+            async move {
+                Ok::<_, Infallible>(
+                    router
+                        .oneshot(request)
+                        .await
+                        .unwrap_or_else(|never| match never {}),
+                )
+            }
+        });
+        let connection = self.builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let idle_timeout = self.http.idle_timeout;
+        loop {
+            let wait = idle_timeout.saturating_sub(activity.idle_for());
+            if wait.is_zero() {
+                // Nothing moved for the whole idle timeout (and no request
+                // can run that long: see `HttpConfig::check`): close.
+                return;
+            }
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = tokio::time::sleep(wait) => {}
+                _ = self.stopping.wait_for(|stop| *stop) => break,
+            }
+        }
+        connection.as_mut().graceful_shutdown();
+        let _ = connection.await;
+    }
+}
