@@ -307,7 +307,10 @@ async fn obtain_tokens(
                 return Ok(tokens);
             }
             Err(error) => {
-                eprintln!("Your saved login could not be renewed ({error}); logging in again.");
+                eprintln!(
+                    "Your saved login could not be renewed ({}); logging in again.",
+                    crate::display::escape(&error.to_string())
+                );
             }
         }
     }
@@ -412,21 +415,29 @@ pub async fn login_with(
     let left = parse_time(&issued.not_after)
         .map(|t| (t - OffsetDateTime::now_utc()).whole_seconds())
         .unwrap_or(0);
-    writeln!(
-        out,
-        "Logged in to {} as {} with {}; certificate valid for {} (context `{}` in {}{}).",
-        cluster.name,
-        issued.identity.username,
-        issued.roles.join(", "),
-        human_duration(left),
-        context,
-        path.display(),
-        match written.current_context.as_deref() {
-            Some(current) if current == context => ", current",
-            _ => "; use `talosctl --context` or --set-current",
-        }
-    )?;
+    let current = written.current_context.as_deref() == Some(context.as_str());
+    writeln!(out, "{}", logged_in_line(&record, &cluster.name, left, current))?;
     Ok(record)
+}
+
+/// What `login` says when it is done. The names come from the server (and
+/// the person's identity provider): escaped, like every such text shown.
+fn logged_in_line(record: &LoginRecord, cluster: &str, seconds_left: i64, current: bool) -> String {
+    use crate::display::escape;
+    format!(
+        "Logged in to {} as {} with {}; certificate valid for {} (context `{}` in {}{}).",
+        escape(cluster),
+        escape(&record.username),
+        escape(&record.roles.join(", ")),
+        human_duration(seconds_left),
+        escape(&record.context),
+        escape(&record.talosconfig.display().to_string()),
+        if current {
+            ", current"
+        } else {
+            "; use `talosctl --context` or --set-current"
+        }
+    )
 }
 
 fn parse_time(text: &str) -> Option<OffsetDateTime> {
@@ -486,7 +497,8 @@ fn status(cluster: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow:
         .map(|(name, record)| login_status(name, record))
         .collect();
     if output == Output::Json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&json!(statuses))?)?;
+        let text = serde_json::to_string_pretty(&json!(statuses))?;
+        writeln!(out, "{}", crate::display::json(&text))?;
         return Ok(());
     }
     if statuses.is_empty() {
@@ -494,25 +506,31 @@ fn status(cluster: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow:
         return Ok(());
     }
     for s in statuses {
-        let state = if s.valid {
-            human_duration(s.seconds_left) + " left"
-        } else {
-            "expired or missing; run `talos-sso login`".into()
-        };
-        writeln!(
-            out,
-            "{}: {} as {} with [{}], {} (context `{}` in {}, server {})",
-            s.cluster,
-            if s.valid { "logged in" } else { "not logged in" },
-            s.username.as_deref().unwrap_or("?"),
-            s.roles.join(", "),
-            state,
-            s.context,
-            s.talosconfig.display(),
-            s.server
-        )?;
+        writeln!(out, "{}", status_line(&s))?;
     }
     Ok(())
+}
+
+/// One login as `status` shows it; the names are the certificate's and the
+/// server's, escaped.
+fn status_line(s: &LoginStatus) -> String {
+    use crate::display::escape;
+    let state = if s.valid {
+        human_duration(s.seconds_left) + " left"
+    } else {
+        "expired or missing; run `talos-sso login`".into()
+    };
+    format!(
+        "{}: {} as {} with [{}], {} (context `{}` in {}, server {})",
+        escape(&s.cluster),
+        if s.valid { "logged in" } else { "not logged in" },
+        escape(s.username.as_deref().unwrap_or("?")),
+        escape(&s.roles.join(", ")),
+        state,
+        escape(&s.context),
+        escape(&s.talosconfig.display().to_string()),
+        escape(&s.server)
+    )
 }
 
 fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -537,10 +555,11 @@ fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Resu
             talosconfig::remove_contexts(&record.talosconfig, std::slice::from_ref(&record.context))?;
         writeln!(
             out,
-            "{name}: {} context `{}` from {}",
+            "{}: {} context `{}` from {}",
+            crate::display::escape(name),
             if removed.is_empty() { "no" } else { "removed" },
-            record.context,
-            record.talosconfig.display()
+            crate::display::escape(&record.context),
+            crate::display::escape(&record.talosconfig.display().to_string())
         )?;
     }
     let remaining = state::update(|s| {
@@ -882,14 +901,15 @@ async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()>
                 writeln!(
                     out,
                     "audit chain intact: {} records verified (last seq {})",
-                    answer["verified"], answer["last_seq"]
+                    crate::display::escape(&answer["verified"].to_string()),
+                    crate::display::escape(&answer["last_seq"].to_string())
                 )?;
                 Ok(())
             } else {
                 bail!(
                     "audit chain broken at record {}: {}",
-                    answer["first_broken"]["seq"],
-                    answer["first_broken"]["reason"].as_str().unwrap_or_default()
+                    crate::display::escape(&answer["first_broken"]["seq"].to_string()),
+                    crate::display::escape(answer["first_broken"]["reason"].as_str().unwrap_or_default())
                 )
             }
         }
@@ -921,11 +941,13 @@ async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "blocked {} from new certificates (audit record {})",
-                answer["entry"]["username"]
-                    .as_str()
-                    .or(answer["entry"]["subject"].as_str())
-                    .unwrap_or("?"),
-                answer["audit_id"]
+                crate::display::escape(
+                    answer["entry"]["username"]
+                        .as_str()
+                        .or(answer["entry"]["subject"].as_str())
+                        .unwrap_or("?")
+                ),
+                crate::display::escape(&answer["audit_id"].to_string())
             )?;
         }
         DenyCommand::Remove {
@@ -947,7 +969,8 @@ async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "removed {} entr(ies) (audit record {})",
-                answer["removed"], answer["audit_id"]
+                crate::display::escape(&answer["removed"].to_string()),
+                crate::display::escape(&answer["audit_id"].to_string())
             )?;
         }
         DenyCommand::List { server, login } => {
@@ -961,19 +984,31 @@ async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
                 writeln!(out, "nobody is blocked")?;
             }
             for entry in entries {
-                writeln!(
-                    out,
-                    "{}  {}  by {} at {}: {}",
-                    entry["username"].as_str().unwrap_or("-"),
-                    entry["subject"].as_str().unwrap_or("-"),
-                    entry["added_by"].as_str().unwrap_or("?"),
-                    entry["added_at"].as_str().unwrap_or("?"),
-                    entry["reason"].as_str().unwrap_or("")
-                )?;
+                writeln!(out, "{}", deny_entry_line(&entry))?;
             }
         }
     }
     Ok(())
+}
+
+/// One deny-list entry as `deny list` shows it, every field escaped: the
+/// username and the reason are whatever an administrator (or a token) said.
+fn deny_entry_line(entry: &serde_json::Value) -> String {
+    use crate::display::escape;
+    format!(
+        "{}  {}  by {} at {}: {}",
+        escape(entry["username"].as_str().unwrap_or("-")),
+        escape(entry["subject"].as_str().unwrap_or("-")),
+        escape(entry["added_by"].as_str().unwrap_or("?")),
+        escape(entry["added_at"].as_str().unwrap_or("?")),
+        escape(entry["reason"].as_str().unwrap_or(""))
+    )
+}
+
+/// An error as the person reads it: the whole chain on one line, escaped,
+/// since server problem details and identity provider answers end up in it.
+pub fn error_text(error: &anyhow::Error) -> String {
+    crate::display::escape(&format!("{error:#}"))
 }
 
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
@@ -1264,6 +1299,54 @@ mod tests {
             shown.contains(r"\u202emoc.elpmaxe@eve\u2066\u200b\ufeff\u009b31m\u007f\t\u0085\u2028"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn other_outputs_escape_what_the_server_sent() {
+        let hostile = "eve\u{1b}[2K\r\u{202e}";
+        let shown = "eve\\u{1b}[2K\\u{d}\\u{202e}";
+        let record = LoginRecord {
+            server: format!("https://sso.example.com/{hostile}"),
+            context: format!("prod{hostile}"),
+            talosconfig: PathBuf::from(format!("/home/eve/{hostile}")),
+            username: hostile.into(),
+            roles: vec![format!("os:admin{hostile}")],
+            not_after: String::new(),
+        };
+        let status = LoginStatus {
+            cluster: hostile.into(),
+            server: record.server.clone(),
+            context: record.context.clone(),
+            talosconfig: record.talosconfig.clone(),
+            username: Some(hostile.into()),
+            roles: record.roles.clone(),
+            not_after: None,
+            seconds_left: 100,
+            valid: true,
+        };
+        let entry = json!({
+            "username": hostile, "subject": hostile, "added_by": hostile,
+            "added_at": hostile, "reason": hostile,
+        });
+        let error = anyhow!("problem {hostile}").context(format!("while {hostile}"));
+        for line in [
+            logged_in_line(&record, hostile, 100, true),
+            status_line(&status),
+            deny_entry_line(&entry),
+            error_text(&error),
+        ] {
+            no_hostile_characters(&line);
+            assert!(!line.contains('\n'), "{line}");
+            assert!(line.contains(shown), "{line}");
+        }
+        assert_eq!(
+            logged_in_line(&record, "prod", 299, false),
+            format!(
+                "Logged in to prod as {shown} with os:admin{shown}; certificate valid for 4m59s \
+                 (context `prod{shown}` in /home/eve/{shown}; use `talosctl --context` or --set-current)."
+            )
+        );
+        assert_eq!(error_text(&error), format!("while {shown}: problem {shown}"));
     }
 
     #[test]
