@@ -4,6 +4,11 @@
 //! takes the redirect, checks `state`, and shows a page saying the tab can be
 //! closed. The code is exchanged with the PKCE verifier and the ID token's
 //! nonce is checked.
+//!
+//! `state` is checked before anything else in the redirect: a request
+//! without this login's state (a forged `?error=...`, another tab) is
+//! refused and the wait goes on, so only the identity provider's redirect
+//! can end the login, with a code or with its error.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -53,6 +58,36 @@ const CLOSE_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso</t
 const ERROR_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso</title>\
 <body style=\"font-family:sans-serif;margin:3em\"><h1>Login failed</h1>\
 <p>Return to your terminal for details.</p>";
+
+const NOT_OURS_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso</title>\
+<body style=\"font-family:sans-serif;margin:3em\"><h1>Not this login</h1>\
+<p>This request does not belong to the login talos-sso is waiting for.</p>";
+
+/// The longest `error` and `error_description` shown from a redirect.
+const MAX_ERROR: usize = 100;
+const MAX_ERROR_DESCRIPTION: usize = 500;
+
+/// The identity provider's refusal as the person reads it: its words,
+/// escaped and bounded (they travel through the browser's address bar).
+fn provider_error(error: &str, description: &str) -> String {
+    let error = crate::display::bounded(error, MAX_ERROR);
+    match crate::display::bounded(description, MAX_ERROR_DESCRIPTION) {
+        description if description.is_empty() => error,
+        description => format!("{error}: {description}"),
+    }
+}
+
+/// Compare the redirect's state with ours in time independent of where
+/// they differ, so that many tries cannot learn it piece by piece.
+fn same_secret(given: Option<&str>, expected: &str) -> bool {
+    let Some(given) = given else { return false };
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |differ, (a, b)| differ | (a ^ b))
+            == 0
+}
 
 fn open_in_browser(url: &str) {
     let candidates: Vec<String> = match std::env::var("BROWSER") {
@@ -110,6 +145,7 @@ async fn respond(stream: &mut TcpStream, status: &str, body: &str) {
 
 /// Wait for `/callback?code=...&state=...`; other paths (favicon) get 404.
 async fn wait_for_callback(listener: TcpListener, expected_state: &str) -> Result<String, LoginError> {
+    let mut told_not_ours = false;
     loop {
         let (mut stream, _) = listener
             .accept()
@@ -128,17 +164,21 @@ async fn wait_for_callback(listener: TcpListener, expected_state: &str) -> Resul
             continue;
         }
         let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
+        // Only a redirect carrying this login's state comes from the identity
+        // provider: anything else, error or not, is refused and the login
+        // goes on waiting, so that a forged request cannot end it.
+        if !same_secret(query.get("state").map(String::as_str), expected_state) {
+            respond(&mut stream, "400 Bad Request", NOT_OURS_PAGE).await;
+            if !told_not_ours {
+                eprintln!("Ignored a request to the callback that does not belong to this login.");
+                told_not_ours = true;
+            }
+            continue;
+        }
         if let Some(error) = query.get("error") {
             respond(&mut stream, "200 OK", ERROR_PAGE).await;
             let description = query.get("error_description").cloned().unwrap_or_default();
-            return Err(LoginError::Refused(format!("{error}: {description}")));
-        }
-        // A redirect with another state is not ours (or is forged): refuse it.
-        if query.get("state").map(String::as_str) != Some(expected_state) {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            return Err(LoginError::Invalid(
-                "the redirect's `state` does not match this login".into(),
-            ));
+            return Err(LoginError::Refused(provider_error(error, &description)));
         }
         let Some(code) = query.get("code").cloned() else {
             respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
@@ -192,4 +232,78 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
         .await
         .map_err(|e| LoginError::Refused(error_chain(&e)))?;
     provider.tokens_from(&response, Some(&nonce))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(port: u16, target: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request = format!("GET {target} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    async fn waiting(state: &'static str) -> (u16, tokio::task::JoinHandle<Result<String, LoginError>>) {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        (port, tokio::spawn(wait_for_callback(listener, state)))
+    }
+
+    #[tokio::test]
+    async fn a_redirect_without_this_logins_state_cannot_end_it() {
+        let (port, login) = waiting("our-state").await;
+        for forged in [
+            "/callback?error=access_denied&error_description=forged",
+            "/callback?error=access_denied&error_description=forged&state=not-ours",
+            "/callback?error=access_denied&state=",
+            "/callback?code=attackers-code&state=our-stat",
+            "/callback?code=attackers-code&state=our-state-and-more",
+            "/callback?code=attackers-code",
+        ] {
+            let answer = get(port, forged).await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{forged}: {answer}");
+            assert!(answer.contains("Not this login"), "{answer}");
+        }
+        let answer = get(port, "/callback?code=the-code&state=our-state").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("You may close this tab"), "{answer}");
+        assert_eq!(login.await.unwrap().unwrap(), "the-code");
+    }
+
+    #[tokio::test]
+    async fn the_providers_own_error_ends_the_login_escaped_and_bounded() {
+        let (port, login) = waiting("our-state").await;
+        let description = format!("%1B%5B31m%E2%80%AEdenied%0D%0A{}", "x".repeat(5000));
+        let answer = get(
+            port,
+            &format!("/callback?state=our-state&error=access_denied%1B%5B2K&error_description={description}"),
+        )
+        .await;
+        assert!(answer.contains("Login failed"), "{answer}");
+        let Err(LoginError::Refused(text)) = login.await.unwrap() else {
+            panic!("the provider's error ends the login");
+        };
+        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        assert!(
+            text.starts_with("access_denied\\u{1b}[2K: \\u{1b}[31m\\u{202e}denied\\u{d}\\u{a}xxx"),
+            "{text}"
+        );
+        assert!(text.ends_with("x…"), "{text}");
+        assert!(
+            text.chars().count() <= MAX_ERROR + 2 + MAX_ERROR_DESCRIPTION,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn states_compare_whole() {
+        assert!(same_secret(Some("abc"), "abc"));
+        for other in [None, Some(""), Some("ab"), Some("abd"), Some("abcd")] {
+            assert!(!same_secret(other, "abc"), "{other:?}");
+        }
+    }
 }
