@@ -1,8 +1,10 @@
 //! The browser login: authorization code with PKCE (S256) on a loopback
 //! redirect `http://localhost:<port>/callback`. The URL is printed (and
-//! opened unless `--no-browser`); a one-request HTTP listener on 127.0.0.1
-//! takes the redirect, checks `state`, and shows a page saying the tab can be
-//! closed. The code is exchanged with the PKCE verifier and the ID token's
+//! opened unless `--no-browser`); a small HTTP listener on 127.0.0.1 takes
+//! the redirect, checks `state`, and shows a page saying the tab can be
+//! closed. Connections are served side by side, each request head bounded
+//! in size and in time, so an idle connection (a port scanner, a browser's
+//! preconnect) cannot keep the redirect waiting. The code is exchanged with the PKCE verifier and the ID token's
 //! nonce is checked.
 //!
 //! `state` is checked before anything else in the redirect: a request
@@ -108,15 +110,25 @@ fn open_in_browser(url: &str) {
     }
 }
 
+/// How long one connection may take to send its request head. Connections
+/// are served side by side, so a silent one (a port scanner, a browser's
+/// preconnect) never holds up the redirect; this only closes it in the end.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most read of one request head: a redirect with a code and a state
+/// is a few kilobytes.
+const MAX_REQUEST_HEAD: usize = 16 * 1024;
+
 /// Read one HTTP request head; return the request target (path and query).
 async fn read_target(stream: &mut TcpStream) -> Result<String, String> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
-        if buffer.len() > 16 * 1024 {
+        let room = MAX_REQUEST_HEAD.saturating_sub(buffer.len()).min(chunk.len());
+        if room == 0 {
             return Err("request too large".into());
         }
-        let read = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        let read = stream.read(&mut chunk[..room]).await.map_err(|e| e.to_string())?;
         if read == 0 {
             break;
         }
@@ -143,49 +155,90 @@ async fn respond(stream: &mut TcpStream, status: &str, body: &str) {
     let _ = stream.shutdown().await;
 }
 
+/// What one connection to the loopback listener came to.
+#[derive(Debug)]
+enum Verdict {
+    /// Not the redirect: another path (favicon), a malformed, oversized or
+    /// silent request.
+    Ignored,
+    /// A callback without this login's state.
+    NotOurs,
+    /// The identity provider's redirect: the code, or its refusal.
+    Finished(Result<String, LoginError>),
+}
+
+/// Serve one connection: at most one request head, read within `timeout`.
+async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -> Verdict {
+    let target = match tokio::time::timeout(timeout, read_target(&mut stream)).await {
+        Ok(Ok(target)) => target,
+        Ok(Err(_)) => {
+            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
+            return Verdict::Ignored;
+        }
+        // Silent for too long: closed without an answer.
+        Err(_) => return Verdict::Ignored,
+    };
+    let Ok(url) = url::Url::parse(&format!("http://localhost{target}")) else {
+        respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
+        return Verdict::Ignored;
+    };
+    if url.path() != "/callback" {
+        respond(&mut stream, "404 Not Found", "").await;
+        return Verdict::Ignored;
+    }
+    let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
+    // Only a redirect carrying this login's state comes from the identity
+    // provider: anything else, error or not, is refused and the login
+    // goes on waiting, so that a forged request cannot end it.
+    if !same_secret(query.get("state").map(String::as_str), expected_state) {
+        respond(&mut stream, "400 Bad Request", NOT_OURS_PAGE).await;
+        return Verdict::NotOurs;
+    }
+    if let Some(error) = query.get("error") {
+        respond(&mut stream, "200 OK", ERROR_PAGE).await;
+        let description = query.get("error_description").cloned().unwrap_or_default();
+        return Verdict::Finished(Err(LoginError::Refused(provider_error(error, &description))));
+    }
+    let Some(code) = query.get("code").cloned() else {
+        respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
+        return Verdict::Finished(Err(LoginError::Invalid("the redirect carries no code".into())));
+    };
+    respond(&mut stream, "200 OK", CLOSE_PAGE).await;
+    Verdict::Finished(Ok(code))
+}
+
 /// Wait for `/callback?code=...&state=...`; other paths (favicon) get 404.
-async fn wait_for_callback(listener: TcpListener, expected_state: &str) -> Result<String, LoginError> {
+/// Each connection is served by its own task, each request head read
+/// within `request_timeout`; the first redirect with this login's state
+/// ends the wait (and the connections still open are dropped).
+async fn wait_for_callback(
+    listener: TcpListener,
+    expected_state: String,
+    request_timeout: Duration,
+) -> Result<String, LoginError> {
+    let expected_state: std::sync::Arc<str> = expected_state.into();
+    let mut connections = tokio::task::JoinSet::new();
     let mut told_not_ours = false;
     loop {
-        let (mut stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| LoginError::Callback(e.to_string()))?;
-        let Ok(target) = read_target(&mut stream).await else {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            continue;
-        };
-        let Ok(url) = url::Url::parse(&format!("http://localhost{target}")) else {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            continue;
-        };
-        if url.path() != "/callback" {
-            respond(&mut stream, "404 Not Found", "").await;
-            continue;
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let state = expected_state.clone();
+                    connections.spawn(async move { serve(stream, &state, request_timeout).await });
+                }
+                // Out of file descriptors, a connection reset before it was
+                // accepted: that one is lost, the wait goes on (not in a spin).
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+            Some(served) = connections.join_next() => match served {
+                Ok(Verdict::Finished(result)) => return result,
+                Ok(Verdict::NotOurs) if !told_not_ours => {
+                    eprintln!("Ignored a request to the callback that does not belong to this login.");
+                    told_not_ours = true;
+                }
+                _ => {}
+            },
         }
-        let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
-        // Only a redirect carrying this login's state comes from the identity
-        // provider: anything else, error or not, is refused and the login
-        // goes on waiting, so that a forged request cannot end it.
-        if !same_secret(query.get("state").map(String::as_str), expected_state) {
-            respond(&mut stream, "400 Bad Request", NOT_OURS_PAGE).await;
-            if !told_not_ours {
-                eprintln!("Ignored a request to the callback that does not belong to this login.");
-                told_not_ours = true;
-            }
-            continue;
-        }
-        if let Some(error) = query.get("error") {
-            respond(&mut stream, "200 OK", ERROR_PAGE).await;
-            let description = query.get("error_description").cloned().unwrap_or_default();
-            return Err(LoginError::Refused(provider_error(error, &description)));
-        }
-        let Some(code) = query.get("code").cloned() else {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            return Err(LoginError::Invalid("the redirect carries no code".into()));
-        };
-        respond(&mut stream, "200 OK", CLOSE_PAGE).await;
-        return Ok(code);
     }
 }
 
@@ -219,7 +272,10 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
     }
     let waited = with_progress(
         "Waiting for the login to finish in the browser (Ctrl-C to cancel).",
-        tokio::time::timeout(options.timeout, wait_for_callback(listener, state.secret())),
+        tokio::time::timeout(
+            options.timeout,
+            wait_for_callback(listener, state.secret().clone(), REQUEST_TIMEOUT),
+        ),
     )
     .await;
     let code = waited.map_err(|_| LoginError::Timeout(options.timeout))??;
@@ -250,7 +306,14 @@ mod tests {
     async fn waiting(state: &'static str) -> (u16, tokio::task::JoinHandle<Result<String, LoginError>>) {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        (port, tokio::spawn(wait_for_callback(listener, state)))
+        (
+            port,
+            tokio::spawn(wait_for_callback(
+                listener,
+                state.into(),
+                Duration::from_millis(300),
+            )),
+        )
     }
 
     #[tokio::test]
@@ -297,6 +360,55 @@ mod tests {
             text.chars().count() <= MAX_ERROR + 2 + MAX_ERROR_DESCRIPTION,
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_does_not_hold_up_the_redirect() {
+        let (port, login) = waiting("our-state").await;
+        // Connected and silent; connected with half a request.
+        let _silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut half = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        half.write_all(b"GET /callback?code=x&state=our-state HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            get(port, "/callback?code=the-code&state=our-state"),
+        )
+        .await
+        .expect("the redirect is served while the others are silent");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(login.await.unwrap().unwrap(), "the-code");
+    }
+
+    #[tokio::test]
+    async fn silent_and_oversized_requests_are_closed_and_the_wait_goes_on() {
+        let (port, login) = waiting("our-state").await;
+        // Closed (without an answer) once the request timeout has passed.
+        let mut silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut answer))
+            .await
+            .expect("a silent connection is closed")
+            .unwrap();
+        assert!(answer.is_empty());
+        // A head that never ends is read up to the bound, then refused (the
+        // answer may be lost to a reset, as the rest is left unread).
+        let mut endless = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let huge = format!("GET /callback?code={}", "a".repeat(MAX_REQUEST_HEAD));
+        endless.write_all(huge.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        match tokio::time::timeout(Duration::from_secs(5), endless.read_to_string(&mut answer))
+            .await
+            .expect("an oversized request is refused at once")
+        {
+            Ok(_) => assert!(answer.starts_with("HTTP/1.1 400"), "{answer}"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+        assert!(!login.is_finished());
+        let answer = get(port, "/callback?code=the-code&state=our-state").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(login.await.unwrap().unwrap(), "the-code");
     }
 
     #[test]
