@@ -453,6 +453,71 @@ async fn completions_for_each_shell() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_and_forged_redirects_cannot_derail_a_browser_login() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    env.emulator.set_auto_login(Some("bob@example.com"));
+    let mut child = machine
+        .command(&["login", "--server", &env.server.base_url, "--no-browser"])
+        .spawn()
+        .unwrap();
+    let (url, _, rest) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    let redirect = url::Url::parse(&url)
+        .unwrap()
+        .query_pairs()
+        .find(|(name, _)| name == "redirect_uri")
+        .map(|(_, value)| value.into_owned())
+        .unwrap();
+    // What identity provider registrations expect.
+    assert!(redirect.starts_with("http://localhost:"), "{redirect}");
+    let port = url::Url::parse(&redirect).unwrap().port().unwrap();
+
+    // A port scanner or a browser's preconnect: connected and silent, on
+    // 127.0.0.1 and, where the host has it, on [::1], which the CLI holds
+    // too so that no other program can take the port there.
+    let mut idle = vec![TcpStream::connect(("127.0.0.1", port)).await.unwrap()];
+    if std::net::TcpListener::bind(("::1", 0)).is_ok() {
+        idle.push(
+            TcpStream::connect(("::1", port))
+                .await
+                .expect("the CLI listens on [::1] too"),
+        );
+    }
+    // Someone else's redirect: an error without this login's state.
+    let mut forged = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    forged
+        .write_all(
+            b"GET /callback?error=access_denied&error_description=forged%20by%20someone HTTP/1.1\r\n\
+              Host: localhost\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    forged.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // The real redirect still goes through, at once.
+    let page = tokio::time::timeout(Duration::from_secs(20), reqwest::get(&url))
+        .await
+        .expect("the redirect is not held up by the idle connections")
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let (code, out) = finish(child).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Logged in to prod as bob@example.com"), "{out}");
+    let err = rest.await.unwrap();
+    assert!(!err.contains("forged"), "{err}");
+    assert!(err.contains("Ignored a request to the callback"), "{err}");
+    drop(idle);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_refresh_falls_back_to_the_browser_and_says_why() {
     let env = TestEnv::start(Backend::Sqlite).await;
     let machine = Machine::new();

@@ -1,11 +1,15 @@
 //! The browser login: authorization code with PKCE (S256) on a loopback
 //! redirect `http://localhost:<port>/callback`. The URL is printed (and
-//! opened unless `--no-browser`); a small HTTP listener on 127.0.0.1 takes
-//! the redirect, checks `state`, and shows a page saying the tab can be
-//! closed. Connections are served side by side, each request head bounded
-//! in size and in time, so an idle connection (a port scanner, a browser's
-//! preconnect) cannot keep the redirect waiting. The code is exchanged with the PKCE verifier and the ID token's
-//! nonce is checked.
+//! opened unless `--no-browser`); a small HTTP listener takes the redirect,
+//! checks `state`, and shows a page saying the tab can be closed. The code is
+//! exchanged with the PKCE verifier and the ID token's nonce is checked.
+//!
+//! The listener is on 127.0.0.1 and on [::1] at the same port (when the host
+//! has IPv6 loopback): `localhost` may resolve to either, and whoever held
+//! the other one would receive the code. Connections are served side by
+//! side, each request head bounded in size and in time, so an idle
+//! connection (a port scanner, a browser's preconnect) cannot keep the
+//! redirect waiting.
 //!
 //! `state` is checked before anything else in the redirect: a request
 //! without this login's state (a forged `?error=...`, another tab) is
@@ -212,7 +216,7 @@ async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -
 /// within `request_timeout`; the first redirect with this login's state
 /// ends the wait (and the connections still open are dropped).
 async fn wait_for_callback(
-    listener: TcpListener,
+    listener: Loopback,
     expected_state: String,
     request_timeout: Duration,
 ) -> Result<String, LoginError> {
@@ -222,7 +226,7 @@ async fn wait_for_callback(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok(stream) => {
                     let state = expected_state.clone();
                     connections.spawn(async move { serve(stream, &state, request_timeout).await });
                 }
@@ -242,14 +246,131 @@ async fn wait_for_callback(
     }
 }
 
-pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Tokens, LoginError> {
-    let listener = TcpListener::bind(("127.0.0.1", options.callback_port.unwrap_or(0)))
+/// The listening sockets of the callback: 127.0.0.1, and [::1] on the same
+/// port when the host has IPv6 loopback. The redirect names `localhost`
+/// (identity providers register it so), which the browser may resolve to
+/// ::1 first: left free, [::1]:port could be taken by another local program,
+/// which would then receive the authorization code.
+#[derive(Debug)]
+struct Loopback {
+    v4: TcpListener,
+    v6: Option<TcpListener>,
+    port: u16,
+}
+
+impl Loopback {
+    async fn accept(&self) -> std::io::Result<TcpStream> {
+        let (stream, _) = match &self.v6 {
+            Some(v6) => tokio::select! {
+                accepted = self.v4.accept() => accepted,
+                accepted = v6.accept() => accepted,
+            },
+            None => self.v4.accept().await,
+        }?;
+        Ok(stream)
+    }
+}
+
+/// Random ports tried before giving up when [::1] has each one taken.
+const BIND_ATTEMPTS: usize = 16;
+
+/// Why a port could not be had on both loopback addresses.
+#[derive(Debug)]
+enum BindError {
+    V4 {
+        port: u16,
+        error: std::io::Error,
+    },
+    /// Someone else listens on [::1] at this port.
+    V6Taken {
+        port: u16,
+    },
+    V6 {
+        port: u16,
+        error: std::io::Error,
+    },
+}
+
+impl From<BindError> for LoginError {
+    fn from(error: BindError) -> Self {
+        LoginError::Callback(match error {
+            BindError::V4 { port: 0, error } => {
+                format!("cannot listen on 127.0.0.1 for the redirect: {error}")
+            }
+            BindError::V4 { port, error } => {
+                format!("cannot listen on 127.0.0.1:{port} for the redirect: {error}")
+            }
+            BindError::V6Taken { port } => format!(
+                "port {port} is already in use on [::1] by another program, which would receive \
+                 the redirect to http://localhost:{port}; choose another --callback-port"
+            ),
+            BindError::V6 { port, error } => {
+                format!("cannot listen on [::1]:{port} for the redirect: {error}")
+            }
+        })
+    }
+}
+
+/// The host has no IPv6 loopback (no ::1, or no IPv6 at all): 127.0.0.1 is
+/// then the only address `localhost` can reach.
+fn no_ipv6_loopback(error: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    if error.raw_os_error() == Some(libc::EAFNOSUPPORT) {
+        return true;
+    }
+    error.kind() == std::io::ErrorKind::AddrNotAvailable
+}
+
+/// `port` (0: any) on 127.0.0.1, then the same port on [::1].
+async fn bind_pair(port: u16) -> Result<Loopback, BindError> {
+    let v4 = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
         .await
-        .map_err(|e| LoginError::Callback(format!("cannot listen on 127.0.0.1 for the redirect: {e}")))?;
-    let port = listener
+        .map_err(|error| BindError::V4 { port, error })?;
+    let port = v4
         .local_addr()
-        .map_err(|e| LoginError::Callback(e.to_string()))?
+        .map_err(|error| BindError::V4 { port, error })?
         .port();
+    match TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, port)).await {
+        Ok(v6) => Ok(Loopback {
+            v4,
+            v6: Some(v6),
+            port,
+        }),
+        Err(error) if no_ipv6_loopback(&error) => Ok(Loopback { v4, v6: None, port }),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => Err(BindError::V6Taken { port }),
+        Err(error) => Err(BindError::V6 { port, error }),
+    }
+}
+
+/// The first of `ports` (0: a random one) free on both loopback addresses;
+/// one taken on [::1] is passed over for the next.
+async fn bind_first_free(ports: impl IntoIterator<Item = u16>) -> Result<Loopback, LoginError> {
+    let mut tried = 0;
+    for port in ports {
+        tried += 1;
+        match bind_pair(port).await {
+            Ok(loopback) => return Ok(loopback),
+            Err(BindError::V6Taken { .. }) => continue,
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(LoginError::Callback(format!(
+        "found no port free on both 127.0.0.1 and [::1] in {tried} tries; use --callback-port"
+    )))
+}
+
+/// The callback's listeners: on `fixed` (which must be free on both
+/// addresses), else on a random port.
+async fn bind_loopback(fixed: Option<u16>) -> Result<Loopback, LoginError> {
+    match fixed {
+        Some(port) => Ok(bind_pair(port).await?),
+        None => bind_first_free(std::iter::repeat_n(0, BIND_ATTEMPTS)).await,
+    }
+}
+
+pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Tokens, LoginError> {
+    let listener = bind_loopback(options.callback_port).await?;
+    let port = listener.port;
     let redirect = RedirectUrl::new(format!("http://localhost:{port}/callback"))
         .map_err(|e| LoginError::Callback(e.to_string()))?;
     let client = provider.client.clone().set_redirect_uri(redirect);
@@ -304,8 +425,8 @@ mod tests {
     }
 
     async fn waiting(state: &'static str) -> (u16, tokio::task::JoinHandle<Result<String, LoginError>>) {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let listener = bind_loopback(None).await.unwrap();
+        let port = listener.port;
         (
             port,
             tokio::spawn(wait_for_callback(
@@ -409,6 +530,105 @@ mod tests {
         let answer = get(port, "/callback?code=the-code&state=our-state").await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert_eq!(login.await.unwrap().unwrap(), "the-code");
+    }
+
+    /// Whether this host has IPv6 loopback; the tests below check the
+    /// dual-stack listener where it has, the 127.0.0.1 fallback where not.
+    fn host_has_ipv6_loopback() -> bool {
+        match std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)) {
+            Ok(_) => true,
+            Err(e) if no_ipv6_loopback(&e) => false,
+            Err(e) => panic!("probing [::1]: {e}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_callback_listens_on_both_loopback_addresses_on_one_port() {
+        let loopback = bind_loopback(None).await.unwrap();
+        let port = loopback.port;
+        assert_eq!(loopback.v4.local_addr().unwrap().port(), port);
+        if host_has_ipv6_loopback() {
+            let v6 = loopback.v6.as_ref().expect("[::1] is bound too");
+            assert_eq!(v6.local_addr().unwrap().port(), port);
+        } else {
+            assert!(loopback.v6.is_none());
+        }
+        let login = tokio::spawn(wait_for_callback(loopback, "s".into(), REQUEST_TIMEOUT));
+        // Whichever address `localhost` gives the browser, the redirect is ours.
+        if host_has_ipv6_loopback() {
+            let mut stream = TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port))
+                .await
+                .unwrap();
+            stream
+                .write_all(b"GET /callback?code=via-v6&state=s HTTP/1.1\r\n\r\n")
+                .await
+                .unwrap();
+            assert_eq!(login.await.unwrap().unwrap(), "via-v6");
+        } else {
+            assert_eq!(
+                get(port, "/callback?code=via-v4&state=s").await.lines().next(),
+                Some("HTTP/1.1 200 OK")
+            );
+            assert_eq!(login.await.unwrap().unwrap(), "via-v4");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_someone_holds_on_ipv6_loopback_is_never_used() {
+        if !host_has_ipv6_loopback() {
+            // Nobody can hold a port on an address the host does not have.
+            assert!(bind_loopback(None).await.unwrap().v6.is_none());
+            return;
+        }
+        // Another program on [::1] at a port that is free on 127.0.0.1.
+        let (squatter, port) = loop {
+            let squatter = std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)).unwrap();
+            let port = squatter.local_addr().unwrap().port();
+            if std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok() {
+                break (squatter, port);
+            }
+        };
+        // A random port: that one is passed over for another.
+        let loopback = bind_first_free([port, 0]).await.unwrap();
+        assert_ne!(loopback.port, port);
+        assert!(loopback.v6.is_some());
+        drop(loopback);
+        // A fixed port: a clear refusal, and 127.0.0.1:port is let go again.
+        let error = bind_loopback(Some(port)).await.unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "port {port} is already in use on [::1] by another program"
+            )),
+            "{error}"
+        );
+        assert!(error.contains("--callback-port"), "{error}");
+        assert!(std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok());
+        // Every try taken: an error, not a half-bound listener.
+        let error = bind_first_free([port, port]).await.unwrap_err().to_string();
+        assert!(error.contains("no port free on both"), "{error}");
+        drop(squatter);
+    }
+
+    #[test]
+    fn a_host_without_ipv6_loopback_falls_back_to_127_0_0_1() {
+        #[cfg(unix)]
+        for missing in [libc::EADDRNOTAVAIL, libc::EAFNOSUPPORT] {
+            assert!(no_ipv6_loopback(&std::io::Error::from_raw_os_error(missing)));
+        }
+        assert!(no_ipv6_loopback(&std::io::ErrorKind::AddrNotAvailable.into()));
+        assert!(!no_ipv6_loopback(&std::io::ErrorKind::AddrInUse.into()));
+        assert!(!no_ipv6_loopback(&std::io::ErrorKind::PermissionDenied.into()));
+    }
+
+    #[tokio::test]
+    async fn a_fixed_port_taken_on_127_0_0_1_says_so() {
+        let taken = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let error = bind_loopback(Some(port)).await.unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("cannot listen on 127.0.0.1:{port} for the redirect")),
+            "{error}"
+        );
     }
 
     #[test]
