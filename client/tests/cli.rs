@@ -442,6 +442,31 @@ async fn server_refusals_become_sentences() {
     env.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_planted_at_a_lock_path_is_refused_not_followed() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let cache_dir = machine.home.path().join(".cache/talos-sso");
+    std::fs::create_dir_all(&cache_dir).unwrap();
+    let elsewhere = machine.home.path().join("elsewhere");
+    let planted = cache_dir.join("tokens.json.refresh");
+    std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+    let (code, _, err) = machine
+        .run(&["login", "--server", &env.server.base_url, "--no-browser"])
+        .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "locking the token cache: {} is a symbolic link, which is not followed",
+            planted.display()
+        )),
+        "{err}"
+    );
+    assert!(!elsewhere.exists(), "nothing created through the link");
+    assert!(!machine.talosconfig().exists());
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn completions_for_each_shell() {
     let machine = Machine::new();
