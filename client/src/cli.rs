@@ -307,7 +307,10 @@ async fn obtain_tokens(
                 return Ok(tokens);
             }
             Err(error) => {
-                eprintln!("Your saved login could not be renewed ({error}); logging in again.");
+                eprintln!(
+                    "Your saved login could not be renewed ({}); logging in again.",
+                    crate::display::escape(&error.to_string())
+                );
             }
         }
     }
@@ -412,21 +415,29 @@ pub async fn login_with(
     let left = parse_time(&issued.not_after)
         .map(|t| (t - OffsetDateTime::now_utc()).whole_seconds())
         .unwrap_or(0);
-    writeln!(
-        out,
-        "Logged in to {} as {} with {}; certificate valid for {} (context `{}` in {}{}).",
-        cluster.name,
-        issued.identity.username,
-        issued.roles.join(", "),
-        human_duration(left),
-        context,
-        path.display(),
-        match written.current_context.as_deref() {
-            Some(current) if current == context => ", current",
-            _ => "; use `talosctl --context` or --set-current",
-        }
-    )?;
+    let current = written.current_context.as_deref() == Some(context.as_str());
+    writeln!(out, "{}", logged_in_line(&record, &cluster.name, left, current))?;
     Ok(record)
+}
+
+/// What `login` says when it is done. The names come from the server (and
+/// the person's identity provider): escaped, like every such text shown.
+fn logged_in_line(record: &LoginRecord, cluster: &str, seconds_left: i64, current: bool) -> String {
+    use crate::display::escape;
+    format!(
+        "Logged in to {} as {} with {}; certificate valid for {} (context `{}` in {}{}).",
+        escape(cluster),
+        escape(&record.username),
+        escape(&record.roles.join(", ")),
+        human_duration(seconds_left),
+        escape(&record.context),
+        escape(&record.talosconfig.display().to_string()),
+        if current {
+            ", current"
+        } else {
+            "; use `talosctl --context` or --set-current"
+        }
+    )
 }
 
 fn parse_time(text: &str) -> Option<OffsetDateTime> {
@@ -486,7 +497,8 @@ fn status(cluster: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow:
         .map(|(name, record)| login_status(name, record))
         .collect();
     if output == Output::Json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&json!(statuses))?)?;
+        let text = serde_json::to_string_pretty(&json!(statuses))?;
+        writeln!(out, "{}", crate::display::json(&text))?;
         return Ok(());
     }
     if statuses.is_empty() {
@@ -494,25 +506,31 @@ fn status(cluster: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow:
         return Ok(());
     }
     for s in statuses {
-        let state = if s.valid {
-            human_duration(s.seconds_left) + " left"
-        } else {
-            "expired or missing; run `talos-sso login`".into()
-        };
-        writeln!(
-            out,
-            "{}: {} as {} with [{}], {} (context `{}` in {}, server {})",
-            s.cluster,
-            if s.valid { "logged in" } else { "not logged in" },
-            s.username.as_deref().unwrap_or("?"),
-            s.roles.join(", "),
-            state,
-            s.context,
-            s.talosconfig.display(),
-            s.server
-        )?;
+        writeln!(out, "{}", status_line(&s))?;
     }
     Ok(())
+}
+
+/// One login as `status` shows it; the names are the certificate's and the
+/// server's, escaped.
+fn status_line(s: &LoginStatus) -> String {
+    use crate::display::escape;
+    let state = if s.valid {
+        human_duration(s.seconds_left) + " left"
+    } else {
+        "expired or missing; run `talos-sso login`".into()
+    };
+    format!(
+        "{}: {} as {} with [{}], {} (context `{}` in {}, server {})",
+        escape(&s.cluster),
+        if s.valid { "logged in" } else { "not logged in" },
+        escape(s.username.as_deref().unwrap_or("?")),
+        escape(&s.roles.join(", ")),
+        state,
+        escape(&s.context),
+        escape(&s.talosconfig.display().to_string()),
+        escape(&s.server)
+    )
 }
 
 fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -537,10 +555,11 @@ fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Resu
             talosconfig::remove_contexts(&record.talosconfig, std::slice::from_ref(&record.context))?;
         writeln!(
             out,
-            "{name}: {} context `{}` from {}",
+            "{}: {} context `{}` from {}",
+            crate::display::escape(name),
             if removed.is_empty() { "no" } else { "removed" },
-            record.context,
-            record.talosconfig.display()
+            crate::display::escape(&record.context),
+            crate::display::escape(&record.talosconfig.display().to_string())
         )?;
     }
     let remaining = state::update(|s| {
@@ -699,12 +718,63 @@ fn cell(record: &serde_json::Map<String, serde_json::Value>, column: &str) -> St
     }
 }
 
+/// One CSV field. A value that starts like a formula (`=`, `+`, `-`, `@`,
+/// TAB, CR) would be run by a spreadsheet opening the export, so it gets a
+/// leading `'` (OWASP's advice) and is read as text; then the usual quoting.
 fn csv_field(text: &str) -> String {
+    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
-        text.to_owned()
+        text
     }
+}
+
+/// The table's columns: heading, then the narrowest and the widest the
+/// column may be (in characters). The widest bound keeps one long value
+/// (which the server may have taken from anyone) from pushing the other
+/// columns off screen; the full value is in the JSON and CSV outputs.
+const TABLE_COLUMNS: [(&str, usize, usize); 7] = [
+    ("SEQ", 6, 12),
+    ("TIME", 27, 32),
+    ("EVENT", 19, 24),
+    ("OUTCOME", 24, 40),
+    ("CLUSTER", 8, 24),
+    ("USER", 24, 48),
+    ("ROLES", 0, 64),
+];
+
+/// One table line: each value escaped (see [`crate::display`]) and cut to
+/// its column's widest, padded to its narrowest; SEQ aligned right.
+fn table_line(cells: [&str; 7]) -> String {
+    let mut line = String::new();
+    for (index, ((_, narrowest, widest), text)) in TABLE_COLUMNS.iter().zip(cells).enumerate() {
+        let text = crate::display::bounded(text, *widest);
+        if index == 0 {
+            line.push_str(&format!("{text:>narrowest$}"));
+        } else if index == TABLE_COLUMNS.len() - 1 {
+            line.push_str("  ");
+            line.push_str(&text);
+        } else {
+            line.push_str(&format!("  {text:<narrowest$}"));
+        }
+    }
+    line
+}
+
+/// A record as JSON, on one line or pretty, terminal-safe (see
+/// [`crate::display::json`]) and still exactly the record.
+fn record_json(record: &serde_json::Map<String, serde_json::Value>, pretty: bool) -> anyhow::Result<String> {
+    let text = if pretty {
+        serde_json::to_string_pretty(record)?
+    } else {
+        serde_json::to_string(record)?
+    };
+    Ok(crate::display::json(&text))
 }
 
 fn print_records(
@@ -716,7 +786,7 @@ fn print_records(
     match output {
         AuditOutput::Json => {
             for record in records {
-                writeln!(out, "{}", serde_json::to_string(record)?)?;
+                writeln!(out, "{}", record_json(record, false)?)?;
             }
         }
         AuditOutput::Csv => {
@@ -735,8 +805,8 @@ fn print_records(
             if header {
                 writeln!(
                     out,
-                    "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  ROLES",
-                    "SEQ", "TIME", "EVENT", "OUTCOME", "CLUSTER", "USER"
+                    "{}",
+                    table_line(TABLE_COLUMNS.map(|(heading, _, _)| heading))
                 )?;
             }
             for r in records {
@@ -744,17 +814,16 @@ fn print_records(
                     "" => cell(r, "outcome"),
                     reason => format!("{} ({reason})", cell(r, "outcome")),
                 };
-                writeln!(
-                    out,
-                    "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  {}",
+                let cells = [
                     cell(r, "seq"),
                     cell(r, "occurred_at"),
                     cell(r, "event"),
                     outcome,
                     cell(r, "cluster"),
                     cell(r, "username"),
-                    cell(r, "roles_granted")
-                )?;
+                    cell(r, "roles_granted"),
+                ];
+                writeln!(out, "{}", table_line(cells.each_ref().map(String::as_str)))?;
             }
         }
     }
@@ -822,7 +891,7 @@ async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()>
                 .into_iter()
                 .find(|r| r.get("seq").and_then(|v| v.as_i64()) == Some(seq))
                 .ok_or_else(|| anyhow!("no audit record {seq}"))?;
-            writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
+            writeln!(out, "{}", record_json(&record, true)?)?;
             Ok(())
         }
         AuditCommand::Verify { server, login } => {
@@ -832,14 +901,15 @@ async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()>
                 writeln!(
                     out,
                     "audit chain intact: {} records verified (last seq {})",
-                    answer["verified"], answer["last_seq"]
+                    crate::display::escape(&answer["verified"].to_string()),
+                    crate::display::escape(&answer["last_seq"].to_string())
                 )?;
                 Ok(())
             } else {
                 bail!(
                     "audit chain broken at record {}: {}",
-                    answer["first_broken"]["seq"],
-                    answer["first_broken"]["reason"].as_str().unwrap_or_default()
+                    crate::display::escape(&answer["first_broken"]["seq"].to_string()),
+                    crate::display::escape(answer["first_broken"]["reason"].as_str().unwrap_or_default())
                 )
             }
         }
@@ -871,11 +941,13 @@ async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "blocked {} from new certificates (audit record {})",
-                answer["entry"]["username"]
-                    .as_str()
-                    .or(answer["entry"]["subject"].as_str())
-                    .unwrap_or("?"),
-                answer["audit_id"]
+                crate::display::escape(
+                    answer["entry"]["username"]
+                        .as_str()
+                        .or(answer["entry"]["subject"].as_str())
+                        .unwrap_or("?")
+                ),
+                crate::display::escape(&answer["audit_id"].to_string())
             )?;
         }
         DenyCommand::Remove {
@@ -897,7 +969,8 @@ async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(
                 out,
                 "removed {} entr(ies) (audit record {})",
-                answer["removed"], answer["audit_id"]
+                crate::display::escape(&answer["removed"].to_string()),
+                crate::display::escape(&answer["audit_id"].to_string())
             )?;
         }
         DenyCommand::List { server, login } => {
@@ -911,19 +984,31 @@ async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
                 writeln!(out, "nobody is blocked")?;
             }
             for entry in entries {
-                writeln!(
-                    out,
-                    "{}  {}  by {} at {}: {}",
-                    entry["username"].as_str().unwrap_or("-"),
-                    entry["subject"].as_str().unwrap_or("-"),
-                    entry["added_by"].as_str().unwrap_or("?"),
-                    entry["added_at"].as_str().unwrap_or("?"),
-                    entry["reason"].as_str().unwrap_or("")
-                )?;
+                writeln!(out, "{}", deny_entry_line(&entry))?;
             }
         }
     }
     Ok(())
+}
+
+/// One deny-list entry as `deny list` shows it, every field escaped: the
+/// username and the reason are whatever an administrator (or a token) said.
+fn deny_entry_line(entry: &serde_json::Value) -> String {
+    use crate::display::escape;
+    format!(
+        "{}  {}  by {} at {}: {}",
+        escape(entry["username"].as_str().unwrap_or("-")),
+        escape(entry["subject"].as_str().unwrap_or("-")),
+        escape(entry["added_by"].as_str().unwrap_or("?")),
+        escape(entry["added_at"].as_str().unwrap_or("?")),
+        escape(entry["reason"].as_str().unwrap_or(""))
+    )
+}
+
+/// An error as the person reads it: the whole chain on one line, escaped,
+/// since server problem details and identity provider answers end up in it.
+pub fn error_text(error: &anyhow::Error) -> String {
+    crate::display::escape(&format!("{error:#}"))
 }
 
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
@@ -991,6 +1076,277 @@ mod tests {
             "{error}"
         );
         assert!(pick_cluster(None, &info(&[])).is_err());
+    }
+
+    fn record(fields: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        fields.as_object().unwrap().clone()
+    }
+
+    fn render(records: &[serde_json::Map<String, serde_json::Value>], output: AuditOutput) -> String {
+        let mut out = Vec::new();
+        print_records(records, output, true, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A username that tries to erase its own row, forge another, hide text
+    /// and recolour the terminal.
+    const FORGED: &str = "mallory@example.com\u{1b}[2K\r     7  2026-01-01T00:00:00.000000Z  \
+        certificate.issued  success  prod  bob@example.com\n\u{1b}[8m\u{202e}moc.elpmaxe@eve\u{2066}\
+        \u{200b}\u{feff}\u{9b}31m\u{7f}\t\u{85}\u{2028}";
+
+    fn hostile_record() -> serde_json::Map<String, serde_json::Value> {
+        record(json!({
+            "seq": 6,
+            "occurred_at": "2026-01-01T00:00:00.000000Z",
+            "event": "certificate.denied",
+            "outcome": "denied",
+            "reason_code": "no_matching_rule\u{1b}]8;;http://evil\u{7}",
+            "cluster": "prod\r\n",
+            "username": FORGED,
+            "user_agent": "curl\u{1b}[1A",
+            "roles_granted": ["os:admin\u{202e}", 5],
+            "details": {"note": "\u{1b}c\u{2069}"},
+        }))
+    }
+
+    fn ordinary_record() -> serde_json::Map<String, serde_json::Value> {
+        record(json!({
+            "seq": 7,
+            "occurred_at": "2026-01-01T00:00:01.000000Z",
+            "event": "certificate.issued",
+            "outcome": "success",
+            "reason_code": null,
+            "cluster": "prod",
+            "username": "bob@example.com",
+            "roles_granted": ["os:operator"],
+        }))
+    }
+
+    fn no_hostile_characters(text: &str) {
+        let found: Vec<char> = text
+            .chars()
+            .filter(|c| crate::display::is_unsafe(*c) && *c != '\n')
+            .collect();
+        assert!(found.is_empty(), "{found:?} in {text:?}");
+    }
+
+    #[test]
+    fn record_text_cannot_forge_recolour_or_hide_table_rows() {
+        let table = render(&[hostile_record(), ordinary_record()], AuditOutput::Table);
+        no_hostile_characters(&table);
+        let lines: Vec<&str> = table.split('\n').collect();
+        assert_eq!(lines.len(), 4, "a heading, two rows, the final newline: {table}");
+        assert_eq!(lines[3], "");
+        let row = lines[1];
+        assert!(row.starts_with("     6  "), "{row}");
+        assert!(row.contains("  prod\\u{d}\\u{a}  "), "{row}");
+        assert!(row.contains("mallory@example.com\\u{1b}[2K\\u{d}"), "{row}");
+        assert!(
+            row.contains("  denied (no_matching_rule\\u{1b}]8;;http:…  "),
+            "{row}"
+        );
+        assert!(row.ends_with("  os:admin\\u{202e}"), "{row}");
+        assert!(lines[2].starts_with("     7  "), "{table}");
+    }
+
+    #[test]
+    fn one_long_value_cannot_push_the_other_columns_off_screen() {
+        let long = "c".repeat(10_000);
+        let mut huge = ordinary_record();
+        huge.insert("cluster".into(), json!(long));
+        huge.insert("username".into(), json!(format!("{long}@example.com")));
+        let table = render(&[huge.clone(), ordinary_record()], AuditOutput::Table);
+        let lines: Vec<&str> = table.lines().collect();
+        let widest: usize = TABLE_COLUMNS.iter().map(|(_, _, widest)| widest).sum::<usize>() + 2 * 6;
+        for line in &lines {
+            assert!(line.chars().count() <= widest, "{line}");
+        }
+        let cut_cluster = format!("  {}…  ", "c".repeat(23));
+        let cut_user = format!("  {}…  ", "c".repeat(47));
+        assert!(lines[1].contains(&cut_cluster), "{}", lines[1]);
+        assert!(lines[1].contains(&cut_user), "{}", lines[1]);
+        assert!(lines[1].ends_with("  os:operator"), "{}", lines[1]);
+        // Ordinary values keep the layout they always had.
+        assert_eq!(
+            lines[0],
+            format!(
+                "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  ROLES",
+                "SEQ", "TIME", "EVENT", "OUTCOME", "CLUSTER", "USER"
+            )
+        );
+        assert_eq!(
+            lines[2],
+            format!(
+                "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  {}",
+                7,
+                "2026-01-01T00:00:01.000000Z",
+                "certificate.issued",
+                "success",
+                "prod",
+                "bob@example.com",
+                "os:operator"
+            )
+        );
+        // JSON and CSV keep the whole value.
+        let exported = render(std::slice::from_ref(&huge), AuditOutput::Json);
+        let back: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(exported.trim_end()).unwrap();
+        assert_eq!(back, huge);
+        let csv = render(std::slice::from_ref(&huge), AuditOutput::Csv);
+        assert_eq!(parse_csv(&csv)[1][5], long);
+    }
+
+    /// RFC 4180 as a spreadsheet reads it: quoted fields may hold commas,
+    /// doubled quotes and line breaks.
+    fn parse_csv(text: &str) -> Vec<Vec<String>> {
+        let mut rows = Vec::new();
+        let mut row = Vec::new();
+        let mut field = String::new();
+        let mut chars = text.chars().peekable();
+        let mut quoted = false;
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                (true, '"') => quoted = false,
+                (true, c) => field.push(c),
+                (false, '"') if field.is_empty() => quoted = true,
+                (false, ',') => row.push(std::mem::take(&mut field)),
+                (false, '\n') => {
+                    row.push(std::mem::take(&mut field));
+                    rows.push(std::mem::take(&mut row));
+                }
+                (false, c) => field.push(c),
+            }
+        }
+        assert!(
+            !quoted && field.is_empty() && row.is_empty(),
+            "unterminated: {text:?}"
+        );
+        rows
+    }
+
+    #[test]
+    fn csv_cells_cannot_become_formulas_and_quoting_stays_right() {
+        let values = [
+            "=HYPERLINK(\"http://evil.example/\",\"details\")",
+            "=1+1",
+            "+1+1",
+            "-2+3",
+            "@SUM(A1:A9)",
+            "\tcmd",
+            "\r=1",
+            "a,b",
+            "say \"hi\"",
+            "two\nlines",
+            "bob@example.com",
+            "",
+        ];
+        let records: Vec<_> = values
+            .iter()
+            .map(|v| {
+                let mut r = ordinary_record();
+                r.insert("username".into(), json!(v));
+                r.insert("cluster".into(), json!(v));
+                r
+            })
+            .collect();
+        let csv = render(&records, AuditOutput::Csv);
+        let rows = parse_csv(&csv);
+        assert_eq!(rows.len(), values.len() + 1, "{csv}");
+        assert_eq!(rows[0], AUDIT_COLUMNS);
+        for (value, row) in values.iter().zip(&rows[1..]) {
+            assert_eq!(row.len(), AUDIT_COLUMNS.len(), "{row:?}");
+            let formula = value.starts_with(['=', '+', '-', '@', '\t', '\r']);
+            let expected = if formula {
+                format!("'{value}")
+            } else {
+                value.to_string()
+            };
+            assert_eq!(row[5], expected, "cluster");
+            assert_eq!(row[6], expected, "username");
+            assert!(
+                !row.iter().any(|f| f.starts_with(['=', '+', '@', '\t', '\r'])),
+                "{row:?}"
+            );
+        }
+        assert_eq!(csv_field("=1+1"), "'=1+1");
+        assert_eq!(csv_field("=a,\"b\""), "\"'=a,\"\"b\"\"\"");
+        assert_eq!(csv_field("\r\n=1"), "\"'\r\n=1\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+
+    #[test]
+    fn json_output_is_exactly_the_record_and_terminal_safe() {
+        let records = [hostile_record(), ordinary_record()];
+        let lines = render(&records, AuditOutput::Json);
+        no_hostile_characters(&lines);
+        let back: Vec<serde_json::Map<String, serde_json::Value>> =
+            lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(back, records);
+        // `audit show`: the same, pretty.
+        let shown = record_json(&records[0], true).unwrap();
+        no_hostile_characters(&shown);
+        let back: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back, records[0]);
+        assert!(
+            shown.contains(r#""username": "mallory@example.com\u001b[2K\r"#),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r"\u202emoc.elpmaxe@eve\u2066\u200b\ufeff\u009b31m\u007f\t\u0085\u2028"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn other_outputs_escape_what_the_server_sent() {
+        let hostile = "eve\u{1b}[2K\r\u{202e}";
+        let shown = "eve\\u{1b}[2K\\u{d}\\u{202e}";
+        let record = LoginRecord {
+            server: format!("https://sso.example.com/{hostile}"),
+            context: format!("prod{hostile}"),
+            talosconfig: PathBuf::from(format!("/home/eve/{hostile}")),
+            username: hostile.into(),
+            roles: vec![format!("os:admin{hostile}")],
+            not_after: String::new(),
+        };
+        let status = LoginStatus {
+            cluster: hostile.into(),
+            server: record.server.clone(),
+            context: record.context.clone(),
+            talosconfig: record.talosconfig.clone(),
+            username: Some(hostile.into()),
+            roles: record.roles.clone(),
+            not_after: None,
+            seconds_left: 100,
+            valid: true,
+        };
+        let entry = json!({
+            "username": hostile, "subject": hostile, "added_by": hostile,
+            "added_at": hostile, "reason": hostile,
+        });
+        let error = anyhow!("problem {hostile}").context(format!("while {hostile}"));
+        for line in [
+            logged_in_line(&record, hostile, 100, true),
+            status_line(&status),
+            deny_entry_line(&entry),
+            error_text(&error),
+        ] {
+            no_hostile_characters(&line);
+            assert!(!line.contains('\n'), "{line}");
+            assert!(line.contains(shown), "{line}");
+        }
+        assert_eq!(
+            logged_in_line(&record, "prod", 299, false),
+            format!(
+                "Logged in to prod as {shown} with os:admin{shown}; certificate valid for 4m59s \
+                 (context `prod{shown}` in /home/eve/{shown}; use `talosctl --context` or --set-current)."
+            )
+        );
+        assert_eq!(error_text(&error), format!("while {shown}: problem {shown}"));
     }
 
     #[test]

@@ -10,10 +10,12 @@
 //! - `messages`: server error codes as sentences a person can act on.
 //! - `certinfo`: roles and expiry read back from a certificate.
 //! - `files`: locked, atomic, private file writes.
+//! - `display`: text from the server or the identity provider made safe to print.
 
 pub mod api;
 pub mod certinfo;
 pub mod cli;
+pub mod display;
 pub mod files;
 pub mod key;
 pub mod login;

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", cli::error_text(&error));
             ExitCode::FAILURE
         }
     }

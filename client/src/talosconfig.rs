@@ -392,4 +392,25 @@ mod tests {
         assert!(value["contexts"].get("a").is_none() && value["contexts"].get("b").is_some());
         assert_eq!(value["context"], "", "the removed context was current");
     }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_planted_at_the_lock_path_stops_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let elsewhere = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, dir.path().join("config.lock")).unwrap();
+        let error = upsert_context(&path, "prod", &entry("x"), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!(
+                "cannot lock {}: {}/config.lock is a symbolic link",
+                path.display(),
+                dir.path().display()
+            )),
+            "{error}"
+        );
+        assert!(!elsewhere.exists() && !path.exists());
+    }
 }

@@ -442,6 +442,31 @@ async fn server_refusals_become_sentences() {
     env.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_planted_at_a_lock_path_is_refused_not_followed() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let cache_dir = machine.home.path().join(".cache/talos-sso");
+    std::fs::create_dir_all(&cache_dir).unwrap();
+    let elsewhere = machine.home.path().join("elsewhere");
+    let planted = cache_dir.join("tokens.json.refresh");
+    std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+    let (code, _, err) = machine
+        .run(&["login", "--server", &env.server.base_url, "--no-browser"])
+        .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "locking the token cache: {} is a symbolic link, which is not followed",
+            planted.display()
+        )),
+        "{err}"
+    );
+    assert!(!elsewhere.exists(), "nothing created through the link");
+    assert!(!machine.talosconfig().exists());
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn completions_for_each_shell() {
     let machine = Machine::new();
@@ -450,6 +475,71 @@ async fn completions_for_each_shell() {
         assert_eq!(code, 0);
         assert!(out.contains("talos-sso") && out.contains("login"), "{shell}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_and_forged_redirects_cannot_derail_a_browser_login() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    env.emulator.set_auto_login(Some("bob@example.com"));
+    let mut child = machine
+        .command(&["login", "--server", &env.server.base_url, "--no-browser"])
+        .spawn()
+        .unwrap();
+    let (url, _, rest) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    let redirect = url::Url::parse(&url)
+        .unwrap()
+        .query_pairs()
+        .find(|(name, _)| name == "redirect_uri")
+        .map(|(_, value)| value.into_owned())
+        .unwrap();
+    // What identity provider registrations expect.
+    assert!(redirect.starts_with("http://localhost:"), "{redirect}");
+    let port = url::Url::parse(&redirect).unwrap().port().unwrap();
+
+    // A port scanner or a browser's preconnect: connected and silent, on
+    // 127.0.0.1 and, where the host has it, on [::1], which the CLI holds
+    // too so that no other program can take the port there.
+    let mut idle = vec![TcpStream::connect(("127.0.0.1", port)).await.unwrap()];
+    if std::net::TcpListener::bind(("::1", 0)).is_ok() {
+        idle.push(
+            TcpStream::connect(("::1", port))
+                .await
+                .expect("the CLI listens on [::1] too"),
+        );
+    }
+    // Someone else's redirect: an error without this login's state.
+    let mut forged = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    forged
+        .write_all(
+            b"GET /callback?error=access_denied&error_description=forged%20by%20someone HTTP/1.1\r\n\
+              Host: localhost\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    forged.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // The real redirect still goes through, at once.
+    let page = tokio::time::timeout(Duration::from_secs(20), reqwest::get(&url))
+        .await
+        .expect("the redirect is not held up by the idle connections")
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let (code, out) = finish(child).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Logged in to prod as bob@example.com"), "{out}");
+    let err = rest.await.unwrap();
+    assert!(!err.contains("forged"), "{err}");
+    assert!(err.contains("Ignored a request to the callback"), "{err}");
+    drop(idle);
+    env.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -666,6 +756,111 @@ async fn the_security_team_reads_the_audit_trail() {
         err.contains("reading the audit trail is for the security team"),
         "{err}"
     );
+    env.finish().await;
+}
+
+/// Sam (security group) logs in through the browser with a first audit
+/// command; later ones are silent.
+async fn auditor(env: &TestEnv) -> Machine {
+    let sam = Machine::new();
+    env.emulator.set_auto_login(Some("sam@example.com"));
+    let mut child = sam
+        .command(&[
+            "audit",
+            "verify",
+            "--server",
+            &env.server.base_url,
+            "--no-browser",
+        ])
+        .spawn()
+        .unwrap();
+    let (url, _, _) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    reqwest::get(&url).await.unwrap();
+    let (code, out) = finish(child).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    sam
+}
+
+fn assert_terminal_safe(text: &str) {
+    let found: Vec<char> = text
+        .chars()
+        .filter(|c| talos_sso::display::is_unsafe(*c) && *c != '\n')
+        .collect();
+    assert!(found.is_empty(), "{found:?} reached the terminal: {text:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_text_in_the_audit_trail_reaches_the_auditor_harmless() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    // Anyone can put text in the trail: the server records who a refused
+    // token claims to be (marked unverified) and the cluster asked for.
+    let username = "=HYPERLINK(\"http://evil.example/\")\u{1b}[2K\r    99  forged row\n\u{1b}[8m\u{202e}moc.elpmaxe@bob\u{2066}\u{200b}\u{9b}";
+    let b64 = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+    let claims = serde_json::json!({"preferred_username": username, "oid": "not-a-real-oid"});
+    let token = format!(
+        "{}.{}.c2lnbmF0dXJl",
+        b64(r#"{"alg":"RS256","typ":"JWT","kid":"nope"}"#),
+        b64(&claims.to_string())
+    );
+    let refused = reqwest::Client::new()
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"cluster": "prod\u{1b}[31m\r\n", "csr": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let sam = auditor(&env).await;
+
+    // The full value is still there, exactly, in the JSON export.
+    let (code, json, err) = sam.run(&["audit", "export", "--output", "json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_terminal_safe(&json);
+    let exported: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let stored = exported
+        .iter()
+        .find(|r| r["username"] == username)
+        .unwrap_or_else(|| panic!("the record, exactly: {json}"));
+    assert_eq!(stored["cluster"], "prod\u{1b}[31m\r\n");
+    let seq = stored["seq"].as_i64().unwrap().to_string();
+
+    // The table: one line per record, nothing raw, nothing forged.
+    let (code, table, err) = sam.run(&["audit", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_terminal_safe(&table);
+    let seqs: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+        .collect();
+    // Every record so far, and this query's own record: no forged row.
+    let expected: Vec<String> = (1..=exported.len() + 1).map(|n| n.to_string()).collect();
+    assert_eq!(seqs, expected, "{table}");
+    assert!(
+        table.contains("  =HYPERLINK(\"http://evil.example/\")\\u{1b}[2K…  "),
+        "{table}"
+    );
+    assert!(table.contains("prod\\u{1b}[31m\\u{d}\\u{a}"), "{table}");
+
+    // `show`: the record in full, as JSON, terminal-safe.
+    let (code, shown, err) = sam.run(&["audit", "show", &seq]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_terminal_safe(&shown);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["username"], username);
+
+    // CSV: the username is text to a spreadsheet, not a formula.
+    let (code, csv, err) = sam.run(&["audit", "export", "--output", "csv"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        csv.contains(",\"'=HYPERLINK(\"\"http://evil.example/\"\")"),
+        "{csv}"
+    );
+    assert!(!csv.contains(",=") && !csv.contains(",\"="), "{csv}");
     env.finish().await;
 }
 

@@ -1,9 +1,20 @@
 //! The browser login: authorization code with PKCE (S256) on a loopback
 //! redirect `http://localhost:<port>/callback`. The URL is printed (and
-//! opened unless `--no-browser`); a one-request HTTP listener on 127.0.0.1
-//! takes the redirect, checks `state`, and shows a page saying the tab can be
-//! closed. The code is exchanged with the PKCE verifier and the ID token's
-//! nonce is checked.
+//! opened unless `--no-browser`); a small HTTP listener takes the redirect,
+//! checks `state`, and shows a page saying the tab can be closed. The code is
+//! exchanged with the PKCE verifier and the ID token's nonce is checked.
+//!
+//! The listener is on 127.0.0.1 and on [::1] at the same port (when the host
+//! has IPv6 loopback): `localhost` may resolve to either, and whoever held
+//! the other one would receive the code. Connections are served side by
+//! side, each request head bounded in size and in time, so an idle
+//! connection (a port scanner, a browser's preconnect) cannot keep the
+//! redirect waiting.
+//!
+//! `state` is checked before anything else in the redirect: a request
+//! without this login's state (a forged `?error=...`, another tab) is
+//! refused and the wait goes on, so only the identity provider's redirect
+//! can end the login, with a code or with its error.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -54,6 +65,36 @@ const ERROR_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso</t
 <body style=\"font-family:sans-serif;margin:3em\"><h1>Login failed</h1>\
 <p>Return to your terminal for details.</p>";
 
+const NOT_OURS_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso</title>\
+<body style=\"font-family:sans-serif;margin:3em\"><h1>Not this login</h1>\
+<p>This request does not belong to the login talos-sso is waiting for.</p>";
+
+/// The longest `error` and `error_description` shown from a redirect.
+const MAX_ERROR: usize = 100;
+const MAX_ERROR_DESCRIPTION: usize = 500;
+
+/// The identity provider's refusal as the person reads it: its words,
+/// escaped and bounded (they travel through the browser's address bar).
+fn provider_error(error: &str, description: &str) -> String {
+    let error = crate::display::bounded(error, MAX_ERROR);
+    match crate::display::bounded(description, MAX_ERROR_DESCRIPTION) {
+        description if description.is_empty() => error,
+        description => format!("{error}: {description}"),
+    }
+}
+
+/// Compare the redirect's state with ours in time independent of where
+/// they differ, so that many tries cannot learn it piece by piece.
+fn same_secret(given: Option<&str>, expected: &str) -> bool {
+    let Some(given) = given else { return false };
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |differ, (a, b)| differ | (a ^ b))
+            == 0
+}
+
 fn open_in_browser(url: &str) {
     let candidates: Vec<String> = match std::env::var("BROWSER") {
         Ok(browser) if !browser.is_empty() => vec![browser],
@@ -73,15 +114,25 @@ fn open_in_browser(url: &str) {
     }
 }
 
+/// How long one connection may take to send its request head. Connections
+/// are served side by side, so a silent one (a port scanner, a browser's
+/// preconnect) never holds up the redirect; this only closes it in the end.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most read of one request head: a redirect with a code and a state
+/// is a few kilobytes.
+const MAX_REQUEST_HEAD: usize = 16 * 1024;
+
 /// Read one HTTP request head; return the request target (path and query).
 async fn read_target(stream: &mut TcpStream) -> Result<String, String> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
-        if buffer.len() > 16 * 1024 {
+        let room = MAX_REQUEST_HEAD.saturating_sub(buffer.len()).min(chunk.len());
+        if room == 0 {
             return Err("request too large".into());
         }
-        let read = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        let read = stream.read(&mut chunk[..room]).await.map_err(|e| e.to_string())?;
         if read == 0 {
             break;
         }
@@ -108,55 +159,218 @@ async fn respond(stream: &mut TcpStream, status: &str, body: &str) {
     let _ = stream.shutdown().await;
 }
 
+/// What one connection to the loopback listener came to.
+#[derive(Debug)]
+enum Verdict {
+    /// Not the redirect: another path (favicon), a malformed, oversized or
+    /// silent request.
+    Ignored,
+    /// A callback without this login's state.
+    NotOurs,
+    /// The identity provider's redirect: the code, or its refusal.
+    Finished(Result<String, LoginError>),
+}
+
+/// Serve one connection: at most one request head, read within `timeout`.
+async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -> Verdict {
+    let target = match tokio::time::timeout(timeout, read_target(&mut stream)).await {
+        Ok(Ok(target)) => target,
+        Ok(Err(_)) => {
+            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
+            return Verdict::Ignored;
+        }
+        // Silent for too long: closed without an answer.
+        Err(_) => return Verdict::Ignored,
+    };
+    let Ok(url) = url::Url::parse(&format!("http://localhost{target}")) else {
+        respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
+        return Verdict::Ignored;
+    };
+    if url.path() != "/callback" {
+        respond(&mut stream, "404 Not Found", "").await;
+        return Verdict::Ignored;
+    }
+    let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
+    // Only a redirect carrying this login's state comes from the identity
+    // provider: anything else, error or not, is refused and the login
+    // goes on waiting, so that a forged request cannot end it.
+    if !same_secret(query.get("state").map(String::as_str), expected_state) {
+        respond(&mut stream, "400 Bad Request", NOT_OURS_PAGE).await;
+        return Verdict::NotOurs;
+    }
+    if let Some(error) = query.get("error") {
+        respond(&mut stream, "200 OK", ERROR_PAGE).await;
+        let description = query.get("error_description").cloned().unwrap_or_default();
+        return Verdict::Finished(Err(LoginError::Refused(provider_error(error, &description))));
+    }
+    let Some(code) = query.get("code").cloned() else {
+        respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
+        return Verdict::Finished(Err(LoginError::Invalid("the redirect carries no code".into())));
+    };
+    respond(&mut stream, "200 OK", CLOSE_PAGE).await;
+    Verdict::Finished(Ok(code))
+}
+
 /// Wait for `/callback?code=...&state=...`; other paths (favicon) get 404.
-async fn wait_for_callback(listener: TcpListener, expected_state: &str) -> Result<String, LoginError> {
+/// Each connection is served by its own task, each request head read
+/// within `request_timeout`; the first redirect with this login's state
+/// ends the wait (and the connections still open are dropped).
+async fn wait_for_callback(
+    listener: Loopback,
+    expected_state: String,
+    request_timeout: Duration,
+) -> Result<String, LoginError> {
+    let expected_state: std::sync::Arc<str> = expected_state.into();
+    let mut connections = tokio::task::JoinSet::new();
+    let mut told_not_ours = false;
     loop {
-        let (mut stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| LoginError::Callback(e.to_string()))?;
-        let Ok(target) = read_target(&mut stream).await else {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            continue;
-        };
-        let Ok(url) = url::Url::parse(&format!("http://localhost{target}")) else {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            continue;
-        };
-        if url.path() != "/callback" {
-            respond(&mut stream, "404 Not Found", "").await;
-            continue;
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(stream) => {
+                    let state = expected_state.clone();
+                    connections.spawn(async move { serve(stream, &state, request_timeout).await });
+                }
+                // Out of file descriptors, a connection reset before it was
+                // accepted: that one is lost, the wait goes on (not in a spin).
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+            Some(served) = connections.join_next() => match served {
+                Ok(Verdict::Finished(result)) => return result,
+                Ok(Verdict::NotOurs) if !told_not_ours => {
+                    eprintln!("Ignored a request to the callback that does not belong to this login.");
+                    told_not_ours = true;
+                }
+                _ => {}
+            },
         }
-        let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
-        if let Some(error) = query.get("error") {
-            respond(&mut stream, "200 OK", ERROR_PAGE).await;
-            let description = query.get("error_description").cloned().unwrap_or_default();
-            return Err(LoginError::Refused(format!("{error}: {description}")));
+    }
+}
+
+/// The listening sockets of the callback: 127.0.0.1, and [::1] on the same
+/// port when the host has IPv6 loopback. The redirect names `localhost`
+/// (identity providers register it so), which the browser may resolve to
+/// ::1 first: left free, [::1]:port could be taken by another local program,
+/// which would then receive the authorization code.
+#[derive(Debug)]
+struct Loopback {
+    v4: TcpListener,
+    v6: Option<TcpListener>,
+    port: u16,
+}
+
+impl Loopback {
+    async fn accept(&self) -> std::io::Result<TcpStream> {
+        let (stream, _) = match &self.v6 {
+            Some(v6) => tokio::select! {
+                accepted = self.v4.accept() => accepted,
+                accepted = v6.accept() => accepted,
+            },
+            None => self.v4.accept().await,
+        }?;
+        Ok(stream)
+    }
+}
+
+/// Random ports tried before giving up when [::1] has each one taken.
+const BIND_ATTEMPTS: usize = 16;
+
+/// Why a port could not be had on both loopback addresses.
+#[derive(Debug)]
+enum BindError {
+    V4 {
+        port: u16,
+        error: std::io::Error,
+    },
+    /// Someone else listens on [::1] at this port.
+    V6Taken {
+        port: u16,
+    },
+    V6 {
+        port: u16,
+        error: std::io::Error,
+    },
+}
+
+impl From<BindError> for LoginError {
+    fn from(error: BindError) -> Self {
+        LoginError::Callback(match error {
+            BindError::V4 { port: 0, error } => {
+                format!("cannot listen on 127.0.0.1 for the redirect: {error}")
+            }
+            BindError::V4 { port, error } => {
+                format!("cannot listen on 127.0.0.1:{port} for the redirect: {error}")
+            }
+            BindError::V6Taken { port } => format!(
+                "port {port} is already in use on [::1] by another program, which would receive \
+                 the redirect to http://localhost:{port}; choose another --callback-port"
+            ),
+            BindError::V6 { port, error } => {
+                format!("cannot listen on [::1]:{port} for the redirect: {error}")
+            }
+        })
+    }
+}
+
+/// The host has no IPv6 loopback (no ::1, or no IPv6 at all): 127.0.0.1 is
+/// then the only address `localhost` can reach.
+fn no_ipv6_loopback(error: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    if error.raw_os_error() == Some(libc::EAFNOSUPPORT) {
+        return true;
+    }
+    error.kind() == std::io::ErrorKind::AddrNotAvailable
+}
+
+/// `port` (0: any) on 127.0.0.1, then the same port on [::1].
+async fn bind_pair(port: u16) -> Result<Loopback, BindError> {
+    let v4 = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+        .await
+        .map_err(|error| BindError::V4 { port, error })?;
+    let port = v4
+        .local_addr()
+        .map_err(|error| BindError::V4 { port, error })?
+        .port();
+    match TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, port)).await {
+        Ok(v6) => Ok(Loopback {
+            v4,
+            v6: Some(v6),
+            port,
+        }),
+        Err(error) if no_ipv6_loopback(&error) => Ok(Loopback { v4, v6: None, port }),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => Err(BindError::V6Taken { port }),
+        Err(error) => Err(BindError::V6 { port, error }),
+    }
+}
+
+/// The first of `ports` (0: a random one) free on both loopback addresses;
+/// one taken on [::1] is passed over for the next.
+async fn bind_first_free(ports: impl IntoIterator<Item = u16>) -> Result<Loopback, LoginError> {
+    let mut tried = 0;
+    for port in ports {
+        tried += 1;
+        match bind_pair(port).await {
+            Ok(loopback) => return Ok(loopback),
+            Err(BindError::V6Taken { .. }) => continue,
+            Err(other) => return Err(other.into()),
         }
-        // A redirect with another state is not ours (or is forged): refuse it.
-        if query.get("state").map(String::as_str) != Some(expected_state) {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            return Err(LoginError::Invalid(
-                "the redirect's `state` does not match this login".into(),
-            ));
-        }
-        let Some(code) = query.get("code").cloned() else {
-            respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-            return Err(LoginError::Invalid("the redirect carries no code".into()));
-        };
-        respond(&mut stream, "200 OK", CLOSE_PAGE).await;
-        return Ok(code);
+    }
+    Err(LoginError::Callback(format!(
+        "found no port free on both 127.0.0.1 and [::1] in {tried} tries; use --callback-port"
+    )))
+}
+
+/// The callback's listeners: on `fixed` (which must be free on both
+/// addresses), else on a random port.
+async fn bind_loopback(fixed: Option<u16>) -> Result<Loopback, LoginError> {
+    match fixed {
+        Some(port) => Ok(bind_pair(port).await?),
+        None => bind_first_free(std::iter::repeat_n(0, BIND_ATTEMPTS)).await,
     }
 }
 
 pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Tokens, LoginError> {
-    let listener = TcpListener::bind(("127.0.0.1", options.callback_port.unwrap_or(0)))
-        .await
-        .map_err(|e| LoginError::Callback(format!("cannot listen on 127.0.0.1 for the redirect: {e}")))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| LoginError::Callback(e.to_string()))?
-        .port();
+    let listener = bind_loopback(options.callback_port).await?;
+    let port = listener.port;
     let redirect = RedirectUrl::new(format!("http://localhost:{port}/callback"))
         .map_err(|e| LoginError::Callback(e.to_string()))?;
     let client = provider.client.clone().set_redirect_uri(redirect);
@@ -179,7 +393,10 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
     }
     let waited = with_progress(
         "Waiting for the login to finish in the browser (Ctrl-C to cancel).",
-        tokio::time::timeout(options.timeout, wait_for_callback(listener, state.secret())),
+        tokio::time::timeout(
+            options.timeout,
+            wait_for_callback(listener, state.secret().clone(), REQUEST_TIMEOUT),
+        ),
     )
     .await;
     let code = waited.map_err(|_| LoginError::Timeout(options.timeout))??;
@@ -192,4 +409,233 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
         .await
         .map_err(|e| LoginError::Refused(error_chain(&e)))?;
     provider.tokens_from(&response, Some(&nonce))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(port: u16, target: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request = format!("GET {target} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    async fn waiting(state: &'static str) -> (u16, tokio::task::JoinHandle<Result<String, LoginError>>) {
+        let listener = bind_loopback(None).await.unwrap();
+        let port = listener.port;
+        (
+            port,
+            tokio::spawn(wait_for_callback(
+                listener,
+                state.into(),
+                Duration::from_millis(300),
+            )),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_redirect_without_this_logins_state_cannot_end_it() {
+        let (port, login) = waiting("our-state").await;
+        for forged in [
+            "/callback?error=access_denied&error_description=forged",
+            "/callback?error=access_denied&error_description=forged&state=not-ours",
+            "/callback?error=access_denied&state=",
+            "/callback?code=attackers-code&state=our-stat",
+            "/callback?code=attackers-code&state=our-state-and-more",
+            "/callback?code=attackers-code",
+        ] {
+            let answer = get(port, forged).await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{forged}: {answer}");
+            assert!(answer.contains("Not this login"), "{answer}");
+        }
+        let answer = get(port, "/callback?code=the-code&state=our-state").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("You may close this tab"), "{answer}");
+        assert_eq!(login.await.unwrap().unwrap(), "the-code");
+    }
+
+    #[tokio::test]
+    async fn the_providers_own_error_ends_the_login_escaped_and_bounded() {
+        let (port, login) = waiting("our-state").await;
+        let description = format!("%1B%5B31m%E2%80%AEdenied%0D%0A{}", "x".repeat(5000));
+        let answer = get(
+            port,
+            &format!("/callback?state=our-state&error=access_denied%1B%5B2K&error_description={description}"),
+        )
+        .await;
+        assert!(answer.contains("Login failed"), "{answer}");
+        let Err(LoginError::Refused(text)) = login.await.unwrap() else {
+            panic!("the provider's error ends the login");
+        };
+        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        assert!(
+            text.starts_with("access_denied\\u{1b}[2K: \\u{1b}[31m\\u{202e}denied\\u{d}\\u{a}xxx"),
+            "{text}"
+        );
+        assert!(text.ends_with("x…"), "{text}");
+        assert!(
+            text.chars().count() <= MAX_ERROR + 2 + MAX_ERROR_DESCRIPTION,
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_does_not_hold_up_the_redirect() {
+        let (port, login) = waiting("our-state").await;
+        // Connected and silent; connected with half a request.
+        let _silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut half = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        half.write_all(b"GET /callback?code=x&state=our-state HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            get(port, "/callback?code=the-code&state=our-state"),
+        )
+        .await
+        .expect("the redirect is served while the others are silent");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(login.await.unwrap().unwrap(), "the-code");
+    }
+
+    #[tokio::test]
+    async fn silent_and_oversized_requests_are_closed_and_the_wait_goes_on() {
+        let (port, login) = waiting("our-state").await;
+        // Closed (without an answer) once the request timeout has passed.
+        let mut silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut answer))
+            .await
+            .expect("a silent connection is closed")
+            .unwrap();
+        assert!(answer.is_empty());
+        // A head that never ends is read up to the bound, then refused (the
+        // answer may be lost to a reset, as the rest is left unread).
+        let mut endless = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let huge = format!("GET /callback?code={}", "a".repeat(MAX_REQUEST_HEAD));
+        endless.write_all(huge.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        match tokio::time::timeout(Duration::from_secs(5), endless.read_to_string(&mut answer))
+            .await
+            .expect("an oversized request is refused at once")
+        {
+            Ok(_) => assert!(answer.starts_with("HTTP/1.1 400"), "{answer}"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+        assert!(!login.is_finished());
+        let answer = get(port, "/callback?code=the-code&state=our-state").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert_eq!(login.await.unwrap().unwrap(), "the-code");
+    }
+
+    /// Whether this host has IPv6 loopback; the tests below check the
+    /// dual-stack listener where it has, the 127.0.0.1 fallback where not.
+    fn host_has_ipv6_loopback() -> bool {
+        match std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)) {
+            Ok(_) => true,
+            Err(e) if no_ipv6_loopback(&e) => false,
+            Err(e) => panic!("probing [::1]: {e}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_callback_listens_on_both_loopback_addresses_on_one_port() {
+        let loopback = bind_loopback(None).await.unwrap();
+        let port = loopback.port;
+        assert_eq!(loopback.v4.local_addr().unwrap().port(), port);
+        if host_has_ipv6_loopback() {
+            let v6 = loopback.v6.as_ref().expect("[::1] is bound too");
+            assert_eq!(v6.local_addr().unwrap().port(), port);
+        } else {
+            assert!(loopback.v6.is_none());
+        }
+        let login = tokio::spawn(wait_for_callback(loopback, "s".into(), REQUEST_TIMEOUT));
+        // Whichever address `localhost` gives the browser, the redirect is ours.
+        if host_has_ipv6_loopback() {
+            let mut stream = TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port))
+                .await
+                .unwrap();
+            stream
+                .write_all(b"GET /callback?code=via-v6&state=s HTTP/1.1\r\n\r\n")
+                .await
+                .unwrap();
+            assert_eq!(login.await.unwrap().unwrap(), "via-v6");
+        } else {
+            assert_eq!(
+                get(port, "/callback?code=via-v4&state=s").await.lines().next(),
+                Some("HTTP/1.1 200 OK")
+            );
+            assert_eq!(login.await.unwrap().unwrap(), "via-v4");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_someone_holds_on_ipv6_loopback_is_never_used() {
+        if !host_has_ipv6_loopback() {
+            // Nobody can hold a port on an address the host does not have.
+            assert!(bind_loopback(None).await.unwrap().v6.is_none());
+            return;
+        }
+        // Another program on [::1] at a port that is free on 127.0.0.1.
+        let (squatter, port) = loop {
+            let squatter = std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, 0)).unwrap();
+            let port = squatter.local_addr().unwrap().port();
+            if std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok() {
+                break (squatter, port);
+            }
+        };
+        // A random port: that one is passed over for another.
+        let loopback = bind_first_free([port, 0]).await.unwrap();
+        assert_ne!(loopback.port, port);
+        assert!(loopback.v6.is_some());
+        drop(loopback);
+        // A fixed port: a clear refusal, and 127.0.0.1:port is let go again.
+        let error = bind_loopback(Some(port)).await.unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "port {port} is already in use on [::1] by another program"
+            )),
+            "{error}"
+        );
+        assert!(error.contains("--callback-port"), "{error}");
+        assert!(std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok());
+        // Every try taken: an error, not a half-bound listener.
+        let error = bind_first_free([port, port]).await.unwrap_err().to_string();
+        assert!(error.contains("no port free on both"), "{error}");
+        drop(squatter);
+    }
+
+    #[test]
+    fn a_host_without_ipv6_loopback_falls_back_to_127_0_0_1() {
+        #[cfg(unix)]
+        for missing in [libc::EADDRNOTAVAIL, libc::EAFNOSUPPORT] {
+            assert!(no_ipv6_loopback(&std::io::Error::from_raw_os_error(missing)));
+        }
+        assert!(no_ipv6_loopback(&std::io::ErrorKind::AddrNotAvailable.into()));
+        assert!(!no_ipv6_loopback(&std::io::ErrorKind::AddrInUse.into()));
+        assert!(!no_ipv6_loopback(&std::io::ErrorKind::PermissionDenied.into()));
+    }
+
+    #[tokio::test]
+    async fn a_fixed_port_taken_on_127_0_0_1_says_so() {
+        let taken = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let error = bind_loopback(Some(port)).await.unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("cannot listen on 127.0.0.1:{port} for the redirect")),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn states_compare_whole() {
+        assert!(same_secret(Some("abc"), "abc"));
+        for other in [None, Some(""), Some("ab"), Some("abd"), Some("abcd")] {
+            assert!(!same_secret(other, "abc"), "{other:?}");
+        }
+    }
 }

@@ -24,9 +24,11 @@ pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
         .await
         .map_err(|e| LoginError::Refused(error_chain(&e)))?;
     eprintln!(
-        "To log in, open\n\n    {}\n\nand enter the code\n\n    {}\n",
-        details.verification_uri().as_str(),
-        details.user_code().secret()
+        "{}",
+        prompt(
+            details.verification_uri().url().as_str(),
+            details.user_code().secret()
+        )
     );
     let expires = details.expires_in();
     let polling = client
@@ -53,4 +55,35 @@ pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
         }
     })?;
     provider.tokens_from(&response, None)
+}
+
+/// What the person is asked to do. Both values come from the identity
+/// provider: the URL as the URL parser wrote it back (the text it was given
+/// may still hold tabs or line breaks) and the code escaped.
+fn prompt(uri: &str, code: &str) -> String {
+    use crate::display::escape;
+    format!(
+        "To log in, open\n\n    {}\n\nand enter the code\n\n    {}\n",
+        escape(uri),
+        escape(code)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_shows_the_providers_text_escaped() {
+        let uri = openidconnect::EndUserVerificationUrl::new(
+            "https://login.example.com/device\n\u{1b}[2Kfake".into(),
+        )
+        .unwrap();
+        let shown = prompt(uri.url().as_str(), "ABCD\u{1b}[8m\u{202e}");
+        assert_eq!(
+            shown,
+            "To log in, open\n\n    https://login.example.com/device%1B[2Kfake\n\n\
+             and enter the code\n\n    ABCD\\u{1b}[8m\\u{202e}\n"
+        );
+    }
 }
