@@ -816,16 +816,24 @@ async fn hostile_text_in_the_audit_trail_reaches_the_auditor_harmless() {
     assert_eq!(refused.status(), 401);
     let sam = auditor(&env).await;
 
-    // The full value is still there, exactly, in the JSON export.
+    // The server keeps what was sent, escaped (control and format
+    // characters as `\u{..}`): the JSON export has that value exactly. The
+    // client escapes again whatever a record holds (older servers, other
+    // sources): see the unit tests of `display` and `cli`.
+    let escaped = r#"=HYPERLINK("http://evil.example/")\u{1b}[2K\u{d}    99  forged row\u{a}\u{1b}[8m\u{202e}moc.elpmaxe@bob\u{2066}\u{200b}\u{9b}"#;
     let (code, json, err) = sam.run(&["audit", "export", "--output", "json"]).await;
     assert_eq!(code, 0, "{err}");
     assert_terminal_safe(&json);
     let exported: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let stored = exported
         .iter()
-        .find(|r| r["username"] == username)
+        .find(|r| r["username"] == escaped)
         .unwrap_or_else(|| panic!("the record, exactly: {json}"));
-    assert_eq!(stored["cluster"], "prod\u{1b}[31m\r\n");
+    assert_ne!(stored["username"], username, "never the raw text");
+    assert_eq!(
+        stored["details"]["requested_cluster"],
+        r#"prod\u{1b}[31m\u{d}\u{a}"#
+    );
     let seq = stored["seq"].as_i64().unwrap().to_string();
 
     // The table: one line per record, nothing raw, nothing forged.
@@ -841,17 +849,16 @@ async fn hostile_text_in_the_audit_trail_reaches_the_auditor_harmless() {
     let expected: Vec<String> = (1..=exported.len() + 1).map(|n| n.to_string()).collect();
     assert_eq!(seqs, expected, "{table}");
     assert!(
-        table.contains("  =HYPERLINK(\"http://evil.example/\")\\u{1b}[2K…  "),
+        table.contains("  =HYPERLINK(\"http://evil.example/\")\\u{1b}[2K\\u{d…  "),
         "{table}"
     );
-    assert!(table.contains("prod\\u{1b}[31m\\u{d}\\u{a}"), "{table}");
 
     // `show`: the record in full, as JSON, terminal-safe.
     let (code, shown, err) = sam.run(&["audit", "show", &seq]).await;
     assert_eq!(code, 0, "{err}");
     assert_terminal_safe(&shown);
     let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
-    assert_eq!(shown["username"], username);
+    assert_eq!(shown["username"], escaped);
 
     // CSV: the username is text to a spreadsheet, not a formula.
     let (code, csv, err) = sam.run(&["audit", "export", "--output", "csv"]).await;

@@ -706,6 +706,25 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     ])
     .await;
     assert!(too_long.unwrap_err().contains("max_ttl"));
+    let not_grantable = cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:impersonator",
+        "--reason",
+        "IdP down",
+        "--out",
+        out_str,
+    ])
+    .await
+    .unwrap_err();
+    assert!(
+        not_grantable.contains("no rule of cluster `prod` grants `os:impersonator`"),
+        "{not_grantable}"
+    );
     assert!(!out.exists());
 
     let done = cli(&[
@@ -751,6 +770,16 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     assert_eq!(last.event, "break_glass.issued");
     assert_eq!(last.details["reason"], "Entra outage INC-4711");
     assert!(last.details["operator"].is_string() && last.details["host"].is_string());
+    // Who ran it comes from the kernel, not from `$USER`.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uid: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(last.details["uid"], uid);
     assert_eq!(last.roles_granted, ["os:admin"]);
     assert!(last.username.as_deref().unwrap().starts_with("break-glass:"));
     assert_chain_intact(&env).await;
