@@ -133,7 +133,10 @@ impl AuditFilterArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum DenyCommand {
-    /// Block a person by subject (Entra object id) or username.
+    /// Block a person by subject (Entra object id, or the provider's `sub`).
+    /// With `--user` alone, the server blocks the one subject that verified
+    /// records name with that username (and refuses when there is none, or
+    /// several): usernames can be changed by their owners, subjects cannot.
     Add {
         #[arg(long, required_unless_present = "user")]
         subject: Option<String>,

@@ -4,14 +4,15 @@
 //! (client address, event, reason), the first refusal is recorded in full
 //! and the rest are only counted; when the window closes, one
 //! `refusals.aggregated` record carries the count and the first and last
-//! time. Distinct addresses per window are capped too: past the cap, every
-//! further address shares one key (`*`), so the number of rows a window can
-//! add does not depend on how many addresses an attacker has.
+//! time. Keys per window are capped too: past `max_keys`, further addresses
+//! share one key per (event, reason) with the address `*`, so the rows a
+//! window can add do not depend on how many addresses an attacker has: at
+//! most two per key, `2 × (max_keys + events × reasons)`.
 //!
 //! Authenticated decisions never come through here: each keeps its own
 //! record.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -28,16 +29,17 @@ pub struct RefusalConfig {
     /// How long one window lasts; at its end the counts are recorded.
     #[serde(default = "default_window", deserialize_with = "crate::config::duration")]
     pub window: Duration,
-    /// Client addresses (IPv6: /64 networks) tracked one by one per window.
-    #[serde(default = "default_addresses")]
-    pub max_addresses: usize,
+    /// (client address, event, reason) keys tracked one by one per window
+    /// (an IPv6 address is its /64 network).
+    #[serde(default = "default_keys")]
+    pub max_keys: usize,
 }
 
 fn default_window() -> Duration {
     Duration::from_secs(60)
 }
 
-fn default_addresses() -> usize {
+fn default_keys() -> usize {
     256
 }
 
@@ -45,7 +47,7 @@ impl Default for RefusalConfig {
     fn default() -> Self {
         Self {
             window: default_window(),
-            max_addresses: default_addresses(),
+            max_keys: default_keys(),
         }
     }
 }
@@ -81,8 +83,8 @@ pub enum Admission {
 #[derive(Debug, Default)]
 struct Window {
     tallies: HashMap<Key, Tally>,
-    /// Addresses with a key of their own in this window.
-    addresses: HashSet<String>,
+    /// Keys with an address of their own (not `*`) in this window.
+    own_keys: usize,
 }
 
 #[derive(Debug)]
@@ -115,11 +117,11 @@ impl Refusals {
             reason: record.reason_code.clone().unwrap_or_default(),
         };
         let window = &mut *window;
-        if !window.addresses.contains(&key.address) && key.address != OTHER_ADDRESSES {
-            if window.addresses.len() >= self.config.max_addresses {
+        if key.address != OTHER_ADDRESSES && !window.tallies.contains_key(&key) {
+            if window.own_keys >= self.config.max_keys {
                 key.address = OTHER_ADDRESSES.to_owned();
             } else {
-                window.addresses.insert(key.address.clone());
+                window.own_keys += 1;
             }
         }
         match window.tallies.get_mut(&key) {
@@ -231,10 +233,10 @@ mod tests {
     }
 
     #[test]
-    fn addresses_past_the_cap_share_one_key() {
+    fn keys_past_the_cap_share_one_address() {
         let refusals = Refusals::new(RefusalConfig {
             window: Duration::from_secs(60),
-            max_addresses: 3,
+            max_keys: 3,
         });
         let mut recorded = 0;
         for a in 0..1000 {
