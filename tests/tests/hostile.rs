@@ -848,3 +848,41 @@ async fn deny_listed_admins_and_auditors_are_refused() {
     );
     env.finish().await;
 }
+
+/// Item 11: the SQLite database (trail, deny list, replay guard) is private
+/// whatever the umask: directory 0700, file 0600, and its WAL files follow.
+#[tokio::test]
+async fn the_sqlite_database_is_created_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("state").join("talos-sso");
+    let url = format!("sqlite://{}", dir.join("audit.db").display());
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        let start = yaml.find("sqlite://").unwrap();
+        let end = start + yaml[start..].find('"').unwrap();
+        format!("{}{url}{}", &yaml[..start], &yaml[end..])
+    })
+    .await;
+    let bob = env
+        .emulator
+        .token_for("bob@example.com", TokenKind::id())
+        .unwrap();
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let issued = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(bob)
+        .body(json!({"cluster": "prod", "csr": csr}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(issued.status().as_u16(), 201);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+    assert!(dir.join("audit.db-wal").exists(), "WAL mode");
+    env.finish().await;
+}
