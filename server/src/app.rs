@@ -149,6 +149,35 @@ pub fn token_rules(config: &Config) -> TokenRules {
     }
 }
 
+/// Discover the configured identity provider and fetch its keys.
+pub async fn identity_provider(config: &Config) -> Result<Arc<Provider>, StartError> {
+    let mut settings = ProviderSettings::new(config.identity.issuer.clone());
+    settings.discovery_url = config.identity.discovery_url.clone();
+    settings.min_refresh_interval = config.identity.jwks_min_refresh_interval;
+    let provider = Provider::discover(&settings, token_rules(config))
+        .await
+        .map_err(|e| StartError::Provider(e.to_string()))?;
+    Ok(Arc::new(provider))
+}
+
+/// The Graph client for group overage, when configured.
+pub fn graph_client(config: &Config) -> Result<Option<Arc<GraphClient>>, StartError> {
+    let Some(graph) = &config.identity.entra_graph else {
+        return Ok(None);
+    };
+    let client = GraphClient::new(GraphSettings {
+        tenant_id: graph.tenant_id.clone(),
+        client_id: graph.client_id.clone(),
+        client_secret: read_secret(&graph.client_secret_file)?,
+        authority: graph.authority.clone(),
+        graph_url: graph.graph_url.clone(),
+        cache_ttl: Duration::from_secs(60),
+        http_timeout: Duration::from_secs(10),
+    })
+    .map_err(|e| StartError::Provider(e.to_string()))?;
+    Ok(Some(Arc::new(client)))
+}
+
 /// Open the audit store named by the configuration, migrating if asked.
 pub async fn open_store(config: &Config, migrate: bool) -> Result<AuditStore, StartError> {
     let url = config.database_url()?;
@@ -180,29 +209,8 @@ impl App {
         for (cluster, warning) in &warnings {
             tracing::warn!(cluster = %cluster, "{warning}");
         }
-        let mut settings = ProviderSettings::new(config.identity.issuer.clone());
-        settings.discovery_url = config.identity.discovery_url.clone();
-        settings.min_refresh_interval = config.identity.jwks_min_refresh_interval;
-        let provider = Arc::new(
-            Provider::discover(&settings, token_rules(&config))
-                .await
-                .map_err(|e| StartError::Provider(e.to_string()))?,
-        );
-        let graph = match &config.identity.entra_graph {
-            Some(graph) => Some(Arc::new(
-                GraphClient::new(GraphSettings {
-                    tenant_id: graph.tenant_id.clone(),
-                    client_id: graph.client_id.clone(),
-                    client_secret: read_secret(&graph.client_secret_file)?,
-                    authority: graph.authority.clone(),
-                    graph_url: graph.graph_url.clone(),
-                    cache_ttl: Duration::from_secs(60),
-                    http_timeout: Duration::from_secs(10),
-                })
-                .map_err(|e| StartError::Provider(e.to_string()))?,
-            )),
-            None => None,
-        };
+        let provider = identity_provider(&config).await?;
+        let graph = graph_client(&config)?;
         // Groups any decision looks at: the rules', the auditors', the admins'.
         let relevant_groups: Vec<String> = clusters
             .values()

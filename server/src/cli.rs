@@ -36,17 +36,20 @@ pub struct Cli {
 pub enum Command {
     /// Serve the API.
     Serve {
+        /// The configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
     },
     /// Validate the configuration, CA material and policy examples; exit
     /// non-zero with the reasons when something is wrong.
     Check {
+        /// The configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
     },
     /// Create or upgrade the audit database schema.
     Migrate {
+        /// The configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
     },
@@ -57,8 +60,10 @@ pub enum Command {
     /// write a talosconfig; recorded in the audit trail with the operator,
     /// host and reason.
     BreakGlass {
+        /// The server's configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
+        /// The cluster to issue for, as named in the configuration.
         #[arg(long)]
         cluster: String,
         /// Talos role to grant (repeat for several).
@@ -67,8 +72,8 @@ pub enum Command {
         /// Certificate lifetime, at most the cluster's max_ttl.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "15m")]
         ttl: Duration,
-        /// Why the identity provider cannot be used (recorded).
-        #[arg(long, default_value = "")]
+        /// Why the identity provider cannot be used (required; recorded).
+        #[arg(long)]
         reason: String,
         /// Where to write the talosconfig (must not exist).
         #[arg(long)]
@@ -84,6 +89,7 @@ pub enum AuditCommand {
     /// Recompute the hash chain from the database and report the first
     /// record that does not match.
     Verify {
+        /// The configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
     },
@@ -106,26 +112,35 @@ pub enum CaCommand {
         /// How long the intermediate is valid (e.g. 90d, 1y); never past the root.
         #[arg(long, value_parser = humantime::parse_duration)]
         validity: Duration,
+        /// Where to write the certificate chain (must not exist).
         #[arg(long)]
         out_cert: PathBuf,
+        /// Where to write the private key, mode 0600 (must not exist).
         #[arg(long)]
         out_key: PathBuf,
+        /// Key type of the intermediate.
         #[arg(long, value_enum, default_value = "ed25519")]
         key_type: NewKeyType,
+        /// Common name of the intermediate's subject.
         #[arg(long, default_value = "talos-sso intermediate CA")]
         common_name: String,
     },
     /// Create a new self-signed Talos-style CA (for evaluation clusters and
     /// demos; production clusters use the CA Talos generated).
     New {
+        /// Where to write the certificate (must not exist).
         #[arg(long)]
         out_cert: PathBuf,
+        /// Where to write the private key, mode 0600 (must not exist).
         #[arg(long)]
         out_key: PathBuf,
+        /// Key type of the CA.
         #[arg(long, value_enum, default_value = "ed25519")]
         key_type: NewKeyType,
+        /// Organization of the CA's subject (Talos uses `talos`).
         #[arg(long, default_value = "talos")]
         organization: String,
+        /// How long the CA is valid.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "10y")]
         validity: Duration,
     },
@@ -182,8 +197,17 @@ impl CaSourceArgs {
     }
 }
 
+/// A configuration error as the operator reads it: prefixed with the file,
+/// unless the file is fine and an environment override is not.
+fn config_error_message(path: &Path, error: &crate::config::ConfigError) -> String {
+    match error {
+        crate::config::ConfigError::Environment { .. } => error.to_string(),
+        _ => format!("{}: {error}", path.display()),
+    }
+}
+
 fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let config = Config::load(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let config = Config::load(path).map_err(|e| anyhow::anyhow!(config_error_message(path, &e)))?;
     crate::telemetry::init_logging(&config.log.format);
     Ok(config)
 }
@@ -228,10 +252,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
         (None, false) => bail!("no TLS configured"),
     };
-    let listener = std::net::TcpListener::bind(config.listen)
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    tracing::info!(address = %config.listen, tls = tls.is_some(), "listening");
+    // Everything is checked before the port is taken and announced.
+    let listen = config.listen;
     let (app, background) = App::build(config, Arc::new(SystemClock)).await?;
+    let listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(address = %listen, tls = tls.is_some(), "listening");
     crate::http::run(app.clone(), listener, tls, shutdown_signal()).await?;
     background.refusal_recorder.abort();
     app.record_refusals().await;
@@ -277,6 +303,23 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("audit database: {e}"))?;
             writeln!(out, "audit database: reachable")?;
+            // The identity provider, as `serve` will meet it at start.
+            let provider = crate::app::identity_provider(&config).await?;
+            let metadata = provider.metadata();
+            writeln!(
+                out,
+                "identity provider: {} answers (discovery, {} signing keys from {})",
+                metadata.issuer,
+                provider.key_count(),
+                metadata.jwks_uri
+            )?;
+            if let Some(graph) = crate::app::graph_client(&config)? {
+                graph
+                    .check_credentials()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("Microsoft Graph (identity.entra_graph): {e}"))?;
+                writeln!(out, "Microsoft Graph: the server's credentials are accepted")?;
+            }
             Ok(())
         }
         Command::Migrate { config } => {
@@ -420,4 +463,66 @@ fn write_new_file(path: &Path, contents: &str, mode: u32) -> anyhow::Result<()> 
     file.write_all(contents.as_bytes())?;
     file.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Subcommands and arguments under `command` that have no help text.
+    fn undocumented(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id != "help" && id != "version" && arg.get_help().is_none() {
+                missing.push(format!("{path} --{id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            let sub_path = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_name() != "help" {
+                missing.push(sub_path.clone());
+            }
+            undocumented(sub, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn every_command_and_flag_has_help() {
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "talos-sso-server", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn an_override_typo_is_not_blamed_on_the_file() {
+        let path = Path::new("good.yaml");
+        let typo = crate::config::ConfigError::Environment {
+            variables: "TALOS_SSO__CLUSTERS__PROD__MAXTTL".into(),
+            reason: "unknown field `maxttl`".into(),
+        };
+        let message = config_error_message(path, &typo);
+        assert!(!message.contains("good.yaml"), "{message}");
+        assert!(message.contains("TALOS_SSO__CLUSTERS__PROD__MAXTTL"), "{message}");
+        let file = crate::config::ConfigError::Invalid("unknown field `maxttl`".into());
+        assert!(config_error_message(path, &file).starts_with("good.yaml: "));
+    }
+
+    #[test]
+    fn break_glass_needs_a_reason_on_the_command_line() {
+        let parsed = Cli::try_parse_from([
+            "talos-sso-server",
+            "break-glass",
+            "--config",
+            "c.yaml",
+            "--cluster",
+            "prod",
+            "--role",
+            "os:reader",
+            "--out",
+            "o.yaml",
+        ]);
+        let error = parsed.unwrap_err().to_string();
+        assert!(error.contains("--reason"), "{error}");
+    }
 }

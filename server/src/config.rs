@@ -29,6 +29,9 @@ pub enum ConfigError {
     Invalid(String),
     #[error("cannot read secret file {path}: {reason}")]
     Secret { path: PathBuf, reason: String },
+    /// The file is valid; an environment override is not.
+    #[error("invalid configuration from the environment ({variables}): {reason}")]
+    Environment { variables: String, reason: String },
 }
 
 fn invalid(message: impl Into<String>) -> ConfigError {
@@ -451,6 +454,24 @@ fn default_log_format() -> String {
     "text".into()
 }
 
+/// The override variables an error message points at: those whose last
+/// key segment the message names, else all of them (sorted).
+fn culprits(names: &[String], message: &str) -> String {
+    let mut named: Vec<&String> = names
+        .iter()
+        .filter(|name| {
+            name.rsplit("__")
+                .next()
+                .is_some_and(|key| message.contains(&format!("`{}`", key.to_lowercase())))
+        })
+        .collect();
+    if named.is_empty() {
+        named = names.iter().collect();
+    }
+    named.sort();
+    named.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+}
+
 impl Config {
     /// Read `path` (YAML or TOML by extension) and apply environment overrides.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -478,26 +499,48 @@ impl Config {
             .into_iter()
             .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
             .collect();
-        let built = config::Config::builder()
-            .add_source(config::File::from_str(&text, format))
-            .add_source(
-                config::Environment::with_prefix(ENV_PREFIX)
-                    .prefix_separator("__")
-                    .separator("__")
-                    .list_separator(",")
-                    .with_list_parse_key("identity.audiences")
-                    .with_list_parse_key("identity.allowed_tenants")
-                    .with_list_parse_key("identity.scopes")
-                    .try_parsing(true)
-                    .source(Some(overrides)),
-            )
-            .build()
-            .map_err(|e| ConfigError::Load(e.to_string()))?;
-        let config: Config = built
-            .try_deserialize()
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        config.validate()?;
-        Ok(config)
+        let parse = |overrides: Option<std::collections::HashMap<String, String>>| {
+            let mut builder = config::Config::builder().add_source(config::File::from_str(&text, format));
+            if let Some(overrides) = overrides {
+                builder = builder.add_source(
+                    config::Environment::with_prefix(ENV_PREFIX)
+                        .prefix_separator("__")
+                        .separator("__")
+                        .list_separator(",")
+                        .with_list_parse_key("identity.audiences")
+                        .with_list_parse_key("identity.allowed_tenants")
+                        .with_list_parse_key("identity.scopes")
+                        .try_parsing(true)
+                        .source(Some(overrides)),
+                );
+            }
+            let config: Config = builder
+                .build()
+                .map_err(|e| ConfigError::Load(e.to_string()))?
+                .try_deserialize()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            config.validate()?;
+            Ok::<_, ConfigError>(config)
+        };
+        if overrides.is_empty() {
+            return parse(None);
+        }
+        let names = overrides.keys().cloned().collect::<Vec<_>>();
+        match parse(Some(overrides)) {
+            Ok(config) => Ok(config),
+            // Blame the environment when the file alone is fine, or fails
+            // for another reason than the combination does.
+            Err(error) => match parse(None) {
+                Err(file_error) if file_error.to_string() == error.to_string() => Err(error),
+                _ => Err(ConfigError::Environment {
+                    variables: culprits(&names, &error.to_string()),
+                    reason: match error {
+                        ConfigError::Invalid(reason) | ConfigError::Load(reason) => reason,
+                        other => other.to_string(),
+                    },
+                }),
+            },
+        }
     }
 
     /// Parse from a string (tests and `check`).
@@ -730,9 +773,35 @@ clusters:
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
         assert_eq!(config.audiences(), ["a", "b"]);
 
-        let unknown = [("TALOS_SSO__DATABASE__URLL".to_owned(), "x".to_owned())];
-        let error = Config::load_with_env(&yaml, unknown).unwrap_err().to_string();
+        // A typo in an override is blamed on the variable, not the file.
+        let unknown = [
+            ("TALOS_SSO__DATABASE__URLL".to_owned(), "x".to_owned()),
+            ("TALOS_SSO__LISTEN".to_owned(), "127.0.0.1:9443".to_owned()),
+        ];
+        let error = Config::load_with_env(&yaml, unknown).unwrap_err();
+        assert!(matches!(error, ConfigError::Environment { .. }), "{error:?}");
+        let error = error.to_string();
+        assert!(
+            error.starts_with("invalid configuration from the environment (TALOS_SSO__DATABASE__URLL): "),
+            "{error}"
+        );
         assert!(error.contains("urll"), "{error}");
+        let bad_value = [("TALOS_SSO__CLUSTERS__PROD__TTL".to_owned(), "soon".to_owned())];
+        let error = Config::load_with_env(&yaml, bad_value).unwrap_err().to_string();
+        assert!(
+            error.contains("from the environment (TALOS_SSO__CLUSTERS__PROD__TTL)"),
+            "{error}"
+        );
+        // A mistake in the file stays the file's, overrides or not.
+        let broken = dir.join("broken.yaml");
+        std::fs::write(
+            &broken,
+            MINIMAL.replace("    rules:", "    maxttl: 5m\n    rules:"),
+        )
+        .unwrap();
+        let env = [("TALOS_SSO__LISTEN".to_owned(), "127.0.0.1:9443".to_owned())];
+        let error = Config::load_with_env(&broken, env).unwrap_err();
+        assert!(matches!(error, ConfigError::Invalid(_)), "{error:?}");
 
         let toml = dir.join("config.toml");
         std::fs::write(

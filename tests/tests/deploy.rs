@@ -288,3 +288,45 @@ fn systemd_unit_and_talos_example_match_the_code() {
     Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args)).unwrap();
     assert_eq!(talos[1]["container"]["security"]["writeableRootfs"], false);
 }
+
+#[test]
+fn the_emulator_binary_answers_help_and_refuses_unknown_options() {
+    let emulator = env!("CARGO_BIN_EXE_entra-emulator");
+    let help = std::process::Command::new(emulator)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        text.starts_with("Usage: entra-emulator [ADDRESS] [--public-url URL]"),
+        "{text}"
+    );
+    let bogus = std::process::Command::new(emulator)
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert!(!bogus.status.success());
+    let text = String::from_utf8(bogus.stderr).unwrap();
+    assert!(text.contains("unknown option `--bogus`"), "{text}");
+}
+
+#[test]
+fn the_compose_stack_takes_the_user_from_variables_bash_lets_you_set() {
+    // `UID` is read-only in bash: `UID=$(id -u) docker compose up` fails.
+    let compose =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docker-compose.yml")).unwrap();
+    assert!(
+        compose.contains("${TALOS_SSO_UID:-1000}:${TALOS_SSO_GID:-1000}"),
+        "{compose}"
+    );
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/compose/README.md"
+    ))
+    .unwrap();
+    assert!(
+        !readme.contains(" UID=") && readme.contains("TALOS_SSO_UID=$(id -u)"),
+        "{readme}"
+    );
+}

@@ -684,6 +684,8 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
         "prod",
         "--role",
         "os:admin",
+        "--reason",
+        "  ",
         "--out",
         out_str,
     ])
@@ -1295,6 +1297,59 @@ async fn check_and_migrate_report_what_they_find() {
         ok.contains("policy examples: 2 passed") && ok.contains("audit database: reachable"),
         "{ok}"
     );
+    // The identity provider and Graph, as `serve` will meet them.
+    assert!(
+        ok.contains(&format!(
+            "identity provider: {} answers (discovery, 2 signing keys from",
+            env.emulator.issuer()
+        )),
+        "{ok}"
+    );
+    assert!(
+        ok.contains("Microsoft Graph: the server's credentials are accepted"),
+        "{ok}"
+    );
+    let original = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        original.replace(&env.emulator.issuer(), "http://127.0.0.1:9/nowhere/v2.0"),
+    )
+    .unwrap();
+    let no_idp = cli(&["check", "--config", config_str]).await.unwrap_err();
+    assert!(
+        no_idp.contains("identity provider") && no_idp.contains("127.0.0.1:9"),
+        "{no_idp}"
+    );
+    std::fs::write(&config, original.clone()).unwrap();
+    std::fs::write(&env.work.graph_secret, "a wrong secret").unwrap();
+    let bad_graph = cli(&["check", "--config", config_str]).await.unwrap_err();
+    assert!(
+        bad_graph.contains("Microsoft Graph (identity.entra_graph): Graph refused the server's credentials"),
+        "{bad_graph}"
+    );
+    std::fs::write(
+        &env.work.graph_secret,
+        talos_sso_tests::emulator::SERVER_APP_SECRET,
+    )
+    .unwrap();
+
+    // `serve` refuses a bad configuration before it takes the port: with
+    // the port held by someone else, the CA is what it complains about.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let broken_ca = original
+        .replace(
+            "listen: \"127.0.0.1:0\"",
+            &format!("listen: \"127.0.0.1:{port}\""),
+        )
+        .replace(&env.work.ca_key.display().to_string(), "/nonexistent/ca.key");
+    std::fs::write(&config, broken_ca).unwrap();
+    let refused = cli(&["serve", "--config", config_str]).await.unwrap_err();
+    assert!(refused.contains("CA refused"), "{refused}");
+    assert!(!refused.contains("cannot listen"), "{refused}");
+    drop(held);
+    std::fs::write(&config, original).unwrap();
+
     let migrated = cli(&["migrate", "--config", config_str]).await.unwrap();
     assert!(
         migrated.contains("audit database (postgres) is up to date"),

@@ -146,6 +146,12 @@ impl GraphClient {
         Ok(token)
     }
 
+    /// Ask for an app token with the configured credentials: what `check`
+    /// runs so that a wrong secret shows before the first overage does.
+    pub async fn check_credentials(&self) -> Result<(), GraphError> {
+        self.app_token().await.map(|_| ())
+    }
+
     /// Every group `oid` is a member of (transitively), from Graph.
     pub async fn member_groups(&self, oid: &str) -> Result<Vec<String>, GraphError> {
         if !is_object_id(oid) {

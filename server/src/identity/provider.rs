@@ -213,6 +213,11 @@ impl Provider {
         )
     }
 
+    /// How many usable keys the current key set holds.
+    pub fn key_count(&self) -> usize {
+        self.current_keys().len()
+    }
+
     /// How long ago the key set was last fetched successfully.
     pub fn keys_age(&self) -> Duration {
         self.keys_fetched_at

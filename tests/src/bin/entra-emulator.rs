@@ -9,6 +9,20 @@ use std::process::ExitCode;
 
 use talos_sso_tests::emulator::{CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, TENANT_ID};
 
+const USAGE: &str = "\
+Usage: entra-emulator [ADDRESS] [--public-url URL]
+
+Runs the Entra ID emulator (discovery, keys, browser and device login, Graph)
+for the quick start, the compose stack and trying the CLI by hand.
+
+Arguments:
+  [ADDRESS]           address to listen on [default: 127.0.0.1:8400]
+
+Options:
+  --public-url URL    the base URL clients reach it at, when not the listen
+                      address (also EMULATOR_PUBLIC_URL)
+  -h, --help          print this help";
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let mut address = "127.0.0.1:8400".to_owned();
@@ -18,7 +32,21 @@ async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--public-url" => public_url = args.next(),
+            "--public-url" => match args.next() {
+                Some(url) => public_url = Some(url),
+                None => {
+                    eprintln!("error: --public-url needs a URL\n\n{USAGE}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            flag if flag.starts_with('-') => {
+                eprintln!("error: unknown option `{flag}`\n\n{USAGE}");
+                return ExitCode::FAILURE;
+            }
             other => address = other.to_owned(),
         }
     }

@@ -2,7 +2,7 @@
 //! signs), verify the CSR's signature, then build and sign the Talos client
 //! certificate, for each CA key type.
 //!
-//! Run: `cargo bench -p talos-sso-server --bench issue`. Figures are in
+//! Run: `cargo bench --manifest-path benches/Cargo.toml --bench issue`. Figures are in
 //! docs/performance.md.
 
 use std::hint::black_box;
