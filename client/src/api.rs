@@ -7,8 +7,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::connection::{ConnectionError, Peer};
+
 /// Sent with every request; recorded in the audit trail.
 pub const CLIENT_VERSION_HEADER: &str = "x-talos-sso-client-version";
+
+/// How long one request to the server may take, answer included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 pub struct ClusterInfo {
@@ -83,8 +88,9 @@ pub struct AuditPage {
 /// A problem-details answer, or a transport failure.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
-    #[error("the server at {url} cannot be reached: {reason}")]
-    Unreachable { url: String, reason: String },
+    /// No answer: the address, the network or TLS (see [`crate::connection`]).
+    #[error(transparent)]
+    Unreachable(ConnectionError),
     #[error("{detail} [{code}]")]
     Problem {
         status: u16,
@@ -100,7 +106,8 @@ pub enum ApiError {
 impl ApiError {
     pub fn code(&self) -> &str {
         match self {
-            ApiError::Unreachable { .. } => "server_unreachable",
+            ApiError::Unreachable(failure) if failure.cause.is_address() => "server_address_invalid",
+            ApiError::Unreachable(_) => "server_unreachable",
             ApiError::Problem { code, .. } => code,
             ApiError::Unexpected { .. } => "server_unexpected",
         }
@@ -115,14 +122,17 @@ pub struct ApiClient {
 
 impl ApiClient {
     pub fn new(server: &str) -> Result<Self, ApiError> {
+        Self::with_timeout(server, REQUEST_TIMEOUT)
+    }
+
+    /// [`ApiClient::new`] with another request timeout (tests wait less).
+    pub fn with_timeout(server: &str, timeout: Duration) -> Result<Self, ApiError> {
+        ConnectionError::check_address(Peer::Server, server).map_err(ApiError::Unreachable)?;
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
+            .timeout(timeout)
             .user_agent(concat!("talos-sso/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ApiError::Unreachable {
-                url: server.to_owned(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| ApiError::Unreachable(ConnectionError::from_error(Peer::Server, server, &e)))?;
         Ok(Self {
             http,
             base: server.trim_end_matches('/').to_owned(),
@@ -167,10 +177,7 @@ impl ApiClient {
     }
 
     fn unreachable(&self, error: reqwest::Error) -> ApiError {
-        ApiError::Unreachable {
-            url: self.base.clone(),
-            reason: error.without_url().to_string(),
-        }
+        ApiError::Unreachable(ConnectionError::from_error(Peer::Server, &self.base, &error))
     }
 
     pub async fn info(&self) -> Result<ServerInfo, ApiError> {
@@ -247,5 +254,48 @@ impl ApiClient {
             .await
             .map_err(|e| self.unreachable(e))?;
         self.read(response).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_address_without_a_scheme_is_refused_before_any_request() {
+        let error = ApiClient::new("127.0.0.1:8443").unwrap_err();
+        assert_eq!(error.code(), "server_address_invalid");
+        assert_eq!(
+            crate::messages::explain(&error, ""),
+            "the server address `127.0.0.1:8443` has no scheme: use https://HOST:PORT, \
+             e.g. --server https://127.0.0.1:8443"
+        );
+    }
+
+    /// The CLI has no knob for the request timeout (30 seconds), so the
+    /// timeout is shortened here: a server that accepts and never answers.
+    #[tokio::test]
+    async fn a_server_that_never_answers_times_out_with_a_sentence() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        let url = format!("https://127.0.0.1:{port}");
+        let api = ApiClient::with_timeout(&url, Duration::from_millis(300)).unwrap();
+        let error = api.info().await.unwrap_err();
+        assert_eq!(error.code(), "server_unreachable");
+        assert_eq!(
+            crate::messages::explain(&error, ""),
+            format!(
+                "the talos-sso server at {url} cannot be reached: 127.0.0.1:{port} did not answer in time; \
+                 the server or the network is slow, or a firewall drops the traffic: try again, and check \
+                 the address [error sending request: operation timed out]"
+            )
+        );
+        held.abort();
     }
 }

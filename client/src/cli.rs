@@ -32,21 +32,26 @@ pub enum Command {
     Login(LoginArgs),
     /// Show who you are logged in as, where, with which roles, for how long.
     Status {
+        /// Only this cluster (default: every cluster you logged in to).
         #[arg(long)]
         cluster: Option<String>,
+        /// Text for people, JSON for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
     },
     /// Remove this tool's talosconfig contexts and cached logins (nothing else).
     Logout {
+        /// Log out of this cluster (default: the default cluster).
         #[arg(long, conflicts_with = "all")]
         cluster: Option<String>,
+        /// Log out of every cluster and forget every saved login.
         #[arg(long)]
         all: bool,
     },
     /// Make sure the certificate is valid for at least a minute (renewing it
     /// when needed), then run a command with TALOSCONFIG set to it.
     Exec {
+        /// The cluster whose certificate the command uses (default: the default cluster).
         #[arg(long)]
         cluster: Option<String>,
         #[command(flatten)]
@@ -63,6 +68,7 @@ pub enum Command {
     Deny(DenyCommand),
     /// Print shell completions.
     Completions {
+        /// The shell to complete for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -96,6 +102,7 @@ pub struct AuditFilterArgs {
     /// Subject (Entra object id).
     #[arg(long)]
     pub subject: Option<String>,
+    /// Cluster name.
     #[arg(long)]
     pub cluster: Option<String>,
     /// A role granted or requested.
@@ -138,13 +145,16 @@ pub enum DenyCommand {
     /// records name with that username (and refuses when there is none, or
     /// several): usernames can be changed by their owners, subjects cannot.
     Add {
+        /// The subject to block (Entra object id, or the provider's `sub`).
         #[arg(long, required_unless_present = "user")]
         subject: Option<String>,
+        /// The username to block (alone: the server finds its one subject).
         #[arg(long)]
         user: Option<String>,
         /// Why (recorded in the audit trail).
         #[arg(long)]
         reason: String,
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -152,10 +162,13 @@ pub enum DenyCommand {
     },
     /// Unblock.
     Remove {
+        /// The subject to unblock.
         #[arg(long, required_unless_present = "user")]
         subject: Option<String>,
+        /// The username to unblock.
         #[arg(long)]
         user: Option<String>,
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -163,6 +176,7 @@ pub enum DenyCommand {
     },
     /// Who is blocked.
     List {
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -179,8 +193,10 @@ pub enum AuditCommand {
         /// At most this many records (follows pages as needed).
         #[arg(long, default_value = "100")]
         limit: usize,
+        /// A table for people (the default), JSON lines or CSV for tools.
         #[arg(long, value_enum, default_value = "table")]
         output: AuditOutput,
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -188,7 +204,9 @@ pub enum AuditCommand {
     },
     /// One record in full.
     Show {
+        /// The record's sequence number (the SEQ column of `audit list`).
         seq: i64,
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -198,8 +216,10 @@ pub enum AuditCommand {
     Export {
         #[command(flatten)]
         filter: AuditFilterArgs,
+        /// JSON lines (the default) or CSV for tools, or a table for people.
         #[arg(long, value_enum, default_value = "json")]
         output: AuditOutput,
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -207,6 +227,7 @@ pub enum AuditCommand {
     },
     /// Ask the server to recompute the hash chain.
     Verify {
+        /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
@@ -254,10 +275,13 @@ pub struct LoginArgs {
 /// The login options `exec` needs when it has to log in again.
 #[derive(Debug, Clone, Args)]
 pub struct ExecLoginArgs {
+    /// If a login is needed, log in with a code on another device (SSH sessions, headless machines).
     #[arg(long)]
     pub device: bool,
+    /// If a login is needed, print the login URL instead of opening a browser.
     #[arg(long)]
     pub no_browser: bool,
+    /// If a login is needed, the fixed port for the browser's redirect to http://localhost:PORT/callback.
     #[arg(long)]
     pub callback_port: Option<u16>,
 }
@@ -1350,6 +1374,49 @@ mod tests {
             )
         );
         assert_eq!(error_text(&error), format!("while {shown}: problem {shown}"));
+    }
+
+    /// Every subcommand and argument under `command` without a help text,
+    /// by its path (`audit list --server`); clap's own help and version
+    /// are not ours to document.
+    fn missing_help(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                let name = arg
+                    .get_long()
+                    .map(|long| format!("--{long}"))
+                    .unwrap_or_else(|| format!("<{id}>"));
+                missing.push(format!("{path} {name}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let sub_path = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                missing.push(sub_path.clone());
+            }
+            missing_help(sub, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_flag_and_argument_has_help() {
+        let mut command = Cli::command();
+        command.build();
+        assert!(command.get_about().is_some(), "talos-sso itself has no about");
+        let mut missing = Vec::new();
+        missing_help(&command, "talos-sso", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "no help text for:\n  {}",
+            missing.join("\n  ")
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! - `cli`: the commands (`login`, `status`, `logout`, `exec`, `completions`).
 //! - `api`: wire types and a typed client for the server's API.
+//! - `connection`: why a connection failed, as a sentence with the fix.
 //! - `login`: discovery, browser (PKCE) and device flows, refresh, token cache.
 //! - `key`: the per-certificate Ed25519 key and the CSR sent in its place.
 //! - `talosconfig`: read-modify-write that keeps what it does not know.
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod certinfo;
 pub mod cli;
+pub mod connection;
 pub mod display;
 pub mod files;
 pub mod key;

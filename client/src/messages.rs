@@ -35,9 +35,8 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
     } = error
     else {
         return match error {
-            ApiError::Unreachable { url, reason } => format!(
-                "the talos-sso server at {url} cannot be reached ({reason}). Is it running, and is --server right?"
-            ),
+            // Its sentence names the cause and the fix (see `connection`).
+            ApiError::Unreachable(failure) => failure.to_string(),
             other => format!("{other}. Is --server pointing at a talos-sso server?"),
         };
     };
@@ -199,11 +198,17 @@ mod tests {
     }
 
     #[test]
-    fn transport_failures_say_where() {
-        let error = ApiError::Unreachable {
+    fn transport_failures_say_where_and_why() {
+        let error = ApiError::Unreachable(crate::connection::ConnectionError {
+            peer: crate::connection::Peer::Server,
             url: "https://sso.example".into(),
-            reason: "connection refused".into(),
-        };
-        assert!(explain(&error, "prod").contains("https://sso.example cannot be reached"));
+            cause: crate::connection::Cause::Refused,
+            chain: "tcp connect error".into(),
+        });
+        assert_eq!(
+            explain(&error, "prod"),
+            "the talos-sso server at https://sso.example cannot be reached: nothing listens on sso.example:443 \
+             (connection refused); is the server running, and is the port right? [tcp connect error]"
+        );
     }
 }

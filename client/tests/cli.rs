@@ -946,3 +946,171 @@ async fn login_works_with_a_multi_tenant_issuer() {
     );
     env.finish().await;
 }
+
+/// A port nothing listens on: bound, noted, released.
+fn refused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `err` is `error: {sentence} [{chain}]`: the sentence exactly, then the
+/// libraries' own words for experts.
+fn assert_sentence(err: &str, sentence: &str) {
+    assert!(
+        err.starts_with(&format!("error: {sentence} [")) && err.ends_with("]\n"),
+        "expected `error: {sentence} [...]`, got: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_address_without_a_usable_scheme_says_how_to_write_it() {
+    let machine = Machine::new();
+    let (code, out, err) = machine.run(&["login", "--server", "127.0.0.1:8443"]).await;
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        "error: the server address `127.0.0.1:8443` has no scheme: use https://HOST:PORT, \
+         e.g. --server https://127.0.0.1:8443\n"
+    );
+    let (code, _, err) = machine
+        .run(&["audit", "list", "--server", "ftp://sso.example.com:8443"])
+        .await;
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "error: the server address `ftp://sso.example.com:8443` starts with ftp://, which talos-sso \
+         does not speak: use https://HOST:PORT\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_port_is_named_by_every_command_that_reaches_the_server() {
+    let machine = Machine::new();
+    let port = refused_port();
+    let server = format!("https://127.0.0.1:{port}");
+    let sentence = format!(
+        "the talos-sso server at {server} cannot be reached: nothing listens on 127.0.0.1:{port} \
+         (connection refused); is the server running, and is the port right?"
+    );
+    for args in [
+        vec!["login", "--server", &server],
+        vec!["audit", "list", "--server", &server],
+        vec!["audit", "verify", "--server", &server],
+        vec!["deny", "list", "--server", &server],
+        vec![
+            "deny",
+            "add",
+            "--user",
+            "eve@example.com",
+            "--reason",
+            "test",
+            "--server",
+            &server,
+        ],
+    ] {
+        let (code, _, err) = machine.run(&args).await;
+        assert_eq!(code, 1, "{args:?}");
+        assert_sentence(&err, &sentence);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_does_not_resolve_is_named() {
+    let machine = Machine::new();
+    let (code, _, err) = machine
+        .run(&["login", "--server", "https://talos-sso.invalid:8443"])
+        .await;
+    assert_eq!(code, 1);
+    assert_sentence(
+        &err,
+        "the talos-sso server at https://talos-sso.invalid:8443 cannot be reached: the name \
+         `talos-sso.invalid` does not resolve; check its spelling, and your DNS (or VPN)",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_to_a_plain_http_server_is_named() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let server = env.server.base_url.replacen("http://", "https://", 1);
+    let address = server.trim_start_matches("https://").to_owned();
+    let (code, _, err) = machine.run(&["login", "--server", &server]).await;
+    assert_eq!(code, 1);
+    assert_sentence(
+        &err,
+        &format!(
+            "the talos-sso server at {server} cannot be reached: the TLS handshake failed because \
+             {address} answers in plain HTTP, not HTTPS; use its https:// address (plain http:// only \
+             for a server on this machine)"
+        ),
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_from_an_unknown_authority_is_named() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (_, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
+    let tls = format!(
+        "tls: {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        cert.display(),
+        key.display()
+    );
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| yaml.replace("insecure_http: true", &tls)).await;
+    let server = env.server.base_url.clone();
+    assert!(server.starts_with("https://"), "{server}");
+    let address = server.trim_start_matches("https://").to_owned();
+    let machine = Machine::new();
+    let (code, _, err) = machine.run(&["login", "--server", &server]).await;
+    assert_eq!(code, 1);
+    assert_sentence(
+        &err,
+        &format!(
+            "the talos-sso server at {server} cannot be reached: the TLS handshake failed because its \
+             certificate is not trusted: an authority this client does not know signed it (it trusts the \
+             public web authorities); {address} needs a certificate from one of them"
+        ),
+    );
+    env.finish().await;
+}
+
+/// A talos-sso server of its own that announces an identity provider on a
+/// port where nothing listens: login's discovery must name that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_identity_provider_is_named() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let idp_port = refused_port();
+    let issuer = format!("http://127.0.0.1:{idp_port}/tenant/v2.0");
+    let info = serde_json::json!({
+        "server_version": "0", "api_version": 1, "issuer": issuer, "client_id": "cli",
+        "scopes": ["openid"], "clusters": [{"name": "prod"}],
+    })
+    .to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    let serving = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = vec![0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{info}",
+                info.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    let machine = Machine::new();
+    let (code, _, err) = machine.run(&["login", "--server", &server]).await;
+    assert_eq!(code, 1);
+    assert_sentence(
+        &err,
+        &format!(
+            "the identity provider at {issuer}/.well-known/openid-configuration cannot be reached: nothing \
+             listens on 127.0.0.1:{idp_port} (connection refused); is the identity provider running, and is \
+             the port right? (the talos-sso server announces this address: if it is wrong, tell its operators)"
+        ),
+    );
+    serving.abort();
+}

@@ -26,7 +26,7 @@ use openidconnect::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{LoginError, Provider, Tokens, error_chain, with_progress};
+use super::{LoginError, Provider, Tokens, with_progress};
 
 /// Something that shows the login URL to a person: the desktop's browser,
 /// or (for the quick-start demo) an automated one.
@@ -407,7 +407,7 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
         .set_pkce_verifier(verifier)
         .request_async(&provider.http)
         .await
-        .map_err(|e| LoginError::Refused(error_chain(&e)))?;
+        .map_err(|e| provider.failure(&e, LoginError::Refused))?;
     provider.tokens_from(&response, Some(&nonce))
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use openidconnect::core::CoreDeviceAuthorizationResponse;
 
-use super::{LoginError, Provider, Tokens, error_chain, with_progress};
+use super::{LoginError, Provider, Tokens, with_progress};
 
 pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
     let endpoint = provider
@@ -22,7 +22,7 @@ pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
     let details: CoreDeviceAuthorizationResponse = request
         .request_async(&provider.http)
         .await
-        .map_err(|e| LoginError::Refused(error_chain(&e)))?;
+        .map_err(|e| provider.failure(&e, LoginError::Refused))?;
     eprintln!(
         "{}",
         prompt(
@@ -45,14 +45,15 @@ pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
     )
     .await
     .map_err(|e| {
-        let text = error_chain(&e);
-        if text.contains("expired") {
-            LoginError::DeviceExpired
-        } else if text.contains("authorization_declined") || text.contains("access_denied") {
-            LoginError::DeviceDeclined
-        } else {
-            LoginError::Refused(text)
-        }
+        provider.failure(&e, |text| {
+            if text.contains("expired") {
+                LoginError::DeviceExpired
+            } else if text.contains("authorization_declined") || text.contains("access_denied") {
+                LoginError::DeviceDeclined
+            } else {
+                LoginError::Refused(text)
+            }
+        })
     })?;
     provider.tokens_from(&response, None)
 }

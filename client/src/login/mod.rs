@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::api::ServerInfo;
+use crate::connection::{ConnectionError, Peer};
 
 /// Entra (and RFC 8628 providers) announce the device endpoint in discovery.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -63,6 +64,9 @@ pub type Client = CoreClient<
 pub enum LoginError {
     #[error("cannot reach the identity provider {issuer}: {reason}")]
     Discovery { issuer: String, reason: String },
+    /// No answer from the provider: the address, the network or TLS.
+    #[error(transparent)]
+    Unreachable(ConnectionError),
     #[error("the browser login did not finish within {0:?}; run `talos-sso login` again (or use --device)")]
     Timeout(Duration),
     #[error("the login was refused by the identity provider: {0}")]
@@ -116,6 +120,9 @@ impl Provider {
             issuer: info.issuer.clone(),
             reason,
         };
+        let check = |url: &str| {
+            ConnectionError::check_address(Peer::IdentityProvider, url).map_err(LoginError::Unreachable)
+        };
         let http = openidconnect::reqwest::Client::builder()
             // Following redirects from the provider would open the client to SSRF.
             .redirect(openidconnect::reqwest::redirect::Policy::none())
@@ -135,11 +142,12 @@ impl Provider {
                         .trim_end_matches('/')
                 )
             });
+            check(&url)?;
             let response = http
                 .get(&url)
                 .send()
                 .await
-                .map_err(|e| discovery_error(e.to_string()))?;
+                .map_err(|e| unreachable(&url, &e).unwrap_or_else(|| discovery_error(e.to_string())))?;
             let metadata: Metadata = response
                 .json()
                 .await
@@ -151,15 +159,19 @@ impl Provider {
                     info.issuer
                 )));
             }
+            let jwks_uri = metadata.jwks_uri().url().as_str().to_owned();
             let jwks = openidconnect::JsonWebKeySet::fetch_async(metadata.jwks_uri(), &http)
                 .await
-                .map_err(|e| discovery_error(error_chain(&e)))?;
+                .map_err(|e| {
+                    unreachable(&jwks_uri, &e).unwrap_or_else(|| discovery_error(error_chain(&e)))
+                })?;
             metadata.set_jwks(jwks)
         } else {
+            check(&info.issuer)?;
             let issuer = IssuerUrl::new(info.issuer.clone()).map_err(|e| discovery_error(e.to_string()))?;
-            Metadata::discover_async(issuer, &http)
-                .await
-                .map_err(|e| discovery_error(error_chain(&e)))?
+            Metadata::discover_async(issuer, &http).await.map_err(|e| {
+                unreachable(&info.issuer, &e).unwrap_or_else(|| discovery_error(error_chain(&e)))
+            })?
         };
         let device_endpoint = metadata
             .additional_metadata()
@@ -239,7 +251,7 @@ impl Provider {
         let response = request
             .request_async(&self.http)
             .await
-            .map_err(|e| LoginError::Refused(error_chain(&e)))?;
+            .map_err(|e| self.failure(&e, LoginError::Refused))?;
         let mut tokens = self.tokens_from(&response, None)?;
         // Providers that do not rotate keep the old refresh token valid.
         if tokens.refresh_token.is_none() {
@@ -248,12 +260,29 @@ impl Provider {
         Ok(tokens)
     }
 
+    /// A failed request to the provider: a connection failure named as
+    /// such (see [`crate::connection`]), else what `otherwise` makes of the
+    /// error chain (the provider answered, and refused).
+    pub fn failure<E: std::error::Error + 'static>(
+        &self,
+        error: &E,
+        otherwise: impl FnOnce(String) -> LoginError,
+    ) -> LoginError {
+        unreachable(&self.issuer, error).unwrap_or_else(|| otherwise(error_chain(error)))
+    }
+
     pub fn scopes(&self) -> impl Iterator<Item = openidconnect::Scope> + '_ {
         self.scopes
             .iter()
             .filter(|s| *s != "openid")
             .map(|s| openidconnect::Scope::new(s.clone()))
     }
+}
+
+/// The connection failure in `error`, when the provider gave no answer;
+/// `url` is named when the error does not carry the one requested.
+fn unreachable(url: &str, error: &(dyn std::error::Error + 'static)) -> Option<LoginError> {
+    ConnectionError::transport(Peer::IdentityProvider, url, error).map(LoginError::Unreachable)
 }
 
 /// A string claim of a JWT whose signature was already verified.
@@ -307,4 +336,129 @@ pub async fn with_progress<T>(message: &str, future: impl std::future::Future<Ou
     };
     eprint!("\r\x1b[2K");
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn refused_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    fn info(issuer: String) -> ServerInfo {
+        ServerInfo {
+            server_version: "0".into(),
+            api_version: 1,
+            issuer,
+            discovery_url: None,
+            client_id: "cli".into(),
+            scopes: vec!["openid".into(), "offline_access".into()],
+            clusters: vec![],
+        }
+    }
+
+    /// A provider that serves discovery and an empty key set, and names a
+    /// token endpoint on `token_port`. Returns its issuer.
+    async fn provider_with_token_endpoint_on(token_port: u16) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let discovery = serde_json::json!({
+            "issuer": base,
+            "authorization_endpoint": format!("{base}/authorize"),
+            "token_endpoint": format!("http://127.0.0.1:{token_port}/token"),
+            "jwks_uri": format!("{base}/keys"),
+            "response_types_supported": ["code"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+        })
+        .to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let read = stream.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..read]);
+                let body = if request.starts_with("GET /.well-known/openid-configuration ") {
+                    discovery.clone()
+                } else {
+                    r#"{"keys": []}"#.to_owned()
+                };
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        base
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_discovery_endpoint_is_named() {
+        let port = refused_port();
+        let Err(error) = Provider::discover(&info(format!("http://127.0.0.1:{port}/tenant/v2.0"))).await
+        else {
+            panic!("discovery worked on a closed port");
+        };
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "the identity provider at http://127.0.0.1:{port}/tenant/v2.0/.well-known/openid-configuration \
+                 cannot be reached: nothing listens on 127.0.0.1:{port} (connection refused); is the identity \
+                 provider running, and is the port right? (the talos-sso server announces this address: if it \
+                 is wrong, tell its operators) [Request failed: "
+            )),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_issuer_without_a_scheme_is_named() {
+        let Err(error) = Provider::discover(&info("login.example.com/tenant/v2.0".into())).await else {
+            panic!("discovery worked without a scheme");
+        };
+        assert_eq!(
+            error.to_string(),
+            "the identity provider address `login.example.com/tenant/v2.0` that the talos-sso server announces \
+             has no scheme: it must be an https:// URL; tell the server's operators"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unresolvable_provider_is_named() {
+        let Err(error) =
+            Provider::discover(&info("https://login.talos-sso.invalid/tenant/v2.0".into())).await
+        else {
+            panic!("discovery worked on an .invalid name");
+        };
+        let text = error.to_string();
+        assert!(
+            text.starts_with(
+                "the identity provider at https://login.talos-sso.invalid/tenant/v2.0/.well-known/openid-configuration \
+                 cannot be reached: the name `login.talos-sso.invalid` does not resolve; check its spelling, and \
+                 your DNS (or VPN) (the talos-sso server announces this address: if it is wrong, tell its operators) ["
+            ),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_token_endpoint_is_named() {
+        let token_port = refused_port();
+        let issuer = provider_with_token_endpoint_on(token_port).await;
+        let provider = Provider::discover(&info(issuer)).await.unwrap();
+        let text = provider.refresh("a refresh token").await.unwrap_err().to_string();
+        assert!(
+            text.starts_with(&format!(
+                "the identity provider at http://127.0.0.1:{token_port}/token cannot be reached: nothing listens \
+                 on 127.0.0.1:{token_port} (connection refused); is the identity provider running, and is the \
+                 port right?"
+            )),
+            "{text}"
+        );
+    }
 }
