@@ -1,11 +1,13 @@
 //! The quick start's command line: its options, `--help`, and an error that
-//! names the option for every bad value, before anything is built.
+//! names the option for every bad value, before anything is built; and the
+//! environment of the cargo it runs to build the CLI.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use talos_sso_tests::quickstart::{
-    DEFAULT_DIR, DEFAULT_EMULATOR_PORT, DEFAULT_SERVER_PORT, Parsed, QuickstartArgs, parse_args,
+    DEFAULT_DIR, DEFAULT_EMULATOR_PORT, DEFAULT_SERVER_PORT, Parsed, QuickstartArgs, is_crate_variable,
+    parse_args,
 };
 
 const QUICKSTART: &str = env!("CARGO_BIN_EXE_quickstart");
@@ -152,4 +154,54 @@ fn the_binary_answers_help_and_bad_values_before_building_anything() {
         message,
         "error: --emulator-port: `eighty` is not a port number (0 to 65535; 0: any free port)\n"
     );
+}
+
+/// The nested `cargo build` of the CLI drops what cargo set for the
+/// running quick start (so that build scripts see the same environment as
+/// in any other cargo command) and keeps what configures cargo.
+#[test]
+fn the_nested_build_drops_only_what_cargo_sets_for_the_running_crate() {
+    for dropped in [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_PKG_NAME",
+        "CARGO_PKG_VERSION",
+        "CARGO_PKG_VERSION_MAJOR",
+        "CARGO_PKG_VERSION_PRE",
+        "CARGO_PKG_AUTHORS",
+        "CARGO_PKG_DESCRIPTION",
+        "CARGO_PKG_README",
+        "CARGO_PKG_RUST_VERSION",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_BIN_EXE_quickstart",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ] {
+        assert!(is_crate_variable(dropped.as_ref()), "{dropped} is dropped");
+    }
+    for kept in [
+        "CARGO",
+        "CARGO_HOME",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_JOBS",
+        "CARGO_INCREMENTAL",
+        "CARGO_PROFILE_DEV_DEBUG",
+        "CARGO_REGISTRIES_CRATES_IO_PROTOCOL",
+        "CARGO_NET_OFFLINE",
+        "CARGO_TERM_COLOR",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "PATH",
+        "HOME",
+        "LD_LIBRARY_PATH",
+    ] {
+        assert!(!is_crate_variable(kept.as_ref()), "{kept} is kept");
+    }
 }
