@@ -5,6 +5,13 @@
 //! part), and shows the talosconfig it wrote, the roles and time left, and
 //! the audit record. Then it keeps the server and emulator running and says
 //! how to log in as another demo user.
+//!
+//! Everything the demo and the CLI it runs write stays in the demo folder:
+//! each demo user gets a folder of their own there, used as HOME, XDG config
+//! and cache folders and talosconfig. The person's own `~/.config`,
+//! `~/.cache` and `~/.talos` are never read or written, so that a later plain
+//! `talos-sso` command does not quietly act as a demo user, and one demo
+//! login never replaces another's context.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -15,7 +22,7 @@ use talos_sso_server::app::{App, SystemClock};
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::config::Config;
 use time::OffsetDateTime;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use crate::emulator::{
     CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, GROUP_ONCALL, GROUP_PLATFORM_ADMINS, GROUP_SECURITY,
@@ -25,7 +32,8 @@ use crate::material::write_file;
 
 #[derive(Debug, Clone)]
 pub struct QuickstartOptions {
-    /// Where everything goes (recreated on each run).
+    /// Where everything goes (recreated on each run). A relative path is
+    /// taken from the current directory.
     pub dir: PathBuf,
     /// The `talos-sso` binary.
     pub client: PathBuf,
@@ -39,9 +47,13 @@ pub struct QuickstartOptions {
 /// What the demo produced, for tests.
 #[derive(Debug)]
 pub struct QuickstartResult {
+    /// The demo folder, absolute.
+    pub dir: PathBuf,
+    /// bob's talosconfig.
     pub talosconfig: PathBuf,
     pub server_url: String,
     pub emulator_url: String,
+    /// The record of bob's certificate.
     pub audit_record: serde_json::Value,
 }
 
@@ -62,8 +74,9 @@ Usage: cargo run -p talos-sso-tests --bin quickstart [-- OPTIONS]
 
 Options:
       --once                  stop after the demo instead of serving until Ctrl-C
-      --dir PATH              the demo folder, deleted and recreated on each run
-                              (default: target/quickstart)
+      --dir PATH              the demo folder, deleted and recreated on each run; every
+                              file the demo writes is in it (default: target/quickstart,
+                              from the current directory)
       --emulator-port PORT    the Entra ID emulator's port (default: 8400; 0: any free port)
       --server-port PORT      talos-sso-server's port (default: 8443; 0: any free port)
   -h, --help                  print this help
@@ -256,59 +269,294 @@ pub fn client_binary() -> Result<PathBuf, String> {
     Ok(client)
 }
 
-/// Run a login with the real CLI: read the login URL it prints and follow it
-/// like a browser would (the emulator signs its auto-login user in).
+/// One demo user's corner of the demo folder: the CLI runs with HOME, its
+/// XDG config and cache folders and TALOSCONFIG all in here, absolute (the
+/// `dirs` crate ignores a relative `XDG_CONFIG_HOME` and falls back to
+/// `~/.config`).
+#[derive(Debug, Clone)]
+pub struct DemoUser {
+    pub name: String,
+    /// `<demo folder>/<name>`, absolute.
+    pub root: PathBuf,
+}
+
+impl DemoUser {
+    pub fn new(dir: &Path, name: &str) -> Result<Self, String> {
+        let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Self {
+            name: name.to_owned(),
+            root: dir.join(name),
+        })
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    pub fn talosconfig(&self) -> PathBuf {
+        self.root.join("talosconfig")
+    }
+
+    /// What the CLI is run with, `talosconfig` included (usually
+    /// [`Self::talosconfig`]).
+    pub fn env(&self, talosconfig: &Path) -> Vec<(&'static str, PathBuf)> {
+        vec![
+            ("HOME", self.home()),
+            ("XDG_CONFIG_HOME", self.root.join("config")),
+            ("XDG_CACHE_HOME", self.root.join("cache")),
+            ("TALOSCONFIG", talosconfig.to_owned()),
+        ]
+    }
+
+    /// The same as a shell prefix, for the commands the demo prints.
+    pub fn shell_env(&self) -> String {
+        let assignments: Vec<String> = self
+            .env(&self.talosconfig())
+            .iter()
+            .map(|(name, path)| format!("{name}={}", shell_word(&path.display().to_string())))
+            .collect();
+        format!("env {}", assignments.join(" "))
+    }
+
+    fn command(&self, client: &Path, talosconfig: &Path) -> Result<tokio::process::Command, String> {
+        let talosconfig =
+            std::path::absolute(talosconfig).map_err(|e| format!("{}: {e}", talosconfig.display()))?;
+        make_private_dir(&self.home())?;
+        let mut command = tokio::process::Command::new(client);
+        command.envs(self.env(&talosconfig));
+        // Nothing else may point the CLI back at the person's own files.
+        for name in ["XDG_DATA_HOME", "XDG_STATE_HOME"] {
+            command.env_remove(name);
+        }
+        Ok(command)
+    }
+}
+
+/// A word the shell reads back unchanged.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+fn make_private_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// What a CLI run printed.
+#[derive(Debug)]
+pub struct CliOutput {
+    pub stdout: String,
+    pub stderr: String,
+    /// The login URLs it printed, which were followed like a browser would.
+    pub followed: Vec<String>,
+}
+
+/// Run the real CLI as `user` with `args`, and play their browser: every
+/// login URL it prints is opened (the emulator signs in whoever
+/// [`EmulatorHandle::set_auto_login`] names). Without `--no-browser` in
+/// `args` the CLI would also try to open a real browser.
+pub async fn run_cli(
+    client: &Path,
+    user: &DemoUser,
+    talosconfig: &Path,
+    args: &[&str],
+) -> Result<CliOutput, String> {
+    let mut child = user
+        .command(client, talosconfig)?
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", client.display()))?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let collect_stdout = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text).await;
+        text
+    });
+    let follow = async {
+        let mut lines = BufReader::new(stderr).lines();
+        let (mut text, mut followed) = (String::new(), Vec::new());
+        while let Ok(Some(line)) = lines.next_line().await {
+            let trimmed = line.trim();
+            if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
+                reqwest::get(trimmed)
+                    .await
+                    .map_err(|e| format!("following the login URL: {e}"))?;
+                followed.push(trimmed.to_owned());
+            } else {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        Ok::<_, String>((text, followed))
+    };
+    let command = format!("talos-sso {}", args.join(" "));
+    let (stderr, followed) = tokio::time::timeout(Duration::from_secs(60), follow)
+        .await
+        .map_err(|_| format!("`{command}` did not finish within a minute"))??;
+    let status = child.wait().await.map_err(|e| e.to_string())?;
+    let stdout = collect_stdout.await.map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("`{command}` failed: {}", stderr.trim()));
+    }
+    Ok(CliOutput {
+        stdout,
+        stderr,
+        followed,
+    })
+}
+
+/// Run a login with the real CLI as the demo user `user` (a folder name in
+/// the demo folder), writing `talosconfig`: read the login URL it prints and
+/// follow it like a browser would (the emulator signs its auto-login user in).
 pub async fn demo_login(
     options: &QuickstartOptions,
     server_url: &str,
     talosconfig: &Path,
     user: &str,
 ) -> Result<String, String> {
-    let mut child = tokio::process::Command::new(&options.client)
-        .args(["login", "--server", server_url, "--no-browser", "--talosconfig"])
-        .arg(talosconfig)
-        .env("XDG_CONFIG_HOME", options.dir.join(format!("{user}/config")))
-        .env("XDG_CACHE_HOME", options.dir.join(format!("{user}/cache")))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", options.client.display()))?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let url = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.trim().starts_with("http") {
-                return Some(line.trim().to_owned());
+    let user = DemoUser::new(&options.dir, user)?;
+    let talosconfig_arg = talosconfig.display().to_string();
+    let output = run_cli(
+        &options.client,
+        &user,
+        talosconfig,
+        &[
+            "login",
+            "--server",
+            server_url,
+            "--no-browser",
+            "--talosconfig",
+            &talosconfig_arg,
+        ],
+    )
+    .await?;
+    for url in &output.followed {
+        say(&format!(
+            "  the CLI asked the browser to open {}…",
+            &url[..url.find('?').unwrap_or(url.len())]
+        ));
+    }
+    Ok(output.stdout)
+}
+
+/// What the quick start leaves in its folder so that the next run knows the
+/// folder is its own to delete.
+const MARKER: &str = ".talos-sso-quickstart";
+
+/// Empty the demo folder for a new run. The folder is deleted and
+/// recreated, so only one the quick start made (its marker file, or the
+/// files earlier versions wrote) or an empty one is deleted: a mistyped
+/// `--dir` must not cost anyone their files.
+fn prepare_dir(dir: &Path) -> Result<(), String> {
+    let shown = dir.display();
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            let ours = dir.join(MARKER).is_file()
+                || (dir.join("server.yaml").is_file() && dir.join("talos-ca.key").is_file());
+            if !ours && entries.next().is_some() {
+                return Err(format!(
+                    "{shown} holds files the quick start did not write, and it deletes its folder on \
+                     each run; choose a new or empty folder with --dir"
+                ));
             }
+            std::fs::remove_dir_all(dir).map_err(|e| format!("{shown}: {e}"))?;
         }
-        None
-    })
-    .await
-    .map_err(|_| "the CLI printed no login URL".to_owned())?
-    .ok_or("the CLI printed no login URL")?;
-    say(&format!(
-        "  the CLI asked the browser to open {}…",
-        &url[..url.find('?').unwrap_or(url.len())]
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(format!("{shown}: {error}")),
+    }
+    make_private_dir(dir)?;
+    std::fs::write(
+        dir.join(MARKER),
+        "Written by the talos-sso quick start, which deletes this folder on its next run.\n",
+    )
+    .map_err(|e| format!("{shown}: {e}"))
+}
+
+/// The repository's copy of a document, for the demo to point at.
+fn repository_file(relative: &str) -> PathBuf {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests.parent().unwrap_or(tests).join(relative)
+}
+
+/// The demo users the closing lines offer, with what they get.
+const OTHER_USERS: [(&str, &str, &str); 4] = [
+    ("carol", "app role Talos.Reader", "os:reader"),
+    ("alice", "platform admins, asks for os:admin", "os:admin"),
+    ("dave", "no group, no app role", "refused: no_matching_rule"),
+    (
+        "erin",
+        "250 groups (overage)",
+        "refused here: no Graph configured",
+    ),
+];
+
+/// The closing lines: how to go on while the server and emulator run.
+/// Every user keeps to their own folder, and every path is absolute, so the
+/// commands work from any directory and touch none of the person's files.
+pub fn follow_up(
+    dir: &Path,
+    client: &Path,
+    server_url: &str,
+    emulator_url: &str,
+    config_path: &Path,
+) -> Result<Vec<String>, String> {
+    let client = shell_word(&client.display().to_string());
+    let mut lines = vec![
+        String::new(),
+        "The server and the emulator keep running (Ctrl-C stops them).".to_owned(),
+        format!(
+            "Each demo user has their own folder in {} (HOME, XDG config and cache, talosconfig), so no \
+             login replaces another's and your own ~/.config, ~/.cache and ~/.talos stay as they are.",
+            dir.display()
+        ),
+        format!(
+            "Log in as another demo user: run their command, open {emulator_url}/devicelogin, enter the \
+             code it shows and pick the same user:"
+        ),
+    ];
+    for (name, why, result) in OTHER_USERS {
+        let user = DemoUser::new(dir, name)?;
+        let role = if name == "alice" { " --role os:admin" } else { "" };
+        lines.push(format!("  {name}@example.com ({why}) -> {result}"));
+        lines.push(format!(
+            "    {} {client} login --server {server_url} --device{role}",
+            user.shell_env()
+        ));
+    }
+    lines.push("  (without --device, the login URL opens a page where you pick the user)".into());
+    lines.push("Verify the audit chain:".into());
+    lines.push(format!(
+        "    cargo run --manifest-path {} -p talos-sso-server -- audit verify --config {}",
+        shell_word(&repository_file("Cargo.toml").display().to_string()),
+        shell_word(&config_path.display().to_string())
     ));
-    reqwest::get(&url).await.map_err(|e| e.to_string())?;
-    let output = child.wait_with_output().await.map_err(|e| e.to_string())?;
-    let mut rest = String::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        rest.push_str(&line);
-        rest.push('\n');
-    }
-    if !output.status.success() {
-        return Err(format!("login failed: {rest}"));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    Ok(lines)
 }
 
 pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String> {
-    let _ = std::fs::remove_dir_all(&options.dir);
-    std::fs::create_dir_all(&options.dir).map_err(|e| format!("{}: {e}", options.dir.display()))?;
-    let dir = options.dir.canonicalize().map_err(|e| e.to_string())?;
+    let dir = std::path::absolute(&options.dir).map_err(|e| format!("{}: {e}", options.dir.display()))?;
+    prepare_dir(&dir)?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let options = QuickstartOptions {
+        dir: dir.clone(),
+        ..options
+    };
 
     say("1. Entra ID emulator");
     let emulator = EmulatorHandle::start_on(
@@ -376,12 +624,17 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         dir.join("audit.db").display()
     ));
 
+    let bob = DemoUser::new(&dir, "bob")?;
     say("4. `talos-sso login` as bob@example.com (on-call group: os:operator)");
-    let talosconfig = dir.join("talosconfig");
+    say(&format!(
+        "   as a person on their own machine: HOME, XDG config and cache, talosconfig in {}",
+        bob.root.display()
+    ));
+    let talosconfig = bob.talosconfig();
     emulator.set_auto_login(Some("bob@example.com"));
-    let login_output = demo_login(&options, &server_url, &talosconfig, "bob").await?;
+    let login_output = demo_login(&options, &server_url, &talosconfig, &bob.name).await;
     emulator.set_auto_login(None);
-    say(&format!("   {}", login_output.trim()));
+    say(&format!("   {}", login_output?.trim()));
 
     say("5. What the talosconfig holds (as Talos reads it)");
     let stored = talos_sso::talosconfig::read_context(&talosconfig, "demo")
@@ -421,6 +674,7 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     ));
 
     let result = QuickstartResult {
+        dir: dir.clone(),
         talosconfig: talosconfig.clone(),
         server_url: server_url.clone(),
         emulator_url: emulator.base_url.clone(),
@@ -432,27 +686,15 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         return Ok(result);
     }
 
-    let client = options.client.display();
-    say("");
-    say("The server and the emulator keep running (Ctrl-C stops them). Log in as another demo user:");
-    say(&format!(
-        "  XDG_CONFIG_HOME={0}/carol/config XDG_CACHE_HOME={0}/carol/cache {client} login --server {server_url} --talosconfig {1} --device",
-        dir.display(),
-        talosconfig.display()
-    ));
-    say(&format!(
-        "  then open {}/devicelogin, enter the code it shows and pick:",
-        emulator.base_url
-    ));
-    say("    carol@example.com  app role Talos.Reader        -> os:reader");
-    say("    alice@example.com  platform admins (add --role os:admin) -> os:admin");
-    say("    dave@example.com   no group, no app role         -> refused: no_matching_rule");
-    say("    erin@example.com   250 groups (overage)          -> refused here: no Graph configured");
-    say("  (without --device, the login URL opens a page where you pick the user)");
-    say(&format!(
-        "  Verify the audit chain: cargo run -p talos-sso-server -- audit verify --config {}",
-        config_path.display()
-    ));
+    for line in follow_up(
+        &dir,
+        &options.client,
+        &server_url,
+        &emulator.base_url,
+        &config_path,
+    )? {
+        say(&line);
+    }
     let _ = tokio::signal::ctrl_c().await;
     let _ = stop.send(());
     let _ = server.await;

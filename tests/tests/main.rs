@@ -14,7 +14,7 @@
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
 //!   deny list's edges).
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
-//! - `quickstart`: the quick start's command line.
+//! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod ca_sources;
