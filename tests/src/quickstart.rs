@@ -2,9 +2,11 @@
 //! service. It starts the Entra ID emulator, makes a throwaway Talos CA,
 //! starts talos-sso-server with its embedded SQLite audit store, logs in as a
 //! demo user with the real `talos-sso` CLI (the emulator plays the browser
-//! part), and shows the talosconfig it wrote, the roles and time left, and
-//! the audit record. Then it keeps the server and emulator running and says
-//! how to log in as another demo user.
+//! part), and shows the talosconfig it wrote, the roles and time left. Then
+//! the security team's view: an auditor reads the trail with `talos-sso
+//! audit`, and the fields that surprise a first reader are explained. Then
+//! it keeps the server and emulator running and says how to log in as
+//! another demo user.
 //!
 //! Everything the demo and the CLI it runs write stays in the demo folder:
 //! each demo user gets a folder of their own there, used as HOME, XDG config
@@ -67,8 +69,8 @@ pub const DEFAULT_DIR: &str = "target/quickstart";
 /// `quickstart --help`.
 pub const USAGE: &str = "\
 quickstart: all of talos-sso on this machine, with no external service: an
-Entra ID emulator, a throwaway Talos CA, talos-sso-server with SQLite and a
-real `talos-sso login` as a demo user.
+Entra ID emulator, a throwaway Talos CA, talos-sso-server with SQLite, a real
+`talos-sso login` as a demo user and the auditor's view of the audit trail.
 
 Usage: cargo run -p talos-sso-tests --bin quickstart [-- OPTIONS]
 
@@ -486,6 +488,64 @@ fn prepare_dir(dir: &Path) -> Result<(), String> {
     .map_err(|e| format!("{shown}: {e}"))
 }
 
+/// `later - earlier` as `5m00s` (or `-5m00s`).
+fn interval(earlier: OffsetDateTime, later: OffsetDateTime) -> String {
+    let seconds = (later - earlier).whole_seconds();
+    let sign = if seconds < 0 { "-" } else { "" };
+    let seconds = seconds.abs();
+    format!("{sign}{}m{:02}s", seconds / 60, seconds % 60)
+}
+
+/// The fields of an issuance record that surprise a first reader, with
+/// the reason for each (docs/audit.md has them all).
+pub fn record_notes(record: &serde_json::Value) -> Vec<String> {
+    let time = |field: &str| {
+        record[field]
+            .as_str()
+            .and_then(talos_sso_server::audit::parse_micros)
+    };
+    let mut notes = Vec::new();
+    // A certificate's times are whole seconds: compare them with the
+    // second the decision was made in.
+    let at = time("occurred_at").map(|at| at.replace_nanosecond(0).unwrap_or(at));
+    if let (Some(at), Some(not_before), Some(not_after)) = (at, time("not_before"), time("not_after")) {
+        notes.push(format!(
+            "not_before is {} before occurred_at: the cluster's `clock_skew` (5m by default), so that a \
+             Talos node whose clock is a little behind accepts the certificate at once. not_after is \
+             occurred_at + the cluster's `ttl` ({}).",
+            interval(not_before, at),
+            interval(at, not_after)
+        ));
+    }
+    if let (Some(at), Some(issued)) = (at, time("token_issued_at")) {
+        notes.push(format!(
+            "token_issued_at is {} before occurred_at although the login was just now: the identity \
+             provider backdates a token's `iat` and `nbf` (Entra ID does, by five minutes, and so does \
+             its emulator here).",
+            interval(issued, at)
+        ));
+    }
+    if let Some(groups) = record["groups_evaluated"].as_array() {
+        let groups: Vec<&str> = groups.iter().filter_map(|g| g.as_str()).collect();
+        notes.push(format!(
+            "groups_evaluated is [{}]: only the person's groups that some rule, `auditors` or `admins` \
+             names; their other groups are not kept.",
+            groups.join(", ")
+        ));
+    }
+    if record["identity_verified"] == true {
+        notes.push(
+            "identity_verified is true: subject, username and groups come from a token the server \
+             verified (a refused token's claims are kept, marked false)."
+                .into(),
+        );
+    }
+    notes.push(
+        "prev_hash and hash chain each record to the one before it: `audit verify` checks them.".into(),
+    );
+    notes
+}
+
 /// The repository's copy of a document, for the demo to point at.
 fn repository_file(relative: &str) -> PathBuf {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -538,7 +598,11 @@ pub fn follow_up(
         ));
     }
     lines.push("  (without --device, the login URL opens a page where you pick the user)".into());
-    lines.push("Verify the audit chain:".into());
+    let sam = DemoUser::new(dir, "sam")?;
+    lines
+        .push("Read the audit trail as sam (already logged in): audit list, show SEQ, export, verify".into());
+    lines.push(format!("    {} {client} audit list", sam.shell_env()));
+    lines.push("Verify the chain on the server side:".into());
     lines.push(format!(
         "    cargo run --manifest-path {} -p talos-sso-server -- audit verify --config {}",
         shell_word(&repository_file("Cargo.toml").display().to_string()),
@@ -651,27 +715,49 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         left % 60
     ));
 
-    say("6. The audit record of that decision");
+    // bob's decision is the newest record until the auditor's queries.
     let records = app.audit.store().page(0, 100).await.map_err(|e| e.to_string())?;
     let last = records.last().ok_or("no audit record")?;
     let audit_record = serde_json::to_value(last).map_err(|e| e.to_string())?;
-    for line in serde_json::to_string_pretty(&audit_record)
-        .map_err(|e| e.to_string())?
-        .lines()
-    {
-        say(&format!("   {line}"));
-    }
-    let check = app
-        .audit
-        .store()
-        .verify_chain()
-        .await
-        .map_err(|e| e.to_string())?;
+    let seq = last.seq.to_string();
+
+    say("6. The security team reads the audit trail: sam@example.com, in the group that `auditors` names");
+    let sam = DemoUser::new(&dir, "sam")?;
     say(&format!(
-        "   hash chain: {} record(s) verified, intact: {}",
-        check.verified,
-        check.first_broken.is_none()
+        "   sam's HOME, XDG folders and talosconfig: {}",
+        sam.root.display()
     ));
+    emulator.set_auto_login(Some("sam@example.com"));
+    let auditor = async {
+        let mut outputs = Vec::new();
+        for args in [
+            vec!["audit", "list", "--server", server_url.as_str(), "--no-browser"],
+            vec!["audit", "show", seq.as_str(), "--no-browser"],
+            vec!["audit", "verify", "--no-browser"],
+        ] {
+            let output = run_cli(&options.client, &sam, &sam.talosconfig(), &args).await?;
+            outputs.push((args.join(" "), output));
+        }
+        Ok::<_, String>(outputs)
+    }
+    .await;
+    emulator.set_auto_login(None);
+    for (command, output) in auditor? {
+        say(&format!("   $ talos-sso {command}"));
+        if !output.followed.is_empty() {
+            say("   (sam logs in first: the CLI prints a login URL, the emulator signs sam in)");
+        }
+        for line in output.stdout.lines() {
+            say(&format!("   {line}"));
+        }
+    }
+    say(&format!(
+        "   Reading record {seq} (every field: {}):",
+        repository_file("docs/audit.md").display()
+    ));
+    for note in record_notes(&audit_record) {
+        say(&format!("   - {note}"));
+    }
 
     let result = QuickstartResult {
         dir: dir.clone(),

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use talos_sso_tests::quickstart::{
-    DEFAULT_DIR, DEFAULT_EMULATOR_PORT, DEFAULT_SERVER_PORT, Parsed, QuickstartArgs, QuickstartOptions,
-    follow_up, is_crate_variable, parse_args,
+    DEFAULT_DIR, DEFAULT_EMULATOR_PORT, DEFAULT_SERVER_PORT, DemoUser, Parsed, QuickstartArgs,
+    QuickstartOptions, follow_up, is_crate_variable, parse_args,
 };
 
 const QUICKSTART: &str = env!("CARGO_BIN_EXE_quickstart");
@@ -110,6 +110,8 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
         "bob/config/talos-sso/config.yaml",
         "bob/cache/talos-sso/tokens.json",
         "bob/talosconfig",
+        "sam/config/talos-sso/config.yaml",
+        "sam/cache/talos-sso/tokens.json",
         "server.yaml",
         "audit.db",
     ] {
@@ -132,6 +134,19 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
         )),
         "{stdout}"
     );
+    // The auditor's view, for real, and what it means.
+    for expected in [
+        "$ talos-sso audit list",
+        "$ talos-sso audit show 1",
+        "$ talos-sso audit verify",
+        "audit chain intact: 4 records verified (last seq 4)",
+        "\"event\": \"certificate.issued\"",
+        "not_before is 5m00s before occurred_at: the cluster's `clock_skew`",
+        "token_issued_at is 5m",
+        "groups_evaluated is [3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a02]",
+    ] {
+        assert!(stdout.contains(expected), "{expected} in {stdout}");
+    }
     // Every path it prints is absolute.
     let relative_paths: Vec<&str> = stdout
         .split(|c: char| c.is_whitespace() || "()`,:".contains(c))
@@ -373,6 +388,14 @@ fn the_commands_for_later_keep_each_user_in_their_own_folder() {
     talosconfigs.sort();
     talosconfigs.dedup();
     assert_eq!(talosconfigs.len(), 4);
+    let sam = DemoUser::new(dir, "sam").unwrap();
+    assert!(
+        text.contains(&format!(
+            "{} /work/target/debug/talos-sso audit list",
+            sam.shell_env()
+        )),
+        "{text}"
+    );
     assert!(
         text.contains("-- audit verify --config '/srv/demo dir/quickstart/server.yaml'"),
         "{text}"
