@@ -14,6 +14,7 @@
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
 //!   deny list's edges).
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
+//! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod ca_sources;
@@ -22,4 +23,5 @@ mod deploy;
 mod hostile;
 mod identity;
 mod issuance;
+mod quickstart;
 mod server;

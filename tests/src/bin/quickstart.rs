@@ -4,33 +4,27 @@
 //! ```sh
 //! cargo run -p talos-sso-tests --bin quickstart            # keeps running
 //! cargo run -p talos-sso-tests --bin quickstart -- --once  # demo, then exit
+//! cargo run -p talos-sso-tests --bin quickstart -- --help  # every option
 //! ```
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use talos_sso_tests::quickstart::{QuickstartOptions, client_binary, run};
+use talos_sso_tests::quickstart::{Parsed, QuickstartOptions, USAGE, client_binary, parse_args, run};
 
 fn main() -> ExitCode {
-    let mut once = false;
-    let mut dir = PathBuf::from("target/quickstart");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--once" => once = true,
-            "--dir" => match args.next() {
-                Some(value) => dir = PathBuf::from(value),
-                None => {
-                    eprintln!("--dir needs a path");
-                    return ExitCode::FAILURE;
-                }
-            },
-            other => {
-                eprintln!("unknown argument {other}; use --once and --dir PATH");
-                return ExitCode::FAILURE;
-            }
+    // Checked before the CLI is built: a typo should not cost a build.
+    let args = match parse_args(std::env::args_os().skip(1)) {
+        Ok(Parsed::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
         }
-    }
+        Ok(Parsed::Run(args)) => args,
+        Err(error) => {
+            eprintln!("error: {error}");
+            // 2, like other command-line tools, for a command line that is wrong.
+            return ExitCode::from(2);
+        }
+    };
     let client = match client_binary() {
         Ok(client) => client,
         Err(error) => {
@@ -50,11 +44,11 @@ fn main() -> ExitCode {
         }
     };
     let options = QuickstartOptions {
-        dir,
+        dir: args.dir,
         client,
-        emulator_port: 8400,
-        server_port: 8443,
-        once,
+        emulator_port: args.emulator_port,
+        server_port: args.server_port,
+        once: args.once,
     };
     match runtime.block_on(run(options)) {
         Ok(_) => ExitCode::SUCCESS,
