@@ -80,7 +80,9 @@ pub struct AuditRecord {
     pub client_ip: Option<String>,
     pub user_agent: Option<String>,
     pub client_version: Option<String>,
-    /// `uti` / `jti`, or a hash of the token when it has neither.
+    /// `uti` / `jti` of a verified token (or the claimed one of a refused
+    /// token); empty when it has neither (the replay guard then keys on a
+    /// hash of what the signature covers, which is not recorded).
     pub token_id: Option<String>,
     #[serde(with = "micros_option")]
     pub token_issued_at: Option<OffsetDateTime>,
