@@ -186,7 +186,8 @@ pub async fn run(
     let issued = certificate::sign_leaf(&cluster.ca, &spki, &leaf, now)
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
 
-    let mut record = AuditRecord::new(event::BREAK_GLASS_ISSUED, outcome::SUCCESS, &random_hex(16), now);
+    let request_id = random_hex(16).map_err(|e| BreakGlassError::Issue(e.to_string()))?;
+    let mut record = AuditRecord::new(event::BREAK_GLASS_ISSUED, outcome::SUCCESS, &request_id, now);
     record.cluster = Some(cluster.name.clone());
     record.username = Some(username.clone());
     record.roles_requested = request.roles.to_vec();

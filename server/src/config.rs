@@ -848,7 +848,10 @@ rules = [ { users = ["alice"], roles = ["os:reader"] } ]
     }
 
     fn tempfile_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("talos-sso-config-test-{}", crate::audit::random_hex(8)));
+        let dir = std::env::temp_dir().join(format!(
+            "talos-sso-config-test-{}",
+            crate::audit::random_hex(8).unwrap()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::audit::{AuditRecord, event, outcome, random_hex};
+use crate::audit::{AuditRecord, event, outcome};
 
 /// The `audit.refusals` section of the configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -157,8 +157,10 @@ impl Refusals {
             .into_iter()
             .filter(|(_, tally)| tally.further > 0)
             .map(|(key, tally)| {
+                // Named after the refusal recorded in full, which it continues.
+                let request_id = format!("{}.more", tally.first_request_id);
                 let mut record =
-                    AuditRecord::new(event::REFUSALS_AGGREGATED, outcome::DENIED, &random_hex(16), now);
+                    AuditRecord::new(event::REFUSALS_AGGREGATED, outcome::DENIED, &request_id, now);
                 record.reason_code = Some(key.reason);
                 record.client_ip = Some(key.address);
                 record.details = json!({

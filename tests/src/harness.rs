@@ -45,7 +45,10 @@ impl TestDatabase {
         let mut admin = admin_connection().await;
         drop_stale_databases(&mut admin).await;
         let now = OffsetDateTime::now_utc().unix_timestamp();
-        let name = format!("talos_sso_t_{now}_{}", talos_sso_server::audit::random_hex(4));
+        let name = format!(
+            "talos_sso_t_{now}_{}",
+            talos_sso_server::audit::random_hex(4).expect("random name")
+        );
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut admin)
             .await

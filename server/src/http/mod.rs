@@ -36,13 +36,22 @@ fn well_formed_request_id(value: &str) -> bool {
 }
 
 async fn request_id(mut request: Request, next: Next) -> Response {
-    let id = request
+    let from_caller = request
         .headers()
         .get(REQUEST_ID_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|v| well_formed_request_id(v))
-        .map(str::to_owned)
-        .unwrap_or_else(|| crate::audit::random_hex(16));
+        .map(str::to_owned);
+    let id = match from_caller
+        .map(Ok)
+        .unwrap_or_else(|| crate::audit::random_hex(16))
+    {
+        Ok(id) => id,
+        Err(error) => {
+            tracing::error!(%error, "no request id; refusing the request");
+            return axum::response::IntoResponse::into_response(error::ApiError::internal());
+        }
+    };
     request.extensions_mut().insert(RequestId(id.clone()));
     let mut response = next.run(request).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
