@@ -370,6 +370,10 @@ pub struct HttpConfig {
     /// Concurrent requests (streams) on one HTTP/2 connection.
     #[serde(default = "default_h2_streams")]
     pub http2_max_concurrent_streams: u32,
+    /// Connections one client address (IPv6: /64) may hold at once; trusted
+    /// proxies are exempt. Further connections are closed at once.
+    #[serde(default = "default_per_address_connections")]
+    pub max_connections_per_address: usize,
 }
 
 impl Default for HttpConfig {
@@ -383,6 +387,7 @@ impl Default for HttpConfig {
             idle_timeout: default_idle_timeout(),
             max_connections: default_max_connections(),
             http2_max_concurrent_streams: default_h2_streams(),
+            max_connections_per_address: default_per_address_connections(),
         }
     }
 }
@@ -404,6 +409,9 @@ impl HttpConfig {
         if self.max_connections == 0 || self.max_connections > u32::MAX as usize {
             return Err(invalid("http.max_connections must be at least 1"));
         }
+        if self.max_connections_per_address == 0 {
+            return Err(invalid("http.max_connections_per_address must be at least 1"));
+        }
         if self.http2_max_concurrent_streams == 0 {
             return Err(invalid("http.http2_max_concurrent_streams must be at least 1"));
         }
@@ -422,6 +430,9 @@ fn default_max_connections() -> usize {
 }
 fn default_h2_streams() -> u32 {
     64
+}
+fn default_per_address_connections() -> usize {
+    128
 }
 
 fn default_body_limit() -> usize {

@@ -502,6 +502,31 @@ async fn slow_and_silent_clients_are_cut_off_on_plain_http() {
         "idle_timeout, not the head timeout: {took:?}"
     );
 
+    // HTTP/2 PINGs move bytes but ask for nothing: the connection is idle.
+    let mut pinger = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    pinger
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    let mut closed = false;
+    while started.elapsed() < limit && !closed {
+        let ping = [0u8, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        if pinger.write_all(&ping).await.is_err() {
+            closed = true;
+            break;
+        }
+        match tokio::time::timeout(Duration::from_millis(500), pinger.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => closed = true,
+            _ => {}
+        }
+    }
+    assert!(
+        closed,
+        "a connection that only pings is closed after idle_timeout"
+    );
+
     // At the connection cap, a new client waits until a slot frees.
     let mut silent = Vec::new();
     for _ in 0..3 {
@@ -641,10 +666,14 @@ async fn metric_labels_never_come_from_the_request() {
 async fn an_anonymous_flood_adds_a_bounded_number_of_records() {
     let env = TestEnv::start(Backend::Postgres).await;
     let mut tasks = Vec::new();
+    // 64 at a time: one address may hold only so many connections.
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
     for _ in 0..300 {
         let http = env.http.clone();
         let url = format!("{}/v1/certificates", env.server.base_url);
+        let gate = gate.clone();
         tasks.push(tokio::spawn(async move {
+            let _turn = gate.acquire_owned().await.unwrap();
             http.post(url).body("{}").send().await.unwrap().status().as_u16()
         }));
     }
@@ -884,5 +913,125 @@ async fn the_sqlite_database_is_created_private() {
         assert_eq!(mode(&path), 0o600, "{}", path.display());
     }
     assert!(dir.join("audit.db-wal").exists(), "WAL mode");
+    env.finish().await;
+}
+
+/// Item 3, per address: one host cannot take every connection slot.
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_connections() {
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        format!("{yaml}http: {{ max_connections_per_address: 2 }}\n")
+    })
+    .await;
+    let addr = address(&env);
+    let first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let took = closed_within(&mut third, Duration::from_secs(2)).await;
+    assert!(
+        took.is_some(),
+        "the third connection from one address is closed at once"
+    );
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    again
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), again.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "a freed slot is usable again"
+    );
+    env.finish().await;
+}
+
+/// Review findings on the deny list: two entries may carry one username
+/// label; adding a listed subject again says so; a subject the provider
+/// writes with invisible characters is blocked by what the trail shows.
+#[tokio::test]
+async fn deny_entries_are_per_subject_and_match_what_the_trail_shows() {
+    let env = TestEnv::start(Backend::Postgres).await;
+    let alice = env
+        .emulator
+        .token_for("alice@example.com", TokenKind::id())
+        .unwrap();
+    let add = |body: Value| {
+        let (http, url, bearer) = (
+            env.http.clone(),
+            format!("{}/v1/deny", env.server.base_url),
+            alice.clone(),
+        );
+        async move {
+            let response = http
+                .post(url)
+                .bearer_auth(bearer)
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let carol_oid = "c3000000-0000-4000-8000-000000000003";
+    assert_eq!(
+        add(json!({"subject": BOB_OID, "username": "mallory", "reason": "r"}))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        add(json!({"subject": carol_oid, "username": "mallory", "reason": "r"}))
+            .await
+            .0,
+        201
+    );
+    let (status, again) = add(json!({"subject": carol_oid, "reason": "r"})).await;
+    assert_eq!((status, again["code"].as_str()), (409, Some("already_denied")));
+    assert_eq!(env.server.app.audit.store().deny_list().await.unwrap().len(), 2);
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let carol = env
+        .emulator
+        .token_for("carol@example.com", TokenKind::id())
+        .unwrap();
+    let refused = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(carol)
+        .body(json!({"cluster": "prod", "csr": csr}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403, "the second entry blocks too");
+
+    // A subject with a zero-width space, as the trail shows it.
+    let odd = env
+        .emulator
+        .token_with(
+            "bob@example.com",
+            TokenKind::id(),
+            json!({"oid": "odd-oid\u{200b}"}),
+        )
+        .unwrap();
+    assert_eq!(
+        add(json!({"subject": "odd-oid\\u{200b}", "reason": "r"})).await.0,
+        201
+    );
+    let blocked = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(odd)
+        .body(json!({"cluster": "prod", "csr": csr}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(blocked.status().as_u16(), 403);
     env.finish().await;
 }

@@ -147,9 +147,11 @@ impl AuditRecord {
         self
     }
 
-    /// The stand-in for a record the database refused: only what the server
-    /// itself chose (no caller-supplied text), and why it stands in.
-    pub fn refused_by_store(&self, reason: &str) -> Self {
+    /// The stand-in for a record the database refused, and why it stands
+    /// in: what the server itself chose, plus (when `with_identity`) who
+    /// asked and from where. Without identity it holds no caller-supplied
+    /// text at all, for when the identity was what the database refused.
+    pub fn refused_by_store(&self, reason: &str, with_identity: bool) -> Self {
         let mut record = Self::new(
             event::RECORD_REFUSED,
             outcome::DENIED,
@@ -159,6 +161,13 @@ impl AuditRecord {
         record.reason_code = Some("audit_record_refused".into());
         record.cluster = self.cluster.clone();
         record.identity_verified = self.identity_verified;
+        if with_identity {
+            record.issuer = self.issuer.clone();
+            record.tenant = self.tenant.clone();
+            record.subject = self.subject.clone();
+            record.username = self.username.clone();
+            record.client_ip = self.client_ip.clone();
+        }
         record.details = json!({
             "event": self.event,
             "outcome": self.outcome,

@@ -31,8 +31,10 @@ const CHAIN_LOCK_KEY: i64 = 0x7461_6c6f_7353_534f;
 pub enum StoreError {
     #[error("the audit database is unavailable: {0}")]
     Unavailable(String),
-    /// The database answered and refused a statement (a constraint, a value
-    /// it cannot store, a conflict): the connection is fine, the data is not.
+    /// The database answered and refused a statement for its data (a
+    /// constraint, a value it cannot store, a row too large): the record is
+    /// at fault, not the database. Locks, conflicts, timeouts and shutdowns
+    /// are [`StoreError::Unavailable`].
     #[error("the audit database refused the write: {0}")]
     Refused(String),
     #[error("audit database migration failed: {0}")]
@@ -41,14 +43,27 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Whether a database error code says the data was refused: Postgres
+/// SQLSTATE classes 22 (data exception), 23 (integrity constraint) and 54
+/// (program limit, e.g. a row too large); SQLite primary result codes 18
+/// (TOOBIG), 19 (CONSTRAINT), 20 (MISMATCH) and 25 (RANGE).
+fn refuses_the_data(code: &str) -> bool {
+    match code.parse::<u32>() {
+        Ok(sqlite) if code.len() != 5 => matches!(sqlite & 0xff, 18 | 19 | 20 | 25),
+        _ => matches!(code.get(..2), Some("22" | "23" | "54")),
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match &error {
-            sqlx::Error::Database(refusal) => StoreError::Refused(format!(
-                "[{}] {}",
-                refusal.code().unwrap_or_default(),
-                super::text::clean(refusal.message(), super::text::FIELD_CHARS)
-            )),
+            sqlx::Error::Database(refusal) if refusal.code().is_some_and(|code| refuses_the_data(&code)) => {
+                StoreError::Refused(format!(
+                    "[{}] {}",
+                    refusal.code().unwrap_or_default(),
+                    super::text::clean(refusal.message(), super::text::FIELD_CHARS)
+                ))
+            }
             _ => StoreError::Unavailable(error.to_string()),
         }
     }
@@ -185,7 +200,7 @@ fn migrator(files: &[(&'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(migrations)
 }
 
-const POSTGRES_MIGRATIONS: [(&str, &str); 2] = [
+const POSTGRES_MIGRATIONS: [(&str, &str); 3] = [
     (
         "audit",
         include_str!("../../../migrations/postgres/0001_audit.sql"),
@@ -194,12 +209,20 @@ const POSTGRES_MIGRATIONS: [(&str, &str); 2] = [
         "deny list",
         include_str!("../../../migrations/postgres/0002_deny_list.sql"),
     ),
+    (
+        "deny by subject",
+        include_str!("../../../migrations/postgres/0003_deny_by_subject.sql"),
+    ),
 ];
-const SQLITE_MIGRATIONS: [(&str, &str); 2] = [
+const SQLITE_MIGRATIONS: [(&str, &str); 3] = [
     ("audit", include_str!("../../../migrations/sqlite/0001_audit.sql")),
     (
         "deny list",
         include_str!("../../../migrations/sqlite/0002_deny_list.sql"),
+    ),
+    (
+        "deny by subject",
+        include_str!("../../../migrations/sqlite/0003_deny_by_subject.sql"),
     ),
 ];
 
@@ -443,11 +466,15 @@ impl AuditStore {
     /// a subject, this username).
     pub async fn is_denied(&self, subject: &str, username: &str) -> Result<bool, StoreError> {
         let entries = self.deny_list().await?;
+        let (subject, username) = (
+            super::text::clean_field(subject),
+            super::text::clean_field(username),
+        );
         Ok(entries.iter().any(|e| {
             entry_blocks(
                 &(e.subject.clone(), e.username.clone()),
-                Some(subject),
-                Some(username),
+                Some(&subject),
+                Some(&username),
             )
         }))
     }
@@ -511,11 +538,15 @@ fn entry_blocks(
 /// changes, then the record on the chain.
 async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
     let (mut seq, mut hash) = tx.head().await?;
+    // Checks compare what is stored: deny entries hold cleaned text, so the
+    // record is cleaned first (a subject with a zero-width space must match
+    // the entry an admin wrote from the trail).
+    let records: Vec<AuditRecord> = batch.iter().map(|a| a.record.clone().normalised()).collect();
     let (subjects, usernames): (Vec<String>, Vec<String>) = batch
         .iter()
-        .filter(|a| a.deny_check)
-        .map(|a| {
-            let r = &a.record;
+        .zip(&records)
+        .filter(|(a, _)| a.deny_check)
+        .map(|(_, r)| {
             (
                 r.subject.clone().unwrap_or_default(),
                 r.username.clone().unwrap_or_default().to_lowercase(),
@@ -528,8 +559,7 @@ async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<App
         tx.denied(&subjects, &usernames).await?
     };
     let mut out = Vec::with_capacity(batch.len());
-    for append in batch {
-        let mut record = append.record.clone();
+    for (append, mut record) in batch.iter().zip(records) {
         let mut outcome = Outcome::Recorded;
         if append.deny_check
             && denied
@@ -621,7 +651,7 @@ impl ChainTx for sqlx::Transaction<'_, sqlx::Postgres> {
             .execute(&mut **self)
             .await?,
             DenyChange::Remove { subject, username } => {
-                sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR username = lower($2)")
+                sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR (subject IS NULL AND username = lower($2))")
                     .bind(subject)
                     .bind(username)
                     .execute(&mut **self)
@@ -712,7 +742,7 @@ impl ChainTx for sqlx::Transaction<'_, sqlx::Sqlite> {
             .execute(&mut **self)
             .await?,
             DenyChange::Remove { subject, username } => {
-                sqlx::query("DELETE FROM deny_list WHERE subject = ? OR username = lower(?)")
+                sqlx::query("DELETE FROM deny_list WHERE subject = ? OR (subject IS NULL AND username = lower(?))")
                     .bind(subject)
                     .bind(username)
                     .execute(&mut **self)
@@ -913,4 +943,29 @@ fn sqlite_record(row: &SqliteRow) -> Result<StoredRecord, StoreError> {
         prev_hash: row.try_get("prev_hash")?,
         hash: row.try_get("hash")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuses_the_data;
+
+    #[test]
+    fn only_data_errors_are_the_records_fault() {
+        // Postgres: invalid text, a check constraint, a row too large.
+        for code in ["22021", "22P05", "23514", "23505", "54000"] {
+            assert!(refuses_the_data(code), "{code}");
+        }
+        // Postgres: serialisation, deadlock, shutdown, cancel, missing table.
+        for code in ["40001", "40P01", "57P01", "57014", "42P01", "53300"] {
+            assert!(!refuses_the_data(code), "{code}");
+        }
+        // SQLite: constraint (and its extended codes), too big, mismatch.
+        for code in ["19", "2067", "275", "18", "20"] {
+            assert!(refuses_the_data(code), "{code}");
+        }
+        // SQLite: busy, locked, I/O, full, read-only.
+        for code in ["5", "6", "10", "13", "8", "517"] {
+            assert!(!refuses_the_data(code), "{code}");
+        }
+    }
 }

@@ -140,10 +140,11 @@ async fn write_one(store: &AuditStore, stats: &WriterStats, append: Append) -> R
 }
 
 /// A record the database refused is replaced by an `audit.record_refused`
-/// record that keeps only what the server itself wrote (time, request id,
-/// event, outcome, reason, configured cluster), so that the trail still
-/// shows the decision. The request is refused either way: nothing is issued
-/// on a record that was not kept.
+/// record that keeps what the server itself wrote (time, request id, event,
+/// outcome, reason, configured cluster) and who asked from where; when the
+/// database refuses that too, the stand-in without the identity. The trail
+/// still shows the decision. The request is refused either way: nothing is
+/// issued on a record that was not kept.
 async fn record_refusal(
     store: &AuditStore,
     stats: &WriterStats,
@@ -154,12 +155,19 @@ async fn record_refusal(
     stats.refused.fetch_add(1, Ordering::Relaxed);
     tracing::error!(%reason, request_id = %append.record.request_id,
         "audit record refused by the database; recording the refusal instead, the request is refused");
-    let fallback = Append {
-        record: append.record.refused_by_store(reason),
-        ..Default::default()
-    };
-    if let Err(error) = store.append_batch(&[fallback]).await {
-        log_failure(&error, 1);
+    for with_identity in [true, false] {
+        let fallback = Append {
+            record: append.record.refused_by_store(reason, with_identity),
+            ..Default::default()
+        };
+        match store.append_batch(&[fallback]).await {
+            Ok(_) => break,
+            Err(StoreError::Refused(_)) if with_identity => continue,
+            Err(error) => {
+                log_failure(&error, 1);
+                break;
+            }
+        }
     }
     Err(AuditError::Unavailable)
 }

@@ -957,7 +957,17 @@ pub async fn deny_add(
     };
     let change = crate::audit::store::DenyChange::Add(entry.clone());
     let stored = commit_privileged(&app, record, Some(change), &request_id).await?;
-    tracing::warn!(request_id = %request_id, by = %verified.username, "deny list entry added");
+    if stored.record.details["entries_changed"] == 0 {
+        // Recorded as tried; nothing changed, and the caller must know.
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_denied",
+            "this subject is already on the deny list; nothing was changed",
+        )
+        .with("audit_id", json!(stored.seq))
+        .request_id(&request_id));
+    }
+    tracing::warn!(request_id = %request_id, by = %text::clean_field(&verified.username), "deny list entry added");
     Ok((
         StatusCode::CREATED,
         Json(json!({ "entry": entry, "audit_id": stored.seq })),
@@ -1010,7 +1020,7 @@ pub async fn deny_remove(
     let request = query_or_400(query, &request_id)?;
     let (subject, username) = deny_target(&request, &request_id)?;
     let details = json!({"target_subject": subject, "target_username": username});
-    let (verified, record) = privileged(
+    let (verified, mut record) = privileged(
         &app,
         peer,
         &request_id,
@@ -1020,9 +1030,23 @@ pub async fn deny_remove(
         details,
     )
     .await?;
+    // A username names the subject verified records tie it to (entries
+    // block subjects), and entries added with that username alone.
+    let subject = match (subject, &username) {
+        (Some(subject), _) => Some(subject),
+        (None, Some(name)) => match subject_of(&app, name, &request_id).await {
+            Ok(subject) => Some(subject),
+            Err(error) if error.code == "subject_required" => None,
+            Err(error) => return Err(deny(&app, record, error).await),
+        },
+        (None, None) => None,
+    };
+    if let (Value::Object(details), Some(subject)) = (&mut record.details, &subject) {
+        details.insert("target_subject".into(), json!(subject));
+    }
     let change = crate::audit::store::DenyChange::Remove { subject, username };
     let stored = commit_privileged(&app, record, Some(change), &request_id).await?;
-    tracing::warn!(request_id = %request_id, by = %verified.username, "deny list entry removed");
+    tracing::warn!(request_id = %request_id, by = %text::clean_field(&verified.username), "deny list entry removed");
     Ok(Json(
         json!({ "removed": stored.record.details["entries_changed"], "audit_id": stored.seq }),
     ))

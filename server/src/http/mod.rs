@@ -100,14 +100,14 @@ pub fn client_address(trusted_proxies: &[ipnet::IpNet], peer: IpAddr, headers: &
     if !trusted(&peer) {
         return peer;
     }
-    // `None` stands for a header line that is not text: unreadable.
+    // Each entry on its own: one unreadable byte (a client's, on the left)
+    // must not make the proxy's own entry on the right unreadable too.
+    // `None` stands for an entry that is not text.
     let entries: Vec<Option<&str>> = headers
         .get_all("x-forwarded-for")
         .iter()
-        .flat_map(|line| match line.to_str() {
-            Ok(text) => text.split(',').map(Some).collect::<Vec<_>>(),
-            Err(_) => vec![None],
-        })
+        .flat_map(|line| line.as_bytes().split(|b| *b == b','))
+        .map(|entry| std::str::from_utf8(entry).ok())
         .collect();
     let mut client = peer;
     for entry in entries.into_iter().rev() {
@@ -224,6 +224,12 @@ mod tests {
             "10.2.2.2"
         );
         assert_eq!(address(&lb, "10.0.0.5", &[b"6.6.6.6", b"\xff\xfe"]), "10.0.0.5");
+        // A client's non-text entry does not hide the entry the proxy added.
+        assert_eq!(address(&lb, "10.0.0.5", &[b"\xe9, 203.0.113.7"]), "203.0.113.7");
+        assert_eq!(
+            address(&lb, "10.0.0.5", &[b"203.0.113.9, \xe9, 10.1.1.1"]),
+            "10.1.1.1"
+        );
         // Only trusted hops: the leftmost of them.
         assert_eq!(address(&lb, "10.0.0.5", &[b"10.3.3.3"]), "10.3.3.3");
         assert_eq!(address(&lb, "10.0.0.5", &[]), "10.0.0.5");

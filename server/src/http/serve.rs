@@ -7,8 +7,11 @@
 //! - the TLS handshake and every request head must arrive within
 //!   `header_read_timeout` (for HTTP/1.1 this also ends a keep-alive
 //!   connection that sends no next request);
-//! - a connection on which no byte moves for `idle_timeout` is closed
-//!   (HTTP/2 included, which has no head timeout of its own);
+//! - a connection with no request for `idle_timeout` is closed (HTTP/2
+//!   included, which has no head timeout of its own; PINGs and other
+//!   frames that ask for nothing do not count);
+//! - at most `max_connections_per_address` of them from one client address
+//!   (IPv6: /64; trusted proxies exempt): further ones are closed at once;
 //! - HTTP/2: at most `http2_max_concurrent_streams` streams per connection,
 //!   and hyper's defences against reset floods;
 //! - at shutdown, no new connections; open ones finish their requests
@@ -16,15 +19,14 @@
 //!
 //! The TLS certificate and key are reloaded when their files change.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -32,7 +34,7 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 use tokio_rustls::rustls::ServerConfig;
@@ -124,11 +126,15 @@ pub async fn tls_from_config(tls: &TlsConfig) -> io::Result<(TlsFiles, tokio::ta
     Ok((files, task))
 }
 
-/// When a connection last moved a byte, in milliseconds since it opened.
+/// A connection's requests: how many are in flight, and when the last one
+/// started or finished. Idle means no request for `idle_timeout`, whatever
+/// else moves: HTTP/2 PINGs or window updates keep bytes flowing without
+/// asking for anything, and must not keep a connection (and its slot).
 #[derive(Debug)]
 struct Activity {
     opened: Instant,
     last_ms: AtomicU64,
+    in_flight: AtomicUsize,
 }
 
 impl Activity {
@@ -136,6 +142,7 @@ impl Activity {
         Arc::new(Self {
             opened: Instant::now(),
             last_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -144,48 +151,69 @@ impl Activity {
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// How long the connection has had no request, zero while one runs.
     fn idle_for(&self) -> Duration {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
         let now = self.opened.elapsed();
         now.saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
     }
+
+    fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        InFlight(self.clone())
+    }
 }
 
-/// A stream that notes each read and write in its [`Activity`].
-struct Tracked<T> {
-    inner: T,
-    activity: Arc<Activity>,
+/// One request in flight; counted out when dropped (answered or abandoned).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.touch();
+/// Open connections per client address (IPv6: per /64), so that one host
+/// cannot take every slot. Trusted proxies are not limited: every client
+/// behind them shares their address.
+#[derive(Debug, Default)]
+struct PerAddress {
+    open: std::sync::Mutex<HashMap<String, usize>>,
+}
+
+/// A slot of one address, given back when dropped.
+struct AddressSlot(Arc<PerAddress>, Option<String>);
+
+impl PerAddress {
+    fn take(self: &Arc<Self>, key: Option<String>, limit: usize) -> Option<AddressSlot> {
+        let Some(key) = key else {
+            return Some(AddressSlot(self.clone(), None));
+        };
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(key.clone()).or_insert(0);
+        if *count >= limit {
+            return None;
         }
-        polled
+        *count += 1;
+        Some(AddressSlot(self.clone(), Some(key)))
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        if let Some(key) = &self.1 {
+            let mut open = self.0.open.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(count) = open.get_mut(key) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    open.remove(key);
+                }
+            }
         }
-        polled
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -218,6 +246,7 @@ pub async fn run(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let builder = Arc::new(connection_builder(&http));
     let slots = Arc::new(Semaphore::new(http.max_connections));
+    let per_address = Arc::new(PerAddress::default());
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -240,6 +269,14 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
+        let ip = peer.ip().to_canonical();
+        let key = (!http.trusted_proxies.iter().any(|net| net.contains(&ip)))
+            .then(|| crate::ratelimit::address_key(ip));
+        let Some(address_slot) = per_address.take(key, http.max_connections_per_address) else {
+            // Closed at once: this address holds its share of connections.
+            drop(stream);
+            continue;
+        };
         let connection = Connection {
             builder: builder.clone(),
             router: router.clone(),
@@ -249,7 +286,7 @@ pub async fn run(
         };
         let acceptor = tls.as_ref().map(TlsFiles::acceptor);
         tokio::spawn(async move {
-            let _permit = permit;
+            let _slots = (permit, address_slot);
             connection.serve(stream, acceptor).await;
         });
     }
@@ -277,44 +314,35 @@ struct Connection {
 impl Connection {
     async fn serve(self, stream: TcpStream, acceptor: Option<tokio_rustls::TlsAcceptor>) {
         let _ = stream.set_nodelay(true);
-        let activity = Activity::new();
         match acceptor {
-            None => {
-                let io = Tracked {
-                    inner: stream,
-                    activity: activity.clone(),
-                };
-                self.drive(io, activity).await;
-            }
+            None => self.drive(stream).await,
             Some(acceptor) => {
                 let handshake = tokio::time::timeout(self.http.header_read_timeout, acceptor.accept(stream));
                 let Ok(Ok(stream)) = handshake.await else {
                     return;
                 };
-                let io = Tracked {
-                    inner: stream,
-                    activity: activity.clone(),
-                };
-                self.drive(io, activity).await;
+                self.drive(stream).await;
             }
         }
     }
 
-    async fn drive<I>(mut self, io: I, activity: Arc<Activity>)
+    async fn drive<I>(mut self, io: I)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (router, peer) = (self.router.clone(), self.peer);
+        let activity = Activity::new();
+        let (router, peer, requests) = (self.router.clone(), self.peer, activity.clone());
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             let router = router.clone();
+            let in_flight = requests.start();
             async move {
-                Ok::<_, Infallible>(
-                    router
-                        .oneshot(request)
-                        .await
-                        .unwrap_or_else(|never| match never {}),
-                )
+                let response = router
+                    .oneshot(request)
+                    .await
+                    .unwrap_or_else(|never| match never {});
+                drop(in_flight);
+                Ok::<_, Infallible>(response)
             }
         });
         let connection = self.builder.serve_connection(TokioIo::new(io), service);
