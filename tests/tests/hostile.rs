@@ -1035,3 +1035,29 @@ async fn deny_entries_are_per_subject_and_match_what_the_trail_shows() {
     assert_eq!(blocked.status().as_u16(), 403);
     env.finish().await;
 }
+
+/// Review finding: an anonymous refusal could store ~37 KB. A record
+/// nobody vouched for keeps a few short roles, and every field is bounded.
+#[tokio::test]
+async fn a_record_nobody_vouched_for_stays_small() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let roles: Vec<String> = (0..64).map(|_| "𝔸".repeat(250)).collect();
+    let status = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .header("user-agent", "u".repeat(4000))
+        .body(json!({"cluster": "prod", "csr": "x".repeat(1000), "roles": roles}).to_string())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(status, 401);
+    let rows = records(&env).await;
+    let record = &rows.last().unwrap().record;
+    assert_eq!(record.roles_requested.len(), 9, "8 kept and a count");
+    assert!(record.roles_requested.iter().all(|r| r.chars().count() <= 129));
+    let size = serde_json::to_string(record).unwrap().len();
+    assert!(size < 8 * 1024, "{size} bytes");
+    env.finish().await;
+}

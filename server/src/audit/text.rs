@@ -77,10 +77,17 @@ pub fn clean_field(text: &str) -> String {
     clean(text, FIELD_CHARS)
 }
 
-/// Each item cleaned, at most [`LIST_ITEMS`] kept; a cut list ends with an
-/// item saying how many were left out.
+/// Most characters kept of one list item (roles and group ids are short).
+pub const ITEM_CHARS: usize = 128;
+
+/// Each item cleaned and cut to [`ITEM_CHARS`], at most [`LIST_ITEMS`]
+/// kept; a cut list ends with an item saying how many were left out.
 pub fn clean_list(items: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = items.iter().take(LIST_ITEMS).map(|i| clean_field(i)).collect();
+    let mut out: Vec<String> = items
+        .iter()
+        .take(LIST_ITEMS)
+        .map(|i| clean(i, ITEM_CHARS))
+        .collect();
     if items.len() > LIST_ITEMS {
         out.push(format!("… {} more", items.len() - LIST_ITEMS));
     }

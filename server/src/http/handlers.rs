@@ -139,13 +139,18 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The token id the replay guard claims: `uti`/`jti`, else a hash of what
-/// the token's signature covers (see [`VerifiedToken::signed_sha256`]).
+/// The token id the replay guard claims: `uti`/`jti` (hashed when too
+/// long to be a key), else a hash of what the token's signature covers
+/// (see [`VerifiedToken::signed_sha256`]).
 fn token_id(verified: &VerifiedToken) -> String {
-    verified
-        .token_id
-        .clone()
-        .unwrap_or_else(|| format!("sha256:{}", verified.signed_sha256))
+    match &verified.token_id {
+        Some(id) if id.len() <= 128 && !id.starts_with("sha256:") => id.clone(),
+        Some(id) => format!(
+            "sha256:{}",
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, id.as_bytes()))
+        ),
+        None => format!("sha256:{}", verified.signed_sha256),
+    }
 }
 
 impl Caller {
@@ -221,6 +226,12 @@ async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
     if record.event == event::CERTIFICATE_DENIED {
         count_denied(app, record.cluster.as_deref(), error.code);
     }
+    if !record.identity_verified && record.roles_requested.len() > UNVERIFIED_ROLES {
+        // Nobody vouched for this caller: keep a glimpse, not their list.
+        let more = record.roles_requested.len() - UNVERIFIED_ROLES;
+        record.roles_requested.truncate(UNVERIFIED_ROLES);
+        record.roles_requested.push(format!("… {more} more"));
+    }
     if !record.identity_verified || error.code == RATE_LIMITED {
         let key = record
             .client_ip
@@ -263,6 +274,9 @@ fn token_error(error: &AuthError, now: time::OffsetDateTime) -> ApiError {
 }
 
 const RATE_LIMITED: &str = "rate_limited";
+
+/// Requested roles kept in the record of a caller nobody authenticated.
+const UNVERIFIED_ROLES: usize = 8;
 
 fn rate_limited(retry: Duration, who: &str) -> ApiError {
     let seconds = retry.as_secs().max(1);
@@ -488,7 +502,7 @@ async fn issue_certificate(
         };
         app.metrics.issued.get_or_create(&labels).inc();
     }
-    tracing::info!(request_id = %request_id, cluster = %cluster.name, username = %verified.username,
+    tracing::info!(request_id = %request_id, cluster = %cluster.name, username = %text::clean_field(&verified.username),
         roles = ?issued.roles, serial = %issued.serial_hex, audit_seq = stored.seq, "certificate issued");
 
     Ok((
@@ -620,12 +634,15 @@ impl AuditQuery {
         })
     }
 
-    /// The parameters as recorded in the `audit.query` record.
+    /// The parameters as recorded in the `audit.query` record, each
+    /// bounded like any other field (the caller may not be an auditor).
     fn details(&self) -> Value {
+        let field = |v: &Option<String>| v.as_deref().map(text::clean_field);
         json!({
-            "since": self.since, "until": self.until, "username": self.username, "subject": self.subject,
-            "cluster": self.cluster, "role": self.role, "outcome": self.outcome, "event": self.event,
-            "serial": self.serial, "cursor": self.cursor, "limit": self.limit,
+            "since": field(&self.since), "until": field(&self.until), "username": field(&self.username),
+            "subject": field(&self.subject), "cluster": field(&self.cluster), "role": field(&self.role),
+            "outcome": field(&self.outcome), "event": field(&self.event), "serial": field(&self.serial),
+            "cursor": field(&self.cursor), "limit": field(&self.limit),
         })
     }
 }
@@ -1078,5 +1095,10 @@ mod tests {
             ..verified
         };
         assert_eq!(token_id(&with_id), "uti-1");
+        let long = VerifiedToken {
+            token_id: Some("j".repeat(5000)),
+            ..with_id
+        };
+        assert!(token_id(&long).starts_with("sha256:") && token_id(&long).len() == 71);
     }
 }

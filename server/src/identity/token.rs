@@ -166,12 +166,19 @@ fn decode_json(part: &str, what: &'static str) -> Result<Map<String, Value>, Tok
     serde_json::from_slice(&bytes).map_err(|_| TokenError::Malformed(what))
 }
 
+/// Latest time a token may name: the end of year 9999, the last instant
+/// that every store and the audit encoding can represent.
+const LATEST_TOKEN_TIME: i64 = 253_402_300_799;
+
+/// A time claim in seconds since 1970, refused outside 1970..=9999 (a time
+/// the stores cannot keep would make its audit record unreadable).
 fn time_claim(claims: &Map<String, Value>, name: &'static str) -> Result<Option<i64>, TokenError> {
     match claims.get(name) {
         None => Ok(None),
         Some(Value::Number(n)) => n
             .as_i64()
-            .or_else(|| n.as_f64().map(|f| f as i64))
+            .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+            .filter(|t| (0..=LATEST_TOKEN_TIME).contains(t))
             .map(Some)
             .ok_or(TokenError::Malformed("time claim out of range")),
         Some(_) => Err(TokenError::Malformed("time claim is not a number")),
@@ -747,6 +754,26 @@ mod tests {
             out[i] = d as u8;
         }
         out
+    }
+
+    #[test]
+    fn token_times_outside_what_the_stores_keep_are_refused() {
+        let s = signers();
+        let rules = generic_rules(None);
+        for (name, value) in [
+            ("iat", json!(-40_000_000_000i64)),
+            ("exp", json!(300_000_000_000i64)),
+            ("nbf", json!(-1)),
+        ] {
+            let mut claims =
+                json!({"iss": "https://idp.example.com", "aud": "talos-sso", "sub": "u-1", "exp": NOW + 60});
+            claims[name] = value;
+            assert_eq!(
+                code(&s, &sign(&s, "ES256", "ec", &claims), &rules, NOW),
+                "token_malformed",
+                "{name}"
+            );
+        }
     }
 
     #[test]
