@@ -93,7 +93,7 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
             "reading the audit trail is for the security team; ask to be added to one of the server's `auditors` groups".into()
         }
         "not_an_admin" => {
-            "changing the deny list is for administrators; ask to be added to one of the server's `admins` groups".into()
+            "the deny list is for administrators; ask to be added to one of the server's `admins` groups".into()
         }
         "rate_limited" => format!(
             "the server asks you to slow down ({detail}); try again in {} seconds",

@@ -613,6 +613,21 @@ pub fn follow_up(
 
 pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String> {
     let dir = std::path::absolute(&options.dir).map_err(|e| format!("{}: {e}", options.dir.display()))?;
+    // A quick start already running holds these ports: find out before its
+    // folder is emptied, not after.
+    for (what, port) in [
+        ("emulator", options.emulator_port),
+        ("server", options.server_port),
+    ] {
+        if port != 0 {
+            std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+                format!(
+                    "the {what} port {port} is taken ({e}): is another quick start running? \
+                     Stop it, or pick other ports with --emulator-port and --server-port (0: any free port)"
+                )
+            })?;
+        }
+    }
     prepare_dir(&dir)?;
     let dir = dir
         .canonicalize()

@@ -380,6 +380,10 @@ async fn audit_parameters_with_extreme_values_answer_400() {
         ("limit", "0", 400),
         ("limit", "1e3", 400),
         ("limit", "1000", 200),
+        ("outcome", "sucess", 400),
+        ("outcome", "denied", 200),
+        ("event", "certificate.issud", 400),
+        ("event", "refusals.aggregated", 200),
     ];
     for (parameter, value, expected) in cases {
         let (status, body) = get_as(&env, &format!("/v1/audit?{parameter}={value}"), Some(&sam)).await;
@@ -417,9 +421,10 @@ async fn audit_parameters_with_extreme_values_answer_400() {
 }
 
 /// Plain-HTTP and TLS servers with short limits.
-async fn slow_client_env(tls: bool) -> (TestEnv, Option<String>) {
-    let scratch = tempfile::tempdir().unwrap().keep();
-    let (ca_pem, cert, key) = talos_sso_tests::harness::tls_files(&scratch);
+async fn slow_client_env(tls: bool) -> (TestEnv, Option<String>, tempfile::TempDir) {
+    // The TLS files live in the test server's own work folder, removed with it.
+    let scratch = tempfile::tempdir().unwrap();
+    let (ca_pem, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
     let limits =
         "http: { header_read_timeout: 1s, request_timeout: 2s, idle_timeout: 3s, max_connections: 3 }\n";
     let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
@@ -438,7 +443,7 @@ async fn slow_client_env(tls: bool) -> (TestEnv, Option<String>) {
         }
     })
     .await;
-    (env, tls.then_some(ca_pem))
+    (env, tls.then_some(ca_pem), scratch)
 }
 
 fn address(env: &TestEnv) -> String {
@@ -467,7 +472,7 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> O
 /// connection: each is closed within its configured time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_silent_clients_are_cut_off_on_plain_http() {
-    let (env, _) = slow_client_env(false).await;
+    let (env, _, _scratch) = slow_client_env(false).await;
     let addr = address(&env);
     let limit = Duration::from_secs(8);
 
@@ -560,7 +565,7 @@ async fn slow_and_silent_clients_are_cut_off_on_plain_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_silent_clients_are_cut_off_on_tls() {
-    let (env, ca_pem) = slow_client_env(true).await;
+    let (env, ca_pem, _scratch) = slow_client_env(true).await;
     let addr = address(&env);
     let limit = Duration::from_secs(8);
 

@@ -41,11 +41,26 @@ pub mod event {
     /// Refusals of unauthenticated or rate-limited requests from one client
     /// address, counted over a window instead of recorded one by one.
     pub const REFUSALS_AGGREGATED: &str = "refusals.aggregated";
+
+    /// Every event a record can have (what an `event` filter may name).
+    pub const ALL: [&str; 9] = [
+        CERTIFICATE_ISSUED,
+        CERTIFICATE_DENIED,
+        BREAK_GLASS_ISSUED,
+        DENY_ADDED,
+        DENY_REMOVED,
+        DENY_LISTED,
+        AUDIT_QUERY,
+        RECORD_REFUSED,
+        REFUSALS_AGGREGATED,
+    ];
 }
 
 pub mod outcome {
     pub const SUCCESS: &str = "success";
     pub const DENIED: &str = "denied";
+    /// Every outcome (what an `outcome` filter may name).
+    pub const ALL: [&str; 2] = [SUCCESS, DENIED];
 }
 
 /// One decision, before it gets its place in the chain.

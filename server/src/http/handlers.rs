@@ -613,6 +613,16 @@ impl AuditQuery {
                 .transpose()
         };
         let clean = |v: &Option<String>| v.as_deref().map(text::clean_field);
+        // A misspelt outcome or event would match nothing and look like an
+        // empty trail: name the values instead.
+        let one_of = |v: &Option<String>, name: &'static str, known: &[&str]| match v.as_deref() {
+            Some(value) if !known.contains(&value) => {
+                Err((name, format!("`{name}` must be one of: {}", known.join(", "))))
+            }
+            _ => Ok(()),
+        };
+        one_of(&self.outcome, "outcome", &crate::audit::outcome::ALL)?;
+        one_of(&self.event, "event", &crate::audit::event::ALL)?;
         Ok(crate::audit::store::AuditFilter {
             since: when(&self.since, "since")?,
             until: when(&self.until, "until")?,
