@@ -190,9 +190,9 @@ pub enum AuditCommand {
     List {
         #[command(flatten)]
         filter: AuditFilterArgs,
-        /// At most this many records (follows pages as needed).
-        #[arg(long, default_value = "100")]
-        limit: usize,
+        /// At most this many records, 1 or more (follows pages as needed).
+        #[arg(long, default_value = "100", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
         /// A table for people (the default), JSON lines or CSV for tools.
         #[arg(long, value_enum, default_value = "table")]
         output: AuditOutput,
@@ -878,7 +878,7 @@ async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()>
                 params.push(("limit", page_size.to_string()));
                 let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
                 print_records(&page.records, output, shown == 0, out)?;
-                shown += page.records.len();
+                shown += page.records.len() as u64;
                 match page.next_cursor {
                     Some(next) if shown < limit => cursor = next,
                     _ => break,
@@ -1403,6 +1403,14 @@ mod tests {
             }
             missing_help(sub, &sub_path, missing);
         }
+    }
+
+    #[test]
+    fn an_audit_limit_of_zero_is_refused_not_rounded_up() {
+        use clap::Parser;
+        let zero = Cli::try_parse_from(["talos-sso", "audit", "list", "--limit", "0"]);
+        assert!(zero.unwrap_err().to_string().contains("--limit"));
+        assert!(Cli::try_parse_from(["talos-sso", "audit", "list", "--limit", "1"]).is_ok());
     }
 
     #[test]
