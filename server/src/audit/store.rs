@@ -581,7 +581,8 @@ async fn extend_chain(tx: &mut impl ChainTx, batch: &[Append]) -> Result<Vec<App
                 denied = tx.denied(&subjects, &usernames).await?;
             }
         }
-        let stored = chain(seq, &hash, outcome.apply(record).normalised());
+        // Already normalised above; `apply` only clears fields.
+        let stored = chain(seq, &hash, outcome.apply(record));
         tx.insert(&stored).await?;
         seq = stored.seq;
         hash = stored.hash.clone();
