@@ -276,14 +276,7 @@ mod tests {
     /// timeout is shortened here: a server that accepts and never answers.
     #[tokio::test]
     async fn a_server_that_never_answers_times_out_with_a_sentence() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let held = tokio::spawn(async move {
-            let mut open = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                open.push(stream);
-            }
-        });
+        let (port, held) = crate::connection::test_peers::silent_peer().await;
         let url = format!("https://127.0.0.1:{port}");
         let api = ApiClient::with_timeout(&url, Duration::from_millis(300)).unwrap();
         let error = api.info().await.unwrap_err();

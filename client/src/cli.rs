@@ -1034,6 +1034,17 @@ fn deny_entry_line(entry: &serde_json::Value) -> String {
 
 /// An error as the person reads it: the whole chain on one line, escaped,
 /// since server problem details and identity provider answers end up in it.
+/// Whether the command stopped because its output pipe was closed
+/// (`talos-sso audit export | head`): the reader has had enough, which is
+/// not an error.
+pub fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 pub fn error_text(error: &anyhow::Error) -> String {
     crate::display::escape(&format!("{error:#}"))
 }
@@ -1403,6 +1414,15 @@ mod tests {
             }
             missing_help(sub, &sub_path, missing);
         }
+    }
+
+    #[test]
+    fn a_closed_output_pipe_is_not_an_error() {
+        let pipe = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(closed_pipe(&pipe.context("writing a record")));
+        let other = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(!closed_pipe(&other));
+        assert!(!closed_pipe(&anyhow::anyhow!("the server refused")));
     }
 
     #[test]

@@ -447,6 +447,31 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
     text
 }
 
+/// Peers that fail in the ways this module names, for the tests of every
+/// module that reaches a server.
+#[cfg(test)]
+pub(crate) mod test_peers {
+    /// A port nothing listens on: bound, noted, released.
+    pub fn refused_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    /// A peer that accepts connections and never answers; abort the task
+    /// to close them.
+    pub async fn silent_peer() -> (u16, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        (port, held)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -455,11 +480,7 @@ mod tests {
 
     use super::*;
 
-    /// A port nothing listens on: bound, noted, released.
-    fn refused_port() -> u16 {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    }
+    use super::test_peers::{refused_port, silent_peer};
 
     async fn failure(url: &str, timeout: Duration) -> reqwest::Error {
         reqwest::Client::builder()
@@ -534,14 +555,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_peer_times_out() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let held = tokio::spawn(async move {
-            let mut open = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                open.push(stream);
-            }
-        });
+        let (port, held) = silent_peer().await;
         // The sentence is checked through the API client (`api`).
         let error = failure(&format!("https://127.0.0.1:{port}"), Duration::from_millis(300)).await;
         assert_eq!(classify(&error), Cause::TimedOut, "{error:?}");

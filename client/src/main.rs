@@ -17,19 +17,10 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(cli)) {
         Ok(code) => code,
         // `talos-sso audit export | head`: the reader has had enough.
-        Err(error) if closed_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) if cli::closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", cli::error_text(&error));
             ExitCode::FAILURE
         }
     }
-}
-
-/// Whether the command stopped because its output pipe was closed.
-fn closed_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }

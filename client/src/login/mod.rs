@@ -344,10 +344,7 @@ mod tests {
 
     use super::*;
 
-    fn refused_port() -> u16 {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    }
+    use crate::connection::test_peers::refused_port;
 
     fn info(issuer: String) -> ServerInfo {
         ServerInfo {
