@@ -3,7 +3,18 @@
 //! fields, the header names, the audit filter. A change here is a change of
 //! the contract between them; `API_VERSION` names it.
 
+pub mod audit;
+pub mod certificates;
+pub mod deny;
+pub mod error;
+pub mod info;
 pub mod issuer;
+
+pub use audit::{AuditPage, AuditQuery, AuditRecord, ChainStatus, StoredRecord};
+pub use certificates::{CertificateRequest, Identity, IssuedCertificate};
+pub use deny::{DenyAdded, DenyEntry, DenyList, DenyRemoved, DenyRequest};
+pub use error::{ErrorCode, Problem};
+pub use info::{ClusterInfo, Readiness, ServerInfo};
 
 /// The version of this API: the `/v1` of every path.
 pub const API_VERSION: u32 = 1;

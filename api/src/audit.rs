@@ -1,0 +1,334 @@
+//! The audit trail on the wire: a record as `GET /v1/audit` serves it (and
+//! as the server hashes it), the events and outcomes it can name, the query
+//! parameters, and the answer of `GET /v1/audit/verify`.
+//!
+//! Times are RFC 3339 UTC with exactly six fractional digits: the one text
+//! form of a time in records, which the hash covers.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+/// What happened.
+pub mod event {
+    pub const CERTIFICATE_ISSUED: &str = "certificate.issued";
+    pub const CERTIFICATE_DENIED: &str = "certificate.denied";
+    pub const BREAK_GLASS_ISSUED: &str = "break_glass.issued";
+    /// An identity was added to or removed from the deny list.
+    pub const DENY_ADDED: &str = "deny.added";
+    pub const DENY_REMOVED: &str = "deny.removed";
+    /// Someone tried to read the deny list (recorded when refused).
+    pub const DENY_LISTED: &str = "deny.listed";
+    /// The trail itself was read (listed, exported or verified) through the API.
+    pub const AUDIT_QUERY: &str = "audit.query";
+    /// The database refused a record: this one stands in for it (the
+    /// request was refused).
+    pub const RECORD_REFUSED: &str = "audit.record_refused";
+    /// Refusals of unauthenticated or rate-limited requests from one client
+    /// address, counted over a window instead of recorded one by one.
+    pub const REFUSALS_AGGREGATED: &str = "refusals.aggregated";
+
+    /// Every event a record can have (what an `event` filter may name).
+    pub const ALL: [&str; 9] = [
+        CERTIFICATE_ISSUED,
+        CERTIFICATE_DENIED,
+        BREAK_GLASS_ISSUED,
+        DENY_ADDED,
+        DENY_REMOVED,
+        DENY_LISTED,
+        AUDIT_QUERY,
+        RECORD_REFUSED,
+        REFUSALS_AGGREGATED,
+    ];
+}
+
+/// How it ended.
+pub mod outcome {
+    pub const SUCCESS: &str = "success";
+    pub const DENIED: &str = "denied";
+    /// Every outcome (what an `outcome` filter may name).
+    pub const ALL: [&str; 2] = [SUCCESS, DENIED];
+}
+
+/// One decision, before it gets its place in the chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditRecord {
+    #[serde(with = "micros")]
+    pub occurred_at: OffsetDateTime,
+    pub request_id: String,
+    pub event: String,
+    pub outcome: String,
+    /// The stable error code of a denial.
+    pub reason_code: Option<String>,
+    pub cluster: Option<String>,
+    pub issuer: Option<String>,
+    pub tenant: Option<String>,
+    /// Entra `oid`, else `sub`.
+    pub subject: Option<String>,
+    pub username: Option<String>,
+    /// False when the identity fields come from a token that failed
+    /// verification (recorded for investigation, never trusted).
+    pub identity_verified: bool,
+    pub groups_evaluated: Vec<String>,
+    pub roles_requested: Vec<String>,
+    pub roles_granted: Vec<String>,
+    pub serial: Option<String>,
+    pub certificate_sha256: Option<String>,
+    pub public_key_sha256: Option<String>,
+    #[serde(with = "micros_option")]
+    pub not_before: Option<OffsetDateTime>,
+    #[serde(with = "micros_option")]
+    pub not_after: Option<OffsetDateTime>,
+    pub client_ip: Option<String>,
+    pub user_agent: Option<String>,
+    pub client_version: Option<String>,
+    /// `uti` / `jti` of a verified token (or the claimed one of a refused
+    /// token); empty when it has neither (the replay guard then keys on a
+    /// hash of what the signature covers, which is not recorded).
+    pub token_id: Option<String>,
+    #[serde(with = "micros_option")]
+    pub token_issued_at: Option<OffsetDateTime>,
+    /// Event-specific facts (break-glass operator and reason, ...).
+    pub details: Value,
+}
+
+impl Default for AuditRecord {
+    fn default() -> Self {
+        Self::new("", "", "", OffsetDateTime::UNIX_EPOCH)
+    }
+}
+
+impl AuditRecord {
+    /// An empty record of `event` at `at` (microsecond precision, as stored).
+    pub fn new(event: &str, outcome: &str, request_id: &str, at: OffsetDateTime) -> Self {
+        Self {
+            occurred_at: truncate_to_micros(at),
+            request_id: request_id.to_owned(),
+            event: event.to_owned(),
+            outcome: outcome.to_owned(),
+            reason_code: None,
+            cluster: None,
+            issuer: None,
+            tenant: None,
+            subject: None,
+            username: None,
+            identity_verified: false,
+            groups_evaluated: Vec::new(),
+            roles_requested: Vec::new(),
+            roles_granted: Vec::new(),
+            serial: None,
+            certificate_sha256: None,
+            public_key_sha256: None,
+            not_before: None,
+            not_after: None,
+            client_ip: None,
+            user_agent: None,
+            client_version: None,
+            token_id: None,
+            token_issued_at: None,
+            details: json!({}),
+        }
+    }
+
+    /// The record written instead of an action refused at commit time
+    /// (`token_replayed`, `identity_denied`): an issuance becomes a
+    /// `certificate.denied` that names no certificate (it was never sent);
+    /// other events keep their name with outcome `denied`.
+    pub fn into_denial(mut self, reason: &str) -> Self {
+        if self.event == event::CERTIFICATE_ISSUED {
+            self.event = event::CERTIFICATE_DENIED.into();
+        }
+        self.outcome = outcome::DENIED.into();
+        self.reason_code = Some(reason.into());
+        self.roles_granted.clear();
+        self.serial = None;
+        self.certificate_sha256 = None;
+        self.public_key_sha256 = None;
+        self.not_before = None;
+        self.not_after = None;
+        self
+    }
+}
+
+/// A record in the chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredRecord {
+    pub seq: i64,
+    #[serde(flatten)]
+    pub record: AuditRecord,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// One page of `GET /v1/audit`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub records: Vec<StoredRecord>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    pub next_cursor: Option<i64>,
+}
+
+/// The query parameters of `GET /v1/audit`, as sent. The server checks
+/// each (and refuses a bad one naming the parameter) once the caller is
+/// known to be an auditor; the `audit.query` record keeps them as sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// RFC 3339 time, or a duration back from now (`7d`, `12h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Granted or requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// One of [`outcome::ALL`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// One of [`event::ALL`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    /// The `next_cursor` of the previous page (a sequence number, 0 or more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Records per page, 1 to [`MAX_PAGE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+}
+
+/// Largest page of `GET /v1/audit`.
+pub const MAX_PAGE: i64 = 1000;
+
+/// Records per page when `limit` is not given.
+pub const DEFAULT_PAGE: i64 = 100;
+
+/// `GET /v1/audit/verify`: the hash chain recomputed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainStatus {
+    pub intact: bool,
+    /// Records checked and found good, from the first.
+    pub verified: u64,
+    pub last_seq: i64,
+    pub first_broken: Option<BrokenLink>,
+}
+
+/// Where the chain breaks, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokenLink {
+    pub seq: i64,
+    pub reason: String,
+}
+
+pub fn truncate_to_micros(t: OffsetDateTime) -> OffsetDateTime {
+    let micros = t.microsecond();
+    t.replace_nanosecond(micros * 1000).unwrap_or(t)
+}
+
+/// RFC 3339 UTC with six fractional digits: the one text form of a time.
+pub fn format_micros(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+/// An RFC 3339 time.
+pub fn parse_micros(text: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
+}
+
+fn time_from<'de, D: Deserializer<'de>>(text: &str) -> Result<OffsetDateTime, D::Error> {
+    parse_micros(text).ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not an RFC 3339 time")))
+}
+
+/// A time in its one text form ([`format_micros`]).
+pub mod micros {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_micros(*t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OffsetDateTime, D::Error> {
+        time_from::<D>(&String::deserialize(d)?)
+    }
+}
+
+/// An optional time in its one text form, `null` when absent.
+pub mod micros_option {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(t: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&format_micros(*t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OffsetDateTime>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| time_from::<D>(&text))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_record_reads_back_as_it_was_served() {
+        let mut record = AuditRecord::new(
+            event::CERTIFICATE_ISSUED,
+            outcome::SUCCESS,
+            "req-1",
+            OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789).unwrap(),
+        );
+        record.not_after = Some(record.occurred_at + time::Duration::minutes(5));
+        record.roles_granted = vec!["os:reader".into()];
+        let stored = StoredRecord {
+            seq: 7,
+            record,
+            prev_hash: "0".repeat(64),
+            hash: "f".repeat(64),
+        };
+        let text = serde_json::to_string(&stored).unwrap();
+        assert!(
+            text.contains(r#""occurred_at":"2023-11-14T22:13:20.123456Z""#),
+            "{text}"
+        );
+        let back: StoredRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, stored);
+    }
+
+    #[test]
+    fn a_denial_names_no_certificate() {
+        let mut record = AuditRecord::new(
+            event::CERTIFICATE_ISSUED,
+            outcome::SUCCESS,
+            "r",
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        record.serial = Some("01".into());
+        let denied = record.into_denial("token_replayed");
+        assert_eq!(denied.event, event::CERTIFICATE_DENIED);
+        assert_eq!(denied.outcome, outcome::DENIED);
+        assert_eq!(denied.serial, None);
+    }
+}

@@ -1,0 +1,39 @@
+//! `GET /v1/info`: what the CLI needs to log in and to pick a cluster.
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub server_version: String,
+    pub api_version: u32,
+    /// The issuer people log in with; may be a template ([`crate::issuer`]).
+    pub issuer: String,
+    #[serde(default)]
+    pub discovery_url: Option<String>,
+    /// The public client id the CLI logs in as.
+    pub client_id: String,
+    pub scopes: Vec<String>,
+    pub clusters: Vec<ClusterInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub default_ttl_seconds: u64,
+    #[serde(default)]
+    pub max_ttl_seconds: u64,
+}
+
+/// `GET /readyz`: ready when the database answers and the identity
+/// providers' keys are fresh.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub database: bool,
+    pub identity_provider_keys_fresh: bool,
+    pub clusters: usize,
+}
