@@ -17,11 +17,11 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::app::{Cluster, StartError, load_clusters, open_store};
-use crate::audit::store::{Append, Appended};
 use crate::audit::{AuditRecord, event, outcome, random_hex};
 use crate::ca::generate::{NewKeyType, generate_key};
-use crate::certificate::{self, LeafRequest};
 use crate::config::Config;
+use crate::issuance::{BreakGlassGrant, Issuance, IssuanceError};
+use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BreakGlassError {
@@ -162,6 +162,8 @@ pub async fn run(
             grantable,
         });
     }
+    // Checked again by the issuance; here so that nothing is made for a
+    // request that cannot be granted.
     if request.ttl > cluster.config.max_ttl {
         return Err(BreakGlassError::TtlTooLong {
             requested: request.ttl,
@@ -171,27 +173,13 @@ pub async fn run(
     let operator = Operator::of_this_process();
     let key = generate_key(NewKeyType::Ed25519, &SystemRandom::new())
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
-    let spki = key
+    let public_key = key
         .key
         .public_key_info()
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
     let username = format!("break-glass:{}@{}", operator.name, operator.host);
-    let leaf = LeafRequest {
-        csr: &[],
-        username: &username,
-        roles: request.roles,
-        ttl: request.ttl,
-        clock_skew: cluster.config.clock_skew,
-    };
-    let issued = certificate::sign_leaf(&cluster.ca, &spki, &leaf, now)
-        .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
-
     let request_id = random_hex(16).map_err(|e| BreakGlassError::Issue(e.to_string()))?;
-    let mut record = AuditRecord::new(event::BREAK_GLASS_ISSUED, outcome::SUCCESS, &request_id, now);
-    record.cluster = Some(cluster.name.clone());
-    record.username = Some(username.clone());
-    record.roles_requested = request.roles.to_vec();
-    record.set_certificate(&issued);
+    let mut record = AuditRecord::new(event::BREAK_GLASS_ISSUED, outcome::DENIED, &request_id, now);
     record.details = json!({
         "operator": operator.name,
         "uid": operator.uid,
@@ -201,18 +189,28 @@ pub async fn run(
         "reason": reason,
         "ttl_seconds": request.ttl.as_secs(),
     });
-    let store = open_store(config, config.database.migrate_on_start.unwrap_or(true)).await?;
-    let appended = store
-        .append_batch(&[Append {
-            record,
-            ..Default::default()
-        }])
-        .await;
-    store.close().await;
-    let audit_seq = match appended.map_err(|e| BreakGlassError::Audit(e.to_string()))?.pop() {
-        Some(Appended::Recorded(stored)) => stored.seq,
-        _ => return Err(BreakGlassError::Audit("the record was not written".into())),
+    let grant = BreakGlassGrant {
+        cluster: &cluster.name,
+        username: &username,
+        roles: request.roles,
+        ttl: request.ttl,
+        public_key: &public_key,
     };
+    let store = open_store(config, config.database.migrate_on_start.unwrap_or(true)).await?;
+    let metrics = Metrics::new();
+    let issuance = Issuance {
+        clusters: &clusters,
+        recorder: &store,
+        metrics: &metrics,
+    };
+    let issued = issuance.issue_break_glass(&grant, record, now).await;
+    store.close().await;
+    let issued = issued.map_err(|error| match error {
+        IssuanceError::AuditUnavailable => BreakGlassError::Audit(error.to_string()),
+        other => BreakGlassError::Issue(other.to_string()),
+    })?;
+    let audit_seq = issued.record.seq;
+    let issued = issued.certificate;
 
     let context = format!("{}-break-glass", cluster.context_name());
     let talosconfig = json!({

@@ -140,8 +140,6 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
 /// Everything the leaf says that does not come from the CA or the CSR.
 #[derive(Debug, Clone)]
 pub struct LeafRequest<'a> {
-    /// The PKCS#10 request, PEM or DER.
-    pub csr: &'a [u8],
     /// Written as the CN (for people and audit; Talos ignores it).
     pub username: &'a str,
     /// Talos roles, one `O` each, in this order (duplicates dropped).
@@ -171,16 +169,16 @@ pub struct IssuedCertificate {
 /// randomness.
 pub fn issue(
     ca: &CertificateAuthority,
+    csr: &[u8],
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
 ) -> Result<IssuedCertificate, IssueError> {
-    let spki = verify_csr(request.csr)?;
+    let spki = verify_csr(csr)?;
     sign_leaf(ca, &spki, request, now)
 }
 
 /// Sign a Talos client certificate for a public key the caller already
 /// trusts (a verified CSR's, or a key made here for break-glass).
-/// `request.csr` is not read.
 pub fn sign_leaf(
     ca: &CertificateAuthority,
     spki: &SubjectPublicKeyInfoOwned,

@@ -35,6 +35,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod identity;
+pub mod issuance;
 pub mod metrics;
 pub mod policy;
 pub mod ratelimit;

@@ -157,13 +157,11 @@ impl fmt::Display for Denial {
     }
 }
 
-/// The outcome of a decision, with what was evaluated (for the audit record).
+/// What a decision grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// Roles to put in the certificate (sorted, like Talos's `role.Set`).
     pub granted: Vec<String>,
-    /// Everything the person is entitled to on this cluster.
-    pub entitled: Vec<String>,
 }
 
 /// A cluster's checked rules.
@@ -270,7 +268,6 @@ impl ClusterPolicy {
         };
         Ok(Decision {
             granted: granted.into_iter().collect(),
-            entitled,
         })
     }
 
@@ -629,7 +626,6 @@ mod tests {
         .unwrap();
         let decision = policy.decide(&person("a", &[ADMINS], &[], "t"), &[]).unwrap();
         assert_eq!(decision.granted, ["os:admin", "os:reader"]);
-        assert_eq!(decision.entitled, decision.granted);
     }
 
     #[test]

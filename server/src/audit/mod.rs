@@ -4,7 +4,12 @@
 //!   check shared by both stores;
 //! - `store`: Postgres and SQLite behind one type, append in batches, read back;
 //! - `writer`: group commit, so that many concurrent requests share one
-//!   transaction (and one fsync) while each still waits for its own commit.
+//!   transaction (and one fsync) while each still waits for its own commit;
+//! - `recorder`: what commits one decision (the writer, or the store for
+//!   one-off commands);
+//! - `text`: escaping and bounding every text a record holds.
+//!
+//! The record type itself is the API's ([`talos_sso_api::audit`]).
 //!
 //! Canonical encoding: a JSON object of every field except `hash`, keys in
 //! byte order, no whitespace, times as RFC 3339 UTC with exactly six
@@ -12,161 +17,42 @@
 //! encoding; `prev_hash` of the first record is 64 zeros. Changing any field,
 //! removing a record or reordering records breaks the chain at that point.
 
+pub mod recorder;
 pub mod store;
 pub mod text;
 pub mod writer;
 
-use serde::Serialize;
 use serde_json::{Map, Value, json};
-use time::OffsetDateTime;
 
 /// `prev_hash` of the first record.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// What happened.
-pub mod event {
-    pub const CERTIFICATE_ISSUED: &str = "certificate.issued";
-    pub const CERTIFICATE_DENIED: &str = "certificate.denied";
-    pub const BREAK_GLASS_ISSUED: &str = "break_glass.issued";
-    /// An identity was added to or removed from the deny list.
-    pub const DENY_ADDED: &str = "deny.added";
-    pub const DENY_REMOVED: &str = "deny.removed";
-    /// Someone tried to read the deny list (recorded when refused).
-    pub const DENY_LISTED: &str = "deny.listed";
-    /// The trail itself was read (listed, exported or verified) through the API.
-    pub const AUDIT_QUERY: &str = "audit.query";
-    /// The database refused a record: this one stands in for it (the
-    /// request was refused).
-    pub const RECORD_REFUSED: &str = "audit.record_refused";
-    /// Refusals of unauthenticated or rate-limited requests from one client
-    /// address, counted over a window instead of recorded one by one.
-    pub const REFUSALS_AGGREGATED: &str = "refusals.aggregated";
+/// The record, its events and outcomes and its time format are part of the
+/// API (`GET /v1/audit` serves records as they are hashed).
+pub use talos_sso_api::audit::{
+    AuditRecord, BrokenLink, StoredRecord, event, format_micros, outcome, parse_micros, truncate_to_micros,
+};
 
-    /// Every event a record can have (what an `event` filter may name).
-    pub const ALL: [&str; 9] = [
-        CERTIFICATE_ISSUED,
-        CERTIFICATE_DENIED,
-        BREAK_GLASS_ISSUED,
-        DENY_ADDED,
-        DENY_REMOVED,
-        DENY_LISTED,
-        AUDIT_QUERY,
-        RECORD_REFUSED,
-        REFUSALS_AGGREGATED,
-    ];
-}
-
-pub mod outcome {
-    pub const SUCCESS: &str = "success";
-    pub const DENIED: &str = "denied";
-    /// Every outcome (what an `outcome` filter may name).
-    pub const ALL: [&str; 2] = [SUCCESS, DENIED];
-}
-
-/// One decision, before it gets its place in the chain.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditRecord {
-    #[serde(with = "micros")]
-    pub occurred_at: OffsetDateTime,
-    pub request_id: String,
-    pub event: String,
-    pub outcome: String,
-    /// The stable error code of a denial.
-    pub reason_code: Option<String>,
-    pub cluster: Option<String>,
-    pub issuer: Option<String>,
-    pub tenant: Option<String>,
-    /// Entra `oid`, else `sub`.
-    pub subject: Option<String>,
-    pub username: Option<String>,
-    /// False when the identity fields come from a token that failed
-    /// verification (recorded for investigation, never trusted).
-    pub identity_verified: bool,
-    pub groups_evaluated: Vec<String>,
-    pub roles_requested: Vec<String>,
-    pub roles_granted: Vec<String>,
-    pub serial: Option<String>,
-    pub certificate_sha256: Option<String>,
-    pub public_key_sha256: Option<String>,
-    #[serde(with = "micros_option")]
-    pub not_before: Option<OffsetDateTime>,
-    #[serde(with = "micros_option")]
-    pub not_after: Option<OffsetDateTime>,
-    pub client_ip: Option<String>,
-    pub user_agent: Option<String>,
-    pub client_version: Option<String>,
-    /// `uti` / `jti` of a verified token (or the claimed one of a refused
-    /// token); empty when it has neither (the replay guard then keys on a
-    /// hash of what the signature covers, which is not recorded).
-    pub token_id: Option<String>,
-    #[serde(with = "micros_option")]
-    pub token_issued_at: Option<OffsetDateTime>,
-    /// Event-specific facts (break-glass operator and reason, ...).
-    pub details: Value,
-}
-
-impl Default for AuditRecord {
-    fn default() -> Self {
-        Self::new("", "", "", OffsetDateTime::UNIX_EPOCH)
-    }
-}
-
-impl AuditRecord {
-    /// An empty record of `event` at `at` (microsecond precision, as stored).
-    pub fn new(event: &str, outcome: &str, request_id: &str, at: OffsetDateTime) -> Self {
-        Self {
-            occurred_at: truncate_to_micros(at),
-            request_id: request_id.to_owned(),
-            event: event.to_owned(),
-            outcome: outcome.to_owned(),
-            reason_code: None,
-            cluster: None,
-            issuer: None,
-            tenant: None,
-            subject: None,
-            username: None,
-            identity_verified: false,
-            groups_evaluated: Vec::new(),
-            roles_requested: Vec::new(),
-            roles_granted: Vec::new(),
-            serial: None,
-            certificate_sha256: None,
-            public_key_sha256: None,
-            not_before: None,
-            not_after: None,
-            client_ip: None,
-            user_agent: None,
-            client_version: None,
-            token_id: None,
-            token_issued_at: None,
-            details: json!({}),
-        }
-    }
-
-    /// The record written instead of an action refused at commit time
-    /// (`token_replayed`, `identity_denied`): an issuance becomes a
-    /// `certificate.denied` that names no certificate (it was never sent);
-    /// other events keep their name with outcome `denied`.
-    pub fn into_denial(mut self, reason: &str) -> Self {
-        if self.event == event::CERTIFICATE_ISSUED {
-            self.event = event::CERTIFICATE_DENIED.into();
-        }
-        self.outcome = outcome::DENIED.into();
-        self.reason_code = Some(reason.into());
-        self.roles_granted.clear();
-        self.serial = None;
-        self.certificate_sha256 = None;
-        self.public_key_sha256 = None;
-        self.not_before = None;
-        self.not_after = None;
-        self
-    }
-
+/// What the server does with a record beyond the API's view of it.
+pub trait RecordExt: Sized {
     /// The stand-in for a record the database refused, and why it stands
     /// in: what the server itself chose, plus (when `with_identity`) who
     /// asked and from where. Without identity it holds no caller-supplied
     /// text at all, for when the identity was what the database refused.
-    pub fn refused_by_store(&self, reason: &str, with_identity: bool) -> Self {
+    fn refused_by_store(&self, reason: &str, with_identity: bool) -> Self;
+
+    /// Name the certificate this record is about.
+    fn set_certificate(&mut self, issued: &crate::certificate::IssuedCertificate);
+
+    /// The record as the stores keep it: times to microseconds, and every
+    /// text field escaped and bounded ([`text`]), whatever its source, so
+    /// that no record can be refused by the database or hold text that
+    /// misleads whoever reads it.
+    fn normalised(self) -> Self;
+}
+
+impl RecordExt for AuditRecord {
+    fn refused_by_store(&self, reason: &str, with_identity: bool) -> Self {
         let mut record = Self::new(
             event::RECORD_REFUSED,
             outcome::DENIED,
@@ -192,8 +78,7 @@ impl AuditRecord {
         record
     }
 
-    /// Name the certificate this record is about.
-    pub fn set_certificate(&mut self, issued: &crate::certificate::IssuedCertificate) {
+    fn set_certificate(&mut self, issued: &crate::certificate::IssuedCertificate) {
         self.roles_granted = issued.roles.clone();
         self.serial = Some(issued.serial_hex.clone());
         self.certificate_sha256 = Some(issued.certificate_sha256.clone());
@@ -202,11 +87,7 @@ impl AuditRecord {
         self.not_after = Some(issued.not_after);
     }
 
-    /// The record as the stores keep it: times to microseconds, and every
-    /// text field escaped and bounded ([`text`]), whatever its source, so
-    /// that no record can be refused by the database or hold text that
-    /// misleads whoever reads it.
-    pub fn normalised(mut self) -> Self {
+    fn normalised(mut self) -> Self {
         self.occurred_at = truncate_to_micros(self.occurred_at);
         self.not_before = self.not_before.map(truncate_to_micros);
         self.not_after = self.not_after.map(truncate_to_micros);
@@ -246,59 +127,6 @@ impl AuditRecord {
         }
         self.details = text::clean_json(std::mem::take(&mut self.details));
         self
-    }
-}
-
-/// A record in the chain.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StoredRecord {
-    pub seq: i64,
-    #[serde(flatten)]
-    pub record: AuditRecord,
-    pub prev_hash: String,
-    pub hash: String,
-}
-
-pub fn truncate_to_micros(t: OffsetDateTime) -> OffsetDateTime {
-    let micros = t.microsecond();
-    t.replace_nanosecond(micros * 1000).unwrap_or(t)
-}
-
-/// RFC 3339 UTC with six fractional digits: the one text form of a time.
-pub fn format_micros(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.microsecond()
-    )
-}
-
-pub fn parse_micros(text: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
-}
-
-mod micros {
-    use serde::Serializer;
-    use time::OffsetDateTime;
-    pub fn serialize<S: Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&super::format_micros(*t))
-    }
-}
-
-mod micros_option {
-    use serde::Serializer;
-    use time::OffsetDateTime;
-    pub fn serialize<S: Serializer>(t: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => s.serialize_str(&super::format_micros(*t)),
-            None => s.serialize_none(),
-        }
     }
 }
 
@@ -357,12 +185,6 @@ pub struct ChainCheck {
     pub last_seq: i64,
     pub last_hash: String,
     pub first_broken: Option<BrokenLink>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokenLink {
-    pub seq: i64,
-    pub reason: String,
 }
 
 impl Default for ChainCheck {

@@ -21,6 +21,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlSafeStr};
 use time::OffsetDateTime;
 
+use super::RecordExt;
 use super::{AuditRecord, ChainCheck, GENESIS_HASH, StoredRecord, chain, format_micros, parse_micros};
 
 /// Postgres advisory lock key that serialises chain appends (any constant
@@ -129,24 +130,11 @@ pub struct Append {
     pub deny_change: Option<DenyChange>,
 }
 
-/// An entry of the deny list.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DenyEntry {
-    pub subject: Option<String>,
-    /// Lower-cased.
-    pub username: Option<String>,
-    pub reason: String,
-    pub added_by: String,
-    #[serde(serialize_with = "serialize_time")]
-    pub added_at: OffsetDateTime,
-}
+/// An entry of the deny list, as the API serves it.
+pub use talos_sso_api::DenyEntry;
 
 /// A deny_list row: subject, username, reason, added_by, added_at.
 type DenyRow<Time> = (Option<String>, Option<String>, String, String, Time);
-
-fn serialize_time<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format_micros(*t))
-}
 
 /// A deny-list change made with its audit record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::RecordExt;
 use super::store::{Append, Appended, AuditStore, StoreError};
 
 /// Most records in one transaction.

@@ -1,89 +1,202 @@
 //! API errors as RFC 9457 problem details (`application/problem+json`), each
-//! with a stable `code` and the `request_id` that also appears in the logs
-//! and the audit record. 5xx bodies say nothing about internals.
+//! with a stable `code` ([`ErrorCode`], shared with the CLI) and the
+//! `request_id` that also appears in the logs and the audit record. 5xx
+//! bodies say nothing about internals.
+//!
+//! Handlers return an [`ApiError`] without a request id; the request-id
+//! middleware writes the body, with the id, once ([`ApiError::render`]).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
+use talos_sso_api::error::PROBLEM_CONTENT_TYPE;
+use talos_sso_api::{ErrorCode, Problem};
 
-use super::REQUEST_ID_HEADER;
+use crate::audit::writer::AuditError;
+use crate::audit::{format_micros, store::StoreError};
+use crate::identity::authenticator::AuthError;
+use crate::identity::token::TokenError;
+use crate::issuance::IssuanceError;
+use crate::policy::Denial;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub error: ErrorCode,
     pub detail: String,
-    /// Machine-readable extras (entitled roles, CSR reason, server time...).
-    pub extra: Map<String, Value>,
-    pub request_id: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(error: ErrorCode, detail: impl Into<String>) -> Self {
         Self {
-            status,
-            code,
+            error,
             detail: detail.into(),
-            extra: Map::new(),
-            request_id: String::new(),
         }
     }
 
-    pub fn with(mut self, key: &str, value: Value) -> Self {
-        self.extra.insert(key.to_owned(), value);
-        self
+    /// The stable code, as recorded and counted.
+    pub fn code(&self) -> &'static str {
+        self.error.code()
     }
 
-    pub fn request_id(mut self, request_id: &str) -> Self {
-        self.request_id = request_id.to_owned();
-        self
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
-    /// The audit trail could not record the decision: nothing is issued.
+    /// `400 request_invalid`, optionally naming the query parameter at fault.
+    pub fn request_invalid(detail: impl Into<String>, parameter: Option<&str>) -> Self {
+        Self::new(
+            ErrorCode::RequestInvalid {
+                parameter: parameter.map(str::to_owned),
+            },
+            detail,
+        )
+    }
+
+    /// The audit trail could not record the decision: nothing happened.
     pub fn audit_unavailable() -> Self {
         Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "audit_unavailable",
+            ErrorCode::AuditUnavailable,
             "the audit trail is unavailable, so no certificate can be issued; try again shortly",
         )
     }
 
     pub fn internal() -> Self {
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ErrorCode::InternalError,
             "internal error; the request id is in the server log",
         )
+    }
+
+    pub fn rate_limited(retry: std::time::Duration, who: &str) -> Self {
+        let seconds = retry.as_secs().max(1);
+        Self::new(
+            ErrorCode::RateLimited {
+                retry_after_seconds: seconds,
+            },
+            format!("too many requests from {who}; try again in {seconds} seconds"),
+        )
+    }
+
+    /// A refused token; times come with the server's clock so that the
+    /// client can tell a clock problem from a stale token.
+    pub fn token(error: &AuthError, now: time::OffsetDateTime) -> Self {
+        let server_time = || format_micros(now);
+        let code = match error {
+            AuthError::OverageUnresolved(_) => ErrorCode::GroupsOverageUnresolved,
+            AuthError::Token(token) => match token {
+                TokenError::Malformed(_) => ErrorCode::TokenMalformed,
+                TokenError::AlgorithmNotAllowed(_) => ErrorCode::TokenAlgorithmNotAllowed,
+                TokenError::KeyUnknown(_) => ErrorCode::TokenKeyUnknown,
+                TokenError::BadSignature => ErrorCode::TokenSignatureInvalid,
+                TokenError::Expired => ErrorCode::TokenExpired {
+                    server_time: server_time(),
+                },
+                TokenError::NotYetValid => ErrorCode::TokenNotYetValid {
+                    server_time: server_time(),
+                },
+                TokenError::IssuedInFuture => ErrorCode::TokenIssuedInFuture {
+                    server_time: server_time(),
+                },
+                TokenError::WrongIssuer(_) => ErrorCode::TokenIssuerInvalid,
+                TokenError::WrongAudience => ErrorCode::TokenAudienceInvalid,
+                TokenError::WrongClient => ErrorCode::TokenClientInvalid,
+                TokenError::TenantMissing => ErrorCode::TokenTenantMissing,
+                TokenError::TenantNotAllowed(_) => ErrorCode::TokenTenantNotAllowed,
+                TokenError::SubjectMissing(_) => ErrorCode::TokenSubjectMissing,
+                TokenError::UsernameMissing(_) => ErrorCode::TokenUsernameMissing,
+            },
+        };
+        Self::new(code, error.to_string())
+    }
+
+    /// The whole answer, with the request id of the request it answers.
+    pub fn render(&self, request_id: &str) -> Response {
+        let status = self.status();
+        let problem = Problem {
+            kind: "about:blank".into(),
+            title: status.canonical_reason().unwrap_or("Error").into(),
+            status: status.as_u16(),
+            error: self.error.clone(),
+            detail: self.detail.clone(),
+            request_id: request_id.to_owned(),
+        };
+        let body = serde_json::to_string(&problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
+        );
+        if let ErrorCode::RateLimited { retry_after_seconds } = &self.error
+            && let Ok(value) = HeaderValue::from_str(&retry_after_seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
     }
 }
 
 impl IntoResponse for ApiError {
+    /// Rendered without a request id; the request-id middleware finds the
+    /// error in the response and renders it again with the id.
     fn into_response(self) -> Response {
-        let title = self.status.canonical_reason().unwrap_or("Error");
-        let mut body = json!({
-            "type": "about:blank",
-            "title": title,
-            "status": self.status.as_u16(),
-            "code": self.code,
-            "detail": self.detail,
-            "request_id": self.request_id,
-        });
-        if let Value::Object(map) = &mut body {
-            map.extend(self.extra.clone());
-        }
-        let mut response = (self.status, body.to_string()).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        if let Some(seconds) = self.extra.get("retry_after_seconds").and_then(Value::as_u64)
-            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        if let Ok(id) = HeaderValue::from_str(&self.request_id) {
-            response.headers_mut().insert(REQUEST_ID_HEADER, id);
-        }
+        let mut response = self.render("");
+        response.extensions_mut().insert(self);
         response
+    }
+}
+
+impl From<Denial> for ApiError {
+    fn from(denial: Denial) -> Self {
+        let detail = denial.to_string();
+        let code = match denial {
+            Denial::NoMatchingRule { would_grant } => ErrorCode::NoMatchingRule { would_grant },
+            Denial::RoleNotPermitted { requested, entitled } => ErrorCode::RoleNotPermitted {
+                refused: requested,
+                entitled,
+            },
+            Denial::RoleRequired { entitled } => ErrorCode::RoleRequired { entitled },
+        };
+        Self::new(code, detail)
+    }
+}
+
+impl From<IssuanceError> for ApiError {
+    fn from(error: IssuanceError) -> Self {
+        let detail = error.to_string();
+        match error {
+            IssuanceError::ClusterUnknown { known, .. } => {
+                Self::new(ErrorCode::ClusterUnknown { clusters: known }, detail)
+            }
+            IssuanceError::Policy(denial) => denial.into(),
+            IssuanceError::TtlInvalid => Self::new(ErrorCode::TtlInvalid, detail),
+            IssuanceError::TtlTooLong { max, .. } => Self::new(
+                ErrorCode::TtlTooLong {
+                    max_ttl_seconds: max.as_secs(),
+                },
+                detail,
+            ),
+            IssuanceError::Csr(csr) => Self::new(
+                ErrorCode::CsrInvalid {
+                    reason: csr.reason().into(),
+                },
+                csr.to_string(),
+            ),
+            IssuanceError::Signing(_) => Self::internal(),
+            IssuanceError::IdentityDenied => Self::new(ErrorCode::IdentityDenied, detail),
+            IssuanceError::TokenReplayed => Self::new(ErrorCode::TokenReplayed, detail),
+            IssuanceError::AuditUnavailable => Self::audit_unavailable(),
+        }
+    }
+}
+
+impl From<AuditError> for ApiError {
+    fn from(_: AuditError) -> Self {
+        Self::audit_unavailable()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        tracing::error!(%error, "audit store");
+        Self::audit_unavailable()
     }
 }

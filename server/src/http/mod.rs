@@ -1,10 +1,25 @@
-//! HTTP: the router, request ids, client addresses, limits; `serve` holds
-//! the serve loop shared by `serve` and the tests (`run(app, listener,
-//! tls, shutdown)`).
+//! HTTP: the router, request ids, client addresses, limits. One module per
+//! endpoint group, each extracting what the request says, calling the
+//! domain and mapping its answer:
+//!
+//! - `certificates`: `POST /v1/certificates`, through [`crate::issuance`];
+//! - `audit`: `GET /v1/audit` and `/v1/audit/verify` (auditors);
+//! - `deny`: `/v1/deny` (admins);
+//! - `status`: `/v1/info`, `/healthz`, `/readyz`, `/metrics`, not found;
+//! - `caller`: what is known of a caller before and after authentication,
+//!   and how a refusal is recorded;
+//! - `privileged`: authenticating auditors and admins;
+//! - `error`: problem details;
+//! - `serve`: the serve loop (TLS, limits, graceful shutdown).
 
+pub mod audit;
+pub mod caller;
+pub mod certificates;
+pub mod deny;
 pub mod error;
-pub mod handlers;
+pub mod privileged;
 pub mod serve;
+pub mod status;
 
 pub use serve::{TlsFiles, run, tls_from_config};
 
@@ -12,7 +27,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -22,7 +37,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::app::App;
 
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+pub use talos_sso_api::REQUEST_ID_HEADER;
 
 /// The request id of the current request (from the caller when well-formed).
 #[derive(Debug, Clone)]
@@ -35,6 +50,8 @@ fn well_formed_request_id(value: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
+/// Give the request its id, and the answer too: in the `X-Request-Id`
+/// header of every answer and in the body of every error.
 async fn request_id(mut request: Request, next: Next) -> Response {
     let from_caller = request
         .headers()
@@ -54,10 +71,23 @@ async fn request_id(mut request: Request, next: Next) -> Response {
     };
     request.extensions_mut().insert(RequestId(id.clone()));
     let mut response = next.run(request).await;
+    if let Some(error) = response.extensions_mut().remove::<error::ApiError>() {
+        response = error.render(&id);
+    }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
     response
+}
+
+/// Query parameters as axum reads them: refused ones become a 400 of ours.
+pub type QueryParams<T> = Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>;
+
+/// Query parameters, or a 400 `request_invalid` saying what is wrong with them.
+pub fn query_or_400<T>(query: QueryParams<T>) -> Result<T, error::ApiError> {
+    query
+        .map(|q| q.0)
+        .map_err(|e| error::ApiError::request_invalid(e.body_text(), None))
 }
 
 /// One `X-Forwarded-For` entry: an address, with or without a port
@@ -125,20 +155,15 @@ pub fn client_address(trusted_proxies: &[ipnet::IpNet], peer: IpAddr, headers: &
 pub fn router(app: Arc<App>) -> Router {
     let http = &app.config.http;
     Router::new()
-        .route("/v1/info", get(handlers::info))
-        .route("/v1/certificates", post(handlers::certificates))
-        .route("/v1/audit", get(handlers::audit_list))
-        .route("/v1/audit/verify", get(handlers::audit_verify))
-        .route(
-            "/v1/deny",
-            get(handlers::deny_list)
-                .post(handlers::deny_add)
-                .delete(handlers::deny_remove),
-        )
-        .route("/healthz", get(handlers::healthz))
-        .route("/readyz", get(handlers::readyz))
-        .route("/metrics", get(handlers::metrics))
-        .fallback(handlers::not_found)
+        .route("/v1/info", get(status::info))
+        .route("/v1/certificates", post(certificates::issue))
+        .route("/v1/audit", get(audit::list))
+        .route("/v1/audit/verify", get(audit::verify))
+        .route("/v1/deny", get(deny::list).post(deny::add).delete(deny::remove))
+        .route("/healthz", get(status::healthz))
+        .route("/readyz", get(status::readyz))
+        .route("/metrics", get(status::metrics))
+        .fallback(status::not_found)
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -147,14 +172,6 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(axum::middleware::from_fn(request_id))
         .with_state(app)
 }
-
-/// The peer address from connect info, when present.
-pub fn peer(connect: Option<ConnectInfo<SocketAddr>>) -> Option<SocketAddr> {
-    connect.map(|ConnectInfo(addr)| addr)
-}
-
-/// The app from router state (for handlers that need only it).
-pub type AppState = State<Arc<App>>;
 
 #[cfg(test)]
 mod tests {

@@ -148,6 +148,22 @@ pub struct VerifiedToken {
     pub claims: Map<String, Value>,
 }
 
+impl VerifiedToken {
+    /// The key the replay guard claims: `uti`/`jti` (hashed when too long
+    /// to be a key), else a hash of what the token's signature covers
+    /// ([`VerifiedToken::signed_sha256`]).
+    pub fn replay_key(&self) -> String {
+        match &self.token_id {
+            Some(id) if id.len() <= 128 && !id.starts_with("sha256:") => id.clone(),
+            Some(id) => format!(
+                "sha256:{}",
+                hex::encode(ring::digest::digest(&ring::digest::SHA256, id.as_bytes()))
+            ),
+            None => format!("sha256:{}", self.signed_sha256),
+        }
+    }
+}
+
 /// The claims of a token whose signature was *not* checked, for recording
 /// who a refused token claimed to be. Never use it to authorize anything.
 pub fn unverified_claims(token: &str) -> Option<Map<String, Value>> {
@@ -774,6 +790,35 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn the_replay_key_of_a_token_without_an_id_is_what_its_signature_covers() {
+        let verified = VerifiedToken {
+            issuer: "i".into(),
+            tenant: None,
+            subject: "s".into(),
+            username: "u".into(),
+            groups: vec![],
+            app_roles: vec![],
+            groups_overage: false,
+            token_id: None,
+            signed_sha256: "ab".repeat(32),
+            issued_at: None,
+            expires_at: OffsetDateTime::UNIX_EPOCH,
+            claims: Default::default(),
+        };
+        assert_eq!(verified.replay_key(), format!("sha256:{}", "ab".repeat(32)));
+        let with_id = VerifiedToken {
+            token_id: Some("uti-1".into()),
+            ..verified
+        };
+        assert_eq!(with_id.replay_key(), "uti-1");
+        let long = VerifiedToken {
+            token_id: Some("j".repeat(5000)),
+            ..with_id
+        };
+        assert!(long.replay_key().starts_with("sha256:") && long.replay_key().len() == 71);
     }
 
     #[test]

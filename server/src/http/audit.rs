@@ -1,0 +1,156 @@
+//! `GET /v1/audit` and `GET /v1/audit/verify` (auditors). Reading the trail
+//! is itself recorded (`audit.query`) before the answer leaves. The query
+//! parameters ([`AuditQuery`]) are checked once the caller is known to be an
+//! auditor, so that nobody else learns anything from how they are refused.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::json;
+use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
+use talos_sso_api::{AuditPage, AuditQuery, ChainStatus};
+
+use super::caller::{Caller, deny};
+use super::error::ApiError;
+use super::privileged::{Privilege, authorize, commit};
+use super::{QueryParams, query_or_400};
+use crate::app::App;
+use crate::audit::store::AuditFilter;
+use crate::audit::{event, outcome, text};
+
+/// Why a query parameter was refused: `(parameter, what is wrong)`.
+type ParamError = (&'static str, String);
+
+/// An RFC 3339 time, or a duration back from `now`; `None` when it is
+/// neither or falls outside the times this server can represent.
+pub fn parse_when(text: &str, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
+    if let Ok(t) = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+        return Some(t);
+    }
+    let back = humantime::parse_duration(text).ok()?;
+    now.checked_sub(time::Duration::try_from(back).ok()?)
+}
+
+fn bounded_int(name: &'static str, text: &str, min: i64, max: i64) -> Result<i64, ParamError> {
+    let value: i64 = text.trim().parse().map_err(|_| {
+        (
+            name,
+            format!("`{name}` must be a whole number from {min} to {max}"),
+        )
+    })?;
+    if !(min..=max).contains(&value) {
+        return Err((name, format!("`{name}` must be from {min} to {max}")));
+    }
+    Ok(value)
+}
+
+/// The store filter `query` asks for. Text values are cleaned exactly as
+/// stored records are, so a filter matches what was kept.
+pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilter, ParamError> {
+    let when = |text: &Option<String>, name: &'static str| {
+        text.as_deref()
+            .map(|t| {
+                parse_when(t, now).ok_or((
+                    name,
+                    format!("`{name}` is not an RFC 3339 time or a duration back from now within range"),
+                ))
+            })
+            .transpose()
+    };
+    let clean = |v: &Option<String>| v.as_deref().map(text::clean_field);
+    // A misspelt outcome or event would match nothing and look like an
+    // empty trail: name the values instead.
+    let one_of = |v: &Option<String>, name: &'static str, known: &[&str]| match v.as_deref() {
+        Some(value) if !known.contains(&value) => {
+            Err((name, format!("`{name}` must be one of: {}", known.join(", "))))
+        }
+        _ => Ok(()),
+    };
+    one_of(&query.outcome, "outcome", &outcome::ALL)?;
+    one_of(&query.event, "event", &event::ALL)?;
+    Ok(AuditFilter {
+        since: when(&query.since, "since")?,
+        until: when(&query.until, "until")?,
+        username: clean(&query.username),
+        subject: clean(&query.subject),
+        cluster: clean(&query.cluster),
+        role: clean(&query.role),
+        outcome: clean(&query.outcome),
+        event: clean(&query.event),
+        serial: clean(&query.serial),
+        after_seq: match &query.cursor {
+            Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
+            None => 0,
+        },
+        limit: match &query.limit {
+            Some(l) => bounded_int("limit", l, 1, MAX_PAGE)?,
+            None => DEFAULT_PAGE,
+        },
+    })
+}
+
+/// The parameters as recorded in the `audit.query` record, each bounded
+/// like any other field (the caller may not be an auditor).
+fn recorded(query: &AuditQuery) -> serde_json::Value {
+    let field = |v: &Option<String>| v.as_deref().map(text::clean_field);
+    let cleaned = AuditQuery {
+        since: field(&query.since),
+        until: field(&query.until),
+        username: field(&query.username),
+        subject: field(&query.subject),
+        cluster: field(&query.cluster),
+        role: field(&query.role),
+        outcome: field(&query.outcome),
+        event: field(&query.event),
+        serial: field(&query.serial),
+        cursor: field(&query.cursor),
+        limit: field(&query.limit),
+    };
+    serde_json::to_value(cleaned).unwrap_or_default()
+}
+
+/// `GET /v1/audit`: records matching the filters, oldest first, a page at a
+/// time.
+pub async fn list(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    query: QueryParams<AuditQuery>,
+) -> Result<Json<AuditPage>, ApiError> {
+    let query = query_or_400(query)?;
+    let details = json!({"action": "list", "filter": recorded(&query)});
+    let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    let filter = match filter(&query, app.clock.now()) {
+        Ok(filter) => filter,
+        Err((parameter, detail)) => {
+            let error = ApiError::request_invalid(detail, Some(parameter));
+            return Err(deny(&app, record, error).await);
+        }
+    };
+    let records = app.audit.store().query(&filter).await?;
+    commit(&app, record, None).await?;
+    let full_page = records.len() as i64 >= filter.limit;
+    let next_cursor = if full_page {
+        records.last().map(|r| r.seq)
+    } else {
+        None
+    };
+    Ok(Json(AuditPage { records, next_cursor }))
+}
+
+/// `GET /v1/audit/verify`: recompute the hash chain.
+pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<ChainStatus>, ApiError> {
+    let details = json!({"action": "verify"});
+    let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    commit(&app, record, None).await?;
+    let check = app.audit.store().verify_chain().await?;
+    Ok(Json(ChainStatus {
+        intact: check.first_broken.is_none(),
+        verified: check.verified,
+        last_seq: check.last_seq,
+        first_broken: check.first_broken.map(|b| talos_sso_api::audit::BrokenLink {
+            seq: b.seq,
+            reason: b.reason,
+        }),
+    }))
+}

@@ -1,0 +1,214 @@
+//! The caller of an endpoint: what the request says about them before any
+//! check (address, user agent, client version, bearer token), their
+//! authentication with the rate limits around it, and how a refusal of
+//! them is recorded. Every endpoint that authenticates goes through here,
+//! so each refusal is recorded the same way whichever endpoint refused it.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use serde_json::Value;
+use talos_sso_api::{CLIENT_VERSION_HEADER, ErrorCode};
+
+use super::RequestId;
+use super::error::ApiError;
+use crate::app::App;
+use crate::audit::{AuditRecord, outcome, text};
+use crate::identity::token::{VerifiedToken, unverified_claims};
+use crate::issuance::record_denial;
+use crate::ratelimit::address_key;
+use crate::refusals::Admission;
+
+/// Requested roles kept in the record of a caller nobody authenticated.
+const UNVERIFIED_ROLES: usize = 8;
+
+/// What is known about the caller before any check.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub request_id: String,
+    pub client_ip: Option<String>,
+    /// What the client is rate-limited under ([`address_key`]).
+    pub address_key: Option<String>,
+    pub user_agent: Option<String>,
+    pub client_version: Option<String>,
+    /// The bearer token, unverified.
+    token: Option<String>,
+}
+
+impl FromRequestParts<Arc<App>> for Caller {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Infallible> {
+        let request_id = parts
+            .extensions
+            .get::<RequestId>()
+            .map(|RequestId(id)| id.clone())
+            .unwrap_or_default();
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer);
+        let headers = &parts.headers;
+        let ip = super::client_ip(app, peer, headers);
+        Ok(Self {
+            request_id,
+            client_ip: ip.map(|ip| ip.to_string()),
+            address_key: ip.map(address_key),
+            user_agent: header_text(headers, "user-agent"),
+            client_version: header_text(headers, CLIENT_VERSION_HEADER),
+            token: bearer(headers).map(str::to_owned),
+        })
+    }
+}
+
+/// Which per-identity limit applies once the caller is known.
+#[derive(Debug, Clone, Copy)]
+pub enum IdentityLimit {
+    /// Certificates per identity.
+    Certificates,
+    /// Audit and deny-list requests per identity.
+    Api,
+}
+
+impl Caller {
+    /// The record of this request's decision: `event`, denied until an
+    /// action succeeds.
+    pub fn record(&self, app: &App, event: &str) -> AuditRecord {
+        let mut record = AuditRecord::new(event, outcome::DENIED, &self.request_id, app.clock.now());
+        record.client_ip = self.client_ip.clone();
+        record.user_agent = self.user_agent.clone();
+        record.client_version = self.client_version.clone();
+        record
+    }
+
+    /// Rate limits, then the token: who is asking, as only a token we
+    /// verified ourselves says. Every refusal is recorded in `record`
+    /// (with who the token *claimed* to be, marked unverified).
+    pub async fn authenticate(
+        &self,
+        app: &App,
+        record: &mut AuditRecord,
+        limit: IdentityLimit,
+    ) -> Result<VerifiedToken, ApiError> {
+        // A flood from one address is stopped before any token work.
+        if let Some(address) = &self.address_key
+            && let Err(retry) = app.rate_limits.check_address(address)
+        {
+            if let Some(token) = &self.token {
+                with_claimed_identity(record, token);
+            }
+            return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "this address")).await);
+        }
+        let Some(token) = &self.token else {
+            let error = ApiError::new(
+                ErrorCode::TokenMissing,
+                "send the identity provider's token as `Authorization: Bearer ...`",
+            );
+            return Err(deny(app, record.clone(), error).await);
+        };
+        let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
+            Ok(verified) => verified,
+            Err(error) => {
+                with_claimed_identity(record, token);
+                tracing::info!(request_id = %self.request_id, code = error.code(), "token refused");
+                let error = ApiError::token(&error, app.clock.now());
+                return Err(deny(app, record.clone(), error).await);
+            }
+        };
+        with_identity(record, &verified);
+        let limited = match limit {
+            IdentityLimit::Certificates => app.rate_limits.check_identity(&verified.subject),
+            IdentityLimit::Api => app.rate_limits.check_api_identity(&verified.subject),
+        };
+        if let Err(retry) = limited {
+            return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "you")).await);
+        }
+        Ok(verified)
+    }
+}
+
+/// A header as text for the record: bytes that are not UTF-8 kept as
+/// replacement characters, then escaped and bounded.
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .map(|v| text::clean_field(&String::from_utf8_lossy(v.as_bytes())))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+fn with_identity(record: &mut AuditRecord, verified: &VerifiedToken) {
+    record.issuer = Some(verified.issuer.clone());
+    record.tenant = verified.tenant.clone();
+    record.subject = Some(verified.subject.clone());
+    record.username = Some(verified.username.clone());
+    record.identity_verified = true;
+    record.groups_evaluated = verified.groups.clone();
+    record.token_id = verified.token_id.clone();
+    record.token_issued_at = verified.issued_at;
+}
+
+/// For a token that failed verification: record who it *claimed* to be,
+/// marked unverified.
+fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
+    let Some(claims) = unverified_claims(token) else {
+        return;
+    };
+    let claim = |name: &str| claims.get(name).and_then(Value::as_str).map(text::clean_field);
+    record.issuer = claim("iss");
+    record.tenant = claim("tid");
+    record.subject = claim("oid").or_else(|| claim("sub"));
+    record.username = claim("preferred_username")
+        .or_else(|| claim("upn"))
+        .or_else(|| claim("email"));
+    record.token_id = claim("uti").or_else(|| claim("jti"));
+    record.identity_verified = false;
+}
+
+/// Commit a refusal, then answer with it (or 503 when it cannot be
+/// recorded). Refusals of callers nobody authenticated, and rate-limited
+/// ones, are aggregated per client address instead ([`crate::refusals`]):
+/// only the first of each kind per window waits for its own record.
+pub async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
+    record.reason_code = Some(error.code().to_owned());
+    record.outcome = outcome::DENIED.into();
+    if !record.identity_verified && record.roles_requested.len() > UNVERIFIED_ROLES {
+        // Nobody vouched for this caller: keep a glimpse, not their list.
+        let more = record.roles_requested.len() - UNVERIFIED_ROLES;
+        record.roles_requested.truncate(UNVERIFIED_ROLES);
+        record.roles_requested.push(format!("… {more} more"));
+    }
+    if !record.identity_verified || matches!(error.error, ErrorCode::RateLimited { .. }) {
+        let key = record
+            .client_ip
+            .as_deref()
+            .and_then(|ip| ip.parse().ok())
+            .map(address_key);
+        if app.refusals.admit(key.as_deref(), &record) == Admission::Counted {
+            if record.event == crate::audit::event::CERTIFICATE_DENIED {
+                crate::issuance::count_denied(
+                    &app.clusters,
+                    &app.metrics,
+                    record.cluster.as_deref(),
+                    error.code(),
+                );
+            }
+            return error;
+        }
+    }
+    match record_denial(&app.audit, &app.metrics, record, error.code()).await {
+        Ok(()) => error,
+        Err(_) => ApiError::audit_unavailable(),
+    }
+}

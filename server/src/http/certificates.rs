@@ -1,0 +1,89 @@
+//! `POST /v1/certificates`: authenticate the caller, read the request, let
+//! [`crate::issuance`] decide, sign and record, and answer. Every decision
+//! (issued or denied, for any reason) is committed to the audit trail
+//! before the answer leaves; when that is impossible the answer is 503
+//! `audit_unavailable` and nothing is issued.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::json;
+use talos_sso_api::{CertificateRequest, Identity, IssuedCertificate};
+
+use super::caller::{Caller, IdentityLimit, deny};
+use super::error::ApiError;
+use crate::app::App;
+use crate::audit::{event, format_micros, text};
+use crate::issuance::Issuance;
+
+pub async fn issue(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<(StatusCode, Json<IssuedCertificate>), ApiError> {
+    let started = std::time::Instant::now();
+    let answer = issue_certificate(&app, &caller, &body).await;
+    app.metrics
+        .issuance_seconds
+        .observe(started.elapsed().as_secs_f64());
+    answer.map(|issued| (StatusCode::CREATED, Json(issued)))
+}
+
+async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<IssuedCertificate, ApiError> {
+    let mut record = caller.record(app, event::CERTIFICATE_DENIED);
+    let parsed: Result<CertificateRequest, String> = serde_json::from_slice(body).map_err(|e| e.to_string());
+    if let Ok(request) = &parsed {
+        // Only a configured name goes in `cluster` (and into metric labels);
+        // anything else is kept, escaped, as what it is: a name asked for.
+        if app.clusters.contains_key(&request.cluster) {
+            record.cluster = Some(request.cluster.clone());
+        } else {
+            record.details = json!({ "requested_cluster": text::clean(&request.cluster, 64) });
+        }
+        record.roles_requested = request.roles.clone();
+    }
+    let verified = caller
+        .authenticate(app, &mut record, IdentityLimit::Certificates)
+        .await?;
+    let request = match parsed {
+        Ok(request) => request,
+        Err(reason) => {
+            let error = ApiError::request_invalid(
+                format!("the request body is not a certificate request: {reason}"),
+                None,
+            );
+            return Err(deny(app, record, error).await);
+        }
+    };
+    let issuance = Issuance {
+        clusters: &app.clusters,
+        recorder: &app.audit,
+        metrics: &app.metrics,
+    };
+    let issued = issuance
+        .issue(&verified, &request, record, app.clock.now())
+        .await?;
+    let cluster = issued.cluster;
+    Ok(IssuedCertificate {
+        certificate: issued.certificate.chain_pem,
+        ca: cluster.ca.trust_bundle_pem(),
+        endpoints: cluster.config.endpoints.clone(),
+        nodes: cluster.config.nodes.clone(),
+        cluster: cluster.name.clone(),
+        context: cluster.context_name(),
+        roles: issued.certificate.roles,
+        identity: Identity {
+            issuer: verified.issuer,
+            tenant: verified.tenant,
+            subject: verified.subject,
+            username: verified.username,
+        },
+        serial: issued.certificate.serial_hex,
+        not_before: format_micros(issued.certificate.not_before),
+        not_after: format_micros(issued.certificate.not_after),
+        audit_id: issued.record.seq,
+    })
+}

@@ -1,0 +1,166 @@
+//! `/v1/deny` (admins): list, add and remove deny-list entries. An entry
+//! blocks a subject at once: the next issuance checks it in the transaction
+//! that would commit the certificate. Every change is recorded with the
+//! change itself, in one transaction.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use talos_sso_api::{DenyAdded, DenyEntry, DenyList, DenyRemoved, DenyRequest, ErrorCode};
+
+use super::caller::{Caller, deny};
+use super::error::ApiError;
+use super::privileged::{Privilege, authorize, commit};
+use super::{QueryParams, query_or_400};
+use crate::app::App;
+use crate::audit::store::DenyChange;
+use crate::audit::{event, text};
+
+/// The subject and username a request names, cleaned; at least one.
+fn target(request: &DenyRequest) -> Result<(Option<String>, Option<String>), ApiError> {
+    let clean = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(text::clean_field)
+    };
+    let (subject, username) = (clean(&request.subject), clean(&request.username));
+    if subject.is_none() && username.is_none() {
+        return Err(ApiError::request_invalid(
+            "name a `subject` or a `username`",
+            None,
+        ));
+    }
+    Ok((subject, username.map(|u| u.to_lowercase())))
+}
+
+/// The number of entries a committed change touched.
+fn entries_changed(details: &Value) -> u64 {
+    details["entries_changed"].as_u64().unwrap_or_default()
+}
+
+/// `GET /v1/deny`.
+pub async fn list(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<DenyList>, ApiError> {
+    // Only a refusal is recorded: reading the list changes nothing.
+    authorize(&app, &caller, Privilege::Admin, event::DENY_LISTED, json!({})).await?;
+    let entries = app.audit.store().deny_list().await?;
+    Ok(Json(DenyList { entries }))
+}
+
+/// `POST /v1/deny`: block an identity from new certificates, at once.
+pub async fn add(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<(StatusCode, Json<DenyAdded>), ApiError> {
+    let request: DenyRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::request_invalid(format!("not a deny request: {e}"), None))?;
+    let (subject, username) = target(&request)?;
+    let reason = request
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| ApiError::request_invalid("a `reason` is required", None))?;
+    let details = json!({"target_subject": subject, "target_username": username, "reason": reason});
+    let (verified, mut record) =
+        authorize(&app, &caller, Privilege::Admin, event::DENY_ADDED, details).await?;
+    let subject = match (subject, &username) {
+        (Some(subject), _) => subject,
+        (None, Some(username)) => match subject_of(&app, username).await {
+            Ok(subject) => subject,
+            Err(error) => return Err(deny(&app, record, error).await),
+        },
+        (None, None) => return Err(ApiError::internal()),
+    };
+    if let Value::Object(details) = &mut record.details {
+        details.insert("target_subject".into(), json!(subject));
+    }
+    let entry = DenyEntry {
+        subject: Some(subject),
+        username,
+        reason: text::clean(reason, text::REASON_CHARS),
+        added_by: verified.username.clone(),
+        added_at: record.occurred_at,
+    };
+    let stored = commit(&app, record, Some(DenyChange::Add(entry.clone()))).await?;
+    if entries_changed(&stored.record.details) == 0 {
+        // Recorded as tried; nothing changed, and the caller must know.
+        return Err(ApiError::new(
+            ErrorCode::AlreadyDenied { audit_id: stored.seq },
+            "this subject is already on the deny list; nothing was changed",
+        ));
+    }
+    tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry added");
+    Ok((
+        StatusCode::CREATED,
+        Json(DenyAdded {
+            entry,
+            audit_id: stored.seq,
+        }),
+    ))
+}
+
+/// The one subject that verified records name with `username`. A deny
+/// entry blocks a subject, never a username (its owner can change it), so
+/// a username is resolved once, here, or refused when that is not certain.
+async fn subject_of(app: &App, username: &str) -> Result<String, ApiError> {
+    let subjects = app.audit.store().subjects_of(username, 10).await?;
+    match subjects.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(ApiError::new(
+            ErrorCode::SubjectRequired,
+            format!(
+                "no verified record names `{username}`, so its subject is unknown; name the `subject` to block \
+                 (Entra object id, or the provider's `sub`): a username can be changed by its owner, so it \
+                 cannot block anyone"
+            ),
+        )),
+        several => Err(ApiError::new(
+            ErrorCode::SubjectAmbiguous {
+                subjects: several.to_vec(),
+            },
+            format!(
+                "`{username}` has been used by {} different subjects; name the `subject` to block",
+                several.len()
+            ),
+        )),
+    }
+}
+
+/// `DELETE /v1/deny?subject=...` or `?username=...`.
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    query: QueryParams<DenyRequest>,
+) -> Result<Json<DenyRemoved>, ApiError> {
+    let request = query_or_400(query)?;
+    let (subject, username) = target(&request)?;
+    let details = json!({"target_subject": subject, "target_username": username});
+    let (verified, mut record) =
+        authorize(&app, &caller, Privilege::Admin, event::DENY_REMOVED, details).await?;
+    // A username names the subject verified records tie it to (entries
+    // block subjects), and entries added with that username alone.
+    let subject = match (subject, &username) {
+        (Some(subject), _) => Some(subject),
+        (None, Some(name)) => match subject_of(&app, name).await {
+            Ok(subject) => Some(subject),
+            Err(error) if error.error == ErrorCode::SubjectRequired => None,
+            Err(error) => return Err(deny(&app, record, error).await),
+        },
+        (None, None) => None,
+    };
+    if let (Value::Object(details), Some(subject)) = (&mut record.details, &subject) {
+        details.insert("target_subject".into(), json!(subject));
+    }
+    let stored = commit(&app, record, Some(DenyChange::Remove { subject, username })).await?;
+    tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry removed");
+    Ok(Json(DenyRemoved {
+        removed: entries_changed(&stored.record.details),
+        audit_id: stored.seq,
+    }))
+}

@@ -1,0 +1,102 @@
+//! Auditors and admins: a caller authenticated like any other, then checked
+//! against the configured `auditors` or `admins` and the deny list. Every
+//! refusal is recorded; the action itself is committed with its record in
+//! one transaction that checks the deny list again ([`commit`]).
+
+use serde_json::Value;
+use talos_sso_api::ErrorCode;
+
+use super::caller::{Caller, IdentityLimit, deny};
+use super::error::ApiError;
+use crate::app::App;
+use crate::audit::store::{Append, Appended, DenyChange};
+use crate::audit::{AuditRecord, StoredRecord, outcome};
+use crate::identity::token::VerifiedToken;
+
+/// Who may do what beyond asking for a certificate.
+#[derive(Debug, Clone, Copy)]
+pub enum Privilege {
+    Auditor,
+    Admin,
+}
+
+fn is_member(list: &crate::config::GroupList, verified: &VerifiedToken) -> bool {
+    list.groups
+        .iter()
+        .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
+        || list.app_roles.iter().any(|r| verified.app_roles.contains(r))
+}
+
+fn identity_denied() -> ApiError {
+    ApiError::new(
+        ErrorCode::IdentityDenied,
+        "you are blocked on this server (deny list); ask the platform team",
+    )
+}
+
+/// Authenticate `caller` and check `privilege`; every refusal is recorded.
+/// On success, the returned record (event `event`, outcome success, with
+/// `details`) is ready to be committed with the action.
+pub async fn authorize(
+    app: &App,
+    caller: &Caller,
+    privilege: Privilege,
+    event: &str,
+    details: Value,
+) -> Result<(VerifiedToken, AuditRecord), ApiError> {
+    let mut record = caller.record(app, event);
+    record.details = details;
+    let verified = caller.authenticate(app, &mut record, IdentityLimit::Api).await?;
+    let (list, code, message) = match privilege {
+        Privilege::Auditor => (
+            &app.config.auditors,
+            ErrorCode::NotAnAuditor,
+            "reading the audit trail needs membership in one of the `auditors` groups or app roles",
+        ),
+        Privilege::Admin => (
+            &app.config.admins,
+            ErrorCode::NotAnAdmin,
+            "changing the deny list needs membership in one of the `admins` groups or app roles",
+        ),
+    };
+    if !is_member(list, &verified) {
+        return Err(deny(app, record, ApiError::new(code, message)).await);
+    }
+    // A deny-listed auditor or admin is out too. Checked here so that they
+    // get no answer computed for them, and again in the transaction that
+    // commits the action ([`commit`]), so no change slips between.
+    if app
+        .audit
+        .store()
+        .is_denied(&verified.subject, &verified.username)
+        .await?
+    {
+        return Err(deny(app, record, identity_denied()).await);
+    }
+    record.outcome = outcome::SUCCESS.into();
+    Ok((verified, record))
+}
+
+/// Commit the record of a privileged action, with its deny-list change, in
+/// one transaction that also checks the caller is not on the deny list:
+/// refused there, neither the change nor the answer happens.
+pub async fn commit(
+    app: &App,
+    record: AuditRecord,
+    deny_change: Option<DenyChange>,
+) -> Result<StoredRecord, ApiError> {
+    let appended = app
+        .audit
+        .append(Append {
+            record,
+            claim: None,
+            deny_check: true,
+            deny_change,
+        })
+        .await?;
+    match appended {
+        Appended::Recorded(stored) => Ok(stored),
+        Appended::Denied(_) => Err(identity_denied()),
+        Appended::Replayed(_) => Err(ApiError::audit_unavailable()),
+    }
+}

@@ -1,0 +1,77 @@
+//! What the server says about itself: `/v1/info` (what the CLI needs to log
+//! in), `/healthz`, `/readyz`, `/metrics`, and the answer to unknown paths.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use talos_sso_api::{API_VERSION, ClusterInfo, ErrorCode, Readiness, ServerInfo};
+
+use super::error::ApiError;
+use crate::app::App;
+
+/// Provider keys older than this make the server not ready.
+const KEYS_STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such endpoint")
+}
+
+/// Ready when the database answers and the provider's keys are fresh.
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
+    let database = app.audit.store().ping().await.is_ok();
+    let keys_fresh = app.authenticator.provider().keys_age() < KEYS_STALE_AFTER;
+    let ready = database && keys_fresh;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let readiness = Readiness {
+        ready,
+        database,
+        identity_provider_keys_fresh: keys_fresh,
+        clusters: app.clusters.len(),
+    };
+    (status, Json(readiness))
+}
+
+/// Prometheus metrics (OpenMetrics text).
+pub async fn metrics(State(app): State<Arc<App>>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(&app),
+    )
+}
+
+pub async fn info(State(app): State<Arc<App>>) -> Json<ServerInfo> {
+    let identity = &app.config.identity;
+    let clusters = app
+        .clusters
+        .values()
+        .map(|c| ClusterInfo {
+            name: c.name.clone(),
+            description: c.config.description.clone(),
+            default_ttl_seconds: c.config.ttl.as_secs(),
+            max_ttl_seconds: c.config.max_ttl.as_secs(),
+        })
+        .collect();
+    Json(ServerInfo {
+        server_version: env!("CARGO_PKG_VERSION").into(),
+        api_version: API_VERSION,
+        issuer: identity.issuer.clone(),
+        discovery_url: identity.discovery_url.clone(),
+        client_id: identity.client_id.clone(),
+        scopes: identity.scopes.clone(),
+        clusters,
+    })
+}

@@ -1,0 +1,332 @@
+//! Issuance: given who is asking (a person whose token was verified, or a
+//! break-glass operator on the server host), what they ask for and the time,
+//! decide, sign and record, and say what happened. Every decision, issued
+//! or refused, is committed to the audit trail before it is returned: a
+//! certificate never leaves without its record, and a refusal that cannot
+//! be recorded becomes [`IssuanceError::AuditUnavailable`].
+//!
+//! Nothing here knows HTTP: the handler turns a request into a call and an
+//! [`IssuanceError`] into an answer; `break_glass` calls the same service.
+
+use std::time::Duration;
+
+use spki::SubjectPublicKeyInfoOwned;
+use time::OffsetDateTime;
+
+use crate::app::{Cluster, Clusters};
+use crate::audit::recorder::Recorder;
+use crate::audit::store::{Append, Appended, TokenClaim};
+use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
+use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequest};
+use crate::identity::token::VerifiedToken;
+use crate::metrics::Metrics;
+use crate::policy::{Claims, Denial};
+
+/// What a person asks for (the body of `POST /v1/certificates`).
+pub use talos_sso_api::CertificateRequest;
+
+/// Why nothing was issued. Each has been recorded, except
+/// [`IssuanceError::AuditUnavailable`], which says that recording failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IssuanceError {
+    #[error("no cluster `{}` here", text::clean(requested, 64))]
+    ClusterUnknown { requested: String, known: Vec<String> },
+    #[error("{0}")]
+    Policy(Denial),
+    #[error("ttl_seconds must be at least 1")]
+    TtlInvalid,
+    #[error("at most {} seconds on cluster `{cluster}`", max.as_secs())]
+    TtlTooLong { cluster: String, max: Duration },
+    #[error(transparent)]
+    Csr(CsrError),
+    /// Signing failed for a reason that is the server's, not the caller's.
+    #[error("signing failed: {0}")]
+    Signing(IssueError),
+    #[error("you are blocked from new certificates on this server (deny list); ask the platform team")]
+    IdentityDenied,
+    #[error("this token was already used for a certificate; log in again for a new one")]
+    TokenReplayed,
+    #[error("the audit trail is unavailable, so no certificate can be issued; try again shortly")]
+    AuditUnavailable,
+}
+
+impl IssuanceError {
+    /// The stable code recorded with the denial and counted in metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            IssuanceError::ClusterUnknown { .. } => "cluster_unknown",
+            IssuanceError::Policy(denial) => denial.code(),
+            IssuanceError::TtlInvalid => "ttl_invalid",
+            IssuanceError::TtlTooLong { .. } => "ttl_too_long",
+            IssuanceError::Csr(_) => "csr_invalid",
+            IssuanceError::Signing(_) => "internal_error",
+            IssuanceError::IdentityDenied => "identity_denied",
+            IssuanceError::TokenReplayed => "token_replayed",
+            IssuanceError::AuditUnavailable => "audit_unavailable",
+        }
+    }
+}
+
+/// A certificate, signed and recorded.
+#[derive(Debug)]
+pub struct Issued<'a> {
+    pub cluster: &'a Cluster,
+    pub certificate: IssuedCertificate,
+    pub record: StoredRecord,
+}
+
+/// What a break-glass operator asks for: no identity provider, no policy
+/// decision; only roles some rule of the cluster grants.
+#[derive(Debug)]
+pub struct BreakGlassGrant<'a> {
+    pub cluster: &'a str,
+    /// `break-glass:OPERATOR@HOST`: the certificate's CN.
+    pub username: &'a str,
+    pub roles: &'a [String],
+    pub ttl: Duration,
+    /// The key made on the host for this certificate.
+    pub public_key: &'a SubjectPublicKeyInfoOwned,
+}
+
+/// Decides, signs and records, against one recorder.
+#[derive(Debug)]
+pub struct Issuance<'a, R> {
+    pub clusters: &'a Clusters,
+    pub recorder: &'a R,
+    pub metrics: &'a Metrics,
+}
+
+impl<'a, R: Recorder> Issuance<'a, R> {
+    /// A certificate for a verified person: the cluster's policy decides the
+    /// roles, the TTL is checked against the cluster's limits, the CSR is
+    /// verified, and the record is committed with the token's replay claim
+    /// and the deny-list check in the same transaction.
+    ///
+    /// `record` holds what is known of the request (caller, identity);
+    /// it becomes the record of the decision, whichever it is.
+    pub async fn issue(
+        &self,
+        identity: &VerifiedToken,
+        request: &CertificateRequest,
+        record: AuditRecord,
+        now: OffsetDateTime,
+    ) -> Result<Issued<'a>, IssuanceError> {
+        let Some(cluster) = self.clusters.get(&request.cluster) else {
+            let known = self.clusters.keys().cloned().collect();
+            let error = IssuanceError::ClusterUnknown {
+                requested: request.cluster.clone(),
+                known,
+            };
+            return Err(self.refuse(record, error).await);
+        };
+        let claims = Claims {
+            subject: identity.subject.clone(),
+            username: identity.username.clone(),
+            groups: identity.groups.clone(),
+            app_roles: identity.app_roles.clone(),
+            raw: identity.claims.clone(),
+        };
+        let granted = match cluster.policy.decide(&claims, &request.roles) {
+            Ok(decision) => decision.granted,
+            Err(denial) => return Err(self.refuse(record, IssuanceError::Policy(denial)).await),
+        };
+        let ttl = match request.ttl_seconds {
+            None => cluster.config.ttl,
+            Some(0) => return Err(self.refuse(record, IssuanceError::TtlInvalid).await),
+            Some(seconds) => Duration::from_secs(seconds),
+        };
+        if let Err(error) = within_max_ttl(cluster, ttl) {
+            return Err(self.refuse(record, error).await);
+        }
+        let public_key = match certificate::verify_csr(request.csr.as_bytes()) {
+            Ok(public_key) => public_key,
+            Err(csr) => return Err(self.refuse(record, IssuanceError::Csr(csr)).await),
+        };
+        let leaf = LeafRequest {
+            username: &identity.username,
+            roles: &granted,
+            ttl,
+            clock_skew: cluster.config.clock_skew,
+        };
+        let claim = TokenClaim {
+            token_id: identity.replay_key(),
+            expires_at: Some(identity.expires_at),
+        };
+        let commit = Commit {
+            issued_event: event::CERTIFICATE_ISSUED,
+            claim: Some(claim),
+            deny_check: true,
+        };
+        self.sign_and_record(cluster, &public_key, &leaf, record, commit, now)
+            .await
+    }
+
+    /// A break-glass certificate: recorded under its own event, with the
+    /// operator's facts already in `record.details`.
+    pub async fn issue_break_glass(
+        &self,
+        grant: &BreakGlassGrant<'_>,
+        mut record: AuditRecord,
+        now: OffsetDateTime,
+    ) -> Result<Issued<'a>, IssuanceError> {
+        let cluster = self
+            .clusters
+            .get(grant.cluster)
+            .ok_or_else(|| IssuanceError::ClusterUnknown {
+                requested: grant.cluster.to_owned(),
+                known: self.clusters.keys().cloned().collect(),
+            })?;
+        within_max_ttl(cluster, grant.ttl)?;
+        let leaf = LeafRequest {
+            username: grant.username,
+            roles: grant.roles,
+            ttl: grant.ttl,
+            clock_skew: cluster.config.clock_skew,
+        };
+        record.event = event::BREAK_GLASS_ISSUED.into();
+        record.cluster = Some(cluster.name.clone());
+        record.username = Some(grant.username.to_owned());
+        record.roles_requested = grant.roles.to_vec();
+        // No token to claim, and no deny list: the operator is on the host.
+        let commit = Commit {
+            issued_event: event::BREAK_GLASS_ISSUED,
+            claim: None,
+            deny_check: false,
+        };
+        self.sign_and_record(cluster, grant.public_key, &leaf, record, commit, now)
+            .await
+    }
+
+    /// Sign, then commit the record naming the certificate; only a
+    /// committed record lets the certificate out. A signing failure is
+    /// recorded as a denial under the record's event as it came.
+    async fn sign_and_record(
+        &self,
+        cluster: &'a Cluster,
+        public_key: &SubjectPublicKeyInfoOwned,
+        leaf: &LeafRequest<'_>,
+        mut record: AuditRecord,
+        commit: Commit,
+        now: OffsetDateTime,
+    ) -> Result<Issued<'a>, IssuanceError> {
+        let issued = match certificate::sign_leaf(&cluster.ca, public_key, leaf, now) {
+            Ok(issued) => issued,
+            Err(error) => {
+                tracing::error!(request_id = %record.request_id, cluster = %cluster.name, %error, "signing failed");
+                return Err(self.refuse(record, IssuanceError::Signing(error)).await);
+            }
+        };
+        record.event = commit.issued_event.into();
+        record.outcome = outcome::SUCCESS.into();
+        record.set_certificate(&issued);
+        let appended = self
+            .recorder
+            .append(Append {
+                record,
+                claim: commit.claim,
+                deny_check: commit.deny_check,
+                deny_change: None,
+            })
+            .await;
+        let stored = match appended {
+            Ok(Appended::Recorded(stored)) => stored,
+            Ok(Appended::Denied(_)) => {
+                self.count_denied(Some(&cluster.name), "identity_denied");
+                return Err(IssuanceError::IdentityDenied);
+            }
+            Ok(Appended::Replayed(_)) => {
+                self.count_denied(Some(&cluster.name), "token_replayed");
+                return Err(IssuanceError::TokenReplayed);
+            }
+            Err(_) => return Err(IssuanceError::AuditUnavailable),
+        };
+        for role in &issued.roles {
+            let labels = crate::metrics::IssuedLabels {
+                cluster: cluster.name.clone(),
+                role: role.clone(),
+            };
+            self.metrics.issued.get_or_create(&labels).inc();
+        }
+        tracing::info!(request_id = %stored.record.request_id, cluster = %cluster.name,
+            username = %text::clean_field(leaf.username), roles = ?issued.roles,
+            serial = %issued.serial_hex, audit_seq = stored.seq, "certificate issued");
+        Ok(Issued {
+            cluster,
+            certificate: issued,
+            record: stored,
+        })
+    }
+
+    /// Record a refusal of a verified caller and return it (or
+    /// `AuditUnavailable` when it cannot be recorded).
+    async fn refuse(&self, record: AuditRecord, error: IssuanceError) -> IssuanceError {
+        match record_denial(self.recorder, self.metrics, record, error.code()).await {
+            Ok(()) => error,
+            Err(unavailable) => unavailable,
+        }
+    }
+
+    fn count_denied(&self, cluster: Option<&str>, reason: &'static str) {
+        count_denied(self.clusters, self.metrics, cluster, reason);
+    }
+}
+
+/// How an issuance is committed.
+#[derive(Debug)]
+struct Commit {
+    /// The record's event once signed.
+    issued_event: &'static str,
+    /// The token whose one certificate this is.
+    claim: Option<TokenClaim>,
+    /// Refuse it in the committing transaction when the identity is denied.
+    deny_check: bool,
+}
+
+fn within_max_ttl(cluster: &Cluster, ttl: Duration) -> Result<(), IssuanceError> {
+    if ttl > cluster.config.max_ttl {
+        return Err(IssuanceError::TtlTooLong {
+            cluster: cluster.name.clone(),
+            max: cluster.config.max_ttl,
+        });
+    }
+    Ok(())
+}
+
+/// Commit `record` as a denial with `code`, counting a refused certificate.
+pub async fn record_denial<R: Recorder>(
+    recorder: &R,
+    metrics: &Metrics,
+    mut record: AuditRecord,
+    code: &'static str,
+) -> Result<(), IssuanceError> {
+    record.reason_code = Some(code.to_owned());
+    record.outcome = outcome::DENIED.into();
+    if record.event == event::CERTIFICATE_DENIED {
+        // Only a configured cluster name is ever in `cluster` (see the handler).
+        let labels = crate::metrics::DeniedLabels {
+            cluster: record.cluster.clone().unwrap_or_else(|| "unknown".into()),
+            reason: code.to_owned(),
+        };
+        metrics.denied.get_or_create(&labels).inc();
+    }
+    recorder
+        .append(Append {
+            record,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .map_err(|_| IssuanceError::AuditUnavailable)
+}
+
+/// Count a denial. Labels take only configured values: `cluster` is a
+/// configured cluster's name or `unknown`, `reason` one of the server's
+/// own codes.
+pub fn count_denied(clusters: &Clusters, metrics: &Metrics, cluster: Option<&str>, reason: &'static str) {
+    let cluster = cluster.filter(|c| clusters.contains_key(*c)).unwrap_or("unknown");
+    let labels = crate::metrics::DeniedLabels {
+        cluster: cluster.to_owned(),
+        reason: reason.to_owned(),
+    };
+    metrics.denied.get_or_create(&labels).inc();
+}
