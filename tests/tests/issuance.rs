@@ -479,3 +479,131 @@ fn checker_refuses_a_leaf_whose_issuer_bytes_differ() {
     // The genuine one passes the same checker.
     talos_checker::handshake(&ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem()).unwrap();
 }
+
+/// The issuance service on its own, without HTTP: what it returns has been
+/// committed, and what cannot be committed is not returned.
+mod service {
+    use std::sync::Mutex;
+
+    use talos_sso::key::ClientKey;
+    use talos_sso_server::audit::recorder::Recorder;
+    use talos_sso_server::audit::store::{Append, Appended};
+    use talos_sso_server::audit::writer::AuditError;
+    use talos_sso_server::audit::{GENESIS_HASH, StoredRecord, chain, event, outcome};
+    use talos_sso_server::identity::token::VerifiedToken;
+    use talos_sso_server::issuance::{CertificateRequest, Issuance, IssuanceError};
+    use talos_sso_server::metrics::Metrics;
+    use talos_sso_tests::emulator::GROUP_ONCALL;
+    use talos_sso_tests::harness::{Backend, TestEnv};
+
+    /// Keeps records in memory, or refuses them all.
+    #[derive(Default)]
+    struct MemoryRecorder {
+        records: Mutex<Vec<StoredRecord>>,
+        unavailable: bool,
+    }
+
+    impl Recorder for MemoryRecorder {
+        async fn append(&self, append: Append) -> Result<Appended, AuditError> {
+            if self.unavailable {
+                return Err(AuditError::Unavailable);
+            }
+            let mut records = self.records.lock().unwrap();
+            let (seq, hash) = records
+                .last()
+                .map(|r| (r.seq, r.hash.clone()))
+                .unwrap_or((0, GENESIS_HASH.into()));
+            let stored = chain(seq, &hash, append.record);
+            records.push(stored.clone());
+            Ok(Appended::Recorded(stored))
+        }
+    }
+
+    fn on_call() -> VerifiedToken {
+        VerifiedToken {
+            issuer: "https://idp.example".into(),
+            tenant: None,
+            subject: "subject-1".into(),
+            username: "oncall@example.com".into(),
+            groups: vec![GROUP_ONCALL.into()],
+            app_roles: vec![],
+            groups_overage: false,
+            token_id: Some("jti-1".into()),
+            signed_sha256: "00".repeat(32),
+            issued_at: None,
+            expires_at: time::OffsetDateTime::now_utc() + time::Duration::minutes(5),
+            claims: Default::default(),
+        }
+    }
+
+    fn request(roles: &[&str]) -> CertificateRequest {
+        let key = ClientKey::generate().unwrap();
+        CertificateRequest {
+            cluster: "prod".into(),
+            csr: key.csr_pem().unwrap(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+            ttl_seconds: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn what_it_returns_is_recorded_and_what_it_cannot_record_it_refuses() {
+        let env = TestEnv::start(Backend::Sqlite).await;
+        let app = env.server.app.clone();
+        let metrics = Metrics::new();
+        let now = time::OffsetDateTime::now_utc();
+        let record = || {
+            talos_sso_server::audit::AuditRecord::new(event::CERTIFICATE_DENIED, outcome::DENIED, "r-1", now)
+        };
+
+        let memory = MemoryRecorder::default();
+        let issuance = Issuance {
+            clusters: &app.clusters,
+            recorder: &memory,
+            metrics: &metrics,
+        };
+        let issued = issuance
+            .issue(&on_call(), &request(&[]), record(), now)
+            .await
+            .expect("issued");
+        assert_eq!(issued.certificate.roles, ["os:operator"]);
+        let kept = memory.records.lock().unwrap().clone();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0], issued.record, "the record returned is the one committed");
+        assert_eq!(kept[0].record.event, event::CERTIFICATE_ISSUED);
+        assert_eq!(
+            kept[0].record.serial.as_deref(),
+            Some(issued.certificate.serial_hex.as_str())
+        );
+
+        // A refusal is recorded too, with its code.
+        let refused = issuance
+            .issue(&on_call(), &request(&["os:admin"]), record(), now)
+            .await;
+        assert!(matches!(refused, Err(IssuanceError::Policy(_))), "{refused:?}");
+        let kept = memory.records.lock().unwrap().clone();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[1].record.outcome, outcome::DENIED);
+        assert_eq!(kept[1].record.reason_code.as_deref(), Some("role_not_permitted"));
+
+        // Nothing can be recorded: no certificate, and no refusal either
+        // (the caller cannot be told "denied" for a decision nobody kept).
+        let down = MemoryRecorder {
+            unavailable: true,
+            ..Default::default()
+        };
+        let issuance = Issuance {
+            clusters: &app.clusters,
+            recorder: &down,
+            metrics: &metrics,
+        };
+        for roles in [&[][..], &["os:admin"][..]] {
+            let answer = issuance.issue(&on_call(), &request(roles), record(), now).await;
+            assert!(
+                matches!(answer, Err(IssuanceError::AuditUnavailable)),
+                "{roles:?}: {answer:?}"
+            );
+        }
+        env.finish().await;
+    }
+}

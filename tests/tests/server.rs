@@ -133,7 +133,7 @@ async fn issues_a_certificate_talos_accepts_and_records_every_field(backend: Bac
     .unwrap();
     assert_eq!(accepted.roles, ["os:operator"]);
 
-    // One audit row holding every field of PRODUCT.md section 6.
+    // One audit row holding every field of the record (docs/audit.md).
     let rows = records(&env).await;
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
