@@ -16,33 +16,24 @@ use time::OffsetDateTime;
 use x509_cert::ext::Extension;
 use x509_cert::time::Time;
 
-/// Object identifiers used across the crate, spelled out so a reader can grep
-/// them against RFC 5280 / RFC 8410 / RFC 5758 without a lookup table.
+/// The object identifiers the crate uses, under short names, all taken from
+/// `const_oid`'s database (each `use` names the RFC module it comes from), so
+/// none is spelled out by hand.
 pub mod oid {
-    use spki::ObjectIdentifier as Oid;
-
-    pub const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
-    pub const ED448: Oid = Oid::new_unwrap("1.3.101.113");
-    pub const EC_PUBLIC_KEY: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
-    pub const SECP256R1: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
-    pub const SECP384R1: Oid = Oid::new_unwrap("1.3.132.0.34");
-    pub const SECP521R1: Oid = Oid::new_unwrap("1.3.132.0.35");
-    pub const RSA_ENCRYPTION: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
-    pub const ECDSA_WITH_SHA256: Oid = Oid::new_unwrap("1.2.840.10045.4.3.2");
-    pub const ECDSA_WITH_SHA384: Oid = Oid::new_unwrap("1.2.840.10045.4.3.3");
-    pub const SHA256_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.11");
-    pub const SHA384_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.12");
-    pub const SHA512_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.13");
-    pub const COMMON_NAME: Oid = Oid::new_unwrap("2.5.4.3");
-    pub const ORGANIZATION: Oid = Oid::new_unwrap("2.5.4.10");
-    pub const SUBJECT_KEY_ID: Oid = Oid::new_unwrap("2.5.29.14");
-    pub const KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.15");
-    pub const SUBJECT_ALT_NAME: Oid = Oid::new_unwrap("2.5.29.17");
-    pub const BASIC_CONSTRAINTS: Oid = Oid::new_unwrap("2.5.29.19");
-    pub const AUTHORITY_KEY_ID: Oid = Oid::new_unwrap("2.5.29.35");
-    pub const EXT_KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.37");
-    pub const KP_SERVER_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.1");
-    pub const KP_CLIENT_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.2");
+    pub use const_oid::db::rfc4519::{COMMON_NAME, ORGANIZATION_NAME as ORGANIZATION};
+    pub use const_oid::db::rfc5280::{
+        ID_CE_AUTHORITY_KEY_IDENTIFIER as AUTHORITY_KEY_ID, ID_CE_BASIC_CONSTRAINTS as BASIC_CONSTRAINTS,
+        ID_CE_EXT_KEY_USAGE as EXT_KEY_USAGE, ID_CE_KEY_USAGE as KEY_USAGE,
+        ID_CE_SUBJECT_ALT_NAME as SUBJECT_ALT_NAME, ID_CE_SUBJECT_KEY_IDENTIFIER as SUBJECT_KEY_ID,
+        ID_KP_CLIENT_AUTH as KP_CLIENT_AUTH, ID_KP_SERVER_AUTH as KP_SERVER_AUTH,
+    };
+    pub use const_oid::db::rfc5912::{
+        ECDSA_WITH_SHA_256 as ECDSA_WITH_SHA256, ECDSA_WITH_SHA_384 as ECDSA_WITH_SHA384,
+        ID_EC_PUBLIC_KEY as EC_PUBLIC_KEY, RSA_ENCRYPTION, SECP_256_R_1 as SECP256R1,
+        SECP_384_R_1 as SECP384R1, SECP_521_R_1 as SECP521R1, SHA_256_WITH_RSA_ENCRYPTION as SHA256_WITH_RSA,
+        SHA_384_WITH_RSA_ENCRYPTION as SHA384_WITH_RSA, SHA_512_WITH_RSA_ENCRYPTION as SHA512_WITH_RSA,
+    };
+    pub use const_oid::db::rfc8410::{ID_ED_448 as ED448, ID_ED_25519 as ED25519};
 }
 
 /// What can go wrong below the policy layer.
@@ -61,6 +52,8 @@ pub enum X509Error {
     BadSignature,
     #[error("signing failed")]
     SigningFailed,
+    #[error("the system random number generator failed")]
+    NoRandomness,
 }
 
 /// The public key types this crate can tell apart. `Other` carries a
@@ -293,6 +286,18 @@ fn to_offset(t: Time) -> OffsetDateTime {
     let secs = t.to_unix_duration().as_secs();
     OffsetDateTime::from_unix_timestamp(i64::try_from(secs).unwrap_or(i64::MAX))
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A certificate serial: 128 random bits, never zero, to be encoded as a
+/// positive INTEGER.
+pub fn random_serial(rng: &dyn SecureRandom) -> Result<Vec<u8>, X509Error> {
+    let mut serial = [0u8; 16];
+    loop {
+        rng.fill(&mut serial).map_err(|_| X509Error::NoRandomness)?;
+        if serial.iter().any(|b| *b != 0) {
+            return Ok(serial.to_vec());
+        }
+    }
 }
 
 /// RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050. Seconds
