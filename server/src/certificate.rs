@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use der::asn1::{AnyRef, BitString};
 use der::{Decode, Encode};
-use ring::rand::SecureRandom;
 use spki::SubjectPublicKeyInfoOwned;
 use time::OffsetDateTime;
 use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
@@ -216,7 +215,7 @@ pub fn sign_leaf(
     subject.push((oid::COMMON_NAME, username));
     let subject = x509::encode_name(&subject)?;
     let spki_der = spki.to_der().map_err(X509Error::from)?;
-    let serial = random_serial(ca.rng())?;
+    let serial = x509::random_serial(ca.rng())?;
 
     let mut extensions = vec![
         x509::extension(
@@ -298,15 +297,4 @@ pub fn serial_hex(serial: &[u8]) -> String {
         .position(|b| *b != 0)
         .unwrap_or(serial.len().saturating_sub(1));
     hex::encode(&serial[first..])
-}
-
-/// 128 random bits, never zero; encoded as a positive INTEGER.
-pub fn random_serial(rng: &dyn SecureRandom) -> Result<Vec<u8>, X509Error> {
-    let mut serial = [0u8; 16];
-    loop {
-        rng.fill(&mut serial).map_err(|_| X509Error::SigningFailed)?;
-        if serial.iter().any(|b| *b != 0) {
-            return Ok(serial.to_vec());
-        }
-    }
 }
