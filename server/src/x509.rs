@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use const_oid::AssociatedOid;
 use der::asn1::{AnyRef, BitStringRef, OctetString, UintRef};
 use der::{Decode, Encode, Reader, Sequence, Tag, Tagged};
 use ring::rand::SecureRandom;
@@ -14,6 +15,7 @@ use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair};
 use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned};
 use time::OffsetDateTime;
 use x509_cert::ext::Extension;
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectKeyIdentifier};
 use x509_cert::time::Time;
 
 /// The object identifiers the crate uses, under short names, all taken from
@@ -54,6 +56,8 @@ pub enum X509Error {
     SigningFailed,
     #[error("the system random number generator failed")]
     NoRandomness,
+    #[error("the extension {0} appears more than once; RFC 5280 allows one of each")]
+    DuplicateExtension(ObjectIdentifier),
 }
 
 /// The public key types this crate can tell apart. `Other` carries a
@@ -143,8 +147,11 @@ pub struct ParsedCertificate {
 }
 
 impl ParsedCertificate {
+    /// Parse a certificate, refusing one that carries an extension twice:
+    /// which of the two a verifier reads differs between implementations.
     pub fn from_der(der: &[u8]) -> Result<Self, X509Error> {
         let cert = x509_cert::Certificate::from_der(der)?;
+        refuse_duplicate_extensions(cert.tbs_certificate())?;
         let outer = AnyRef::from_der(der)?;
         let tbs = outer.sequence(|r| {
             let tbs = AnyRef::decode(r)?;
@@ -200,37 +207,43 @@ impl ParsedCertificate {
         self.raw_subject == self.raw_issuer
     }
 
-    /// The extension with this OID, if present (first occurrence).
+    /// The extension with this OID, if present ([`Self::from_der`] refused
+    /// certificates that carry one twice).
     pub fn extension(&self, id: ObjectIdentifier) -> Option<&Extension> {
         self.tbs()
             .extensions()
             .and_then(|exts| exts.iter().find(|e| e.extn_id == id))
     }
 
+    /// The value of a known extension; a value that does not decode counts
+    /// as absent. `get_extension` also refuses duplicates, which
+    /// [`Self::from_der`] has already refused.
+    fn known_extension<'a, T: Decode<'a> + AssociatedOid>(&'a self) -> Option<T> {
+        self.tbs()
+            .get_extension::<T>()
+            .ok()
+            .flatten()
+            .map(|(_critical, value)| value)
+    }
+
     /// The subject key identifier, if the certificate carries one.
     pub fn subject_key_id(&self) -> Option<Vec<u8>> {
-        let ext = self.extension(oid::SUBJECT_KEY_ID)?;
-        let id = OctetString::from_der(ext.extn_value.as_bytes()).ok()?;
-        Some(id.as_bytes().to_vec())
+        self.known_extension::<SubjectKeyIdentifier>()
+            .map(|id| id.0.as_bytes().to_vec())
     }
 
     /// (is a CA, path length) from basicConstraints; absent means not a CA.
-    pub fn basic_constraints(&self) -> Option<x509_cert::ext::pkix::BasicConstraints> {
-        let ext = self.extension(oid::BASIC_CONSTRAINTS)?;
-        x509_cert::ext::pkix::BasicConstraints::from_der(ext.extn_value.as_bytes()).ok()
+    pub fn basic_constraints(&self) -> Option<BasicConstraints> {
+        self.known_extension()
     }
 
-    pub fn key_usage(&self) -> Option<x509_cert::ext::pkix::KeyUsage> {
-        let ext = self.extension(oid::KEY_USAGE)?;
-        x509_cert::ext::pkix::KeyUsage::from_der(ext.extn_value.as_bytes()).ok()
+    pub fn key_usage(&self) -> Option<KeyUsage> {
+        self.known_extension()
     }
 
     /// The extended key usages, or `None` when the extension is absent.
     pub fn ext_key_usage(&self) -> Option<Vec<ObjectIdentifier>> {
-        let ext = self.extension(oid::EXT_KEY_USAGE)?;
-        x509_cert::ext::pkix::ExtendedKeyUsage::from_der(ext.extn_value.as_bytes())
-            .ok()
-            .map(|eku| eku.0)
+        self.known_extension::<ExtendedKeyUsage>().map(|eku| eku.0)
     }
 
     /// Every Organization value in the subject, in order (Talos reads roles
@@ -263,6 +276,19 @@ impl ParsedCertificate {
     pub fn to_pem(&self) -> String {
         pem_encode("CERTIFICATE", &self.der)
     }
+}
+
+fn refuse_duplicate_extensions(tbs: &x509_cert::TbsCertificate) -> Result<(), X509Error> {
+    let extensions = tbs.extensions().map(Vec::as_slice).unwrap_or_default();
+    for (i, extension) in extensions.iter().enumerate() {
+        if extensions[..i]
+            .iter()
+            .any(|seen| seen.extn_id == extension.extn_id)
+        {
+            return Err(X509Error::DuplicateExtension(extension.extn_id));
+        }
+    }
+    Ok(())
 }
 
 /// Every string value of an attribute type in a name (PrintableString,
@@ -639,6 +665,67 @@ mod tests {
             ["os:admin", "os:reader"]
         );
         assert_eq!(attribute_strings(&name, oid::COMMON_NAME), ["alice@example.com"]);
+    }
+
+    /// A self-signed certificate with these extensions, by a fixed Ed25519 key.
+    fn certificate_with(extensions: Vec<Extension>) -> Vec<u8> {
+        let key = SigningKey::Ed25519(Ed25519KeyPair::from_seed_unchecked(&[7; 32]).unwrap());
+        let spki = key.public_key_info().unwrap().to_der().unwrap();
+        let name = encode_name(&[(oid::ORGANIZATION, "talos")]).unwrap();
+        let now = OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap();
+        let template = CertificateTemplate {
+            serial: &[1],
+            issuer: &name,
+            subject: &name,
+            subject_public_key_info: &spki,
+            not_before: now,
+            not_after: now + time::Duration::hours(1),
+            extensions,
+        };
+        sign_certificate(&template, &key, &ring::rand::SystemRandom::new()).unwrap()
+    }
+
+    #[test]
+    fn a_certificate_with_an_extension_twice_is_refused() {
+        use x509_cert::ext::pkix::KeyUsages;
+        let may_sign = extension(oid::KEY_USAGE, true, &KeyUsage(KeyUsages::KeyCertSign.into())).unwrap();
+        let may_not = extension(
+            oid::KEY_USAGE,
+            true,
+            &KeyUsage(KeyUsages::DigitalSignature.into()),
+        )
+        .unwrap();
+        let ca = extension(
+            oid::BASIC_CONSTRAINTS,
+            true,
+            &BasicConstraints {
+                ca: true,
+                path_len_constraint: None,
+            },
+        )
+        .unwrap();
+
+        let once =
+            ParsedCertificate::from_der(&certificate_with(vec![ca.clone(), may_sign.clone()])).unwrap();
+        assert!(once.key_usage().unwrap().key_cert_sign());
+        assert!(once.basic_constraints().unwrap().ca);
+
+        for twice in [
+            vec![may_sign.clone(), ca.clone(), may_not],
+            vec![ca.clone(), may_sign, ca],
+        ] {
+            let der = certificate_with(twice);
+            assert!(
+                x509_cert::Certificate::from_der(&der).is_ok(),
+                "well-formed DER otherwise"
+            );
+            match ParsedCertificate::from_der(&der) {
+                Err(X509Error::DuplicateExtension(id)) => {
+                    assert!(id == oid::KEY_USAGE || id == oid::BASIC_CONSTRAINTS, "{id}")
+                }
+                other => panic!("expected a duplicate-extension refusal, got {other:?}"),
+            }
+        }
     }
 
     #[test]

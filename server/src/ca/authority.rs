@@ -203,3 +203,49 @@ impl fmt::Display for CaSummary {
         write!(f, "days left:   {}", self.days_left)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
+
+    use super::*;
+    use crate::ca::generate::{NewKeyType, generate_key};
+    use crate::x509::{CertificateTemplate, oid};
+
+    #[test]
+    fn a_ca_certificate_with_an_extension_twice_is_refused() {
+        let rng = SystemRandom::new();
+        let key = generate_key(NewKeyType::Ed25519, &rng).unwrap();
+        let spki = der::Encode::to_der(&key.key.public_key_info().unwrap()).unwrap();
+        let name = x509::encode_name(&[(oid::ORGANIZATION, "talos")]).unwrap();
+        let now = OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap();
+        let usage =
+            |usages: KeyUsages| x509::extension(oid::KEY_USAGE, true, &KeyUsage(usages.into())).unwrap();
+        let ca = BasicConstraints {
+            ca: true,
+            path_len_constraint: None,
+        };
+        let ca = x509::extension(oid::BASIC_CONSTRAINTS, true, &ca).unwrap();
+        // Either order: a verifier reading the first or the last sees another CA.
+        let orders = [
+            [usage(KeyUsages::KeyCertSign), usage(KeyUsages::DigitalSignature)],
+            [usage(KeyUsages::DigitalSignature), usage(KeyUsages::KeyCertSign)],
+        ];
+        for [first, second] in orders {
+            let template = CertificateTemplate {
+                serial: &[1],
+                issuer: &name,
+                subject: &name,
+                subject_public_key_info: &spki,
+                not_before: now - Duration::hours(1),
+                not_after: now + Duration::hours(1),
+                extensions: vec![ca.clone(), first, second],
+            };
+            let der = x509::sign_certificate(&template, &key.key, &rng).unwrap();
+            let pem = x509::pem_encode("CERTIFICATE", &der);
+            let error = CertificateAuthority::from_pem(&pem, &key.pem, "test", Vec::new(), now).unwrap_err();
+            assert_eq!(error.code(), "ca_certificate_invalid");
+            assert!(error.to_string().contains("more than once"), "{error}");
+        }
+    }
+}
