@@ -11,12 +11,12 @@
 
 use std::time::Duration;
 
-use der::asn1::{AnyRef, BitString};
-use der::{Decode, Encode};
+use der::asn1::AnyRef;
+use der::{Decode, Encode, Reader, SliceReader};
 use spki::SubjectPublicKeyInfoOwned;
 use time::OffsetDateTime;
 use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
-use x509_cert::request::CertReqInfo;
+use x509_cert::request::CertReq;
 
 use crate::ca::CertificateAuthority;
 use crate::x509::{self, CertificateTemplate, KeyKind, ParsedCertificate, X509Error, oid};
@@ -104,18 +104,9 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
         input.to_vec()
     };
     let malformed = |e: der::Error| CsrError::Malformed(e.to_string());
-    let (info_der, algorithm, signature) = AnyRef::from_der(&der)
-        .and_then(|outer| {
-            outer.sequence(|r| {
-                let info = AnyRef::decode(r)?.to_der()?;
-                let algorithm = spki::AlgorithmIdentifierOwned::decode(r)?;
-                let signature = BitString::decode(r)?;
-                Ok::<_, der::Error>((info, algorithm, signature))
-            })
-        })
-        .map_err(malformed)?;
-    let info = CertReqInfo::from_der(&info_der).map_err(malformed)?;
-    let spki = info.public_key;
+    let request = CertReq::from_der(&der).map_err(malformed)?;
+    let signed = signed_request_info(&der).map_err(malformed)?;
+    let spki = request.info.public_key;
 
     match x509::key_kind(&spki) {
         KeyKind::Ed25519 | KeyKind::EcdsaP256 => {}
@@ -123,10 +114,11 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
         KeyKind::Rsa { bits } if bits <= 8192 => {}
         other => return Err(CsrError::UnsupportedKey(other)),
     }
-    let signature = signature
+    let signature = request
+        .signature
         .as_bytes()
         .ok_or_else(|| CsrError::Malformed("signature has unused bits".into()))?;
-    x509::verify_signature(&spki, &algorithm, &info_der, signature).map_err(|e| match e {
+    x509::verify_signature(&spki, &request.algorithm, signed, signature).map_err(|e| match e {
         X509Error::UnsupportedSignatureAlgorithm(a) => CsrError::UnsupportedSignatureAlgorithm(a.to_string()),
         X509Error::AlgorithmKeyMismatch { algorithm, key } => {
             CsrError::UnsupportedSignatureAlgorithm(format!("{algorithm} with a {key} key"))
@@ -134,6 +126,15 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
         _ => CsrError::BadSignature,
     })?;
     Ok(spki)
+}
+
+/// The CertificationRequestInfo exactly as received, which is what the
+/// signature covers. Re-encoding the decoded value need not give these bytes
+/// back: DER decoding sorts a SET OF (the attributes, a multi-valued RDN)
+/// that the requester's encoder left unsorted.
+fn signed_request_info(der: &[u8]) -> der::Result<&[u8]> {
+    let request = AnyRef::from_der(der)?;
+    SliceReader::new(request.value())?.tlv_bytes()
 }
 
 /// Everything the leaf says that does not come from the CA or the CSR.
@@ -297,4 +298,92 @@ pub fn serial_hex(serial: &[u8]) -> String {
         .position(|b| *b != 0)
         .unwrap_or(serial.len().saturating_sub(1));
     hex::encode(&serial[first..])
+}
+
+#[cfg(test)]
+mod tests {
+    use const_oid::db::rfc2985::{PKCS_9_AT_CHALLENGE_PASSWORD, PKCS_9_AT_UNSTRUCTURED_NAME};
+    use der::asn1::{BitStringRef, SetOfVec, Utf8StringRef};
+    use der::{Tag, TagNumber};
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+    use spki::AlgorithmIdentifierOwned;
+    use x509_cert::attr::Attribute;
+
+    use super::*;
+
+    fn tlv(tag: Tag, content: &[u8]) -> Vec<u8> {
+        AnyRef::new(tag, content).unwrap().to_der().unwrap()
+    }
+
+    /// A CSR whose two attributes are written in the order given, signed
+    /// over exactly those bytes (as an encoder that does not sort SET OF does).
+    fn csr_with_attributes_in_order(key: &Ed25519KeyPair, descending: bool) -> Vec<u8> {
+        let attribute = |oid, value| {
+            let mut values = SetOfVec::new();
+            values.insert(Utf8StringRef::new(value).unwrap().into()).unwrap();
+            Attribute { oid, values }.to_der().unwrap()
+        };
+        let mut attributes = [
+            attribute(PKCS_9_AT_UNSTRUCTURED_NAME, "node"),
+            attribute(PKCS_9_AT_CHALLENGE_PASSWORD, "secret"),
+        ];
+        attributes.sort();
+        if descending {
+            attributes.reverse();
+        }
+        let spki = SubjectPublicKeyInfoOwned {
+            algorithm: AlgorithmIdentifierOwned {
+                oid: x509::oid::ED25519,
+                parameters: None,
+            },
+            subject_public_key: der::asn1::BitString::from_bytes(key.public_key().as_ref()).unwrap(),
+        };
+        let attributes_tag = Tag::ContextSpecific {
+            constructed: true,
+            number: TagNumber(0),
+        };
+        let info = tlv(
+            Tag::Sequence,
+            &[
+                0u8.to_der().unwrap(),
+                x509::encode_name(&[(x509::oid::COMMON_NAME, "talos-sso")]).unwrap(),
+                spki.to_der().unwrap(),
+                tlv(attributes_tag, &attributes.concat()),
+            ]
+            .concat(),
+        );
+        let algorithm = AlgorithmIdentifierOwned {
+            oid: x509::oid::ED25519,
+            parameters: None,
+        };
+        let signature = key.sign(&info);
+        let signature = BitStringRef::from_bytes(signature.as_ref()).unwrap();
+        tlv(
+            Tag::Sequence,
+            &[info, algorithm.to_der().unwrap(), signature.to_der().unwrap()].concat(),
+        )
+    }
+
+    #[test]
+    fn the_signature_is_checked_over_the_request_info_as_received() {
+        let key = Ed25519KeyPair::from_seed_unchecked(&[9; 32]).unwrap();
+        for descending in [false, true] {
+            let csr = csr_with_attributes_in_order(&key, descending);
+            let spki = verify_csr(&csr).unwrap();
+            assert_eq!(spki.subject_public_key.raw_bytes(), key.public_key().as_ref());
+            // Decoding sorts the attributes: re-encoded, the unsorted request
+            // is not what was signed, so only the received bytes verify.
+            let reencoded = CertReq::from_der(&csr).unwrap().info.to_der().unwrap();
+            let received = signed_request_info(&csr).unwrap();
+            assert_eq!(reencoded == received, !descending);
+        }
+        // A change to the received bytes still breaks the signature.
+        let mut altered = csr_with_attributes_in_order(&key, true);
+        let at = altered.windows(6).position(|w| w == b"secret").unwrap();
+        altered[at] = b'S';
+        assert_eq!(
+            verify_csr(&altered).unwrap_err().reason(),
+            "csr_signature_invalid"
+        );
+    }
 }
