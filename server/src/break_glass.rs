@@ -177,7 +177,6 @@ pub async fn run(
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
     let username = format!("break-glass:{}@{}", operator.name, operator.host);
     let leaf = LeafRequest {
-        csr: &[],
         username: &username,
         roles: request.roles,
         ttl: request.ttl,

@@ -137,11 +137,9 @@ fn signed_request_info(der: &[u8]) -> der::Result<&[u8]> {
     SliceReader::new(request.value())?.tlv_bytes()
 }
 
-/// Everything the leaf says that does not come from the CA or the CSR.
+/// Everything the leaf says that does not come from the CA or its key.
 #[derive(Debug, Clone)]
 pub struct LeafRequest<'a> {
-    /// The PKCS#10 request, PEM or DER.
-    pub csr: &'a [u8],
     /// Written as the CN (for people and audit; Talos ignores it).
     pub username: &'a str,
     /// Talos roles, one `O` each, in this order (duplicates dropped).
@@ -167,20 +165,20 @@ pub struct IssuedCertificate {
     pub public_key_sha256: String,
 }
 
-/// Sign a Talos client certificate for a CSR. Pure apart from the CA's
-/// randomness.
+/// Sign a Talos client certificate for the key of `csr` (a PKCS#10 request,
+/// PEM or DER), once its self-signature verifies.
 pub fn issue(
     ca: &CertificateAuthority,
+    csr: &[u8],
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
 ) -> Result<IssuedCertificate, IssueError> {
-    let spki = verify_csr(request.csr)?;
+    let spki = verify_csr(csr)?;
     sign_leaf(ca, &spki, request, now)
 }
 
 /// Sign a Talos client certificate for a public key the caller already
 /// trusts (a verified CSR's, or a key made here for break-glass).
-/// `request.csr` is not read.
 pub fn sign_leaf(
     ca: &CertificateAuthority,
     spki: &SubjectPublicKeyInfoOwned,

@@ -34,13 +34,12 @@ fn issue_at(
 ) -> Result<IssuedCertificate, IssueError> {
     let roles = roles(role_names);
     let request = LeafRequest {
-        csr,
         username: "alice@example.com",
         roles: &roles,
         ttl,
         clock_skew: DEFAULT_CLOCK_SKEW,
     };
-    certificate::issue(ca, &request, now)
+    certificate::issue(ca, csr, &request, now)
 }
 
 /// Every CA the tests sign with: the Talos fixtures and fresh ones of each type.
@@ -233,13 +232,12 @@ fn validity_edges_follow_the_injected_clock() {
     assert!(matches!(zero, Err(IssueError::InvalidTtl)));
     // A custom skew allowance moves not_before only.
     let request = LeafRequest {
-        csr: &csr,
         username: "bob",
         roles: &roles(&["os:reader"]),
         ttl: five_minutes,
         clock_skew: Duration::from_secs(30),
     };
-    let skewed = certificate::issue(&ca, &request, datetime!(2030-01-01 00:00:00 UTC)).unwrap();
+    let skewed = certificate::issue(&ca, &csr, &request, datetime!(2030-01-01 00:00:00 UTC)).unwrap();
     assert_eq!(skewed.not_before, datetime!(2029-12-31 23:59:30 UTC));
     assert_eq!(skewed.not_after, datetime!(2030-01-01 00:05:00 UTC));
 }
@@ -266,14 +264,13 @@ fn identity_and_roles_are_checked() {
     assert_eq!(duplicated.leaf.subject_organizations(), ["os:reader"]);
     for username in ["", "bad\nname"] {
         let request = LeafRequest {
-            csr: &csr,
             username,
             roles: &roles(&["os:reader"]),
             ttl,
             clock_skew: DEFAULT_CLOCK_SKEW,
         };
         assert!(matches!(
-            certificate::issue(&ca, &request, now),
+            certificate::issue(&ca, &csr, &request, now),
             Err(IssueError::InvalidUsername)
         ));
     }

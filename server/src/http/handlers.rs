@@ -438,13 +438,12 @@ async fn issue_certificate(
 
     let now = app.clock.now();
     let leaf = LeafRequest {
-        csr: request.csr.as_bytes(),
         username: &verified.username,
         roles: &decision.granted,
         ttl,
         clock_skew: cluster.config.clock_skew,
     };
-    let issued = match certificate::issue(&cluster.ca, &leaf, now) {
+    let issued = match certificate::issue(&cluster.ca, request.csr.as_bytes(), &leaf, now) {
         Ok(issued) => issued,
         Err(IssueError::Csr(csr)) => {
             let error = problem(StatusCode::BAD_REQUEST, "csr_invalid", csr.to_string())
