@@ -22,7 +22,7 @@ use crate::x509::{self, CertificateTemplate, ParsedCertificate, SigningKey, X509
 const INTERMEDIATE_BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 /// Key types a new CA can have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NewKeyType {
     Ed25519,
     EcdsaP256,
