@@ -1,13 +1,18 @@
 //! The Talos client certificate profile, and the CSR checks in front of it.
 //!
-//! [`issue`] is a pure function of (CA, CSR, identity, roles, validity, clock):
-//! it verifies the CSR's self-signature, keeps only its public key, and signs
-//! a leaf that Talos's apid accepts (PRODUCT.md §5): one `O` per role, `CN` =
-//! username, issuer copied byte for byte from the CA subject, key usage
-//! digitalSignature (critical), extended key usage exactly `clientAuth`, not a
-//! CA, authority key id, 128-bit random serial. Who may have which roles for
-//! how long is decided before this is called (`policy`); nothing here reads
-//! the clock, the network or a database.
+//! [`issue`] depends only on its arguments (CA, CSR, identity, roles,
+//! validity, clock) and on the CA's random number generator, which picks the
+//! serial: it verifies the CSR's self-signature, keeps only its public key,
+//! and signs a leaf that Talos's apid accepts. apid reads the roles from the
+//! leaf's Subject Organization values (`pkg/grpc/middleware/authz/injector.go`
+//! in the siderolabs/talos repository), so the leaf has one `O` per role,
+//! `CN` = username, the issuer copied byte for byte from the CA subject, key
+//! usage digitalSignature (critical), extended key usage exactly `clientAuth`,
+//! not a CA, an authority key id and a 128-bit random serial. Who may have
+//! which roles for how long is decided before this is called (`policy`);
+//! nothing here reads the clock, the network or a database.
+//!
+//! This module uses `ca` (the signer) and never the reverse.
 
 use std::time::Duration;
 
