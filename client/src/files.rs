@@ -102,13 +102,12 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
+    let rng = ring::rand::SystemRandom::new();
     let mut attempt = 0;
     loop {
-        let mut random = [0u8; 6];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)
-            .map_err(|_| std::io::Error::other("no randomness for a temporary file name"))?;
-        let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
-        let temp = dir.join(format!(".{file_name}.tmp-{suffix}"));
+        let name = temp_name(&file_name, |bytes| ring::rand::SecureRandom::fill(&rng, bytes))
+            .map_err(|e| std::io::Error::other(format!("{e}; {} was not written", path.display())))?;
+        let temp = dir.join(name);
         match write_via(&temp, path, contents) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt + 1 < TEMP_ATTEMPTS => {
                 attempt += 1;
@@ -116,6 +115,23 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
             result => return result,
         }
     }
+}
+
+/// The name of a temporary file for `file_name`, with 48 random bits from
+/// `fill` that nobody can guess. Without randomness there is no name: a
+/// predictable one would let another user plant a file or link there first.
+fn temp_name(
+    file_name: &str,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), ring::error::Unspecified>,
+) -> std::io::Result<String> {
+    let mut random = [0u8; 6];
+    fill(&mut random).map_err(|_| {
+        std::io::Error::other(
+            "the system random number generator failed, so no unpredictable temporary file name could be chosen",
+        )
+    })?;
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(".{file_name}.tmp-{suffix}"))
 }
 
 /// Write `contents` to the new file `temp`, then rename it over `path`.
@@ -216,6 +232,21 @@ mod tests {
         std::fs::write(&temp, "someone's").unwrap();
         assert!(write_via(&temp, &config, b"secret").is_err());
         assert_eq!(std::fs::read_to_string(&temp).unwrap(), "someone's");
+    }
+
+    #[test]
+    fn no_temporary_file_name_without_randomness() {
+        let error = temp_name("config", |_| Err(ring::error::Unspecified)).unwrap_err();
+        assert!(
+            error.to_string().contains("random number generator failed"),
+            "{error}"
+        );
+        let name = temp_name("config", |bytes| {
+            bytes.fill(0xab);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(name, ".config.tmp-abababababab");
     }
 
     #[test]

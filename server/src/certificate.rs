@@ -1,23 +1,27 @@
 //! The Talos client certificate profile, and the CSR checks in front of it.
 //!
-//! [`issue`] is a pure function of (CA, CSR, identity, roles, validity, clock):
-//! it verifies the CSR's self-signature, keeps only its public key, and signs
-//! a leaf that Talos's apid accepts (PRODUCT.md §5): one `O` per role, `CN` =
-//! username, issuer copied byte for byte from the CA subject, key usage
-//! digitalSignature (critical), extended key usage exactly `clientAuth`, not a
-//! CA, authority key id, 128-bit random serial. Who may have which roles for
-//! how long is decided before this is called (`policy`); nothing here reads
-//! the clock, the network or a database.
+//! [`issue`] depends only on its arguments (CA, CSR, identity, roles,
+//! validity, clock) and on the CA's random number generator, which picks the
+//! serial: it verifies the CSR's self-signature, keeps only its public key,
+//! and signs a leaf that Talos's apid accepts. apid reads the roles from the
+//! leaf's Subject Organization values (`pkg/grpc/middleware/authz/injector.go`
+//! in the siderolabs/talos repository), so the leaf has one `O` per role,
+//! `CN` = username, the issuer copied byte for byte from the CA subject, key
+//! usage digitalSignature (critical), extended key usage exactly `clientAuth`,
+//! not a CA, an authority key id and a 128-bit random serial. Who may have
+//! which roles for how long is decided before this is called (`policy`);
+//! nothing here reads the clock, the network or a database.
+//!
+//! This module uses `ca` (the signer) and never the reverse.
 
 use std::time::Duration;
 
-use der::asn1::{AnyRef, BitString};
-use der::{Decode, Encode};
-use ring::rand::SecureRandom;
+use der::asn1::AnyRef;
+use der::{Decode, Encode, Reader, SliceReader};
 use spki::SubjectPublicKeyInfoOwned;
 use time::OffsetDateTime;
 use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
-use x509_cert::request::CertReqInfo;
+use x509_cert::request::CertReq;
 
 use crate::ca::CertificateAuthority;
 use crate::x509::{self, CertificateTemplate, KeyKind, ParsedCertificate, X509Error, oid};
@@ -105,18 +109,9 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
         input.to_vec()
     };
     let malformed = |e: der::Error| CsrError::Malformed(e.to_string());
-    let (info_der, algorithm, signature) = AnyRef::from_der(&der)
-        .and_then(|outer| {
-            outer.sequence(|r| {
-                let info = AnyRef::decode(r)?.to_der()?;
-                let algorithm = spki::AlgorithmIdentifierOwned::decode(r)?;
-                let signature = BitString::decode(r)?;
-                Ok::<_, der::Error>((info, algorithm, signature))
-            })
-        })
-        .map_err(malformed)?;
-    let info = CertReqInfo::from_der(&info_der).map_err(malformed)?;
-    let spki = info.public_key;
+    let request = CertReq::from_der(&der).map_err(malformed)?;
+    let signed = signed_request_info(&der).map_err(malformed)?;
+    let spki = request.info.public_key;
 
     match x509::key_kind(&spki) {
         KeyKind::Ed25519 | KeyKind::EcdsaP256 => {}
@@ -124,10 +119,11 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
         KeyKind::Rsa { bits } if bits <= 8192 => {}
         other => return Err(CsrError::UnsupportedKey(other)),
     }
-    let signature = signature
+    let signature = request
+        .signature
         .as_bytes()
         .ok_or_else(|| CsrError::Malformed("signature has unused bits".into()))?;
-    x509::verify_signature(&spki, &algorithm, &info_der, signature).map_err(|e| match e {
+    x509::verify_signature(&spki, &request.algorithm, signed, signature).map_err(|e| match e {
         X509Error::UnsupportedSignatureAlgorithm(a) => CsrError::UnsupportedSignatureAlgorithm(a.to_string()),
         X509Error::AlgorithmKeyMismatch { algorithm, key } => {
             CsrError::UnsupportedSignatureAlgorithm(format!("{algorithm} with a {key} key"))
@@ -137,7 +133,16 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
     Ok(spki)
 }
 
-/// Everything the leaf says that does not come from the CA or the CSR.
+/// The CertificationRequestInfo exactly as received, which is what the
+/// signature covers. Re-encoding the decoded value need not give these bytes
+/// back: DER decoding sorts a SET OF (the attributes, a multi-valued RDN)
+/// that the requester's encoder left unsorted.
+fn signed_request_info(der: &[u8]) -> der::Result<&[u8]> {
+    let request = AnyRef::from_der(der)?;
+    SliceReader::new(request.value())?.tlv_bytes()
+}
+
+/// Everything the leaf says that does not come from the CA or its key.
 #[derive(Debug, Clone)]
 pub struct LeafRequest<'a> {
     /// Written as the CN (for people and audit; Talos ignores it).
@@ -165,8 +170,8 @@ pub struct IssuedCertificate {
     pub public_key_sha256: String,
 }
 
-/// Sign a Talos client certificate for a CSR. Pure apart from the CA's
-/// randomness.
+/// Sign a Talos client certificate for the key of `csr` (a PKCS#10 request,
+/// PEM or DER), once its self-signature verifies.
 pub fn issue(
     ca: &CertificateAuthority,
     csr: &[u8],
@@ -214,7 +219,7 @@ pub fn sign_leaf(
     subject.push((oid::COMMON_NAME, username));
     let subject = x509::encode_name(&subject)?;
     let spki_der = spki.to_der().map_err(X509Error::from)?;
-    let serial = random_serial(ca.rng())?;
+    let serial = x509::random_serial(ca.rng())?;
 
     let mut extensions = vec![
         x509::extension(
@@ -298,13 +303,90 @@ pub fn serial_hex(serial: &[u8]) -> String {
     hex::encode(&serial[first..])
 }
 
-/// 128 random bits, never zero; encoded as a positive INTEGER.
-pub fn random_serial(rng: &dyn SecureRandom) -> Result<Vec<u8>, X509Error> {
-    let mut serial = [0u8; 16];
-    loop {
-        rng.fill(&mut serial).map_err(|_| X509Error::SigningFailed)?;
-        if serial.iter().any(|b| *b != 0) {
-            return Ok(serial.to_vec());
+#[cfg(test)]
+mod tests {
+    use const_oid::db::rfc2985::{PKCS_9_AT_CHALLENGE_PASSWORD, PKCS_9_AT_UNSTRUCTURED_NAME};
+    use der::asn1::{BitStringRef, SetOfVec, Utf8StringRef};
+    use der::{Tag, TagNumber};
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+    use spki::AlgorithmIdentifierOwned;
+    use x509_cert::attr::Attribute;
+
+    use super::*;
+
+    fn tlv(tag: Tag, content: &[u8]) -> Vec<u8> {
+        AnyRef::new(tag, content).unwrap().to_der().unwrap()
+    }
+
+    /// A CSR whose two attributes are written in the order given, signed
+    /// over exactly those bytes (as an encoder that does not sort SET OF does).
+    fn csr_with_attributes_in_order(key: &Ed25519KeyPair, descending: bool) -> Vec<u8> {
+        let attribute = |oid, value| {
+            let mut values = SetOfVec::new();
+            values.insert(Utf8StringRef::new(value).unwrap().into()).unwrap();
+            Attribute { oid, values }.to_der().unwrap()
+        };
+        let mut attributes = [
+            attribute(PKCS_9_AT_UNSTRUCTURED_NAME, "node"),
+            attribute(PKCS_9_AT_CHALLENGE_PASSWORD, "secret"),
+        ];
+        attributes.sort();
+        if descending {
+            attributes.reverse();
         }
+        let spki = SubjectPublicKeyInfoOwned {
+            algorithm: AlgorithmIdentifierOwned {
+                oid: x509::oid::ED25519,
+                parameters: None,
+            },
+            subject_public_key: der::asn1::BitString::from_bytes(key.public_key().as_ref()).unwrap(),
+        };
+        let attributes_tag = Tag::ContextSpecific {
+            constructed: true,
+            number: TagNumber(0),
+        };
+        let info = tlv(
+            Tag::Sequence,
+            &[
+                0u8.to_der().unwrap(),
+                x509::encode_name(&[(x509::oid::COMMON_NAME, "talos-sso")]).unwrap(),
+                spki.to_der().unwrap(),
+                tlv(attributes_tag, &attributes.concat()),
+            ]
+            .concat(),
+        );
+        let algorithm = AlgorithmIdentifierOwned {
+            oid: x509::oid::ED25519,
+            parameters: None,
+        };
+        let signature = key.sign(&info);
+        let signature = BitStringRef::from_bytes(signature.as_ref()).unwrap();
+        tlv(
+            Tag::Sequence,
+            &[info, algorithm.to_der().unwrap(), signature.to_der().unwrap()].concat(),
+        )
+    }
+
+    #[test]
+    fn the_signature_is_checked_over_the_request_info_as_received() {
+        let key = Ed25519KeyPair::from_seed_unchecked(&[9; 32]).unwrap();
+        for descending in [false, true] {
+            let csr = csr_with_attributes_in_order(&key, descending);
+            let spki = verify_csr(&csr).unwrap();
+            assert_eq!(spki.subject_public_key.raw_bytes(), key.public_key().as_ref());
+            // Decoding sorts the attributes: re-encoded, the unsorted request
+            // is not what was signed, so only the received bytes verify.
+            let reencoded = CertReq::from_der(&csr).unwrap().info.to_der().unwrap();
+            let received = signed_request_info(&csr).unwrap();
+            assert_eq!(reencoded == received, !descending);
+        }
+        // A change to the received bytes still breaks the signature.
+        let mut altered = csr_with_attributes_in_order(&key, true);
+        let at = altered.windows(6).position(|w| w == b"secret").unwrap();
+        altered[at] = b'S';
+        assert_eq!(
+            verify_csr(&altered).unwrap_err().reason(),
+            "csr_signature_invalid"
+        );
     }
 }

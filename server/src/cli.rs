@@ -120,7 +120,7 @@ pub enum CaCommand {
         out_key: PathBuf,
         /// Key type of the intermediate.
         #[arg(long, value_enum, default_value = "ed25519")]
-        key_type: NewKeyType,
+        key_type: KeyTypeArg,
         /// Common name of the intermediate's subject.
         #[arg(long, default_value = "talos-sso intermediate CA")]
         common_name: String,
@@ -136,7 +136,7 @@ pub enum CaCommand {
         out_key: PathBuf,
         /// Key type of the CA.
         #[arg(long, value_enum, default_value = "ed25519")]
-        key_type: NewKeyType,
+        key_type: KeyTypeArg,
         /// Organization of the CA's subject (Talos uses `talos`).
         #[arg(long, default_value = "talos")]
         organization: String,
@@ -144,6 +144,24 @@ pub enum CaCommand {
         #[arg(long, value_parser = humantime::parse_duration, default_value = "10y")]
         validity: Duration,
     },
+}
+
+/// The key types of `ca new` and `ca intermediate`, as the flag spells them.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum KeyTypeArg {
+    Ed25519,
+    EcdsaP256,
+    EcdsaP384,
+}
+
+impl From<KeyTypeArg> for NewKeyType {
+    fn from(arg: KeyTypeArg) -> Self {
+        match arg {
+            KeyTypeArg::Ed25519 => NewKeyType::Ed25519,
+            KeyTypeArg::EcdsaP256 => NewKeyType::EcdsaP256,
+            KeyTypeArg::EcdsaP384 => NewKeyType::EcdsaP384,
+        }
+    }
 }
 
 /// One CA source, named like the keys of a cluster's `ca` configuration.
@@ -404,7 +422,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             if root.is_intermediate() {
                 bail!("`ca intermediate` needs the Talos root CA material, not an intermediate");
             }
-            let ca = generate::new_intermediate(&root, key_type, &common_name, validity, now)?;
+            let ca = generate::new_intermediate(&root, key_type.into(), &common_name, validity, now)?;
             write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
             writeln!(
                 out,
@@ -422,7 +440,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             organization,
             validity,
         }) => {
-            let ca = generate::new_root(key_type, &organization, validity, now)?;
+            let ca = generate::new_root(key_type.into(), &organization, validity, now)?;
             write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
             writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;
             writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;

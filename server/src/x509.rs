@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use const_oid::AssociatedOid;
 use der::asn1::{AnyRef, BitStringRef, OctetString, UintRef};
 use der::{Decode, Encode, Reader, Sequence, Tag, Tagged};
 use ring::rand::SecureRandom;
@@ -14,35 +15,27 @@ use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair};
 use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned};
 use time::OffsetDateTime;
 use x509_cert::ext::Extension;
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectKeyIdentifier};
 use x509_cert::time::Time;
 
-/// Object identifiers used across the crate, spelled out so a reader can grep
-/// them against RFC 5280 / RFC 8410 / RFC 5758 without a lookup table.
+/// The object identifiers the crate uses, under short names, all taken from
+/// `const_oid`'s database (each `use` names the RFC module it comes from), so
+/// none is spelled out by hand.
 pub mod oid {
-    use spki::ObjectIdentifier as Oid;
-
-    pub const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
-    pub const ED448: Oid = Oid::new_unwrap("1.3.101.113");
-    pub const EC_PUBLIC_KEY: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
-    pub const SECP256R1: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
-    pub const SECP384R1: Oid = Oid::new_unwrap("1.3.132.0.34");
-    pub const SECP521R1: Oid = Oid::new_unwrap("1.3.132.0.35");
-    pub const RSA_ENCRYPTION: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
-    pub const ECDSA_WITH_SHA256: Oid = Oid::new_unwrap("1.2.840.10045.4.3.2");
-    pub const ECDSA_WITH_SHA384: Oid = Oid::new_unwrap("1.2.840.10045.4.3.3");
-    pub const SHA256_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.11");
-    pub const SHA384_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.12");
-    pub const SHA512_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.13");
-    pub const COMMON_NAME: Oid = Oid::new_unwrap("2.5.4.3");
-    pub const ORGANIZATION: Oid = Oid::new_unwrap("2.5.4.10");
-    pub const SUBJECT_KEY_ID: Oid = Oid::new_unwrap("2.5.29.14");
-    pub const KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.15");
-    pub const SUBJECT_ALT_NAME: Oid = Oid::new_unwrap("2.5.29.17");
-    pub const BASIC_CONSTRAINTS: Oid = Oid::new_unwrap("2.5.29.19");
-    pub const AUTHORITY_KEY_ID: Oid = Oid::new_unwrap("2.5.29.35");
-    pub const EXT_KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.37");
-    pub const KP_SERVER_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.1");
-    pub const KP_CLIENT_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.2");
+    pub use const_oid::db::rfc4519::{COMMON_NAME, ORGANIZATION_NAME as ORGANIZATION};
+    pub use const_oid::db::rfc5280::{
+        ID_CE_AUTHORITY_KEY_IDENTIFIER as AUTHORITY_KEY_ID, ID_CE_BASIC_CONSTRAINTS as BASIC_CONSTRAINTS,
+        ID_CE_EXT_KEY_USAGE as EXT_KEY_USAGE, ID_CE_KEY_USAGE as KEY_USAGE,
+        ID_CE_SUBJECT_ALT_NAME as SUBJECT_ALT_NAME, ID_CE_SUBJECT_KEY_IDENTIFIER as SUBJECT_KEY_ID,
+        ID_KP_CLIENT_AUTH as KP_CLIENT_AUTH, ID_KP_SERVER_AUTH as KP_SERVER_AUTH,
+    };
+    pub use const_oid::db::rfc5912::{
+        ECDSA_WITH_SHA_256 as ECDSA_WITH_SHA256, ECDSA_WITH_SHA_384 as ECDSA_WITH_SHA384,
+        ID_EC_PUBLIC_KEY as EC_PUBLIC_KEY, RSA_ENCRYPTION, SECP_256_R_1 as SECP256R1,
+        SECP_384_R_1 as SECP384R1, SECP_521_R_1 as SECP521R1, SHA_256_WITH_RSA_ENCRYPTION as SHA256_WITH_RSA,
+        SHA_384_WITH_RSA_ENCRYPTION as SHA384_WITH_RSA, SHA_512_WITH_RSA_ENCRYPTION as SHA512_WITH_RSA,
+    };
+    pub use const_oid::db::rfc8410::{ID_ED_448 as ED448, ID_ED_25519 as ED25519};
 }
 
 /// What can go wrong below the policy layer.
@@ -61,6 +54,10 @@ pub enum X509Error {
     BadSignature,
     #[error("signing failed")]
     SigningFailed,
+    #[error("the system random number generator failed")]
+    NoRandomness,
+    #[error("the extension {0} appears more than once; RFC 5280 allows one of each")]
+    DuplicateExtension(ObjectIdentifier),
 }
 
 /// The public key types this crate can tell apart. `Other` carries a
@@ -150,8 +147,11 @@ pub struct ParsedCertificate {
 }
 
 impl ParsedCertificate {
+    /// Parse a certificate, refusing one that carries an extension twice:
+    /// which of the two a verifier reads differs between implementations.
     pub fn from_der(der: &[u8]) -> Result<Self, X509Error> {
         let cert = x509_cert::Certificate::from_der(der)?;
+        refuse_duplicate_extensions(cert.tbs_certificate())?;
         let outer = AnyRef::from_der(der)?;
         let tbs = outer.sequence(|r| {
             let tbs = AnyRef::decode(r)?;
@@ -207,37 +207,43 @@ impl ParsedCertificate {
         self.raw_subject == self.raw_issuer
     }
 
-    /// The extension with this OID, if present (first occurrence).
+    /// The extension with this OID, if present ([`Self::from_der`] refused
+    /// certificates that carry one twice).
     pub fn extension(&self, id: ObjectIdentifier) -> Option<&Extension> {
         self.tbs()
             .extensions()
             .and_then(|exts| exts.iter().find(|e| e.extn_id == id))
     }
 
+    /// The value of a known extension; a value that does not decode counts
+    /// as absent. `get_extension` also refuses duplicates, which
+    /// [`Self::from_der`] has already refused.
+    fn known_extension<'a, T: Decode<'a> + AssociatedOid>(&'a self) -> Option<T> {
+        self.tbs()
+            .get_extension::<T>()
+            .ok()
+            .flatten()
+            .map(|(_critical, value)| value)
+    }
+
     /// The subject key identifier, if the certificate carries one.
     pub fn subject_key_id(&self) -> Option<Vec<u8>> {
-        let ext = self.extension(oid::SUBJECT_KEY_ID)?;
-        let id = OctetString::from_der(ext.extn_value.as_bytes()).ok()?;
-        Some(id.as_bytes().to_vec())
+        self.known_extension::<SubjectKeyIdentifier>()
+            .map(|id| id.0.as_bytes().to_vec())
     }
 
     /// (is a CA, path length) from basicConstraints; absent means not a CA.
-    pub fn basic_constraints(&self) -> Option<x509_cert::ext::pkix::BasicConstraints> {
-        let ext = self.extension(oid::BASIC_CONSTRAINTS)?;
-        x509_cert::ext::pkix::BasicConstraints::from_der(ext.extn_value.as_bytes()).ok()
+    pub fn basic_constraints(&self) -> Option<BasicConstraints> {
+        self.known_extension()
     }
 
-    pub fn key_usage(&self) -> Option<x509_cert::ext::pkix::KeyUsage> {
-        let ext = self.extension(oid::KEY_USAGE)?;
-        x509_cert::ext::pkix::KeyUsage::from_der(ext.extn_value.as_bytes()).ok()
+    pub fn key_usage(&self) -> Option<KeyUsage> {
+        self.known_extension()
     }
 
     /// The extended key usages, or `None` when the extension is absent.
     pub fn ext_key_usage(&self) -> Option<Vec<ObjectIdentifier>> {
-        let ext = self.extension(oid::EXT_KEY_USAGE)?;
-        x509_cert::ext::pkix::ExtendedKeyUsage::from_der(ext.extn_value.as_bytes())
-            .ok()
-            .map(|eku| eku.0)
+        self.known_extension::<ExtendedKeyUsage>().map(|eku| eku.0)
     }
 
     /// Every Organization value in the subject, in order (Talos reads roles
@@ -272,6 +278,19 @@ impl ParsedCertificate {
     }
 }
 
+fn refuse_duplicate_extensions(tbs: &x509_cert::TbsCertificate) -> Result<(), X509Error> {
+    let extensions = tbs.extensions().map(Vec::as_slice).unwrap_or_default();
+    for (i, extension) in extensions.iter().enumerate() {
+        if extensions[..i]
+            .iter()
+            .any(|seen| seen.extn_id == extension.extn_id)
+        {
+            return Err(X509Error::DuplicateExtension(extension.extn_id));
+        }
+    }
+    Ok(())
+}
+
 /// Every string value of an attribute type in a name (PrintableString,
 /// UTF8String, IA5String are what real CAs and Talos write).
 pub fn attribute_strings(name: &x509_cert::name::Name, attribute: ObjectIdentifier) -> Vec<String> {
@@ -293,6 +312,18 @@ fn to_offset(t: Time) -> OffsetDateTime {
     let secs = t.to_unix_duration().as_secs();
     OffsetDateTime::from_unix_timestamp(i64::try_from(secs).unwrap_or(i64::MAX))
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A certificate serial: 128 random bits, never zero, to be encoded as a
+/// positive INTEGER.
+pub fn random_serial(rng: &dyn SecureRandom) -> Result<Vec<u8>, X509Error> {
+    let mut serial = [0u8; 16];
+    loop {
+        rng.fill(&mut serial).map_err(|_| X509Error::NoRandomness)?;
+        if serial.iter().any(|b| *b != 0) {
+            return Ok(serial.to_vec());
+        }
+    }
 }
 
 /// RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050. Seconds
@@ -584,28 +615,37 @@ pub fn pem_encode(label: &str, der: &[u8]) -> String {
     der::pem::encode_string(label, der::pem::LineEnding::LF, der).unwrap_or_default()
 }
 
+/// Why PEM text could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    #[error(transparent)]
+    Malformed(#[from] pem::PemError),
+    #[error("a PEM block has no END line")]
+    Unterminated,
+    #[error("the `{label}` block has headers (an encrypted key?); only plain PEM is read")]
+    Headers { label: String },
+}
+
 /// Every PEM block in `text` as (label, DER), in order. Text outside blocks is
 /// ignored, like Go's `pem.Decode` loop.
-pub fn pem_blocks(text: &str) -> Result<Vec<(String, Vec<u8>)>, der::pem::Error> {
-    let mut blocks = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("-----BEGIN ") {
-        let after = &rest[start..];
-        let label_end = after["-----BEGIN ".len()..]
-            .find("-----")
-            .map(|i| i + "-----BEGIN ".len())
-            .ok_or(der::pem::Error::PreEncapsulationBoundary)?;
-        let label = &after["-----BEGIN ".len()..label_end];
-        let end_marker = format!("-----END {label}-----");
-        let end = after
-            .find(&end_marker)
-            .ok_or(der::pem::Error::PostEncapsulationBoundary)?;
-        let block = &after[..end + end_marker.len()];
-        let (decoded_label, der) = der::pem::decode_vec(block.as_bytes())?;
-        blocks.push((decoded_label.to_owned(), der));
-        rest = &after[end + end_marker.len()..];
+pub fn pem_blocks(text: &str) -> Result<Vec<(String, Vec<u8>)>, PemError> {
+    let blocks = pem::parse_many(text)?;
+    // `parse_many` stops quietly at a BEGIN line with no END after it: a
+    // truncated file would lose its last block (a chain its root) unnoticed.
+    if text.matches("-----BEGIN ").count() > blocks.len() {
+        return Err(PemError::Unterminated);
     }
-    Ok(blocks)
+    blocks
+        .into_iter()
+        .map(|block| {
+            if block.headers().iter().next().is_some() {
+                return Err(PemError::Headers {
+                    label: block.tag().to_owned(),
+                });
+            }
+            Ok((block.tag().to_owned(), block.into_contents()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -636,6 +676,67 @@ mod tests {
         assert_eq!(attribute_strings(&name, oid::COMMON_NAME), ["alice@example.com"]);
     }
 
+    /// A self-signed certificate with these extensions, by a fixed Ed25519 key.
+    fn certificate_with(extensions: Vec<Extension>) -> Vec<u8> {
+        let key = SigningKey::Ed25519(Ed25519KeyPair::from_seed_unchecked(&[7; 32]).unwrap());
+        let spki = key.public_key_info().unwrap().to_der().unwrap();
+        let name = encode_name(&[(oid::ORGANIZATION, "talos")]).unwrap();
+        let now = OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap();
+        let template = CertificateTemplate {
+            serial: &[1],
+            issuer: &name,
+            subject: &name,
+            subject_public_key_info: &spki,
+            not_before: now,
+            not_after: now + time::Duration::hours(1),
+            extensions,
+        };
+        sign_certificate(&template, &key, &ring::rand::SystemRandom::new()).unwrap()
+    }
+
+    #[test]
+    fn a_certificate_with_an_extension_twice_is_refused() {
+        use x509_cert::ext::pkix::KeyUsages;
+        let may_sign = extension(oid::KEY_USAGE, true, &KeyUsage(KeyUsages::KeyCertSign.into())).unwrap();
+        let may_not = extension(
+            oid::KEY_USAGE,
+            true,
+            &KeyUsage(KeyUsages::DigitalSignature.into()),
+        )
+        .unwrap();
+        let ca = extension(
+            oid::BASIC_CONSTRAINTS,
+            true,
+            &BasicConstraints {
+                ca: true,
+                path_len_constraint: None,
+            },
+        )
+        .unwrap();
+
+        let once =
+            ParsedCertificate::from_der(&certificate_with(vec![ca.clone(), may_sign.clone()])).unwrap();
+        assert!(once.key_usage().unwrap().key_cert_sign());
+        assert!(once.basic_constraints().unwrap().ca);
+
+        for twice in [
+            vec![may_sign.clone(), ca.clone(), may_not],
+            vec![ca.clone(), may_sign, ca],
+        ] {
+            let der = certificate_with(twice);
+            assert!(
+                x509_cert::Certificate::from_der(&der).is_ok(),
+                "well-formed DER otherwise"
+            );
+            match ParsedCertificate::from_der(&der) {
+                Err(X509Error::DuplicateExtension(id)) => {
+                    assert!(id == oid::KEY_USAGE || id == oid::BASIC_CONSTRAINTS, "{id}")
+                }
+                other => panic!("expected a duplicate-extension refusal, got {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn pem_blocks_reads_every_block_and_skips_text() {
         let a = pem_encode("CERTIFICATE", b"\x30\x00");
@@ -646,5 +747,21 @@ mod tests {
         assert_eq!(blocks[0].0, "CERTIFICATE");
         assert_eq!(blocks[1].0, "ED25519 PRIVATE KEY");
         assert_eq!(blocks[1].1, b"\x30\x01\x00");
+    }
+
+    #[test]
+    fn pem_blocks_refuses_truncated_and_encrypted_blocks() {
+        let whole = pem_encode("CERTIFICATE", b"\x30\x00");
+        let truncated = format!("{whole}-----BEGIN CERTIFICATE-----\nMAA=\n");
+        assert!(matches!(pem_blocks(&truncated), Err(PemError::Unterminated)));
+        let encrypted = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n\
+                         DEK-Info: AES-128-CBC,00112233445566778899AABBCCDDEEFF\n\nMAA=\n\
+                         -----END RSA PRIVATE KEY-----\n";
+        assert!(
+            matches!(pem_blocks(encrypted), Err(PemError::Headers { label }) if label == "RSA PRIVATE KEY")
+        );
+        assert!(pem_blocks("-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n").is_err());
+        assert!(pem_blocks("-----BEGIN A-----\nMAA=\n-----END B-----\n").is_err());
+        assert_eq!(pem_blocks("no PEM here").unwrap(), []);
     }
 }

@@ -14,11 +14,15 @@ use time::OffsetDateTime;
 use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
 
 use super::CertificateAuthority;
-use crate::certificate::random_serial;
 use crate::x509::{self, CertificateTemplate, ParsedCertificate, SigningKey, X509Error, oid};
 
+/// How far an intermediate's `not_before` is moved into the past, so that a
+/// client whose clock runs behind sees it valid as early as the leaves it
+/// signs (backdated five minutes by default, `certificate::DEFAULT_CLOCK_SKEW`).
+const INTERMEDIATE_BACKDATE: Duration = Duration::from_secs(5 * 60);
+
 /// Key types a new CA can have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NewKeyType {
     Ed25519,
     EcdsaP256,
@@ -51,11 +55,11 @@ pub fn ed25519_pkcs8_v1(seed: &[u8; 32]) -> Result<Vec<u8>, X509Error> {
 }
 
 pub fn generate_key(key_type: NewKeyType, rng: &SystemRandom) -> Result<NewKey, X509Error> {
-    let failed = |_| X509Error::SigningFailed;
+    let no_randomness = |_| X509Error::NoRandomness;
     match key_type {
         NewKeyType::Ed25519 => {
             let mut seed = [0u8; 32];
-            rng.fill(&mut seed).map_err(failed)?;
+            rng.fill(&mut seed).map_err(no_randomness)?;
             let pkcs8 = ed25519_pkcs8_v1(&seed)?;
             let key = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| X509Error::SigningFailed)?;
             Ok(NewKey {
@@ -69,7 +73,7 @@ pub fn generate_key(key_type: NewKeyType, rng: &SystemRandom) -> Result<NewKey, 
             } else {
                 &signature::ECDSA_P384_SHA384_ASN1_SIGNING
             };
-            let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, rng).map_err(failed)?;
+            let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, rng).map_err(no_randomness)?;
             let pair =
                 EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), rng).map_err(|_| X509Error::SigningFailed)?;
             let key = if key_type == NewKeyType::EcdsaP256 {
@@ -130,7 +134,7 @@ pub fn new_root(
         )?,
         x509::extension(oid::SUBJECT_KEY_ID, false, &der::asn1::OctetString::new(key_id)?)?,
     ];
-    let serial = random_serial(&rng)?;
+    let serial = x509::random_serial(&rng)?;
     let spki_der = spki.to_der()?;
     let template = CertificateTemplate {
         serial: &serial,
@@ -188,14 +192,14 @@ pub fn new_intermediate(
         )?,
     ];
     extensions.extend(x509::authority_key_id(parent)?);
-    let serial = random_serial(&rng)?;
+    let serial = x509::random_serial(&rng)?;
     let spki_der = spki.to_der()?;
     let template = CertificateTemplate {
         serial: &serial,
         issuer: &parent.raw_subject,
         subject: &subject,
         subject_public_key_info: &spki_der,
-        not_before: now - crate::certificate::DEFAULT_CLOCK_SKEW,
+        not_before: now - INTERMEDIATE_BACKDATE,
         not_after: std::cmp::min(now + validity, parent.not_after()),
         extensions,
     };

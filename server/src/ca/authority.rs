@@ -1,0 +1,251 @@
+//! [`CertificateAuthority`]: CA material that passed every check, holding
+//! the signing key, the chain to send after a leaf and the trust bundle for
+//! talosconfigs; and [`CaSummary`], what `ca inspect` and `check` print.
+
+use std::fmt;
+
+use ring::rand::SystemRandom;
+use time::{Duration, OffsetDateTime};
+
+use super::checks::{check_chain, check_key_permissions, check_signing_ca, signing_key_kind_supported};
+use super::key::decode_key;
+use super::material::{parse_certificates, read_text};
+use super::{CaError, CaOptions, CaSource, CaWarning, describe_name, format_time};
+use crate::x509::{self, KeyKind, ParsedCertificate, SigningKey};
+
+/// A CA whose certificate expires sooner than this produces a warning: a Talos
+/// CA that quietly expires is an outage with a long fuse.
+pub const EXPIRY_WARNING: Duration = Duration::days(90);
+
+/// A loaded, checked CA that can sign client certificates.
+#[derive(Debug)]
+pub struct CertificateAuthority {
+    /// The certificate whose key we hold: the Talos root, or an intermediate.
+    signer: ParsedCertificate,
+    /// Certificates above the signer, nearest first, ending at the Talos root.
+    /// Empty when the signer is the root itself.
+    chain: Vec<ParsedCertificate>,
+    key: SigningKey,
+    /// What goes into the talosconfig `ca`: the root, then accepted CAs.
+    trust_bundle: Vec<ParsedCertificate>,
+    warnings: Vec<CaWarning>,
+    rng: SystemRandom,
+}
+
+impl CertificateAuthority {
+    /// Read and check CA material. `now` decides expiry; nothing here reads
+    /// the wall clock, so tests can walk the validity edges.
+    pub fn load(source: &CaSource, options: &CaOptions, now: OffsetDateTime) -> Result<Self, CaError> {
+        let material = source.read()?;
+        let mut warnings = Vec::new();
+        if let Some(warning) =
+            check_key_permissions(&material.key_path, options.allow_insecure_key_permissions)?
+        {
+            tracing::warn!(path = %material.key_path.display(), "{warning}");
+            warnings.push(warning);
+        }
+        let mut accepted = Vec::new();
+        for path in &options.accepted_cas {
+            let text = read_text(path)?;
+            accepted.extend(parse_certificates(&text, &path.display().to_string())?);
+        }
+        let ca = Self::from_pem(
+            &material.cert_pem,
+            &material.key_pem,
+            &material.origin,
+            accepted,
+            now,
+        )?;
+        warnings.extend(ca.warnings);
+        Ok(Self { warnings, ..ca })
+    }
+
+    /// Check PEM material already in memory. `cert_pem` is the signer first,
+    /// then its issuers; `accepted` are extra trusted CAs.
+    pub fn from_pem(
+        cert_pem: &str,
+        key_pem: &str,
+        origin: &str,
+        accepted: Vec<ParsedCertificate>,
+        now: OffsetDateTime,
+    ) -> Result<Self, CaError> {
+        let mut certs = parse_certificates(cert_pem, origin)?.into_iter();
+        let signer = certs.next().ok_or_else(|| CaError::NotPem {
+            origin: origin.to_owned(),
+            what: "no CERTIFICATE block",
+        })?;
+        let chain: Vec<ParsedCertificate> = certs.collect();
+
+        check_signing_ca(&signer, now)?;
+        let kind = x509::key_kind(signer.spki());
+        if !signing_key_kind_supported(&kind) {
+            return Err(CaError::UnsupportedKeyType { kind });
+        }
+        let key = decode_key(key_pem, origin, &signer)?;
+        check_chain(&signer, &chain, origin, now)?;
+
+        let mut warnings = Vec::new();
+        for cert in std::iter::once(&signer).chain(&chain) {
+            let left = cert.not_after() - now;
+            if left < EXPIRY_WARNING {
+                warnings.push(CaWarning::ExpiresSoon {
+                    subject: describe_name(&cert.raw_subject),
+                    not_after: format_time(cert.not_after()),
+                    days_left: left.whole_days(),
+                });
+            }
+        }
+        let root = chain.last().unwrap_or(&signer).clone();
+        let mut trust_bundle = vec![root];
+        for ca in accepted {
+            if ca.basic_constraints().is_none_or(|bc| !bc.ca) {
+                return Err(CaError::NotACa {
+                    subject: describe_name(&ca.raw_subject),
+                });
+            }
+            if ca.not_after() < now {
+                warnings.push(CaWarning::AcceptedCaExpired {
+                    subject: describe_name(&ca.raw_subject),
+                    not_after: format_time(ca.not_after()),
+                });
+            }
+            if !trust_bundle.iter().any(|c| c.der == ca.der) {
+                trust_bundle.push(ca);
+            }
+        }
+        Ok(Self {
+            signer,
+            chain,
+            key,
+            trust_bundle,
+            warnings,
+            rng: SystemRandom::new(),
+        })
+    }
+
+    /// The certificate that signs leaves (root or intermediate).
+    pub fn signer(&self) -> &ParsedCertificate {
+        &self.signer
+    }
+
+    pub fn key(&self) -> &SigningKey {
+        &self.key
+    }
+
+    pub fn rng(&self) -> &SystemRandom {
+        &self.rng
+    }
+
+    /// True when the signer is an intermediate below the Talos root.
+    pub fn is_intermediate(&self) -> bool {
+        !self.chain.is_empty()
+    }
+
+    /// The Talos root CA (what Talos's `machine.ca` holds).
+    pub fn root(&self) -> &ParsedCertificate {
+        self.chain.last().unwrap_or(&self.signer)
+    }
+
+    /// Certificates to send after the leaf: the intermediate(s), never the root.
+    pub fn chain_to_send(&self) -> impl Iterator<Item = &ParsedCertificate> {
+        let intermediates = self.chain.len().saturating_sub(1);
+        std::iter::once(&self.signer)
+            .filter(|_| self.is_intermediate())
+            .chain(self.chain.iter().take(intermediates))
+    }
+
+    /// The talosconfig `ca` value before base64: root then accepted CAs, PEM.
+    pub fn trust_bundle_pem(&self) -> String {
+        self.trust_bundle.iter().map(ParsedCertificate::to_pem).collect()
+    }
+
+    pub fn warnings(&self) -> &[CaWarning] {
+        &self.warnings
+    }
+
+    /// A human summary of the signer, for `ca inspect` and `check`.
+    pub fn summary(&self, now: OffsetDateTime) -> CaSummary {
+        CaSummary::of(&self.signer, now)
+    }
+}
+
+/// What `ca inspect` prints about one certificate.
+#[derive(Debug, Clone)]
+pub struct CaSummary {
+    pub subject: String,
+    pub key_type: KeyKind,
+    pub sha256_fingerprint: String,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub days_left: i64,
+}
+
+impl CaSummary {
+    pub fn of(cert: &ParsedCertificate, now: OffsetDateTime) -> Self {
+        Self {
+            subject: describe_name(&cert.raw_subject),
+            key_type: x509::key_kind(cert.spki()),
+            sha256_fingerprint: cert.sha256_fingerprint(),
+            not_before: cert.not_before(),
+            not_after: cert.not_after(),
+            days_left: (cert.not_after() - now).whole_days(),
+        }
+    }
+}
+
+impl fmt::Display for CaSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "subject:     {}", self.subject)?;
+        writeln!(f, "key type:    {}", self.key_type)?;
+        writeln!(f, "sha256:      {}", self.sha256_fingerprint)?;
+        writeln!(f, "not before:  {}", format_time(self.not_before))?;
+        writeln!(f, "not after:   {}", format_time(self.not_after))?;
+        write!(f, "days left:   {}", self.days_left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
+
+    use super::*;
+    use crate::ca::generate::{NewKeyType, generate_key};
+    use crate::x509::{CertificateTemplate, oid};
+
+    #[test]
+    fn a_ca_certificate_with_an_extension_twice_is_refused() {
+        let rng = SystemRandom::new();
+        let key = generate_key(NewKeyType::Ed25519, &rng).unwrap();
+        let spki = der::Encode::to_der(&key.key.public_key_info().unwrap()).unwrap();
+        let name = x509::encode_name(&[(oid::ORGANIZATION, "talos")]).unwrap();
+        let now = OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap();
+        let usage =
+            |usages: KeyUsages| x509::extension(oid::KEY_USAGE, true, &KeyUsage(usages.into())).unwrap();
+        let ca = BasicConstraints {
+            ca: true,
+            path_len_constraint: None,
+        };
+        let ca = x509::extension(oid::BASIC_CONSTRAINTS, true, &ca).unwrap();
+        // Either order: a verifier reading the first or the last sees another CA.
+        let orders = [
+            [usage(KeyUsages::KeyCertSign), usage(KeyUsages::DigitalSignature)],
+            [usage(KeyUsages::DigitalSignature), usage(KeyUsages::KeyCertSign)],
+        ];
+        for [first, second] in orders {
+            let template = CertificateTemplate {
+                serial: &[1],
+                issuer: &name,
+                subject: &name,
+                subject_public_key_info: &spki,
+                not_before: now - Duration::hours(1),
+                not_after: now + Duration::hours(1),
+                extensions: vec![ca.clone(), first, second],
+            };
+            let der = x509::sign_certificate(&template, &key.key, &rng).unwrap();
+            let pem = x509::pem_encode("CERTIFICATE", &der);
+            let error = CertificateAuthority::from_pem(&pem, &key.pem, "test", Vec::new(), now).unwrap_err();
+            assert_eq!(error.code(), "ca_certificate_invalid");
+            assert!(error.to_string().contains("more than once"), "{error}");
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The `talosctl gen secrets` bundle source: the Talos API CA is `certs.os`.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::CaError;
+use super::material::{EncodedPair, Material, read_text, yaml_error};
+
+/// `talosctl gen secrets` output: only the part we read.
+#[derive(Deserialize)]
+struct SecretsBundle {
+    certs: Option<BundleCerts>,
+}
+
+#[derive(Deserialize)]
+struct BundleCerts {
+    os: Option<EncodedPair>,
+}
+
+pub(super) fn read(path: &Path) -> Result<Material, CaError> {
+    let text = read_text(path)?;
+    let bundle: SecretsBundle = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+    let pair = bundle
+        .certs
+        .and_then(|c| c.os)
+        .ok_or_else(|| CaError::MissingField {
+            path: path.to_owned(),
+            field: "certs.os",
+        })?;
+    pair.decode(path, "certs.os", "certs.os.crt")
+}
