@@ -6,8 +6,13 @@ use std::io::Write;
 use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 
+use talos_sso_api::AuditQuery;
+use talos_sso_api::audit::MAX_PAGE;
+
+use super::explained;
 use super::login::{ExecLoginArgs, authenticated};
 use super::output::{AuditOutput, print_records, record_json};
+use crate::api::ApiClient;
 
 /// Filters of `audit list` and `audit export`.
 #[derive(Debug, Clone, Args)]
@@ -42,21 +47,21 @@ pub struct AuditFilterArgs {
 }
 
 impl AuditFilterArgs {
-    fn params(&self) -> Vec<(&'static str, String)> {
-        [
-            ("since", &self.since),
-            ("until", &self.until),
-            ("username", &self.username),
-            ("subject", &self.subject),
-            ("cluster", &self.cluster),
-            ("role", &self.role),
-            ("outcome", &self.outcome),
-            ("event", &self.event),
-            ("serial", &self.serial),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
-        .collect()
+    /// The filter as `GET /v1/audit` takes it, from the first page on.
+    fn query(&self) -> AuditQuery {
+        AuditQuery {
+            since: self.since.clone(),
+            until: self.until.clone(),
+            username: self.username.clone(),
+            subject: self.subject.clone(),
+            cluster: self.cluster.clone(),
+            role: self.role.clone(),
+            outcome: self.outcome.clone(),
+            event: self.event.clone(),
+            serial: self.serial.clone(),
+            cursor: None,
+            limit: None,
+        }
     }
 }
 
@@ -112,7 +117,6 @@ pub enum AuditCommand {
 }
 
 pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()> {
-    let explain = |e: crate::api::ApiError| anyhow!(crate::messages::explain(&e, ""));
     match command {
         AuditCommand::List {
             filter,
@@ -122,23 +126,7 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let mut params = filter.params();
-            let mut cursor = 0;
-            let mut shown = 0;
-            loop {
-                let page_size = (limit - shown).clamp(1, 1000);
-                params.retain(|(k, _)| *k != "cursor" && *k != "limit");
-                params.push(("cursor", cursor.to_string()));
-                params.push(("limit", page_size.to_string()));
-                let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
-                print_records(&page.records, output, shown == 0, out)?;
-                shown += page.records.len() as u64;
-                match page.next_cursor {
-                    Some(next) if shown < limit => cursor = next,
-                    _ => break,
-                }
-            }
-            Ok(())
+            print_matching(&api, &tokens.bearer, &filter, limit, output, out).await
         }
         AuditCommand::Export {
             filter,
@@ -147,52 +135,76 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let mut cursor = 0;
-            let mut first = true;
-            loop {
-                let mut params = filter.params();
-                params.push(("cursor", cursor.to_string()));
-                params.push(("limit", "1000".into()));
-                let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
-                print_records(&page.records, output, first, out)?;
-                first = false;
-                match page.next_cursor {
-                    Some(next) => cursor = next,
-                    None => break,
-                }
-            }
-            Ok(())
+            print_matching(&api, &tokens.bearer, &filter, u64::MAX, output, out).await
         }
         AuditCommand::Show { seq, server, login } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let params = [("cursor", (seq - 1).to_string()), ("limit", "1".to_owned())];
-            let page = api.audit(&tokens.bearer, &params).await.map_err(explain)?;
+            let query = AuditQuery {
+                cursor: Some((seq - 1).to_string()),
+                limit: Some("1".to_owned()),
+                ..AuditQuery::default()
+            };
+            let page = api.audit(&tokens.bearer, &query).await.map_err(explained)?;
             let record = page
                 .records
                 .into_iter()
-                .find(|r| r.get("seq").and_then(|v| v.as_i64()) == Some(seq))
+                .find(|r| r.seq == seq)
                 .ok_or_else(|| anyhow!("no audit record {seq}"))?;
             writeln!(out, "{}", record_json(&record, true)?)?;
             Ok(())
         }
         AuditCommand::Verify { server, login } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let answer = api.audit_verify(&tokens.bearer).await.map_err(explain)?;
-            if answer["intact"] == serde_json::Value::Bool(true) {
+            let chain = api.audit_verify(&tokens.bearer).await.map_err(explained)?;
+            if chain.intact {
                 writeln!(
                     out,
                     "audit chain intact: {} records verified (last seq {})",
-                    crate::display::escape(&answer["verified"].to_string()),
-                    crate::display::escape(&answer["last_seq"].to_string())
+                    chain.verified, chain.last_seq
                 )?;
                 Ok(())
             } else {
+                let (seq, reason) = chain
+                    .first_broken
+                    .map_or(("?".to_owned(), String::new()), |link| {
+                        (link.seq.to_string(), link.reason)
+                    });
                 bail!(
-                    "audit chain broken at record {}: {}",
-                    crate::display::escape(&answer["first_broken"]["seq"].to_string()),
-                    crate::display::escape(answer["first_broken"]["reason"].as_str().unwrap_or_default())
+                    "audit chain broken at record {seq}: {}",
+                    crate::display::escape(&reason)
                 )
             }
+        }
+    }
+}
+
+/// The records `filter` matches, oldest first, at most `limit` of them:
+/// page after page, each printed as it comes (the heading once).
+async fn print_matching(
+    api: &ApiClient,
+    token: &str,
+    filter: &AuditFilterArgs,
+    limit: u64,
+    output: AuditOutput,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut cursor = 0;
+    let mut shown = 0;
+    let mut first = true;
+    loop {
+        let page_size = (limit - shown).clamp(1, MAX_PAGE.unsigned_abs());
+        let query = AuditQuery {
+            cursor: Some(cursor.to_string()),
+            limit: Some(page_size.to_string()),
+            ..filter.query()
+        };
+        let page = api.audit(token, &query).await.map_err(explained)?;
+        print_records(&page.records, output, first, out)?;
+        first = false;
+        shown += page.records.len() as u64;
+        match page.next_cursor {
+            Some(next) if shown < limit => cursor = next,
+            _ => return Ok(()),
         }
     }
 }

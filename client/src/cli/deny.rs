@@ -3,10 +3,13 @@
 
 use std::io::Write;
 
-use anyhow::anyhow;
 use clap::Subcommand;
+use talos_sso_api::audit::format_micros;
+use talos_sso_api::{DenyEntry, DenyRequest};
 
+use super::explained;
 use super::login::{ExecLoginArgs, authenticated};
+use crate::display::escape;
 
 #[derive(Debug, Subcommand)]
 pub enum DenyCommand {
@@ -55,13 +58,6 @@ pub enum DenyCommand {
 }
 
 pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
-    let explain = |e: crate::api::ApiError| anyhow!(crate::messages::explain(&e, ""));
-    let target = |subject: Option<String>, user: Option<String>| -> Vec<(&'static str, String)> {
-        [("subject", subject), ("username", user)]
-            .into_iter()
-            .filter_map(|(k, v)| v.map(|v| (k, v)))
-            .collect()
-    };
     match command {
         DenyCommand::Add {
             subject,
@@ -71,21 +67,18 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let body = serde_json::json!({"subject": subject, "username": user, "reason": reason});
-            let answer = api
-                .deny(&tokens.bearer, reqwest::Method::POST, &[], Some(body))
-                .await
-                .map_err(explain)?;
+            let entry = DenyRequest {
+                subject,
+                username: user,
+                reason: Some(reason),
+            };
+            let added = api.deny_add(&tokens.bearer, &entry).await.map_err(explained)?;
+            let who = added.entry.username.or(added.entry.subject);
             writeln!(
                 out,
                 "blocked {} from new certificates (audit record {})",
-                crate::display::escape(
-                    answer["entry"]["username"]
-                        .as_str()
-                        .or(answer["entry"]["subject"].as_str())
-                        .unwrap_or("?")
-                ),
-                crate::display::escape(&answer["audit_id"].to_string())
+                escape(who.as_deref().unwrap_or("?")),
+                added.audit_id
             )?;
         }
         DenyCommand::Remove {
@@ -95,34 +88,29 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let answer = api
-                .deny(
-                    &tokens.bearer,
-                    reqwest::Method::DELETE,
-                    &target(subject, user),
-                    None,
-                )
+            let target = DenyRequest {
+                subject,
+                username: user,
+                reason: None,
+            };
+            let removed = api
+                .deny_remove(&tokens.bearer, &target)
                 .await
-                .map_err(explain)?;
+                .map_err(explained)?;
             writeln!(
                 out,
                 "removed {} entr(ies) (audit record {})",
-                crate::display::escape(&answer["removed"].to_string()),
-                crate::display::escape(&answer["audit_id"].to_string())
+                removed.removed, removed.audit_id
             )?;
         }
         DenyCommand::List { server, login } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            let answer = api
-                .deny(&tokens.bearer, reqwest::Method::GET, &[], None)
-                .await
-                .map_err(explain)?;
-            let entries = answer["entries"].as_array().cloned().unwrap_or_default();
-            if entries.is_empty() {
+            let list = api.deny_list(&tokens.bearer).await.map_err(explained)?;
+            if list.entries.is_empty() {
                 writeln!(out, "nobody is blocked")?;
             }
-            for entry in entries {
-                writeln!(out, "{}", deny_entry_line(&entry))?;
+            for entry in &list.entries {
+                writeln!(out, "{}", deny_entry_line(entry))?;
             }
         }
     }
@@ -131,14 +119,13 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
 
 /// One deny-list entry as `deny list` shows it, every field escaped: the
 /// username and the reason are whatever an administrator (or a token) said.
-pub(super) fn deny_entry_line(entry: &serde_json::Value) -> String {
-    use crate::display::escape;
+pub(super) fn deny_entry_line(entry: &DenyEntry) -> String {
     format!(
         "{}  {}  by {} at {}: {}",
-        escape(entry["username"].as_str().unwrap_or("-")),
-        escape(entry["subject"].as_str().unwrap_or("-")),
-        escape(entry["added_by"].as_str().unwrap_or("?")),
-        escape(entry["added_at"].as_str().unwrap_or("?")),
-        escape(entry["reason"].as_str().unwrap_or(""))
+        escape(entry.username.as_deref().unwrap_or("-")),
+        escape(entry.subject.as_deref().unwrap_or("-")),
+        escape(&entry.added_by),
+        format_micros(entry.added_at),
+        escape(&entry.reason)
     )
 }

@@ -10,7 +10,11 @@ use clap::Args;
 use time::OffsetDateTime;
 
 use super::status::human_duration;
-use crate::api::{ApiClient, CertificateRequest, ClusterInfo, ServerInfo};
+use talos_sso_api::audit::parse_micros;
+use talos_sso_api::{CertificateRequest, ClusterInfo, ServerInfo};
+
+use super::explained;
+use crate::api::ApiClient;
 use crate::key::ClientKey;
 use crate::login::browser::{BrowserOptions, Opener, system_opener};
 use crate::login::{Provider, Tokens, cache};
@@ -157,10 +161,7 @@ pub async fn login_with(
         anyhow!("no server yet: run `talos-sso login --server https://talos-sso.example.com` once")
     })?;
     let api = ApiClient::new(&server)?;
-    let info = api
-        .info()
-        .await
-        .map_err(|e| anyhow!(crate::messages::explain(&e, "")))?;
+    let info = api.info().await.map_err(explained)?;
     let cluster = pick_cluster(
         args.cluster.as_deref().or(saved.default_cluster.as_deref()),
         &info,
@@ -171,9 +172,9 @@ pub async fn login_with(
     let key = ClientKey::generate()?;
     let csr = key.csr_pem()?;
     let request = CertificateRequest {
-        cluster: &cluster.name,
-        csr: &csr,
-        roles: &args.roles,
+        cluster: cluster.name.clone(),
+        csr,
+        roles: args.roles.clone(),
         ttl_seconds: args.ttl.map(|t| t.as_secs().max(1)),
     };
     let issued = api
@@ -209,7 +210,7 @@ pub async fn login_with(
     })
     .context("saving the client configuration")?;
 
-    let left = parse_time(&issued.not_after)
+    let left = parse_micros(&issued.not_after)
         .map(|t| (t - OffsetDateTime::now_utc()).whole_seconds())
         .unwrap_or(0);
     let current = written.current_context.as_deref() == Some(context.as_str());
@@ -240,10 +241,6 @@ pub(super) fn logged_in_line(
             "; use `talosctl --context` or --set-current"
         }
     )
-}
-
-fn parse_time(text: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
 }
 
 pub(super) fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -306,10 +303,7 @@ pub(super) async fn authenticated(
         .or(saved.server)
         .ok_or_else(|| anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once"))?;
     let api = ApiClient::new(&server)?;
-    let info = api
-        .info()
-        .await
-        .map_err(|e| anyhow!(crate::messages::explain(&e, "")))?;
+    let info = api.info().await.map_err(explained)?;
     let provider = Provider::discover(&info).await?;
     let args = LoginArgs {
         server: Some(server.clone()),

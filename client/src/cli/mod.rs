@@ -26,6 +26,7 @@ use self::audit::AuditCommand;
 use self::deny::DenyCommand;
 use self::login::{ExecLoginArgs, LoginArgs};
 use self::status::Output;
+use crate::api::ApiError;
 
 /// Log in to Talos Linux clusters with single sign-on, then use talosctl as usual.
 #[derive(Debug, Parser)]
@@ -94,6 +95,12 @@ pub fn closed_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+/// A server error as the sentence [`crate::messages`] makes of it, for a
+/// command that names no cluster.
+fn explained(error: ApiError) -> anyhow::Error {
+    anyhow::anyhow!(crate::messages::explain(&error, ""))
+}
+
 /// An error as the person reads it: the whole chain on one line, escaped,
 /// since server problem details and identity provider answers end up in it.
 pub fn error_text(error: &anyhow::Error) -> String {
@@ -130,7 +137,6 @@ mod tests {
     use std::path::PathBuf;
 
     use anyhow::anyhow;
-    use serde_json::json;
 
     use super::deny::deny_entry_line;
     use super::login::logged_in_line;
@@ -171,10 +177,13 @@ mod tests {
             seconds_left: 100,
             valid: true,
         };
-        let entry = json!({
-            "username": hostile, "subject": hostile, "added_by": hostile,
-            "added_at": hostile, "reason": hostile,
-        });
+        let entry = talos_sso_api::DenyEntry {
+            username: Some(hostile.into()),
+            subject: Some(hostile.into()),
+            added_by: hostile.into(),
+            added_at: time::OffsetDateTime::UNIX_EPOCH,
+            reason: hostile.into(),
+        };
         let error = anyhow!("problem {hostile}").context(format!("while {hostile}"));
         for line in [
             logged_in_line(&record, hostile, 100, true),

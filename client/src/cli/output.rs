@@ -5,7 +5,10 @@
 use std::io::Write;
 
 use clap::ValueEnum;
+use talos_sso_api::StoredRecord;
+use talos_sso_api::audit::format_micros;
 
+/// How `audit list` and `audit export` show records.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum AuditOutput {
     Table,
@@ -13,6 +16,7 @@ pub enum AuditOutput {
     Csv,
 }
 
+/// The CSV export's columns, by the names of the record's fields.
 const AUDIT_COLUMNS: [&str; 10] = [
     "seq",
     "occurred_at",
@@ -26,17 +30,26 @@ const AUDIT_COLUMNS: [&str; 10] = [
     "client_ip",
 ];
 
-fn cell(record: &serde_json::Map<String, serde_json::Value>, column: &str) -> String {
-    match record.get(column) {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .filter_map(|v| v.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-        Some(serde_json::Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    }
+/// A record's values under [`AUDIT_COLUMNS`], in that order.
+fn csv_row(stored: &StoredRecord) -> [String; 10] {
+    let r = &stored.record;
+    [
+        stored.seq.to_string(),
+        format_micros(r.occurred_at),
+        r.event.clone(),
+        r.outcome.clone(),
+        text(&r.reason_code),
+        text(&r.cluster),
+        text(&r.username),
+        r.roles_granted.join(" "),
+        text(&r.serial),
+        text(&r.client_ip),
+    ]
+}
+
+/// An optional value as a cell: empty when absent.
+fn text(value: &Option<String>) -> String {
+    value.clone().unwrap_or_default()
 }
 
 /// One CSV field. A value that starts like a formula (`=`, `+`, `-`, `@`,
@@ -89,10 +102,7 @@ fn table_line(cells: [&str; 7]) -> String {
 
 /// A record as JSON, on one line or pretty, terminal-safe (see
 /// [`crate::display::json`]) and still exactly the record.
-pub(super) fn record_json(
-    record: &serde_json::Map<String, serde_json::Value>,
-    pretty: bool,
-) -> anyhow::Result<String> {
+pub(super) fn record_json(record: &StoredRecord, pretty: bool) -> anyhow::Result<String> {
     let text = if pretty {
         serde_json::to_string_pretty(record)?
     } else {
@@ -101,8 +111,10 @@ pub(super) fn record_json(
     Ok(crate::display::json(&text))
 }
 
+/// One page of records in `output`'s form; the heading (of the table or
+/// the CSV) only when `header`, for the first page.
 pub(super) fn print_records(
-    records: &[serde_json::Map<String, serde_json::Value>],
+    records: &[StoredRecord],
     output: AuditOutput,
     header: bool,
     out: &mut dyn Write,
@@ -118,11 +130,7 @@ pub(super) fn print_records(
                 writeln!(out, "{}", AUDIT_COLUMNS.join(","))?;
             }
             for record in records {
-                let row: Vec<String> = AUDIT_COLUMNS
-                    .iter()
-                    .map(|c| csv_field(&cell(record, c)))
-                    .collect();
-                writeln!(out, "{}", row.join(","))?;
+                writeln!(out, "{}", csv_row(record).map(|cell| csv_field(&cell)).join(","))?;
             }
         }
         AuditOutput::Table => {
@@ -133,19 +141,20 @@ pub(super) fn print_records(
                     table_line(TABLE_COLUMNS.map(|(heading, _, _)| heading))
                 )?;
             }
-            for r in records {
-                let outcome = match cell(r, "reason_code").as_str() {
-                    "" => cell(r, "outcome"),
-                    reason => format!("{} ({reason})", cell(r, "outcome")),
+            for stored in records {
+                let r = &stored.record;
+                let outcome = match r.reason_code.as_deref() {
+                    None | Some("") => r.outcome.clone(),
+                    Some(reason) => format!("{} ({reason})", r.outcome),
                 };
                 let cells = [
-                    cell(r, "seq"),
-                    cell(r, "occurred_at"),
-                    cell(r, "event"),
+                    stored.seq.to_string(),
+                    format_micros(r.occurred_at),
+                    r.event.clone(),
                     outcome,
-                    cell(r, "cluster"),
-                    cell(r, "username"),
-                    cell(r, "roles_granted"),
+                    text(&r.cluster),
+                    text(&r.username),
+                    r.roles_granted.join(" "),
                 ];
                 writeln!(out, "{}", table_line(cells.each_ref().map(String::as_str)))?;
             }
@@ -161,13 +170,31 @@ mod tests {
     use super::*;
     use crate::cli::tests::no_hostile_characters;
 
+    /// A record as the server sends it: every field, `fields` over empty
+    /// defaults.
     fn record(fields: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
-        fields.as_object().unwrap().clone()
+        let empty = StoredRecord {
+            seq: 0,
+            record: talos_sso_api::AuditRecord::default(),
+            prev_hash: "0".repeat(64),
+            hash: "f".repeat(64),
+        };
+        let serde_json::Value::Object(mut record) = serde_json::to_value(empty).unwrap() else {
+            panic!("a record is an object");
+        };
+        record.extend(fields.as_object().unwrap().clone());
+        record
+    }
+
+    /// `record` as the client reads it.
+    fn typed(record: &serde_json::Map<String, serde_json::Value>) -> StoredRecord {
+        serde_json::from_value(serde_json::Value::Object(record.clone())).unwrap()
     }
 
     fn render(records: &[serde_json::Map<String, serde_json::Value>], output: AuditOutput) -> String {
+        let records: Vec<StoredRecord> = records.iter().map(typed).collect();
         let mut out = Vec::new();
-        print_records(records, output, true, &mut out).unwrap();
+        print_records(&records, output, true, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -187,7 +214,7 @@ mod tests {
             "cluster": "prod\r\n",
             "username": FORGED,
             "user_agent": "curl\u{1b}[1A",
-            "roles_granted": ["os:admin\u{202e}", 5],
+            "roles_granted": ["os:admin\u{202e}"],
             "details": {"note": "\u{1b}c\u{2069}"},
         }))
     }
@@ -362,7 +389,7 @@ mod tests {
             lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(back, records);
         // `audit show`: the same, pretty.
-        let shown = record_json(&records[0], true).unwrap();
+        let shown = record_json(&typed(&records[0]), true).unwrap();
         no_hostile_characters(&shown);
         let back: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&shown).unwrap();
         assert_eq!(back, records[0]);
