@@ -52,17 +52,13 @@ fn text(value: &Option<String>) -> String {
     value.clone().unwrap_or_default()
 }
 
-/// One CSV field. A value that starts like a formula (`=`, `+`, `-`, `@`,
-/// TAB, CR) would be run by a spreadsheet opening the export, so it gets a
-/// leading `'` (OWASP's advice) and is read as text; then the usual quoting.
-fn csv_field(text: &str) -> String {
-    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+/// One CSV cell made safe for a spreadsheet. A value that starts like a
+/// formula (`=`, `+`, `-`, `@`, TAB, CR) would be run by a spreadsheet
+/// opening the export, so it gets a leading `'` (OWASP's advice) and is
+/// read as text; the CSV writer then quotes it as needed.
+fn not_a_formula(text: String) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{text}")
-    } else {
-        text.to_owned()
-    };
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text
     }
@@ -72,6 +68,11 @@ fn csv_field(text: &str) -> String {
 /// column may be (in characters). The widest bound keeps one long value
 /// (which the server may have taken from anyone) from pushing the other
 /// columns off screen; the full value is in the JSON and CSV outputs.
+///
+/// The stops are fixed rather than fitted to the values (as table crates
+/// do): records are printed page by page as they arrive, so no column can
+/// be sized to all of them, and fitting each page would move the columns
+/// from one page to the next.
 const TABLE_COLUMNS: [(&str, usize, usize); 7] = [
     ("SEQ", 6, 12),
     ("TIME", 27, 32),
@@ -126,12 +127,17 @@ pub(super) fn print_records(
             }
         }
         AuditOutput::Csv => {
+            // Written to memory, then out: the CSV writer's errors do not
+            // keep an I/O error's kind, and a closed pipe must stay one
+            // (see `cli::closed_pipe`).
+            let mut csv = csv::Writer::from_writer(Vec::new());
             if header {
-                writeln!(out, "{}", AUDIT_COLUMNS.join(","))?;
+                csv.write_record(AUDIT_COLUMNS)?;
             }
             for record in records {
-                writeln!(out, "{}", csv_row(record).map(|cell| csv_field(&cell)).join(","))?;
+                csv.write_record(csv_row(record).map(not_a_formula))?;
             }
+            out.write_all(&csv.into_inner()?)?;
         }
         AuditOutput::Table => {
             if header {
@@ -196,6 +202,14 @@ mod tests {
         let mut out = Vec::new();
         print_records(&records, output, true, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    /// One value as the CSV export writes it, quoted as needed.
+    fn csv_field(text: &str) -> String {
+        let mut csv = csv::Writer::from_writer(Vec::new());
+        csv.write_record([not_a_formula(text.to_owned())]).unwrap();
+        let line = String::from_utf8(csv.into_inner().unwrap()).unwrap();
+        line.strip_suffix('\n').unwrap().to_owned()
     }
 
     /// A username that tries to erase its own row, forge another, hide text
@@ -378,6 +392,29 @@ mod tests {
         assert_eq!(csv_field("=a,\"b\""), "\"'=a,\"\"b\"\"\"");
         assert_eq!(csv_field("\r\n=1"), "\"'\r\n=1\"");
         assert_eq!(csv_field("plain"), "plain");
+    }
+
+    /// `talos-sso audit export | head`: the reader stops reading.
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_stays_one_in_every_output() {
+        // A full page: more than any writer buffers before it writes.
+        let records = vec![typed(&ordinary_record()); 1000];
+        for output in [AuditOutput::Table, AuditOutput::Json, AuditOutput::Csv] {
+            let error = print_records(&records, output, true, &mut ClosedPipe).unwrap_err();
+            assert!(crate::cli::closed_pipe(&error), "{output:?}: {error:?}");
+        }
     }
 
     #[test]
