@@ -1,6 +1,6 @@
 //! The real `talos-sso` binary against a real server and the Entra emulator:
 //! browser and device logins, silent refresh, talosconfig merging and
-//! locking, status, exec, logout, and the messages people read.
+//! locking, status, exec, logout, audit, deny, and the messages people read.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand};
 
 use talos_sso_api::AuditQuery;
-use talos_sso_api::audit::MAX_PAGE;
+use talos_sso_api::audit::{MAX_PAGE, event, outcome};
 
 use super::explained;
 use super::login::{ExecLoginArgs, authenticated};
@@ -35,15 +35,24 @@ pub struct AuditFilterArgs {
     /// A role granted or requested.
     #[arg(long)]
     pub role: Option<String>,
-    /// success or denied.
-    #[arg(long)]
+    // The help lists what the server can record (the API's own lists).
+    #[arg(long, help = alternatives(&outcome::ALL))]
     pub outcome: Option<String>,
-    /// certificate.issued, certificate.denied, break_glass.issued, audit.query.
-    #[arg(long)]
+    #[arg(long, help = alternatives(&event::ALL))]
     pub event: Option<String>,
     /// Certificate serial (hex).
     #[arg(long)]
     pub serial: Option<String>,
+}
+
+/// `a, b or c`: the values a filter may take, as its help says them (no
+/// final full stop, like the help clap takes from doc comments).
+fn alternatives(values: &[&str]) -> String {
+    match values {
+        [] => String::new(),
+        [only] => (*only).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
 }
 
 impl AuditFilterArgs {
@@ -206,5 +215,70 @@ async fn print_matching(
             Some(next) if shown < limit => cursor = next,
             _ => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn the_filter_help_names_every_event_and_outcome() {
+        let mut cli = Cli::command();
+        cli.build();
+        let list = cli
+            .find_subcommand("audit")
+            .and_then(|audit| audit.find_subcommand("list"))
+            .unwrap();
+        let help = |id: &str| {
+            let arg = list.get_arguments().find(|a| a.get_id() == id).unwrap();
+            arg.get_help().unwrap().to_string()
+        };
+        assert_eq!(help("outcome"), "success or denied");
+        let events = help("event");
+        for name in event::ALL {
+            assert!(events.contains(name), "{name} missing from: {events}");
+        }
+        assert!(
+            events.ends_with(", audit.record_refused or refusals.aggregated"),
+            "{events}"
+        );
+    }
+
+    #[test]
+    fn the_filter_flags_become_the_query_the_server_reads() {
+        let cli = Cli::try_parse_from([
+            "talos-sso",
+            "audit",
+            "export",
+            "--since",
+            "7d",
+            "--until",
+            "1h",
+            "--user",
+            "alice@example.com",
+            "--event",
+            "deny.added",
+            "--outcome",
+            "success",
+        ])
+        .unwrap();
+        let Command::Audit(AuditCommand::Export { filter, .. }) = cli.command else {
+            panic!("audit export");
+        };
+        assert_eq!(
+            filter.query(),
+            AuditQuery {
+                since: Some("7d".into()),
+                until: Some("1h".into()),
+                username: Some("alice@example.com".into()),
+                event: Some("deny.added".into()),
+                outcome: Some("success".into()),
+                ..AuditQuery::default()
+            }
+        );
     }
 }

@@ -58,7 +58,8 @@ pub struct LoginArgs {
     pub set_current: bool,
 }
 
-/// The login options `exec` needs when it has to log in again.
+/// The login options `exec`, `audit` and `deny` need when they have to log
+/// in again.
 #[derive(Debug, Clone, Args)]
 pub struct ExecLoginArgs {
     /// If a login is needed, log in with a code on another device (SSH sessions, headless machines).
