@@ -35,8 +35,21 @@ pub enum ApiError {
         detail: String,
         request_id: String,
     },
-    #[error("the server answered HTTP {status} with something that is not its API: {snippet}")]
+    #[error(
+        "the server answered HTTP {status} with something that is not its API: {}",
+        shown_snippet(snippet)
+    )]
     Unexpected { status: u16, snippet: String },
+}
+
+/// The start of an answer as an error shows it; an empty one is named, so
+/// that the sentence does not end in nothing.
+fn shown_snippet(snippet: &str) -> &str {
+    if snippet.trim().is_empty() {
+        "an empty body"
+    } else {
+        snippet
+    }
 }
 
 impl ApiError {
@@ -181,7 +194,38 @@ mod tests {
         assert_eq!(
             crate::messages::explain(&error, ""),
             "the server address `127.0.0.1:8443` has no scheme: use https://HOST:PORT, \
-             e.g. --server https://127.0.0.1:8443"
+             or http:// for a server on this machine, e.g. --server http://127.0.0.1:8443"
+        );
+    }
+
+    /// A web server that is not talos-sso answers 404 to `/v1/info`, often
+    /// with nothing at all.
+    #[tokio::test]
+    async fn an_empty_answer_that_is_not_the_api_is_named_as_such() {
+        let (port, serving) = crate::connection::test_peers::answering_peer(
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let api = ApiClient::new(&format!("http://127.0.0.1:{port}")).unwrap();
+        let error = api.info().await.unwrap_err();
+        assert_eq!(error.code(), "server_unexpected");
+        assert_eq!(
+            crate::messages::explain(&error, ""),
+            "the server answered HTTP 404 with something that is not its API: an empty body. \
+             Is --server pointing at a talos-sso server?"
+        );
+        serving.abort();
+    }
+
+    #[test]
+    fn an_answer_that_is_not_the_api_is_quoted() {
+        let html = ApiError::Unexpected {
+            status: 502,
+            snippet: "<html>Bad Gateway</html>".into(),
+        };
+        assert_eq!(
+            html.to_string(),
+            "the server answered HTTP 502 with something that is not its API: <html>Bad Gateway</html>"
         );
     }
 
