@@ -1,89 +1,23 @@
-//! The server's API as the client sees it: wire types and a small typed
-//! client. Errors keep the server's stable `code` and its extras so that
-//! `messages` can tell the person what to do.
+//! The server's API as the client sees it: a small typed client over the
+//! wire types of `talos_sso_api`. Errors keep the server's stable `code`
+//! and its typed extras so that `messages` can tell the person what to do.
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use talos_sso_api::{
+    AuditPage, AuditQuery, CLIENT_VERSION_HEADER, CertificateRequest, ChainStatus, DenyAdded, DenyList,
+    DenyRemoved, DenyRequest, ErrorCode, IssuedCertificate, Problem, ServerInfo,
+};
 
 use crate::connection::{ConnectionError, Peer};
-
-/// Sent with every request; recorded in the audit trail.
-pub const CLIENT_VERSION_HEADER: &str = "x-talos-sso-client-version";
 
 /// How long one request to the server may take, answer included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-pub struct ClusterInfo {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default)]
-    pub default_ttl_seconds: u64,
-    #[serde(default)]
-    pub max_ttl_seconds: u64,
-}
-
-/// `GET /v1/info`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct ServerInfo {
-    pub server_version: String,
-    pub api_version: u32,
-    pub issuer: String,
-    #[serde(default)]
-    pub discovery_url: Option<String>,
-    pub client_id: String,
-    pub scopes: Vec<String>,
-    pub clusters: Vec<ClusterInfo>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CertificateRequest<'a> {
-    pub cluster: &'a str,
-    pub csr: &'a str,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    pub roles: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-pub struct Identity {
-    pub issuer: String,
-    #[serde(default)]
-    pub tenant: Option<String>,
-    pub subject: String,
-    pub username: String,
-}
-
-/// `201` from `POST /v1/certificates`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct IssuedCertificate {
-    /// Leaf, then intermediates: the talosconfig `crt`.
-    pub certificate: String,
-    /// The Talos CA bundle: the talosconfig `ca`.
-    pub ca: String,
-    pub endpoints: Vec<String>,
-    #[serde(default)]
-    pub nodes: Vec<String>,
-    pub cluster: String,
-    pub context: String,
-    pub roles: Vec<String>,
-    pub identity: Identity,
-    pub serial: String,
-    pub not_before: String,
-    pub not_after: String,
-    pub audit_id: i64,
-}
-
-/// One page of `GET /v1/audit`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct AuditPage {
-    pub records: Vec<Map<String, Value>>,
-    pub next_cursor: Option<i64>,
-}
+/// The most of an answer that is not the API shown in an error.
+const SNIPPET_LIMIT: usize = 120;
 
 /// A problem-details answer, or a transport failure.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -94,13 +28,28 @@ pub enum ApiError {
     #[error("{detail} [{code}]")]
     Problem {
         status: u16,
+        /// The `code` as sent: also the name of one this build does not
+        /// know, for which `error` is [`ErrorCode::Unknown`].
         code: String,
+        error: ErrorCode,
         detail: String,
         request_id: String,
-        extra: Map<String, Value>,
     },
-    #[error("the server answered HTTP {status} with something that is not its API: {snippet}")]
+    #[error(
+        "the server answered HTTP {status} with something that is not its API: {}",
+        shown_snippet(snippet)
+    )]
     Unexpected { status: u16, snippet: String },
+}
+
+/// The start of an answer as an error shows it; an empty one is named, so
+/// that the sentence does not end in nothing.
+fn shown_snippet(snippet: &str) -> &str {
+    if snippet.trim().is_empty() {
+        "an empty body"
+    } else {
+        snippet
+    }
 }
 
 impl ApiError {
@@ -112,6 +61,28 @@ impl ApiError {
             ApiError::Unexpected { .. } => "server_unexpected",
         }
     }
+}
+
+/// The `code` of a problem body, read as text: [`Problem`] names a code
+/// this build does not know [`ErrorCode::Unknown`], and the person should
+/// still see which it was.
+#[derive(Deserialize)]
+struct ProblemCode {
+    code: String,
+}
+
+/// The error an answer of `status` with the problem body `text` stands for;
+/// `None` when the body is not problem details.
+pub(crate) fn problem(status: u16, text: &str) -> Option<ApiError> {
+    let problem = serde_json::from_str::<Problem>(text).ok()?;
+    let ProblemCode { code } = serde_json::from_str(text).ok()?;
+    Some(ApiError::Problem {
+        status,
+        code,
+        error: problem.error,
+        detail: problem.detail,
+        request_id: problem.request_id,
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -139,41 +110,27 @@ impl ApiClient {
         })
     }
 
-    async fn read<T: for<'de> Deserialize<'de>>(&self, response: reqwest::Response) -> Result<T, ApiError> {
+    /// A request to `path` (`/v1/...`) on this server.
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
+    }
+
+    /// Send `request` and read its answer: `T` on success, else the
+    /// server's problem details.
+    async fn call<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<T, ApiError> {
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| self.unreachable(e))?;
+        let unexpected = || ApiError::Unexpected {
+            status,
+            snippet: text.chars().take(SNIPPET_LIMIT).collect(),
+        };
         if (200..300).contains(&status) {
-            return serde_json::from_str(&text).map_err(|_| ApiError::Unexpected {
-                status,
-                snippet: text.chars().take(120).collect(),
-            });
+            return serde_json::from_str(&text).map_err(|_| unexpected());
         }
-        match serde_json::from_str::<Map<String, Value>>(&text) {
-            Ok(mut body) if body.get("code").is_some_and(Value::is_string) => {
-                let take = |body: &mut Map<String, Value>, key: &str| {
-                    body.remove(key)
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                };
-                let code = take(&mut body, "code");
-                let detail = take(&mut body, "detail");
-                let request_id = take(&mut body, "request_id");
-                for key in ["type", "title", "status"] {
-                    body.remove(key);
-                }
-                Err(ApiError::Problem {
-                    status,
-                    code,
-                    detail,
-                    request_id,
-                    extra: body,
-                })
-            }
-            _ => Err(ApiError::Unexpected {
-                status,
-                snippet: text.chars().take(120).collect(),
-            }),
-        }
+        Err(problem(status, &text).unwrap_or_else(unexpected))
     }
 
     fn unreachable(&self, error: reqwest::Error) -> ApiError {
@@ -181,79 +138,48 @@ impl ApiClient {
     }
 
     pub async fn info(&self) -> Result<ServerInfo, ApiError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/info", self.base))
-            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        self.read(response).await
+        self.call(self.request(reqwest::Method::GET, "/v1/info")).await
     }
 
-    /// `GET /v1/audit` with filter parameters; returns (records, next cursor).
-    pub async fn audit(&self, token: &str, params: &[(&str, String)]) -> Result<AuditPage, ApiError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/audit", self.base))
-            .query(params)
-            .bearer_auth(token)
-            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        self.read(response).await
+    /// One page of `GET /v1/audit` for `query`.
+    pub async fn audit(&self, token: &str, query: &AuditQuery) -> Result<AuditPage, ApiError> {
+        let request = self.request(reqwest::Method::GET, "/v1/audit").query(query);
+        self.call(request.bearer_auth(token)).await
     }
 
     /// `GET /v1/audit/verify`.
-    pub async fn audit_verify(&self, token: &str) -> Result<Value, ApiError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/audit/verify", self.base))
-            .bearer_auth(token)
-            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        self.read(response).await
+    pub async fn audit_verify(&self, token: &str) -> Result<ChainStatus, ApiError> {
+        let request = self.request(reqwest::Method::GET, "/v1/audit/verify");
+        self.call(request.bearer_auth(token)).await
     }
 
-    /// `GET`, `POST` or `DELETE /v1/deny` (admins).
-    pub async fn deny(
-        &self,
-        token: &str,
-        method: reqwest::Method,
-        query: &[(&str, String)],
-        body: Option<Value>,
-    ) -> Result<Value, ApiError> {
-        let mut request = self
-            .http
-            .request(method, format!("{}/v1/deny", self.base))
-            .query(query)
-            .bearer_auth(token)
-            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.map_err(|e| self.unreachable(e))?;
-        self.read(response).await
+    /// `GET /v1/deny` (admins).
+    pub async fn deny_list(&self, token: &str) -> Result<DenyList, ApiError> {
+        let request = self.request(reqwest::Method::GET, "/v1/deny");
+        self.call(request.bearer_auth(token)).await
+    }
+
+    /// `POST /v1/deny` (admins).
+    pub async fn deny_add(&self, token: &str, entry: &DenyRequest) -> Result<DenyAdded, ApiError> {
+        let request = self.request(reqwest::Method::POST, "/v1/deny").json(entry);
+        self.call(request.bearer_auth(token)).await
+    }
+
+    /// `DELETE /v1/deny` (admins): the entries `target` names.
+    pub async fn deny_remove(&self, token: &str, target: &DenyRequest) -> Result<DenyRemoved, ApiError> {
+        let request = self.request(reqwest::Method::DELETE, "/v1/deny").query(target);
+        self.call(request.bearer_auth(token)).await
     }
 
     pub async fn request_certificate(
         &self,
         token: &str,
-        request: &CertificateRequest<'_>,
+        request: &CertificateRequest,
     ) -> Result<IssuedCertificate, ApiError> {
-        let response = self
-            .http
-            .post(format!("{}/v1/certificates", self.base))
-            .bearer_auth(token)
-            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
-            .json(request)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        self.read(response).await
+        let request = self
+            .request(reqwest::Method::POST, "/v1/certificates")
+            .json(request);
+        self.call(request.bearer_auth(token)).await
     }
 }
 
@@ -268,8 +194,68 @@ mod tests {
         assert_eq!(
             crate::messages::explain(&error, ""),
             "the server address `127.0.0.1:8443` has no scheme: use https://HOST:PORT, \
-             e.g. --server https://127.0.0.1:8443"
+             or http:// for a server on this machine, e.g. --server http://127.0.0.1:8443"
         );
+    }
+
+    /// A web server that is not talos-sso answers 404 to `/v1/info`, often
+    /// with nothing at all.
+    #[tokio::test]
+    async fn an_empty_answer_that_is_not_the_api_is_named_as_such() {
+        let (port, serving) = crate::connection::test_peers::answering_peer(
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let api = ApiClient::new(&format!("http://127.0.0.1:{port}")).unwrap();
+        let error = api.info().await.unwrap_err();
+        assert_eq!(error.code(), "server_unexpected");
+        assert_eq!(
+            crate::messages::explain(&error, ""),
+            "the server answered HTTP 404 with something that is not its API: an empty body. \
+             Is --server pointing at a talos-sso server?"
+        );
+        serving.abort();
+    }
+
+    #[test]
+    fn an_answer_that_is_not_the_api_is_quoted() {
+        let html = ApiError::Unexpected {
+            status: 502,
+            snippet: "<html>Bad Gateway</html>".into(),
+        };
+        assert_eq!(
+            html.to_string(),
+            "the server answered HTTP 502 with something that is not its API: <html>Bad Gateway</html>"
+        );
+    }
+
+    #[test]
+    fn problem_details_keep_the_code_as_sent() {
+        let body = |code: &str, extra: &str| {
+            format!(
+                r#"{{"type": "about:blank", "title": "Forbidden", "status": 403, "code": "{code}",
+                    "detail": "d", "request_id": "r"{extra}}}"#
+            )
+        };
+        let Some(ApiError::Problem { code, error, .. }) =
+            problem(403, &body("role_required", r#", "entitled": ["os:reader"]"#))
+        else {
+            panic!("a problem");
+        };
+        assert_eq!(code, "role_required");
+        assert_eq!(
+            error,
+            ErrorCode::RoleRequired {
+                entitled: vec!["os:reader".into()]
+            }
+        );
+        // A newer server's code: unknown to this build, still named.
+        let newer = problem(403, &body("approval_pending", r#", "approvers": ["x"]"#)).unwrap();
+        assert_eq!(newer.code(), "approval_pending");
+        assert_eq!(newer.to_string(), "d [approval_pending]");
+        // Not problem details at all.
+        assert!(problem(404, "").is_none());
+        assert!(problem(404, r#"{"error": "not found"}"#).is_none());
     }
 
     /// The CLI has no knob for the request timeout (30 seconds), so the

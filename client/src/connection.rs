@@ -284,6 +284,10 @@ impl ConnectionError {
         match self.peer {
             Peer::Server => {
                 let example = match self.cause {
+                    // The quick start serves plain HTTP on this machine.
+                    Cause::NoScheme if is_loopback(address) => {
+                        format!(", or http:// for a server on this machine, e.g. --server http://{address}")
+                    }
                     Cause::NoScheme => format!(", e.g. --server https://{address}"),
                     _ => String::new(),
                 };
@@ -294,6 +298,20 @@ impl ConnectionError {
                  it must be an https:// URL; tell the server's operators"
             ),
         }
+    }
+}
+
+/// Whether `address` (`HOST[:PORT]`, no scheme) names this machine:
+/// `localhost`, 127.0.0.0/8 or `[::1]`.
+fn is_loopback(address: &str) -> bool {
+    let Ok(url) = url::Url::parse(&format!("http://{address}")) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     }
 }
 
@@ -457,6 +475,22 @@ pub(crate) mod test_peers {
         listener.local_addr().unwrap().port()
     }
 
+    /// A peer that reads a request and sends `answer` (raw HTTP/1.1 bytes)
+    /// on every connection; abort the task to stop it.
+    pub async fn answering_peer(answer: &'static [u8]) -> (u16, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let serving = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buffer = [0u8; 1024];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream.write_all(answer).await;
+            }
+        });
+        (port, serving)
+    }
+
     /// A peer that accepts connections and never answers; abort the task
     /// to close them.
     pub async fn silent_peer() -> (u16, tokio::task::JoinHandle<()>) {
@@ -476,11 +510,9 @@ pub(crate) mod test_peers {
 mod tests {
     use std::time::Duration;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     use super::*;
 
-    use super::test_peers::{refused_port, silent_peer};
+    use super::test_peers::{answering_peer, refused_port, silent_peer};
 
     async fn failure(url: &str, timeout: Duration) -> reqwest::Error {
         reqwest::Client::builder()
@@ -520,17 +552,9 @@ mod tests {
 
     #[tokio::test]
     async fn plain_http_on_a_tls_address_is_named() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut buffer = [0u8; 1024];
-                let _ = stream.read(&mut buffer).await;
-                let _ = stream
-                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
-            }
-        });
+        let (port, serving) =
+            answering_peer(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await;
         let url = format!("https://127.0.0.1:{port}");
         let error = failure(&url, Duration::from_secs(10)).await;
         assert_eq!(classify(&error), Cause::PlainHttp, "{error:?}");
@@ -538,6 +562,7 @@ mod tests {
             "cannot be reached: the TLS handshake failed because 127.0.0.1:{port} answers in plain HTTP, not HTTPS; \
              use its https:// address (plain http:// only for a server on this machine) ["
         )));
+        serving.abort();
     }
 
     #[tokio::test]
@@ -589,11 +614,27 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        for address in ["127.0.0.1:8443", "sso.example.com:8443", "localhost"] {
+        for address in ["sso.example.com:8443", "10.0.0.1:8443", "localhost.example.com"] {
             assert_eq!(
                 refused(address),
                 format!(
                     "the server address `{address}` has no scheme: use https://HOST:PORT, e.g. --server https://{address}"
+                )
+            );
+        }
+        // The quick start's server listens in plain HTTP on this machine.
+        for address in [
+            "127.0.0.1:8443",
+            "127.0.0.2:8443",
+            "localhost",
+            "LOCALHOST:8443",
+            "[::1]:8443",
+        ] {
+            assert_eq!(
+                refused(address),
+                format!(
+                    "the server address `{address}` has no scheme: use https://HOST:PORT, or http:// for a server \
+                     on this machine, e.g. --server http://{address}"
                 )
             );
         }

@@ -1,7 +1,10 @@
 //! talos-sso, the client: logs a person in with single sign-on and writes a
-//! short-lived Talos client certificate into their talosconfig.
+//! short-lived Talos client certificate into their talosconfig; reads the
+//! audit trail for the security team and keeps the deny list for
+//! administrators.
 //!
-//! - `cli`: the commands (`login`, `status`, `logout`, `exec`, `completions`).
+//! - `cli`: the commands (`login`, `status`, `logout`, `exec`, `audit`,
+//!   `deny`, `completions`).
 //! - `api`: wire types and a typed client for the server's API.
 //! - `connection`: why a connection failed, as a sentence with the fix.
 //! - `login`: discovery, browser (PKCE) and device flows, refresh, token cache.

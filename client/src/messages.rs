@@ -1,36 +1,39 @@
 //! What a person reads when something goes wrong: each server `code` becomes
 //! a sentence that says what happened and what to do about it.
 
-use serde_json::Value;
+use talos_sso_api::ErrorCode;
 
 use crate::api::ApiError;
 
-fn list(value: Option<&Value>) -> String {
-    match value.and_then(Value::as_array) {
-        Some(items) if !items.is_empty() => items
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => "none".into(),
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
     }
 }
 
-/// The difference between the server's clock and ours, when it matters.
-fn clock_skew(extra: &serde_json::Map<String, Value>) -> Option<i64> {
-    let server = extra.get("server_time")?.as_str()?;
-    let server = time::OffsetDateTime::parse(server, &time::format_description::well_known::Rfc3339).ok()?;
+/// The difference between the server's clock (`server_time`) and ours,
+/// when it matters.
+fn clock_skew(server_time: &str) -> Option<i64> {
+    let server = talos_sso_api::audit::parse_micros(server_time)?;
     let skew = (time::OffsetDateTime::now_utc() - server).whole_seconds();
     (skew.abs() >= 60).then_some(skew)
+}
+
+fn ttl_refused(cluster: &str, max_ttl_seconds: u64) -> String {
+    format!(
+        "that --ttl is not allowed on cluster `{cluster}` (at most {max_ttl_seconds} seconds); ask for less"
+    )
 }
 
 /// A message for `error` while asking for a certificate on `cluster`.
 pub fn explain(error: &ApiError, cluster: &str) -> String {
     let ApiError::Problem {
         code,
+        error,
         detail,
         request_id,
-        extra,
         ..
     } = error
     else {
@@ -40,66 +43,80 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
             other => format!("{other}. Is --server pointing at a talos-sso server?"),
         };
     };
-    let message = match code.as_str() {
-        "no_matching_rule" => format!(
+    let message = match error {
+        ErrorCode::NoMatchingRule { would_grant } => format!(
             "you are in none of the groups that grant a role on cluster `{cluster}`; ask for membership in one of: {}",
-            list(extra.get("would_grant"))
+            list(would_grant)
         ),
-        "role_not_permitted" => format!(
+        ErrorCode::RoleNotPermitted { refused, entitled } => format!(
             "you may not have {} on cluster `{cluster}`; you are entitled to: {}. Ask with --role for one of those",
-            list(extra.get("refused")),
-            list(extra.get("entitled"))
+            list(refused),
+            list(entitled)
         ),
-        "role_required" => format!(
+        ErrorCode::RoleRequired { entitled } => format!(
             "cluster `{cluster}` grants no role unless you ask for one; run again with --role (you may have: {})",
-            list(extra.get("entitled"))
+            list(entitled)
         ),
-        "ttl_too_long" | "ttl_invalid" => format!(
-            "that --ttl is not allowed on cluster `{cluster}` (at most {} seconds); ask for less",
-            extra.get("max_ttl_seconds").and_then(Value::as_u64).unwrap_or_default()
-        ),
-        "token_expired" | "token_not_yet_valid" | "token_issued_in_future" => match clock_skew(extra) {
+        ErrorCode::TtlTooLong { max_ttl_seconds } => ttl_refused(cluster, *max_ttl_seconds),
+        // Sent for a lifetime of zero, with no maximum to name.
+        ErrorCode::TtlInvalid => ttl_refused(cluster, 0),
+        ErrorCode::TokenExpired { server_time }
+        | ErrorCode::TokenNotYetValid { server_time }
+        | ErrorCode::TokenIssuedInFuture { server_time } => match clock_skew(server_time) {
             Some(skew) => format!(
                 "the server clock and yours differ by {} minutes ({}), so your login looks {}; fix the clock (NTP) and log in again",
                 skew.abs() / 60 + i64::from(skew.abs() % 60 >= 30),
                 if skew > 0 { "yours is ahead" } else { "yours is behind" },
-                if code == "token_expired" { "expired" } else { "not valid yet" }
+                if matches!(error, ErrorCode::TokenExpired { .. }) { "expired" } else { "not valid yet" }
             ),
             None => "your login has expired; run `talos-sso login` again".into(),
         },
-        "token_replayed" => "this login was already used for a certificate; run `talos-sso login` again".into(),
-        "token_missing" | "token_malformed" | "token_signature_invalid" | "token_key_unknown" | "token_issuer_invalid"
-        | "token_audience_invalid" | "token_client_invalid" | "token_algorithm_not_allowed" | "token_subject_missing" => {
+        ErrorCode::TokenReplayed => "this login was already used for a certificate; run `talos-sso login` again".into(),
+        ErrorCode::TokenMissing
+        | ErrorCode::TokenMalformed
+        | ErrorCode::TokenSignatureInvalid
+        | ErrorCode::TokenKeyUnknown
+        | ErrorCode::TokenIssuerInvalid
+        | ErrorCode::TokenAudienceInvalid
+        | ErrorCode::TokenClientInvalid
+        | ErrorCode::TokenAlgorithmNotAllowed
+        | ErrorCode::TokenSubjectMissing => {
             format!(
                 "the server does not accept this login ({detail}); check that the server and your identity provider belong together, then log in again"
             )
         }
-        "token_tenant_missing" | "token_tenant_not_allowed" => {
+        ErrorCode::TokenTenantMissing | ErrorCode::TokenTenantNotAllowed => {
             format!("your account's organisation is not allowed on this server ({detail}); log in with your work account")
         }
-        "groups_overage_unresolved" => format!(
+        ErrorCode::GroupsOverageUnresolved => format!(
             "you are in so many groups that they do not fit in your login token, and the server could not look them up; {detail}"
         ),
-        "identity_denied" => "you are blocked from new certificates on this server; ask the platform team".into(),
-        "cluster_unknown" => {
-            format!("the server has no cluster `{cluster}`; it has: {}. Use --cluster", list(extra.get("clusters")))
+        ErrorCode::IdentityDenied => "you are blocked from new certificates on this server; ask the platform team".into(),
+        ErrorCode::ClusterUnknown { clusters } => {
+            format!("the server has no cluster `{cluster}`; it has: {}. Use --cluster", list(clusters))
         }
-        "audit_unavailable" => {
+        ErrorCode::AuditUnavailable => {
             "the server cannot record decisions right now (its audit database is down), so it issues nothing; try again in a minute"
                 .into()
         }
-        "csr_invalid" => format!("the server refused the certificate request ({detail}); please report this"),
-        "not_an_auditor" => {
+        ErrorCode::CsrInvalid { .. } => format!("the server refused the certificate request ({detail}); please report this"),
+        ErrorCode::NotAnAuditor => {
             "reading the audit trail is for the security team; ask to be added to one of the server's `auditors` groups".into()
         }
-        "not_an_admin" => {
+        ErrorCode::NotAnAdmin => {
             "the deny list is for administrators; ask to be added to one of the server's `admins` groups".into()
         }
-        "rate_limited" => format!(
-            "the server asks you to slow down ({detail}); try again in {} seconds",
-            extra.get("retry_after_seconds").and_then(Value::as_u64).unwrap_or(60)
+        ErrorCode::RateLimited { retry_after_seconds } => format!(
+            "the server asks you to slow down ({detail}); try again in {retry_after_seconds} seconds"
         ),
-        _ => format!("{detail} [{code}]"),
+        ErrorCode::NotFound
+        | ErrorCode::RequestInvalid { .. }
+        | ErrorCode::TokenUsernameMissing
+        | ErrorCode::SubjectRequired
+        | ErrorCode::SubjectAmbiguous { .. }
+        | ErrorCode::AlreadyDenied { .. }
+        | ErrorCode::InternalError
+        | ErrorCode::Unknown => format!("{detail} [{code}]"),
     };
     format!("{message} (request id {request_id})")
 }
@@ -109,18 +126,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn problem(code: &str, extra: Value) -> ApiError {
-        ApiError::Problem {
-            status: 403,
-            code: code.into(),
-            detail: format!("detail of {code}"),
-            request_id: "req-1".into(),
-            extra: extra.as_object().cloned().unwrap_or_default(),
-        }
+    /// The error the client makes of a problem body with `code` and the
+    /// fields in `extra`.
+    fn problem(code: &str, extra: serde_json::Value) -> ApiError {
+        let mut body = json!({"type": "about:blank", "title": "Forbidden", "status": 403,
+            "code": code, "detail": format!("detail of {code}"), "request_id": "req-1"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap());
+        crate::api::problem(403, &body.to_string()).unwrap()
     }
 
     #[test]
     fn every_server_code_has_its_sentence() {
+        // The server's clock agrees with ours: a stale login, not a clock problem.
+        let now = talos_sso_api::audit::format_micros(time::OffsetDateTime::now_utc());
         let cases = [
             (
                 "no_matching_rule",
@@ -142,7 +162,11 @@ mod tests {
                 json!({"max_ttl_seconds": 900}),
                 "at most 900 seconds",
             ),
-            ("token_expired", json!({}), "your login has expired"),
+            (
+                "token_expired",
+                json!({"server_time": now}),
+                "your login has expired",
+            ),
             ("token_replayed", json!({}), "already used"),
             ("token_signature_invalid", json!({}), "does not accept this login"),
             ("token_audience_invalid", json!({}), "does not accept this login"),

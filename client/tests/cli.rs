@@ -1,6 +1,6 @@
 //! The real `talos-sso` binary against a real server and the Entra emulator:
 //! browser and device logins, silent refresh, talosconfig merging and
-//! locking, status, exec, logout, and the messages people read.
+//! locking, status, exec, logout, audit, deny, and the messages people read.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -966,12 +966,20 @@ fn assert_sentence(err: &str, sentence: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_address_without_a_usable_scheme_says_how_to_write_it() {
     let machine = Machine::new();
+    let (code, out, err) = machine.run(&["login", "--server", "sso.example.com:8443"]).await;
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        "error: the server address `sso.example.com:8443` has no scheme: use https://HOST:PORT, \
+         e.g. --server https://sso.example.com:8443\n"
+    );
+    // The quick start's server listens in plain HTTP on this machine.
     let (code, out, err) = machine.run(&["login", "--server", "127.0.0.1:8443"]).await;
     assert_eq!((code, out.as_str()), (1, ""));
     assert_eq!(
         err,
         "error: the server address `127.0.0.1:8443` has no scheme: use https://HOST:PORT, \
-         e.g. --server https://127.0.0.1:8443\n"
+         or http:// for a server on this machine, e.g. --server http://127.0.0.1:8443\n"
     );
     let (code, _, err) = machine
         .run(&["audit", "list", "--server", "ftp://sso.example.com:8443"])

@@ -22,9 +22,9 @@ use openidconnect::{
     EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, ProviderMetadata, RefreshToken, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
+use talos_sso_api::ServerInfo;
 use zeroize::Zeroizing;
 
-use crate::api::ServerInfo;
 use crate::connection::{ConnectionError, Peer};
 
 /// Entra (and RFC 8628 providers) announce the device endpoint in discovery.

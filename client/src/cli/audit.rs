@@ -1,0 +1,284 @@
+//! `audit list|show|export|verify`: the audit trail for the security team,
+//! read page by page through `GET /v1/audit`.
+
+use std::io::Write;
+
+use anyhow::{anyhow, bail};
+use clap::{Args, Subcommand};
+
+use talos_sso_api::AuditQuery;
+use talos_sso_api::audit::{MAX_PAGE, event, outcome};
+
+use super::explained;
+use super::login::{ExecLoginArgs, authenticated};
+use super::output::{AuditOutput, print_records, record_json};
+use crate::api::ApiClient;
+
+/// Filters of `audit list` and `audit export`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditFilterArgs {
+    /// From this time: RFC 3339, or a duration back from now (7d, 12h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Until this time (same forms).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Username (e.g. alice@example.com).
+    #[arg(long = "user")]
+    pub username: Option<String>,
+    /// Subject (Entra object id).
+    #[arg(long)]
+    pub subject: Option<String>,
+    /// Cluster name.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// A role granted or requested.
+    #[arg(long)]
+    pub role: Option<String>,
+    // The help lists what the server can record (the API's own lists).
+    #[arg(long, help = alternatives(&outcome::ALL))]
+    pub outcome: Option<String>,
+    #[arg(long, help = alternatives(&event::ALL))]
+    pub event: Option<String>,
+    /// Certificate serial (hex).
+    #[arg(long)]
+    pub serial: Option<String>,
+}
+
+/// `a, b or c`: the values a filter may take, as its help says them (no
+/// final full stop, like the help clap takes from doc comments).
+fn alternatives(values: &[&str]) -> String {
+    match values {
+        [] => String::new(),
+        [only] => (*only).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+impl AuditFilterArgs {
+    /// The filter as `GET /v1/audit` takes it, from the first page on.
+    fn query(&self) -> AuditQuery {
+        AuditQuery {
+            since: self.since.clone(),
+            until: self.until.clone(),
+            username: self.username.clone(),
+            subject: self.subject.clone(),
+            cluster: self.cluster.clone(),
+            role: self.role.clone(),
+            outcome: self.outcome.clone(),
+            event: self.event.clone(),
+            serial: self.serial.clone(),
+            cursor: None,
+            limit: None,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Records matching the filters, oldest first.
+    List {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// At most this many records, 1 or more (follows pages as needed).
+        #[arg(long, default_value = "100", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// A table for people (the default), JSON lines or CSV for tools.
+        #[arg(long, value_enum, default_value = "table")]
+        output: AuditOutput,
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// One record in full.
+    Show {
+        /// The record's sequence number (the SEQ column of `audit list`).
+        seq: i64,
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Every matching record, all pages, as JSON lines or CSV.
+    Export {
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// JSON lines (the default) or CSV for tools, or a table for people.
+        #[arg(long, value_enum, default_value = "json")]
+        output: AuditOutput,
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Ask the server to recompute the hash chain.
+    Verify {
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+}
+
+pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    match command {
+        AuditCommand::List {
+            filter,
+            limit,
+            output,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            print_matching(&api, &tokens.bearer, &filter, limit, output, out).await
+        }
+        AuditCommand::Export {
+            filter,
+            output,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            print_matching(&api, &tokens.bearer, &filter, u64::MAX, output, out).await
+        }
+        AuditCommand::Show { seq, server, login } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let query = AuditQuery {
+                cursor: Some((seq - 1).to_string()),
+                limit: Some("1".to_owned()),
+                ..AuditQuery::default()
+            };
+            let page = api.audit(&tokens.bearer, &query).await.map_err(explained)?;
+            let record = page
+                .records
+                .into_iter()
+                .find(|r| r.seq == seq)
+                .ok_or_else(|| anyhow!("no audit record {seq}"))?;
+            writeln!(out, "{}", record_json(&record, true)?)?;
+            Ok(())
+        }
+        AuditCommand::Verify { server, login } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let chain = api.audit_verify(&tokens.bearer).await.map_err(explained)?;
+            if chain.intact {
+                writeln!(
+                    out,
+                    "audit chain intact: {} records verified (last seq {})",
+                    chain.verified, chain.last_seq
+                )?;
+                Ok(())
+            } else {
+                let (seq, reason) = chain
+                    .first_broken
+                    .map_or(("?".to_owned(), String::new()), |link| {
+                        (link.seq.to_string(), link.reason)
+                    });
+                bail!(
+                    "audit chain broken at record {seq}: {}",
+                    crate::display::escape(&reason)
+                )
+            }
+        }
+    }
+}
+
+/// The records `filter` matches, oldest first, at most `limit` of them:
+/// page after page, each printed as it comes (the heading once).
+async fn print_matching(
+    api: &ApiClient,
+    token: &str,
+    filter: &AuditFilterArgs,
+    limit: u64,
+    output: AuditOutput,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut cursor = 0;
+    let mut shown = 0;
+    let mut first = true;
+    loop {
+        let page_size = (limit - shown).clamp(1, MAX_PAGE.unsigned_abs());
+        let query = AuditQuery {
+            cursor: Some(cursor.to_string()),
+            limit: Some(page_size.to_string()),
+            ..filter.query()
+        };
+        let page = api.audit(token, &query).await.map_err(explained)?;
+        print_records(&page.records, output, first, out)?;
+        first = false;
+        shown += page.records.len() as u64;
+        match page.next_cursor {
+            Some(next) if shown < limit => cursor = next,
+            _ => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn the_filter_help_names_every_event_and_outcome() {
+        let mut cli = Cli::command();
+        cli.build();
+        let list = cli
+            .find_subcommand("audit")
+            .and_then(|audit| audit.find_subcommand("list"))
+            .unwrap();
+        let help = |id: &str| {
+            let arg = list.get_arguments().find(|a| a.get_id() == id).unwrap();
+            arg.get_help().unwrap().to_string()
+        };
+        assert_eq!(help("outcome"), "success or denied");
+        let events = help("event");
+        for name in event::ALL {
+            assert!(events.contains(name), "{name} missing from: {events}");
+        }
+        assert!(
+            events.ends_with(", audit.record_refused or refusals.aggregated"),
+            "{events}"
+        );
+    }
+
+    #[test]
+    fn the_filter_flags_become_the_query_the_server_reads() {
+        let cli = Cli::try_parse_from([
+            "talos-sso",
+            "audit",
+            "export",
+            "--since",
+            "7d",
+            "--until",
+            "1h",
+            "--user",
+            "alice@example.com",
+            "--event",
+            "deny.added",
+            "--outcome",
+            "success",
+        ])
+        .unwrap();
+        let Command::Audit(AuditCommand::Export { filter, .. }) = cli.command else {
+            panic!("audit export");
+        };
+        assert_eq!(
+            filter.query(),
+            AuditQuery {
+                since: Some("7d".into()),
+                until: Some("1h".into()),
+                username: Some("alice@example.com".into()),
+                event: Some("deny.added".into()),
+                outcome: Some("success".into()),
+                ..AuditQuery::default()
+            }
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! `deny add|remove|list`: identities blocked from new certificates at
+//! once, for administrators.
+
+use std::io::Write;
+
+use clap::Subcommand;
+use talos_sso_api::audit::format_micros;
+use talos_sso_api::{DenyEntry, DenyRequest};
+
+use super::explained;
+use super::login::{ExecLoginArgs, authenticated};
+use crate::display::escape;
+
+#[derive(Debug, Subcommand)]
+pub enum DenyCommand {
+    /// Block a person by subject (Entra object id, or the provider's `sub`).
+    /// With `--user` alone, the server blocks the one subject that verified
+    /// records name with that username (and refuses when there is none, or
+    /// several): usernames can be changed by their owners, subjects cannot.
+    Add {
+        /// The subject to block (Entra object id, or the provider's `sub`).
+        #[arg(long, required_unless_present = "user")]
+        subject: Option<String>,
+        /// The username to block (alone: the server finds its one subject).
+        #[arg(long)]
+        user: Option<String>,
+        /// Why (recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Unblock.
+    Remove {
+        /// The subject to unblock.
+        #[arg(long, required_unless_present = "user")]
+        subject: Option<String>,
+        /// The username to unblock.
+        #[arg(long)]
+        user: Option<String>,
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+    /// Who is blocked.
+    List {
+        /// The talos-sso server (default: the one you logged in to).
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+    },
+}
+
+pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    match command {
+        DenyCommand::Add {
+            subject,
+            user,
+            reason,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let entry = DenyRequest {
+                subject,
+                username: user,
+                reason: Some(reason),
+            };
+            let added = api.deny_add(&tokens.bearer, &entry).await.map_err(explained)?;
+            let who = added.entry.username.or(added.entry.subject);
+            writeln!(
+                out,
+                "blocked {} from new certificates (audit record {})",
+                escape(who.as_deref().unwrap_or("?")),
+                added.audit_id
+            )?;
+        }
+        DenyCommand::Remove {
+            subject,
+            user,
+            server,
+            login,
+        } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let target = DenyRequest {
+                subject,
+                username: user,
+                reason: None,
+            };
+            let removed = api
+                .deny_remove(&tokens.bearer, &target)
+                .await
+                .map_err(explained)?;
+            writeln!(
+                out,
+                "removed {} entr(ies) (audit record {})",
+                removed.removed, removed.audit_id
+            )?;
+        }
+        DenyCommand::List { server, login } => {
+            let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let list = api.deny_list(&tokens.bearer).await.map_err(explained)?;
+            if list.entries.is_empty() {
+                writeln!(out, "nobody is blocked")?;
+            }
+            for entry in &list.entries {
+                writeln!(out, "{}", deny_entry_line(entry))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One deny-list entry as `deny list` shows it, every field escaped: the
+/// username and the reason are whatever an administrator (or a token) said.
+pub(super) fn deny_entry_line(entry: &DenyEntry) -> String {
+    format!(
+        "{}  {}  by {} at {}: {}",
+        escape(entry.username.as_deref().unwrap_or("-")),
+        escape(entry.subject.as_deref().unwrap_or("-")),
+        escape(&entry.added_by),
+        format_micros(entry.added_at),
+        escape(&entry.reason)
+    )
+}

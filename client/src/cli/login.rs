@@ -1,0 +1,369 @@
+//! `login` and `logout`: a certificate written into the talosconfig, and
+//! taken out again; and the fresh token that `audit` and `deny` need.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use clap::Args;
+use time::OffsetDateTime;
+
+use super::status::human_duration;
+use talos_sso_api::audit::parse_micros;
+use talos_sso_api::{CertificateRequest, ClusterInfo, ServerInfo};
+
+use super::explained;
+use crate::api::ApiClient;
+use crate::key::ClientKey;
+use crate::login::browser::{BrowserOptions, Opener, system_opener};
+use crate::login::{Provider, Tokens, cache};
+use crate::state::{self, LoginRecord};
+use crate::talosconfig::{self, ContextEntry};
+
+#[derive(Debug, Clone, Args)]
+pub struct LoginArgs {
+    /// The talos-sso server (remembered after the first login).
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Which cluster (remembered as the default; not needed when the server has one).
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Ask for a Talos role (repeat for several); default: the cluster's default roles.
+    #[arg(long = "role")]
+    pub roles: Vec<String>,
+    /// Certificate lifetime (default: the cluster's, usually 5m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ttl: Option<Duration>,
+    /// Log in with a code on another device (SSH sessions, headless machines).
+    #[arg(long)]
+    pub device: bool,
+    /// Print the login URL instead of opening a browser.
+    #[arg(long)]
+    pub no_browser: bool,
+    /// Fixed port for the browser's redirect to http://localhost:PORT/callback.
+    #[arg(long)]
+    pub callback_port: Option<u16>,
+    /// How long to wait for the browser.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub timeout: Duration,
+    /// The talosconfig to write (default: $TALOSCONFIG, else ~/.talos/config).
+    #[arg(long)]
+    pub talosconfig: Option<PathBuf>,
+    /// Context name (default: the cluster's).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Make this the current context even when the file already has one.
+    #[arg(long)]
+    pub set_current: bool,
+}
+
+/// The login options `exec`, `audit` and `deny` need when they have to log
+/// in again.
+#[derive(Debug, Clone, Args)]
+pub struct ExecLoginArgs {
+    /// If a login is needed, log in with a code on another device (SSH sessions, headless machines).
+    #[arg(long)]
+    pub device: bool,
+    /// If a login is needed, print the login URL instead of opening a browser.
+    #[arg(long)]
+    pub no_browser: bool,
+    /// If a login is needed, the fixed port for the browser's redirect to http://localhost:PORT/callback.
+    #[arg(long)]
+    pub callback_port: Option<u16>,
+}
+
+pub fn default_talosconfig(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(talosconfig::resolve_path(explicit)?)
+}
+
+fn pick_cluster<'a>(wanted: Option<&str>, info: &'a ServerInfo) -> anyhow::Result<&'a ClusterInfo> {
+    let names = || {
+        info.clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match wanted {
+        Some(name) => info
+            .clusters
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| anyhow!("the server has no cluster `{name}`; it has: {}", names())),
+        None => match info.clusters.as_slice() {
+            [only] => Ok(only),
+            [] => bail!("the server offers no clusters"),
+            _ => bail!(
+                "the server has several clusters ({}); choose one with --cluster",
+                names()
+            ),
+        },
+    }
+}
+
+/// A fresh ID token: silently with the cached refresh token when possible,
+/// else interactively (saying why).
+async fn obtain_tokens(
+    provider: &Provider,
+    server: &str,
+    login: &LoginArgs,
+    opener: Option<Opener>,
+) -> anyhow::Result<Tokens> {
+    let key = cache::key(server, &provider.issuer, &provider.client_id);
+    let refresh_lock = cache::lock().context("locking the token cache")?;
+    if let Some(refresh_token) = cache::get(&key) {
+        match provider.refresh(&refresh_token).await {
+            Ok(tokens) => {
+                if let Some(rotated) = &tokens.refresh_token {
+                    cache::put(&key, rotated, &tokens.username).context("saving the token cache")?;
+                }
+                return Ok(tokens);
+            }
+            Err(error) => {
+                eprintln!(
+                    "Your saved login could not be renewed ({}); logging in again.",
+                    crate::display::escape(&error.to_string())
+                );
+            }
+        }
+    }
+    drop(refresh_lock);
+    let tokens = if login.device {
+        crate::login::device::login(provider).await?
+    } else {
+        let opener = if login.no_browser { None } else { opener };
+        let options = BrowserOptions {
+            callback_port: login.callback_port,
+            opener,
+            timeout: login.timeout,
+        };
+        crate::login::browser::login(provider, &options).await?
+    };
+    if let Some(refresh_token) = &tokens.refresh_token {
+        cache::put(&key, refresh_token, &tokens.username).context("saving the token cache")?;
+    }
+    Ok(tokens)
+}
+
+/// Log in and write the certificate; returns what was recorded.
+pub async fn login(args: &LoginArgs, out: &mut dyn Write) -> anyhow::Result<LoginRecord> {
+    login_with(args, Some(system_opener()), out).await
+}
+
+/// [`login`] with a chosen way of opening the browser login URL.
+pub async fn login_with(
+    args: &LoginArgs,
+    opener: Option<Opener>,
+    out: &mut dyn Write,
+) -> anyhow::Result<LoginRecord> {
+    let saved = state::load();
+    let server = args.server.clone().or(saved.server.clone()).ok_or_else(|| {
+        anyhow!("no server yet: run `talos-sso login --server https://talos-sso.example.com` once")
+    })?;
+    let api = ApiClient::new(&server)?;
+    let info = api.info().await.map_err(explained)?;
+    let cluster = pick_cluster(
+        args.cluster.as_deref().or(saved.default_cluster.as_deref()),
+        &info,
+    )?;
+    let provider = Provider::discover(&info).await?;
+    let tokens = obtain_tokens(&provider, &server, args, opener).await?;
+
+    let key = ClientKey::generate()?;
+    let csr = key.csr_pem()?;
+    let request = CertificateRequest {
+        cluster: cluster.name.clone(),
+        csr,
+        roles: args.roles.clone(),
+        ttl_seconds: args.ttl.map(|t| t.as_secs().max(1)),
+    };
+    let issued = api
+        .request_certificate(&tokens.bearer, &request)
+        .await
+        .map_err(|e| anyhow!(crate::messages::explain(&e, &cluster.name)))?;
+
+    let path = default_talosconfig(args.talosconfig.as_deref())?;
+    let context = args.context.clone().unwrap_or_else(|| issued.context.clone());
+    let entry = ContextEntry {
+        endpoints: issued.endpoints.clone(),
+        nodes: issued.nodes.clone(),
+        ca_pem: issued.ca.clone(),
+        crt_pem: issued.certificate.clone(),
+        key_pem: key.private_key_pem().to_string(),
+    };
+    let written = talosconfig::upsert_context(&path, &context, &entry, args.set_current)?;
+    let record = LoginRecord {
+        server: server.clone(),
+        context: context.clone(),
+        talosconfig: path.clone(),
+        username: issued.identity.username.clone(),
+        roles: issued.roles.clone(),
+        not_after: issued.not_after.clone(),
+    };
+    let chosen_explicitly = args.cluster.is_some();
+    state::update(|s| {
+        s.server = Some(server.clone());
+        if chosen_explicitly || s.default_cluster.is_none() {
+            s.default_cluster = Some(cluster.name.clone());
+        }
+        s.logins.insert(cluster.name.clone(), record.clone());
+    })
+    .context("saving the client configuration")?;
+
+    let left = parse_micros(&issued.not_after)
+        .map(|t| (t - OffsetDateTime::now_utc()).whole_seconds())
+        .unwrap_or(0);
+    let current = written.current_context.as_deref() == Some(context.as_str());
+    writeln!(out, "{}", logged_in_line(&record, &cluster.name, left, current))?;
+    Ok(record)
+}
+
+/// What `login` says when it is done. The names come from the server (and
+/// the person's identity provider): escaped, like every such text shown.
+pub(super) fn logged_in_line(
+    record: &LoginRecord,
+    cluster: &str,
+    seconds_left: i64,
+    current: bool,
+) -> String {
+    use crate::display::escape;
+    format!(
+        "Logged in to {} as {} with {}; certificate valid for {} (context `{}` in {}{}).",
+        escape(cluster),
+        escape(&record.username),
+        escape(&record.roles.join(", ")),
+        human_duration(seconds_left),
+        escape(&record.context),
+        escape(&record.talosconfig.display().to_string()),
+        if current {
+            ", current"
+        } else {
+            "; use `talosctl --context` or --set-current"
+        }
+    )
+}
+
+pub(super) fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    let saved = state::load();
+    let target = if all {
+        None
+    } else {
+        cluster.map(str::to_owned).or(saved.default_cluster.clone())
+    };
+    let chosen: Vec<(String, LoginRecord)> = saved
+        .logins
+        .iter()
+        .filter(|(name, _)| target.as_ref().is_none_or(|t| t == *name))
+        .map(|(n, r)| (n.clone(), r.clone()))
+        .collect();
+    if chosen.is_empty() {
+        writeln!(out, "Nothing to log out of.")?;
+        return Ok(());
+    }
+    for (name, record) in &chosen {
+        let removed =
+            talosconfig::remove_contexts(&record.talosconfig, std::slice::from_ref(&record.context))?;
+        writeln!(
+            out,
+            "{}: {} context `{}` from {}",
+            crate::display::escape(name),
+            if removed.is_empty() { "no" } else { "removed" },
+            crate::display::escape(&record.context),
+            crate::display::escape(&record.talosconfig.display().to_string())
+        )?;
+    }
+    let remaining = state::update(|s| {
+        for (name, _) in &chosen {
+            s.logins.remove(name);
+        }
+    })?;
+    // Tokens are per server: forget them once no login on that server is left.
+    let mut forgotten = 0;
+    if all {
+        forgotten = cache::forget(None)?;
+    } else {
+        for (_, record) in &chosen {
+            if !remaining.logins.values().any(|r| r.server == record.server) {
+                forgotten += cache::forget(Some(&record.server))?;
+            }
+        }
+    }
+    writeln!(out, "Forgot {forgotten} saved login(s).")?;
+    Ok(())
+}
+
+/// The server and a fresh token for commands that are not `login`.
+pub(super) async fn authenticated(
+    server: Option<&str>,
+    login: &ExecLoginArgs,
+) -> anyhow::Result<(ApiClient, Tokens)> {
+    let saved = state::load();
+    let server = server
+        .map(str::to_owned)
+        .or(saved.server)
+        .ok_or_else(|| anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once"))?;
+    let api = ApiClient::new(&server)?;
+    let info = api.info().await.map_err(explained)?;
+    let provider = Provider::discover(&info).await?;
+    let args = LoginArgs {
+        server: Some(server.clone()),
+        cluster: None,
+        roles: vec![],
+        ttl: None,
+        device: login.device,
+        no_browser: login.no_browser,
+        callback_port: login.callback_port,
+        timeout: Duration::from_secs(300),
+        talosconfig: None,
+        context: None,
+        set_current: false,
+    };
+    let tokens = obtain_tokens(&provider, &server, &args, Some(system_opener())).await?;
+    // Remember the server, as `login` does.
+    state::update(|s| s.server = Some(server.clone())).context("saving the client configuration")?;
+    Ok((api, tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(names: &[&str]) -> ServerInfo {
+        ServerInfo {
+            server_version: "0".into(),
+            api_version: 1,
+            issuer: "https://idp".into(),
+            discovery_url: None,
+            client_id: "cli".into(),
+            scopes: vec![],
+            clusters: names
+                .iter()
+                .map(|n| ClusterInfo {
+                    name: (*n).into(),
+                    description: String::new(),
+                    default_ttl_seconds: 300,
+                    max_ttl_seconds: 900,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_cluster_is_chosen_for_you_several_need_a_name() {
+        assert_eq!(pick_cluster(None, &info(&["prod"])).unwrap().name, "prod");
+        let several = info(&["lab", "prod"]);
+        let error = pick_cluster(None, &several).unwrap_err().to_string();
+        assert!(
+            error.contains("several clusters (lab, prod); choose one with --cluster"),
+            "{error}"
+        );
+        assert_eq!(pick_cluster(Some("lab"), &several).unwrap().name, "lab");
+        let error = pick_cluster(Some("staging"), &several).unwrap_err().to_string();
+        assert!(
+            error.contains("no cluster `staging`; it has: lab, prod"),
+            "{error}"
+        );
+        assert!(pick_cluster(None, &info(&[])).is_err());
+    }
+}

@@ -1,0 +1,267 @@
+//! The command line: the clap tree of every command (`login`, `status`,
+//! `logout`, `exec`, `audit`, `deny`, `completions`) and its dispatch; each
+//! command group lives in its own module. `anyhow` stops here; the library
+//! modules keep their own error types.
+//!
+//! - `login`: `login` and `logout`, and the fresh token every other command
+//!   that reaches the server needs.
+//! - `status`: what each login holds, read back from the talosconfig.
+//! - `exec`: a command run with a fresh certificate.
+//! - `audit`: `audit list|show|export|verify` (auditors).
+//! - `deny`: `deny add|remove|list` (administrators).
+//! - `output`: audit records as a table, CSV and JSON lines.
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+pub mod audit;
+pub mod deny;
+pub mod exec;
+pub mod login;
+pub mod output;
+pub mod status;
+
+use self::audit::AuditCommand;
+use self::deny::DenyCommand;
+use self::login::{ExecLoginArgs, LoginArgs};
+use self::status::Output;
+use crate::api::ApiError;
+
+/// Log in to Talos Linux clusters with single sign-on, then use talosctl as usual.
+#[derive(Debug, Parser)]
+#[command(name = "talos-sso", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Log in and write a short-lived certificate into your talosconfig.
+    Login(LoginArgs),
+    /// Show who you are logged in as, where, with which roles, for how long.
+    Status {
+        /// Only this cluster (default: every cluster you logged in to).
+        #[arg(long)]
+        cluster: Option<String>,
+        /// Text for people, JSON for scripts.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Remove this tool's talosconfig contexts and cached logins (nothing else).
+    Logout {
+        /// Log out of this cluster (default: the default cluster).
+        #[arg(long, conflicts_with = "all")]
+        cluster: Option<String>,
+        /// Log out of every cluster and forget every saved login.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Make sure the certificate is valid for at least a minute (renewing it
+    /// when needed), then run a command with TALOSCONFIG set to it.
+    Exec {
+        /// The cluster whose certificate the command uses (default: the default cluster).
+        #[arg(long)]
+        cluster: Option<String>,
+        #[command(flatten)]
+        login: ExecLoginArgs,
+        /// The command, after `--` (e.g. `-- talosctl get members`).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Read the audit trail (auditors only): list, show, export, verify.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Block identities from new certificates at once (administrators).
+    #[command(subcommand)]
+    Deny(DenyCommand),
+    /// Print shell completions.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Whether the command stopped because its output pipe was closed
+/// (`talos-sso audit export | head`): the reader has had enough, which is
+/// not an error.
+pub fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// A server error as the sentence [`crate::messages`] makes of it, for a
+/// command that names no cluster.
+fn explained(error: ApiError) -> anyhow::Error {
+    anyhow::anyhow!(crate::messages::explain(&error, ""))
+}
+
+/// An error as the person reads it: the whole chain on one line, escaped,
+/// since server problem details and identity provider answers end up in it.
+pub fn error_text(error: &anyhow::Error) -> String {
+    crate::display::escape(&format!("{error:#}"))
+}
+
+/// Run a command; `Ok` carries the exit code (for `exec`, the child's).
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
+    match cli.command {
+        Command::Login(args) => login::login(&args, &mut out).await.map(|_| ExitCode::SUCCESS),
+        Command::Status { cluster, output } => {
+            status::status(cluster.as_deref(), output, &mut out).map(|_| ExitCode::SUCCESS)
+        }
+        Command::Logout { cluster, all } => {
+            login::logout(cluster.as_deref(), all, &mut out).map(|_| ExitCode::SUCCESS)
+        }
+        Command::Exec {
+            cluster,
+            login,
+            command,
+        } => exec::exec(cluster.as_deref(), &login, &command).await,
+        Command::Audit(command) => audit::audit(command, &mut out).await.map(|_| ExitCode::SUCCESS),
+        Command::Deny(command) => deny::deny(command, &mut out).await.map(|_| ExitCode::SUCCESS),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "talos-sso", &mut out);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use anyhow::anyhow;
+
+    use super::deny::deny_entry_line;
+    use super::login::logged_in_line;
+    use super::status::{LoginStatus, status_line};
+    use super::*;
+    use crate::state::LoginRecord;
+
+    /// Fails when `text` holds a character that must not reach a terminal
+    /// as it is (line breaks between lines aside).
+    pub(super) fn no_hostile_characters(text: &str) {
+        let found: Vec<char> = text
+            .chars()
+            .filter(|c| crate::display::is_unsafe(*c) && *c != '\n')
+            .collect();
+        assert!(found.is_empty(), "{found:?} in {text:?}");
+    }
+
+    #[test]
+    fn other_outputs_escape_what_the_server_sent() {
+        let hostile = "eve\u{1b}[2K\r\u{202e}";
+        let shown = "eve\\u{1b}[2K\\u{d}\\u{202e}";
+        let record = LoginRecord {
+            server: format!("https://sso.example.com/{hostile}"),
+            context: format!("prod{hostile}"),
+            talosconfig: PathBuf::from(format!("/home/eve/{hostile}")),
+            username: hostile.into(),
+            roles: vec![format!("os:admin{hostile}")],
+            not_after: String::new(),
+        };
+        let status = LoginStatus {
+            cluster: hostile.into(),
+            server: record.server.clone(),
+            context: record.context.clone(),
+            talosconfig: record.talosconfig.clone(),
+            username: Some(hostile.into()),
+            roles: record.roles.clone(),
+            not_after: None,
+            seconds_left: 100,
+            valid: true,
+        };
+        let entry = talos_sso_api::DenyEntry {
+            username: Some(hostile.into()),
+            subject: Some(hostile.into()),
+            added_by: hostile.into(),
+            added_at: time::OffsetDateTime::UNIX_EPOCH,
+            reason: hostile.into(),
+        };
+        let error = anyhow!("problem {hostile}").context(format!("while {hostile}"));
+        for line in [
+            logged_in_line(&record, hostile, 100, true),
+            status_line(&status),
+            deny_entry_line(&entry),
+            error_text(&error),
+        ] {
+            no_hostile_characters(&line);
+            assert!(!line.contains('\n'), "{line}");
+            assert!(line.contains(shown), "{line}");
+        }
+        assert_eq!(
+            logged_in_line(&record, "prod", 299, false),
+            format!(
+                "Logged in to prod as {shown} with os:admin{shown}; certificate valid for 4m59s \
+                 (context `prod{shown}` in /home/eve/{shown}; use `talosctl --context` or --set-current)."
+            )
+        );
+        assert_eq!(error_text(&error), format!("while {shown}: problem {shown}"));
+    }
+
+    /// Every subcommand and argument under `command` without a help text,
+    /// by its path (`audit list --server`); clap's own help and version
+    /// are not ours to document.
+    fn missing_help(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                let name = arg
+                    .get_long()
+                    .map(|long| format!("--{long}"))
+                    .unwrap_or_else(|| format!("<{id}>"));
+                missing.push(format!("{path} {name}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let sub_path = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                missing.push(sub_path.clone());
+            }
+            missing_help(sub, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn a_closed_output_pipe_is_not_an_error() {
+        let pipe = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(closed_pipe(&pipe.context("writing a record")));
+        let other = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(!closed_pipe(&other));
+        assert!(!closed_pipe(&anyhow::anyhow!("the server refused")));
+    }
+
+    #[test]
+    fn an_audit_limit_of_zero_is_refused_not_rounded_up() {
+        use clap::Parser;
+        let zero = Cli::try_parse_from(["talos-sso", "audit", "list", "--limit", "0"]);
+        assert!(zero.unwrap_err().to_string().contains("--limit"));
+        assert!(Cli::try_parse_from(["talos-sso", "audit", "list", "--limit", "1"]).is_ok());
+    }
+
+    #[test]
+    fn every_subcommand_flag_and_argument_has_help() {
+        let mut command = Cli::command();
+        command.build();
+        assert!(command.get_about().is_some(), "talos-sso itself has no about");
+        let mut missing = Vec::new();
+        missing_help(&command, "talos-sso", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "no help text for:\n  {}",
+            missing.join("\n  ")
+        );
+    }
+}

@@ -1,0 +1,442 @@
+//! Audit records as people and tools read them: a table for the terminal,
+//! CSV for spreadsheets, JSON lines for tools. Every text from a record is
+//! escaped (see [`crate::display`]) before it reaches a terminal.
+
+use std::io::Write;
+
+use clap::ValueEnum;
+use talos_sso_api::StoredRecord;
+use talos_sso_api::audit::format_micros;
+
+/// How `audit list` and `audit export` show records.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum AuditOutput {
+    Table,
+    Json,
+    Csv,
+}
+
+/// The CSV export's columns, by the names of the record's fields.
+const AUDIT_COLUMNS: [&str; 10] = [
+    "seq",
+    "occurred_at",
+    "event",
+    "outcome",
+    "reason_code",
+    "cluster",
+    "username",
+    "roles_granted",
+    "serial",
+    "client_ip",
+];
+
+/// A record's values under [`AUDIT_COLUMNS`], in that order.
+fn csv_row(stored: &StoredRecord) -> [String; 10] {
+    let r = &stored.record;
+    [
+        stored.seq.to_string(),
+        format_micros(r.occurred_at),
+        r.event.clone(),
+        r.outcome.clone(),
+        text(&r.reason_code),
+        text(&r.cluster),
+        text(&r.username),
+        r.roles_granted.join(" "),
+        text(&r.serial),
+        text(&r.client_ip),
+    ]
+}
+
+/// An optional value as a cell: empty when absent.
+fn text(value: &Option<String>) -> String {
+    value.clone().unwrap_or_default()
+}
+
+/// One CSV cell made safe for a spreadsheet. A value that starts like a
+/// formula (`=`, `+`, `-`, `@`, TAB, CR) would be run by a spreadsheet
+/// opening the export, so it gets a leading `'` (OWASP's advice) and is
+/// read as text; the CSV writer then quotes it as needed.
+fn not_a_formula(text: String) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text
+    }
+}
+
+/// The table's columns: heading, then the narrowest and the widest the
+/// column may be (in characters). The widest bound keeps one long value
+/// (which the server may have taken from anyone) from pushing the other
+/// columns off screen; the full value is in the JSON and CSV outputs.
+///
+/// The stops are fixed rather than fitted to the values (as table crates
+/// do): records are printed page by page as they arrive, so no column can
+/// be sized to all of them, and fitting each page would move the columns
+/// from one page to the next.
+const TABLE_COLUMNS: [(&str, usize, usize); 7] = [
+    ("SEQ", 6, 12),
+    ("TIME", 27, 32),
+    ("EVENT", 19, 24),
+    ("OUTCOME", 24, 40),
+    ("CLUSTER", 8, 24),
+    ("USER", 24, 48),
+    ("ROLES", 0, 64),
+];
+
+/// One table line: each value escaped (see [`crate::display`]) and cut to
+/// its column's widest, padded to its narrowest; SEQ aligned right.
+fn table_line(cells: [&str; 7]) -> String {
+    let mut line = String::new();
+    for (index, ((_, narrowest, widest), text)) in TABLE_COLUMNS.iter().zip(cells).enumerate() {
+        let text = crate::display::bounded(text, *widest);
+        if index == 0 {
+            line.push_str(&format!("{text:>narrowest$}"));
+        } else if index == TABLE_COLUMNS.len() - 1 {
+            line.push_str("  ");
+            line.push_str(&text);
+        } else {
+            line.push_str(&format!("  {text:<narrowest$}"));
+        }
+    }
+    line
+}
+
+/// A record as JSON, on one line or pretty, terminal-safe (see
+/// [`crate::display::json`]) and still exactly the record.
+pub(super) fn record_json(record: &StoredRecord, pretty: bool) -> anyhow::Result<String> {
+    let text = if pretty {
+        serde_json::to_string_pretty(record)?
+    } else {
+        serde_json::to_string(record)?
+    };
+    Ok(crate::display::json(&text))
+}
+
+/// One page of records in `output`'s form; the heading (of the table or
+/// the CSV) only when `header`, for the first page.
+pub(super) fn print_records(
+    records: &[StoredRecord],
+    output: AuditOutput,
+    header: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match output {
+        AuditOutput::Json => {
+            for record in records {
+                writeln!(out, "{}", record_json(record, false)?)?;
+            }
+        }
+        AuditOutput::Csv => {
+            // Written to memory, then out: the CSV writer's errors do not
+            // keep an I/O error's kind, and a closed pipe must stay one
+            // (see `cli::closed_pipe`).
+            let mut csv = csv::Writer::from_writer(Vec::new());
+            if header {
+                csv.write_record(AUDIT_COLUMNS)?;
+            }
+            for record in records {
+                csv.write_record(csv_row(record).map(not_a_formula))?;
+            }
+            out.write_all(&csv.into_inner()?)?;
+        }
+        AuditOutput::Table => {
+            if header {
+                writeln!(
+                    out,
+                    "{}",
+                    table_line(TABLE_COLUMNS.map(|(heading, _, _)| heading))
+                )?;
+            }
+            for stored in records {
+                let r = &stored.record;
+                let outcome = match r.reason_code.as_deref() {
+                    None | Some("") => r.outcome.clone(),
+                    Some(reason) => format!("{} ({reason})", r.outcome),
+                };
+                let cells = [
+                    stored.seq.to_string(),
+                    format_micros(r.occurred_at),
+                    r.event.clone(),
+                    outcome,
+                    text(&r.cluster),
+                    text(&r.username),
+                    r.roles_granted.join(" "),
+                ];
+                writeln!(out, "{}", table_line(cells.each_ref().map(String::as_str)))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cli::tests::no_hostile_characters;
+
+    /// A record as the server sends it: every field, `fields` over empty
+    /// defaults.
+    fn record(fields: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        let empty = StoredRecord {
+            seq: 0,
+            record: talos_sso_api::AuditRecord::default(),
+            prev_hash: "0".repeat(64),
+            hash: "f".repeat(64),
+        };
+        let serde_json::Value::Object(mut record) = serde_json::to_value(empty).unwrap() else {
+            panic!("a record is an object");
+        };
+        record.extend(fields.as_object().unwrap().clone());
+        record
+    }
+
+    /// `record` as the client reads it.
+    fn typed(record: &serde_json::Map<String, serde_json::Value>) -> StoredRecord {
+        serde_json::from_value(serde_json::Value::Object(record.clone())).unwrap()
+    }
+
+    fn render(records: &[serde_json::Map<String, serde_json::Value>], output: AuditOutput) -> String {
+        let records: Vec<StoredRecord> = records.iter().map(typed).collect();
+        let mut out = Vec::new();
+        print_records(&records, output, true, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// One value as the CSV export writes it, quoted as needed.
+    fn csv_field(text: &str) -> String {
+        let mut csv = csv::Writer::from_writer(Vec::new());
+        csv.write_record([not_a_formula(text.to_owned())]).unwrap();
+        let line = String::from_utf8(csv.into_inner().unwrap()).unwrap();
+        line.strip_suffix('\n').unwrap().to_owned()
+    }
+
+    /// A username that tries to erase its own row, forge another, hide text
+    /// and recolour the terminal.
+    const FORGED: &str = "mallory@example.com\u{1b}[2K\r     7  2026-01-01T00:00:00.000000Z  \
+        certificate.issued  success  prod  bob@example.com\n\u{1b}[8m\u{202e}moc.elpmaxe@eve\u{2066}\
+        \u{200b}\u{feff}\u{9b}31m\u{7f}\t\u{85}\u{2028}";
+
+    fn hostile_record() -> serde_json::Map<String, serde_json::Value> {
+        record(json!({
+            "seq": 6,
+            "occurred_at": "2026-01-01T00:00:00.000000Z",
+            "event": "certificate.denied",
+            "outcome": "denied",
+            "reason_code": "no_matching_rule\u{1b}]8;;http://evil\u{7}",
+            "cluster": "prod\r\n",
+            "username": FORGED,
+            "user_agent": "curl\u{1b}[1A",
+            "roles_granted": ["os:admin\u{202e}"],
+            "details": {"note": "\u{1b}c\u{2069}"},
+        }))
+    }
+
+    fn ordinary_record() -> serde_json::Map<String, serde_json::Value> {
+        record(json!({
+            "seq": 7,
+            "occurred_at": "2026-01-01T00:00:01.000000Z",
+            "event": "certificate.issued",
+            "outcome": "success",
+            "reason_code": null,
+            "cluster": "prod",
+            "username": "bob@example.com",
+            "roles_granted": ["os:operator"],
+        }))
+    }
+
+    #[test]
+    fn record_text_cannot_forge_recolour_or_hide_table_rows() {
+        let table = render(&[hostile_record(), ordinary_record()], AuditOutput::Table);
+        no_hostile_characters(&table);
+        let lines: Vec<&str> = table.split('\n').collect();
+        assert_eq!(lines.len(), 4, "a heading, two rows, the final newline: {table}");
+        assert_eq!(lines[3], "");
+        let row = lines[1];
+        assert!(row.starts_with("     6  "), "{row}");
+        assert!(row.contains("  prod\\u{d}\\u{a}  "), "{row}");
+        assert!(row.contains("mallory@example.com\\u{1b}[2K\\u{d}"), "{row}");
+        assert!(
+            row.contains("  denied (no_matching_rule\\u{1b}]8;;http:…  "),
+            "{row}"
+        );
+        assert!(row.ends_with("  os:admin\\u{202e}"), "{row}");
+        assert!(lines[2].starts_with("     7  "), "{table}");
+    }
+
+    #[test]
+    fn one_long_value_cannot_push_the_other_columns_off_screen() {
+        let long = "c".repeat(10_000);
+        let mut huge = ordinary_record();
+        huge.insert("cluster".into(), json!(long));
+        huge.insert("username".into(), json!(format!("{long}@example.com")));
+        let table = render(&[huge.clone(), ordinary_record()], AuditOutput::Table);
+        let lines: Vec<&str> = table.lines().collect();
+        let widest: usize = TABLE_COLUMNS.iter().map(|(_, _, widest)| widest).sum::<usize>() + 2 * 6;
+        for line in &lines {
+            assert!(line.chars().count() <= widest, "{line}");
+        }
+        let cut_cluster = format!("  {}…  ", "c".repeat(23));
+        let cut_user = format!("  {}…  ", "c".repeat(47));
+        assert!(lines[1].contains(&cut_cluster), "{}", lines[1]);
+        assert!(lines[1].contains(&cut_user), "{}", lines[1]);
+        assert!(lines[1].ends_with("  os:operator"), "{}", lines[1]);
+        // Ordinary values keep the layout they always had.
+        assert_eq!(
+            lines[0],
+            format!(
+                "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  ROLES",
+                "SEQ", "TIME", "EVENT", "OUTCOME", "CLUSTER", "USER"
+            )
+        );
+        assert_eq!(
+            lines[2],
+            format!(
+                "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  {}",
+                7,
+                "2026-01-01T00:00:01.000000Z",
+                "certificate.issued",
+                "success",
+                "prod",
+                "bob@example.com",
+                "os:operator"
+            )
+        );
+        // JSON and CSV keep the whole value.
+        let exported = render(std::slice::from_ref(&huge), AuditOutput::Json);
+        let back: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(exported.trim_end()).unwrap();
+        assert_eq!(back, huge);
+        let csv = render(std::slice::from_ref(&huge), AuditOutput::Csv);
+        assert_eq!(parse_csv(&csv)[1][5], long);
+    }
+
+    /// RFC 4180 as a spreadsheet reads it: quoted fields may hold commas,
+    /// doubled quotes and line breaks.
+    fn parse_csv(text: &str) -> Vec<Vec<String>> {
+        let mut rows = Vec::new();
+        let mut row = Vec::new();
+        let mut field = String::new();
+        let mut chars = text.chars().peekable();
+        let mut quoted = false;
+        while let Some(c) = chars.next() {
+            match (quoted, c) {
+                (true, '"') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                (true, '"') => quoted = false,
+                (true, c) => field.push(c),
+                (false, '"') if field.is_empty() => quoted = true,
+                (false, ',') => row.push(std::mem::take(&mut field)),
+                (false, '\n') => {
+                    row.push(std::mem::take(&mut field));
+                    rows.push(std::mem::take(&mut row));
+                }
+                (false, c) => field.push(c),
+            }
+        }
+        assert!(
+            !quoted && field.is_empty() && row.is_empty(),
+            "unterminated: {text:?}"
+        );
+        rows
+    }
+
+    #[test]
+    fn csv_cells_cannot_become_formulas_and_quoting_stays_right() {
+        let values = [
+            "=HYPERLINK(\"http://evil.example/\",\"details\")",
+            "=1+1",
+            "+1+1",
+            "-2+3",
+            "@SUM(A1:A9)",
+            "\tcmd",
+            "\r=1",
+            "a,b",
+            "say \"hi\"",
+            "two\nlines",
+            "bob@example.com",
+            "",
+        ];
+        let records: Vec<_> = values
+            .iter()
+            .map(|v| {
+                let mut r = ordinary_record();
+                r.insert("username".into(), json!(v));
+                r.insert("cluster".into(), json!(v));
+                r
+            })
+            .collect();
+        let csv = render(&records, AuditOutput::Csv);
+        let rows = parse_csv(&csv);
+        assert_eq!(rows.len(), values.len() + 1, "{csv}");
+        assert_eq!(rows[0], AUDIT_COLUMNS);
+        for (value, row) in values.iter().zip(&rows[1..]) {
+            assert_eq!(row.len(), AUDIT_COLUMNS.len(), "{row:?}");
+            let formula = value.starts_with(['=', '+', '-', '@', '\t', '\r']);
+            let expected = if formula {
+                format!("'{value}")
+            } else {
+                value.to_string()
+            };
+            assert_eq!(row[5], expected, "cluster");
+            assert_eq!(row[6], expected, "username");
+            assert!(
+                !row.iter().any(|f| f.starts_with(['=', '+', '@', '\t', '\r'])),
+                "{row:?}"
+            );
+        }
+        assert_eq!(csv_field("=1+1"), "'=1+1");
+        assert_eq!(csv_field("=a,\"b\""), "\"'=a,\"\"b\"\"\"");
+        assert_eq!(csv_field("\r\n=1"), "\"'\r\n=1\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+
+    /// `talos-sso audit export | head`: the reader stops reading.
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_stays_one_in_every_output() {
+        // A full page: more than any writer buffers before it writes.
+        let records = vec![typed(&ordinary_record()); 1000];
+        for output in [AuditOutput::Table, AuditOutput::Json, AuditOutput::Csv] {
+            let error = print_records(&records, output, true, &mut ClosedPipe).unwrap_err();
+            assert!(crate::cli::closed_pipe(&error), "{output:?}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn json_output_is_exactly_the_record_and_terminal_safe() {
+        let records = [hostile_record(), ordinary_record()];
+        let lines = render(&records, AuditOutput::Json);
+        no_hostile_characters(&lines);
+        let back: Vec<serde_json::Map<String, serde_json::Value>> =
+            lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(back, records);
+        // `audit show`: the same, pretty.
+        let shown = record_json(&typed(&records[0]), true).unwrap();
+        no_hostile_characters(&shown);
+        let back: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back, records[0]);
+        assert!(
+            shown.contains(r#""username": "mallory@example.com\u001b[2K\r"#),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r"\u202emoc.elpmaxe@eve\u2066\u200b\ufeff\u009b31m\u007f\t\u0085\u2028"),
+            "{shown}"
+        );
+    }
+}
