@@ -205,6 +205,26 @@ pub struct AuditQuery {
     pub limit: Option<String>,
 }
 
+impl AuditQuery {
+    /// The same query with every parameter passed through `f`.
+    pub fn map(&self, f: impl Fn(&str) -> String) -> Self {
+        let each = |v: &Option<String>| v.as_deref().map(&f);
+        Self {
+            since: each(&self.since),
+            until: each(&self.until),
+            username: each(&self.username),
+            subject: each(&self.subject),
+            cluster: each(&self.cluster),
+            role: each(&self.role),
+            outcome: each(&self.outcome),
+            event: each(&self.event),
+            serial: each(&self.serial),
+            cursor: each(&self.cursor),
+            limit: each(&self.limit),
+        }
+    }
+}
+
 /// Largest page of `GET /v1/audit`.
 pub const MAX_PAGE: i64 = 1000;
 

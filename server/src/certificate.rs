@@ -20,7 +20,7 @@ use der::asn1::AnyRef;
 use der::{Decode, Encode, Reader, SliceReader};
 use spki::SubjectPublicKeyInfoOwned;
 use time::OffsetDateTime;
-use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
+use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
 use x509_cert::request::CertReq;
 
 use crate::ca::CertificateAuthority;
@@ -221,26 +221,14 @@ pub fn sign_leaf(
     let spki_der = spki.to_der().map_err(X509Error::from)?;
     let serial = x509::random_serial(ca.rng())?;
 
-    let mut extensions = vec![
-        x509::extension(
-            oid::KEY_USAGE,
-            true,
-            &KeyUsage(KeyUsages::DigitalSignature.into()),
-        )?,
-        x509::extension(
-            oid::EXT_KEY_USAGE,
-            false,
-            &ExtendedKeyUsage(vec![oid::KP_CLIENT_AUTH]),
-        )?,
-        x509::extension(
-            oid::BASIC_CONSTRAINTS,
-            true,
-            &BasicConstraints {
-                ca: false,
-                path_len_constraint: None,
-            },
-        )?,
-    ];
+    let mut extensions = x509::purpose_extensions(
+        KeyUsage(KeyUsages::DigitalSignature.into()),
+        vec![oid::KP_CLIENT_AUTH],
+        BasicConstraints {
+            ca: false,
+            path_len_constraint: None,
+        },
+    )?;
     // Go copies the CA's subject key id; a CA without one gets no AKI, as in Talos.
     extensions.extend(x509::authority_key_id(signer)?);
 

@@ -532,6 +532,29 @@ pub fn extension<T: Encode>(id: ObjectIdentifier, critical: bool, value: &T) -> 
     })
 }
 
+/// What a certificate is for: key usage (critical), extended key usage,
+/// basic constraints (critical), in that order, as Go writes them.
+pub fn purpose_extensions(
+    usage: KeyUsage,
+    extended: Vec<ObjectIdentifier>,
+    constraints: BasicConstraints,
+) -> Result<Vec<Extension>, X509Error> {
+    Ok(vec![
+        extension(oid::KEY_USAGE, true, &usage)?,
+        extension(oid::EXT_KEY_USAGE, false, &ExtendedKeyUsage(extended))?,
+        extension(oid::BASIC_CONSTRAINTS, true, &constraints)?,
+    ])
+}
+
+/// The subjectKeyIdentifier of a CA's own key ([`key_identifier`]).
+pub fn subject_key_id(spki: &SubjectPublicKeyInfoOwned) -> Result<Extension, X509Error> {
+    extension(
+        oid::SUBJECT_KEY_ID,
+        false,
+        &OctetString::new(key_identifier(spki))?,
+    )
+}
+
 /// The authorityKeyIdentifier pointing at `issuer`'s subject key id. Like Go,
 /// which copies the parent's key id, nothing is written when the issuer has
 /// no subject key id.

@@ -11,7 +11,7 @@ use der::Encode;
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair};
 use time::OffsetDateTime;
-use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages};
+use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
 
 use super::CertificateAuthority;
 use crate::x509::{self, CertificateTemplate, ParsedCertificate, SigningKey, X509Error, oid};
@@ -112,28 +112,15 @@ pub fn new_root(
     let new_key = generate_key(key_type, &rng)?;
     let spki = new_key.key.public_key_info()?;
     let name = x509::encode_name(&[(oid::ORGANIZATION, organization)])?;
-    let key_id = x509::key_identifier(&spki);
-    let extensions = vec![
-        x509::extension(
-            oid::KEY_USAGE,
-            true,
-            &KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyCertSign),
-        )?,
-        x509::extension(
-            oid::EXT_KEY_USAGE,
-            false,
-            &ExtendedKeyUsage(vec![oid::KP_SERVER_AUTH, oid::KP_CLIENT_AUTH]),
-        )?,
-        x509::extension(
-            oid::BASIC_CONSTRAINTS,
-            true,
-            &BasicConstraints {
-                ca: true,
-                path_len_constraint: None,
-            },
-        )?,
-        x509::extension(oid::SUBJECT_KEY_ID, false, &der::asn1::OctetString::new(key_id)?)?,
-    ];
+    let mut extensions = x509::purpose_extensions(
+        KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyCertSign),
+        vec![oid::KP_SERVER_AUTH, oid::KP_CLIENT_AUTH],
+        BasicConstraints {
+            ca: true,
+            path_len_constraint: None,
+        },
+    )?;
+    extensions.push(x509::subject_key_id(&spki)?);
     let serial = x509::random_serial(&rng)?;
     let spki_der = spki.to_der()?;
     let template = CertificateTemplate {
@@ -169,28 +156,17 @@ pub fn new_intermediate(
     let new_key = generate_key(key_type, &rng)?;
     let spki = new_key.key.public_key_info()?;
     let parent = root.signer();
+    // Only clientAuth: it cannot vouch for a server pretending to be a node.
+    let mut extensions = x509::purpose_extensions(
+        KeyUsage(KeyUsages::KeyCertSign.into()),
+        vec![oid::KP_CLIENT_AUTH],
+        BasicConstraints {
+            ca: true,
+            path_len_constraint: Some(0),
+        },
+    )?;
+    extensions.push(x509::subject_key_id(&spki)?);
     let subject = x509::encode_name(&[(oid::COMMON_NAME, common_name)])?;
-    let mut extensions = vec![
-        x509::extension(oid::KEY_USAGE, true, &KeyUsage(KeyUsages::KeyCertSign.into()))?,
-        x509::extension(
-            oid::EXT_KEY_USAGE,
-            false,
-            &ExtendedKeyUsage(vec![oid::KP_CLIENT_AUTH]),
-        )?,
-        x509::extension(
-            oid::BASIC_CONSTRAINTS,
-            true,
-            &BasicConstraints {
-                ca: true,
-                path_len_constraint: Some(0),
-            },
-        )?,
-        x509::extension(
-            oid::SUBJECT_KEY_ID,
-            false,
-            &der::asn1::OctetString::new(x509::key_identifier(&spki))?,
-        )?,
-    ];
     extensions.extend(x509::authority_key_id(parent)?);
     let serial = x509::random_serial(&rng)?;
     let spki_der = spki.to_der()?;

@@ -58,7 +58,6 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
             })
             .transpose()
     };
-    let clean = |v: &Option<String>| v.as_deref().map(text::clean_field);
     // A misspelt outcome or event would match nothing and look like an
     // empty trail: name the values instead.
     let one_of = |v: &Option<String>, name: &'static str, known: &[&str]| match v.as_deref() {
@@ -69,16 +68,17 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
     };
     one_of(&query.outcome, "outcome", &outcome::ALL)?;
     one_of(&query.event, "event", &event::ALL)?;
+    let cleaned = query.map(text::clean_field);
     Ok(AuditFilter {
         since: when(&query.since, "since")?,
         until: when(&query.until, "until")?,
-        username: clean(&query.username),
-        subject: clean(&query.subject),
-        cluster: clean(&query.cluster),
-        role: clean(&query.role),
-        outcome: clean(&query.outcome),
-        event: clean(&query.event),
-        serial: clean(&query.serial),
+        username: cleaned.username,
+        subject: cleaned.subject,
+        cluster: cleaned.cluster,
+        role: cleaned.role,
+        outcome: cleaned.outcome,
+        event: cleaned.event,
+        serial: cleaned.serial,
         after_seq: match &query.cursor {
             Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
             None => 0,
@@ -93,21 +93,7 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
 /// The parameters as recorded in the `audit.query` record, each bounded
 /// like any other field (the caller may not be an auditor).
 fn recorded(query: &AuditQuery) -> serde_json::Value {
-    let field = |v: &Option<String>| v.as_deref().map(text::clean_field);
-    let cleaned = AuditQuery {
-        since: field(&query.since),
-        until: field(&query.until),
-        username: field(&query.username),
-        subject: field(&query.subject),
-        cluster: field(&query.cluster),
-        role: field(&query.role),
-        outcome: field(&query.outcome),
-        event: field(&query.event),
-        serial: field(&query.serial),
-        cursor: field(&query.cursor),
-        limit: field(&query.limit),
-    };
-    serde_json::to_value(cleaned).unwrap_or_default()
+    serde_json::to_value(query.map(text::clean_field)).unwrap_or_default()
 }
 
 /// `GET /v1/audit`: records matching the filters, oldest first, a page at a
