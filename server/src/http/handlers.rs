@@ -22,7 +22,8 @@ use crate::audit::store::{Append, Appended, TokenClaim};
 use crate::audit::{AuditRecord, event, format_micros, outcome, text};
 use crate::certificate::{self, IssueError, LeafRequest};
 use crate::identity::authenticator::AuthError;
-use crate::identity::token::{TokenError, VerifiedToken, unverified_claims};
+use crate::identity::token::TokenError;
+use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 use crate::policy::{Claims, Denial};
 use crate::ratelimit::address_key;
 use crate::refusals::Admission;
@@ -44,7 +45,7 @@ pub async fn not_found(Extension(RequestId(request_id)): Extension<RequestId>) -
 /// Ready when the database answers and the provider's keys are fresh.
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
     let database = app.audit.store().ping().await.is_ok();
-    let keys_age = app.authenticator.provider().keys_age();
+    let keys_age = app.authenticator.keys_age();
     let keys_fresh = keys_age < Duration::from_secs(24 * 3600);
     let ready = database && keys_fresh;
     let status = if ready {
@@ -139,20 +140,6 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The token id the replay guard claims: `uti`/`jti` (hashed when too
-/// long to be a key), else a hash of what the token's signature covers
-/// (see [`VerifiedToken::signed_sha256`]).
-fn token_id(verified: &VerifiedToken) -> String {
-    match &verified.token_id {
-        Some(id) if id.len() <= 128 && !id.starts_with("sha256:") => id.clone(),
-        Some(id) => format!(
-            "sha256:{}",
-            hex::encode(ring::digest::digest(&ring::digest::SHA256, id.as_bytes()))
-        ),
-        None => format!("sha256:{}", verified.signed_sha256),
-    }
-}
-
 impl Caller {
     fn new(app: &App, peer: SocketAddr, headers: &HeaderMap, request_id: &str) -> Self {
         let ip = super::client_ip(app, Some(peer), headers);
@@ -174,7 +161,7 @@ impl Caller {
     }
 }
 
-fn with_identity(record: &mut AuditRecord, verified: &VerifiedToken) {
+fn with_identity(record: &mut AuditRecord, verified: &VerifiedIdentity) {
     record.issuer = Some(verified.issuer.clone());
     record.tenant = verified.tenant.clone();
     record.subject = Some(verified.subject.clone());
@@ -185,20 +172,17 @@ fn with_identity(record: &mut AuditRecord, verified: &VerifiedToken) {
     record.token_issued_at = verified.issued_at;
 }
 
-/// For a token that failed verification: record who it *claimed* to be,
-/// marked unverified.
-fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
-    let Some(claims) = unverified_claims(token) else {
+/// For a token that failed verification: record who it *claimed* to be
+/// (as its issuer reads it, already cleaned), marked unverified.
+fn with_claimed_identity(record: &mut AuditRecord, claimed: Option<ClaimedIdentity>) {
+    let Some(claimed) = claimed else {
         return;
     };
-    let claim = |name: &str| claims.get(name).and_then(Value::as_str).map(text::clean_field);
-    record.issuer = claim("iss");
-    record.tenant = claim("tid");
-    record.subject = claim("oid").or_else(|| claim("sub"));
-    record.username = claim("preferred_username")
-        .or_else(|| claim("upn"))
-        .or_else(|| claim("email"));
-    record.token_id = claim("uti").or_else(|| claim("jti"));
+    record.issuer = claimed.issuer;
+    record.tenant = claimed.tenant;
+    record.subject = claimed.subject;
+    record.username = claimed.username;
+    record.token_id = claimed.token_id;
     record.identity_verified = false;
 }
 
@@ -342,7 +326,7 @@ async fn issue_certificate(
         && let Err(retry) = app.rate_limits.check_address(address)
     {
         if let Some(token) = bearer(&headers) {
-            with_claimed_identity(&mut record, token);
+            with_claimed_identity(&mut record, app.authenticator.claimed(token));
         }
         return Err(deny(
             &app,
@@ -364,7 +348,7 @@ async fn issue_certificate(
     let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
         Ok(verified) => verified,
         Err(error) => {
-            with_claimed_identity(&mut record, token);
+            with_claimed_identity(&mut record, app.authenticator.claimed(token));
             tracing::info!(request_id = %request_id, code = error.code(), "token refused");
             return Err(deny(
                 &app,
@@ -402,6 +386,7 @@ async fn issue_certificate(
     };
 
     let claims = Claims {
+        tenant: verified.tenant.clone(),
         subject: verified.subject.clone(),
         username: verified.username.clone(),
         groups: verified.groups.clone(),
@@ -462,7 +447,7 @@ async fn issue_certificate(
     record.outcome = outcome::SUCCESS.into();
     record.set_certificate(&issued);
     let claim = TokenClaim {
-        token_id: token_id(&verified),
+        token_id: verified.replay_key(),
         expires_at: Some(verified.expires_at),
     };
     let stored = match app
@@ -657,7 +642,7 @@ impl AuditQuery {
     }
 }
 
-fn is_member(list: &crate::config::GroupList, verified: &VerifiedToken) -> bool {
+fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
     list.groups
         .iter()
         .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
@@ -682,7 +667,7 @@ async fn privileged(
     privilege: Privilege,
     event: &str,
     details: Value,
-) -> Result<(VerifiedToken, AuditRecord), ApiError> {
+) -> Result<(VerifiedIdentity, AuditRecord), ApiError> {
     let caller = Caller::new(app, peer, headers, request_id);
     let mut record = caller.record(app, event, outcome::DENIED);
     record.details = details;
@@ -700,7 +685,7 @@ async fn privileged(
     let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
         Ok(verified) => verified,
         Err(error) => {
-            with_claimed_identity(&mut record, token);
+            with_claimed_identity(&mut record, app.authenticator.claimed(token));
             return Err(deny(
                 app,
                 record,
@@ -786,7 +771,7 @@ async fn auditor(
     request_id: &str,
     headers: &HeaderMap,
     details: Value,
-) -> Result<(VerifiedToken, AuditRecord), ApiError> {
+) -> Result<(VerifiedIdentity, AuditRecord), ApiError> {
     privileged(
         app,
         peer,
@@ -1077,38 +1062,4 @@ pub async fn deny_remove(
     Ok(Json(
         json!({ "removed": stored.record.details["entries_changed"], "audit_id": stored.seq }),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_replay_key_of_a_token_without_an_id_is_what_its_signature_covers() {
-        let verified = VerifiedToken {
-            issuer: "i".into(),
-            tenant: None,
-            subject: "s".into(),
-            username: "u".into(),
-            groups: vec![],
-            app_roles: vec![],
-            groups_overage: false,
-            token_id: None,
-            signed_sha256: "ab".repeat(32),
-            issued_at: None,
-            expires_at: time::OffsetDateTime::UNIX_EPOCH,
-            claims: Default::default(),
-        };
-        assert_eq!(token_id(&verified), format!("sha256:{}", "ab".repeat(32)));
-        let with_id = VerifiedToken {
-            token_id: Some("uti-1".into()),
-            ..verified
-        };
-        assert_eq!(token_id(&with_id), "uti-1");
-        let long = VerifiedToken {
-            token_id: Some("j".repeat(5000)),
-            ..with_id
-        };
-        assert!(token_id(&long).starts_with("sha256:") && token_id(&long).len() == 71);
-    }
 }
