@@ -1,7 +1,8 @@
 //! The Entra ID emulator driven as the CLI will drive it (the `openidconnect`
 //! crate over real HTTP), and the server's token verification against it:
 //! discovery, key rotation, outages, the `{tenantid}` template, v1 access
-//! tokens, group overage through Graph.
+//! tokens, group overage through Graph, and several issuers trusted at once
+//! (a second emulator instance, with keys of its own, read as plain OIDC).
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use talos_sso_tests::emulator::{
     CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, GROUP_PLATFORM_ADMINS,
     SERVER_APP_ID, SERVER_APP_SECRET, TENANT_ID, TokenKind,
 };
-use talos_sso_tests::harness::Workdir;
+use talos_sso_tests::harness::{Backend, TestEnv, Workdir};
 use talos_sso_tests::material::write_file;
 use time::OffsetDateTime;
 
@@ -610,4 +611,172 @@ async fn people_pick_an_account_on_a_page_when_not_automatic() {
     );
     let evil = url.replace("http%3A%2F%2Flocalhost%3A1", "https%3A%2F%2Fevil.example");
     assert_eq!(http().get(&evil).send().await.unwrap().status(), 400);
+}
+
+/// Ask the test server for a certificate on `prod` with `token`.
+async fn issue(env: &TestEnv, token: &str) -> (u16, serde_json::Value) {
+    let csr = talos_sso::key::ClientKey::generate().unwrap().csr_pem().unwrap();
+    let response = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(token)
+        .json(&json!({"cluster": "prod", "csr": csr}))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
+    // A second directory with keys of its own, trusted as plain OpenID
+    // Connect: `sub` names people, no tenants, usernames from `name`.
+    let ci = emulator(EmulatorConfig {
+        alternate_keys: true,
+        ..Default::default()
+    })
+    .await;
+    let trusted = format!(
+        "identity:\n  kind: entra\n  trusted_issuers:\n    - {{ name: ci, kind: oidc, issuer: \"{}\", audiences: [\"{CLI_CLIENT_ID}\"], username_claim: name }}\n",
+        ci.issuer()
+    );
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| yaml.replace("identity:\n", &trusted)).await;
+    let entra = &env.emulator;
+    assert!(env.config().warnings().is_empty(), "the kind is named");
+
+    // One certificate from each, each token verified with its own issuer's
+    // keys and read by its own kind.
+    let (status, body) = issue(
+        &env,
+        &entra.token_for("bob@example.com", TokenKind::id()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["identity"],
+        json!({"issuer": entra.issuer(), "tenant": TENANT_ID,
+            "subject": "b2000000-0000-4000-8000-000000000002", "username": "bob@example.com"})
+    );
+    let from_ci = ci.token_for("bob@example.com", TokenKind::id()).unwrap();
+    let sub = talos_sso_server::identity::token::unverified_claims(&from_ci).unwrap()["sub"].clone();
+    let (status, body) = issue(&env, &from_ci).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["identity"],
+        json!({"issuer": ci.issuer(), "tenant": null, "subject": sub, "username": "Bob Oncall"})
+    );
+    assert_eq!(
+        body["roles"],
+        json!(["os:operator"]),
+        "the groups it asserts count"
+    );
+    // Each issuer's own rules: tenants are Entra's business only.
+    let foreign_tenant = json!({"tid": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"});
+    let (status, body) = issue(
+        &env,
+        &ci.token_with("bob@example.com", TokenKind::id(), foreign_tenant.clone())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = issue(
+        &env,
+        &entra
+            .token_with("bob@example.com", TokenKind::id(), foreign_tenant)
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("token_tenant_not_allowed"))
+    );
+
+    // Signed by one issuer's key, claiming the other's `iss`: the issuer it
+    // names looks for the key (one refresh of its own key set), and refuses.
+    let (ci_fetches, entra_fetches) = (ci.counters().jwks, entra.counters().jwks);
+    let (status, body) = issue(
+        &env,
+        &entra
+            .token_with("bob@example.com", TokenKind::id(), json!({"iss": ci.issuer()}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("token_key_unknown")));
+    assert_eq!(
+        (ci.counters().jwks, entra.counters().jwks),
+        (ci_fetches + 1, entra_fetches)
+    );
+    let (status, body) = issue(
+        &env,
+        &ci.token_with("bob@example.com", TokenKind::id(), json!({"iss": entra.issuer()}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("token_key_unknown")));
+    assert_eq!(entra.counters().jwks, entra_fetches + 1);
+
+    // An issuer nobody configured: refused as always.
+    let (status, body) = issue(
+        &env,
+        &entra
+            .token_with(
+                "bob@example.com",
+                TokenKind::id(),
+                json!({"iss": "https://unlisted.example/v2.0"}),
+            )
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("token_issuer_invalid"))
+    );
+
+    // Records keep the token's `iss`; a refused token is read by the kind
+    // of the issuer it names.
+    let rows = env.server.app.audit.store().page(0, 100).await.unwrap();
+    let issued: Vec<_> = rows
+        .iter()
+        .filter(|r| r.record.event == "certificate.issued")
+        .map(|r| (r.record.issuer.clone(), r.record.tenant.clone()))
+        .collect();
+    assert_eq!(
+        issued,
+        [
+            (Some(entra.issuer()), Some(TENANT_ID.to_owned())),
+            (Some(ci.issuer()), None),
+            (Some(ci.issuer()), None),
+        ]
+    );
+    let cross = rows
+        .iter()
+        .find(|r| r.record.reason_code.as_deref() == Some("token_key_unknown"))
+        .unwrap();
+    assert_eq!(
+        (
+            cross.record.issuer.as_deref(),
+            cross.record.tenant.as_deref(),
+            cross.record.subject.as_deref()
+        ),
+        (Some(ci.issuer().as_str()), None, sub.as_str()),
+        "claimed as the OIDC issuer it names reads it"
+    );
+    assert!(!cross.record.identity_verified);
+
+    // `check` and `/readyz` see both issuers.
+    let lines = env.server.app.authenticator.check().await.unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("trusted issuer ci: {} answers", ci.issuer()))),
+        "{lines:?}"
+    );
+    let ready = env
+        .http
+        .get(format!("{}/readyz", env.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    env.finish().await;
 }
