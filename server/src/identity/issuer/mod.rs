@@ -37,7 +37,7 @@ use crate::audit::text::clean_field;
 use crate::config::IssuerConfig;
 
 /// Every kind of issuer, by the name `kind` takes in the configuration.
-const KINDS: [Registration; 2] = [oidc::KIND, entra::KIND];
+const KINDS: &[Registration] = &[oidc::KIND, entra::KIND];
 
 /// A future a kind returns from a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
