@@ -15,7 +15,7 @@
 //! - what `check` verifies beyond discovery and keys.
 //!
 //! The kinds: `oidc` (any OpenID Connect provider) and `entra` (Microsoft
-//! Entra ID). A new kind is a module here and one line in [`KINDS`].
+//! Entra ID). A new kind is a module here and one entry in `KINDS`.
 
 mod entra;
 mod oidc;
