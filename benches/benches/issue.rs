@@ -13,12 +13,13 @@ use talos_sso::key::ClientKey;
 use talos_sso_server::ca::CertificateAuthority;
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::certificate::{self, DEFAULT_CLOCK_SKEW, LeafRequest};
+use talos_sso_server::config::IssuerConfig;
+use talos_sso_server::identity::issuer::IssuerRules;
 use talos_sso_server::identity::jwks::{KeySet, VerifyingKey};
-use talos_sso_server::identity::token::{self, TokenRules};
 use time::OffsetDateTime;
 
 /// An Entra-shaped RS256 token and the key set and rules that accept it.
-fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, TokenRules)> {
+fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, IssuerRules)> {
     use base64::Engine;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
     use ring::signature::{self, RsaKeyPair, RsaPublicKeyComponents};
@@ -58,14 +59,20 @@ fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, TokenRules)> {
         &mut sig,
     )
     .ok()?;
-    let rules = TokenRules {
-        issuers: vec!["https://login.microsoftonline.com/{tenantid}/v2.0".into()],
+    let rules = IssuerRules::new(&IssuerConfig {
+        name: "login".into(),
+        kind: "entra".into(),
+        issuer: "https://login.microsoftonline.com/{tenantid}/v2.0".into(),
+        discovery_url: None,
+        additional_issuers: Vec::new(),
         audiences: vec!["cli".into()],
         client_id: Some("cli".into()),
         allowed_tenants: vec![tenant.into()],
-        leeway: Duration::from_secs(300),
         username_claim: None,
-    };
+        leeway: Duration::from_secs(300),
+        entra_graph: None,
+    })
+    .ok()?;
     Some((format!("{input}.{}", B64.encode(sig)), keys, rules))
 }
 
@@ -79,7 +86,7 @@ fn bench(c: &mut Criterion) {
     let roles = vec!["os:operator".to_owned(), "os:reader".to_owned()];
     if let Some((jwt, keys, rules)) = entra_token(now) {
         c.bench_function("verify token (RS256, RSA-2048, ring)", |b| {
-            b.iter(|| token::verify(black_box(&jwt), &keys, &rules, now).is_ok())
+            b.iter(|| rules.verify(black_box(&jwt), &keys, now).is_ok())
         });
     }
     c.bench_function("verify CSR (Ed25519)", |b| {

@@ -634,7 +634,7 @@ async fn an_api_scope_makes_the_cli_send_the_access_token() {
         )
     })
     .await;
-    assert_eq!(env.config().audiences(), [SERVER_APP_ID]);
+    assert_eq!(env.config().identity.login_issuer().audiences, [SERVER_APP_ID]);
     let machine = Machine::new();
     let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
     assert_eq!(code, 0, "{out}");

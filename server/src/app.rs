@@ -1,5 +1,5 @@
 //! The running server's state, built from a [`Config`]: each cluster's CA and
-//! policy, the identity provider, the audit writer, the clock.
+//! policy, the trusted identity issuers, the audit writer, the clock.
 //!
 //! Building refuses anything that would make the server unsafe or useless at
 //! its first request (CA material, rules, policy examples, the provider,
@@ -14,11 +14,8 @@ use time::OffsetDateTime;
 use crate::audit::store::{AuditStore, StoreOptions};
 use crate::audit::writer::AuditWriter;
 use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
-use crate::config::{ClusterConfig, Config, ConfigError, read_secret};
+use crate::config::{ClusterConfig, Config, ConfigError};
 use crate::identity::authenticator::Authenticator;
-use crate::identity::graph::{GraphClient, GraphSettings};
-use crate::identity::provider::{Provider, ProviderSettings};
-use crate::identity::token::TokenRules;
 use crate::policy::ClusterPolicy;
 
 /// Time, injectable: certificates are five minutes long and the edges matter.
@@ -138,44 +135,15 @@ pub struct Background {
     pub refusal_recorder: tokio::task::JoinHandle<()>,
 }
 
-pub fn token_rules(config: &Config) -> TokenRules {
-    TokenRules {
-        issuers: config.accepted_issuers(),
-        audiences: config.audiences(),
-        client_id: Some(config.identity.client_id.clone()),
-        allowed_tenants: config.identity.allowed_tenants.clone(),
-        leeway: config.identity.leeway,
-        username_claim: config.identity.username_claim.clone(),
-    }
-}
-
-/// Discover the configured identity provider and fetch its keys.
-pub async fn identity_provider(config: &Config) -> Result<Arc<Provider>, StartError> {
-    let mut settings = ProviderSettings::new(config.identity.issuer.clone());
-    settings.discovery_url = config.identity.discovery_url.clone();
-    settings.min_refresh_interval = config.identity.jwks_min_refresh_interval;
-    let provider = Provider::discover(&settings, token_rules(config))
+/// Discover every issuer the configuration trusts and fetch their keys
+/// (and Graph clients, for Entra issuers that have them).
+pub async fn authenticator(
+    config: &Config,
+    relevant_groups: impl IntoIterator<Item = String>,
+) -> Result<Authenticator, StartError> {
+    Authenticator::discover(&config.identity, relevant_groups)
         .await
-        .map_err(|e| StartError::Provider(e.to_string()))?;
-    Ok(Arc::new(provider))
-}
-
-/// The Graph client for group overage, when configured.
-pub fn graph_client(config: &Config) -> Result<Option<Arc<GraphClient>>, StartError> {
-    let Some(graph) = &config.identity.entra_graph else {
-        return Ok(None);
-    };
-    let client = GraphClient::new(GraphSettings {
-        tenant_id: graph.tenant_id.clone(),
-        client_id: graph.client_id.clone(),
-        client_secret: read_secret(&graph.client_secret_file)?,
-        authority: graph.authority.clone(),
-        graph_url: graph.graph_url.clone(),
-        cache_ttl: Duration::from_secs(60),
-        http_timeout: Duration::from_secs(10),
-    })
-    .map_err(|e| StartError::Provider(e.to_string()))?;
-    Ok(Some(Arc::new(client)))
+        .map_err(|e| StartError::Provider(e.to_string()))
 }
 
 /// Open the audit store named by the configuration, migrating if asked.
@@ -209,8 +177,9 @@ impl App {
         for (cluster, warning) in &warnings {
             tracing::warn!(cluster = %cluster, "{warning}");
         }
-        let provider = identity_provider(&config).await?;
-        let graph = graph_client(&config)?;
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
         // Groups any decision looks at: the rules', the auditors', the admins'.
         let relevant_groups: Vec<String> = clusters
             .values()
@@ -218,8 +187,8 @@ impl App {
             .chain(config.auditors.groups.iter().cloned())
             .chain(config.admins.groups.iter().cloned())
             .collect();
-        let key_refresher = provider.spawn_refresher(config.identity.jwks_refresh_period);
-        let authenticator = Authenticator::new(provider, graph, relevant_groups);
+        let authenticator = authenticator(&config, relevant_groups).await?;
+        let key_refresher = authenticator.spawn_refreshers(config.identity.jwks_refresh_period);
         let store = open_store(&config, config.database.migrate_on_start.unwrap_or(true)).await?;
         tracing::info!(
             store = store.kind(),

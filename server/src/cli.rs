@@ -315,28 +315,19 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             for (cluster, warning) in &warnings {
                 writeln!(out, "warning: cluster {cluster}: {warning}")?;
             }
+            for warning in config.warnings() {
+                writeln!(out, "warning: {warning}")?;
+            }
             open_store(&config, false)
                 .await?
                 .ping()
                 .await
                 .map_err(|e| anyhow::anyhow!("audit database: {e}"))?;
             writeln!(out, "audit database: reachable")?;
-            // The identity provider, as `serve` will meet it at start.
-            let provider = crate::app::identity_provider(&config).await?;
-            let metadata = provider.metadata();
-            writeln!(
-                out,
-                "identity provider: {} answers (discovery, {} signing keys from {})",
-                metadata.issuer,
-                provider.key_count(),
-                metadata.jwks_uri
-            )?;
-            if let Some(graph) = crate::app::graph_client(&config)? {
-                graph
-                    .check_credentials()
-                    .await
-                    .map_err(|e| anyhow::anyhow!("Microsoft Graph (identity.entra_graph): {e}"))?;
-                writeln!(out, "Microsoft Graph: the server's credentials are accepted")?;
+            // The identity issuers, as `serve` will meet them at start.
+            let authenticator = crate::app::authenticator(&config, Vec::new()).await?;
+            for line in authenticator.check().await.map_err(anyhow::Error::msg)? {
+                writeln!(out, "{line}")?;
             }
             Ok(())
         }

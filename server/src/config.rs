@@ -161,9 +161,19 @@ pub struct DatabaseConfig {
     pub migrate_on_start: Option<bool>,
 }
 
+/// The name of the login issuer, the one `identity` itself describes.
+pub const LOGIN_ISSUER: &str = "login";
+
+/// The `identity` section: the issuer people log in with (the one
+/// `/v1/info` names to the CLI), and the further issuers whose tokens are
+/// accepted too.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentityConfig {
+    /// `entra` or `oidc`: how the issuer's tokens are read. When not set,
+    /// `entra` if `allowed_tenants` is set, else `oidc` (with a warning).
+    #[serde(default)]
+    pub kind: Option<String>,
     /// The provider's issuer, exactly as its discovery document says it. For
     /// Entra multi-tenant apps, `https://login.microsoftonline.com/{tenantid}/v2.0`.
     pub issuer: String,
@@ -171,7 +181,7 @@ pub struct IdentityConfig {
     #[serde(default)]
     pub discovery_url: Option<String>,
     /// More accepted issuers (e.g. an Entra v1 `https://sts.windows.net/{tid}/`
-    /// for v1 access tokens). Added automatically for Entra issuers.
+    /// for v1 access tokens; Entra's public cloud adds those itself).
     #[serde(default)]
     pub additional_issuers: Vec<String>,
     /// The public client id the CLI uses.
@@ -182,7 +192,7 @@ pub struct IdentityConfig {
     /// Scopes the CLI asks for.
     #[serde(default = "default_scopes")]
     pub scopes: Vec<String>,
-    /// Entra tenants allowed; setting it turns on Entra rules (`tid`, `oid`).
+    /// Entra tenants allowed (`tid`); the person is (`tid`, `oid`).
     #[serde(default)]
     pub allowed_tenants: Vec<String>,
     /// The claim naming the person (certificate CN, audit username). When
@@ -195,15 +205,100 @@ pub struct IdentityConfig {
     /// Leeway on token times.
     #[serde(default = "default_leeway", deserialize_with = "duration")]
     pub leeway: Duration,
-    /// Minimum time between key-set refreshes caused by unknown `kid`s.
+    /// Minimum time between key-set refreshes caused by unknown `kid`s
+    /// (every issuer's).
     #[serde(default = "default_min_refresh", deserialize_with = "duration")]
     pub jwks_min_refresh_interval: Duration,
-    /// Background refresh of discovery and keys.
+    /// Background refresh of discovery and keys (every issuer's).
     #[serde(default = "default_refresh_period", deserialize_with = "duration")]
     pub jwks_refresh_period: Duration,
-    /// Group overage resolution through Microsoft Graph.
+    /// Group overage resolution through Microsoft Graph (Entra).
     #[serde(default)]
     pub entra_graph: Option<GraphConfig>,
+    /// Further issuers whose tokens are accepted (workloads, other
+    /// directories); nobody logs in with them through the CLI.
+    #[serde(default)]
+    pub trusted_issuers: Vec<IssuerConfig>,
+}
+
+impl IdentityConfig {
+    /// The login issuer as one issuer among the trusted ones.
+    pub fn login_issuer(&self) -> IssuerConfig {
+        IssuerConfig {
+            name: LOGIN_ISSUER.into(),
+            kind: self
+                .kind
+                .clone()
+                .unwrap_or_else(|| crate::identity::issuer::inferred_kind(&self.allowed_tenants).to_owned()),
+            issuer: self.issuer.clone(),
+            discovery_url: self.discovery_url.clone(),
+            additional_issuers: self.additional_issuers.clone(),
+            audiences: if self.audiences.is_empty() {
+                vec![self.client_id.clone()]
+            } else {
+                self.audiences.clone()
+            },
+            client_id: Some(self.client_id.clone()),
+            allowed_tenants: self.allowed_tenants.clone(),
+            username_claim: self.username_claim.clone(),
+            leeway: self.leeway,
+            entra_graph: self.entra_graph.clone(),
+        }
+    }
+
+    /// Every issuer: the login issuer first.
+    pub fn issuers(&self) -> Vec<IssuerConfig> {
+        std::iter::once(self.login_issuer())
+            .chain(self.trusted_issuers.iter().cloned())
+            .collect()
+    }
+}
+
+/// One issuer whose tokens are accepted: an entry of
+/// `identity.trusted_issuers`, or the login issuer built from `identity`.
+/// Each has its own keys and rules (`identity::issuer`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerConfig {
+    /// Names the issuer in logs and messages; unique (`login` is the
+    /// login issuer's).
+    pub name: String,
+    /// `entra` or `oidc`.
+    pub kind: String,
+    /// Its issuer, exactly as its discovery document says it.
+    pub issuer: String,
+    #[serde(default)]
+    pub discovery_url: Option<String>,
+    #[serde(default)]
+    pub additional_issuers: Vec<String>,
+    /// Accepted `aud` values (no default: there is no client id here).
+    pub audiences: Vec<String>,
+    /// The login issuer's `identity.client_id`: `azp`/`appid`, when
+    /// present, must name it. Never set for a trusted issuer.
+    #[serde(skip)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub allowed_tenants: Vec<String>,
+    #[serde(default)]
+    pub username_claim: Option<String>,
+    #[serde(default = "default_leeway", deserialize_with = "duration")]
+    pub leeway: Duration,
+    #[serde(default)]
+    pub entra_graph: Option<GraphConfig>,
+}
+
+impl IssuerConfig {
+    /// Where this issuer is in the configuration, for messages.
+    pub fn section(&self) -> String {
+        if self.client_id.is_some() {
+            "identity".into()
+        } else {
+            format!(
+                "identity.trusted_issuers[{}]",
+                crate::audit::text::clean(&self.name, 64)
+            )
+        }
+    }
 }
 
 fn default_scopes() -> Vec<String> {
@@ -577,12 +672,7 @@ impl Config {
             return Err(invalid("audit.refusals.window must be above zero"));
         }
         for (name, cluster) in &self.clusters {
-            let valid_name = !name.is_empty()
-                && name.len() <= 63
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-            if !valid_name {
+            if !valid_name(name) {
                 return Err(invalid(format!(
                     "cluster name `{name}`: use letters, digits, `-`, `_`, `.`"
                 )));
@@ -605,39 +695,51 @@ impl Config {
                 )));
             }
         }
-        if self.identity.issuer.contains("{tenantid}") && self.identity.allowed_tenants.is_empty() {
-            return Err(invalid("a `{tenantid}` issuer needs identity.allowed_tenants"));
-        }
+        self.validate_issuers()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid("log.format is `text` or `json`"));
         }
         Ok(())
     }
 
-    /// Every accepted `iss`: the issuer, the additional ones, and for Entra
-    /// the v1 form of each allowed tenant.
-    pub fn accepted_issuers(&self) -> Vec<String> {
-        let mut issuers = vec![self.identity.issuer.clone()];
-        issuers.extend(self.identity.additional_issuers.iter().cloned());
-        if self
-            .identity
-            .issuer
-            .starts_with("https://login.microsoftonline.com/")
-        {
-            for tenant in &self.identity.allowed_tenants {
-                issuers.push(format!("https://sts.windows.net/{tenant}/"));
+    /// Issuer names are unique and usable as keys; the rest is each
+    /// issuer's kind's business (`identity::issuer::validate`).
+    fn validate_issuers(&self) -> Result<(), ConfigError> {
+        let issuers = self.identity.issuers();
+        for (index, issuer) in issuers.iter().enumerate() {
+            if !valid_name(&issuer.name) {
+                return Err(invalid(format!(
+                    "{}.name: use letters, digits, `-`, `_`, `.`",
+                    issuer.section()
+                )));
+            }
+            if issuers[..index].iter().any(|other| other.name == issuer.name) {
+                return Err(invalid(format!(
+                    "two issuers are named `{}` (`{LOGIN_ISSUER}` names the issuer of `identity` itself)",
+                    issuer.name
+                )));
             }
         }
-        issuers.dedup();
-        issuers
+        crate::identity::issuer::validate(&issuers).map_err(invalid)
     }
 
-    pub fn audiences(&self) -> Vec<String> {
-        if self.identity.audiences.is_empty() {
-            vec![self.identity.client_id.clone()]
-        } else {
-            self.identity.audiences.clone()
+    /// What is valid but should be said explicitly: logged at start and
+    /// printed by `check`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.identity.kind.is_none() {
+            let kind = self.identity.login_issuer().kind;
+            let because = if self.identity.allowed_tenants.is_empty() {
+                "is not set"
+            } else {
+                "is set"
+            };
+            warnings.push(format!(
+                "identity.kind is not set, so it is taken as `{kind}` because identity.allowed_tenants {because}; \
+                 add the line `kind: {kind}` to the `identity` section (TOML: `kind = \"{kind}\"`) to say so"
+            ));
         }
+        warnings
     }
 
     /// Database URL with the password from `password_file`, or SQLite in
@@ -659,6 +761,15 @@ impl Config {
             .map_err(|_| invalid("database.url cannot carry a password"))?;
         Ok(Zeroizing::new(parsed.to_string()))
     }
+}
+
+/// Names of clusters and issuers: they become keys, labels and log fields.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 /// Read a secret from a file, refusing files readable by group or others.
@@ -702,13 +813,11 @@ clusters:
         assert_eq!(prod.ttl, Duration::from_secs(300));
         assert_eq!(prod.max_ttl, Duration::from_secs(900));
         assert_eq!(prod.policy().rules.len(), 1);
-        assert_eq!(config.audiences(), ["11111111-2222-3333-4444-555555555555"]);
+        let login = config.identity.login_issuer();
+        assert_eq!(login.audiences, ["11111111-2222-3333-4444-555555555555"]);
         assert_eq!(
-            config.accepted_issuers(),
-            [
-                "https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0",
-                "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"
-            ]
+            login.kind, "entra",
+            "allowed_tenants makes it Entra, as before kinds"
         );
         assert_eq!(
             *config.database_url().unwrap(),
@@ -763,6 +872,125 @@ clusters:
     }
 
     #[test]
+    fn a_missing_kind_is_inferred_and_the_line_to_add_is_named() {
+        let config = Config::from_yaml(MINIMAL).unwrap();
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("taken as `entra` because identity.allowed_tenants is set")
+                && warnings[0].contains("add the line `kind: entra` to the `identity` section"),
+            "{warnings:?}"
+        );
+        let explicit =
+            Config::from_yaml(&MINIMAL.replace("identity:\n", "identity:\n  kind: entra\n")).unwrap();
+        assert!(explicit.warnings().is_empty());
+        let generic = MINIMAL
+            .replace(
+                "  allowed_tenants: [\"72f988bf-86f1-41af-91ab-2d7cd011db47\"]\n",
+                "",
+            )
+            .replace(
+                "login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0",
+                "idp.example.com",
+            );
+        let generic = Config::from_yaml(&generic).unwrap();
+        assert_eq!(generic.identity.login_issuer().kind, "oidc");
+        assert!(generic.warnings()[0].contains("add the line `kind: oidc`"));
+    }
+
+    /// `MINIMAL` with one trusted issuer, written as `entry` (YAML flow map).
+    fn with_trusted(entry: &str) -> String {
+        MINIMAL.replace(
+            "identity:\n",
+            &format!("identity:\n  trusted_issuers:\n    - {entry}\n"),
+        )
+    }
+
+    #[test]
+    fn trusted_issuers_are_checked_at_load() {
+        let config = Config::from_yaml(&with_trusted(
+            r#"{ name: ci, kind: oidc, issuer: "https://ci.example.com", audiences: [talos-sso], username_claim: sub }"#,
+        ))
+        .unwrap();
+        let issuers = config.identity.issuers();
+        assert_eq!(
+            issuers.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+            ["login", "ci"]
+        );
+        assert_eq!(
+            issuers[1].client_id, None,
+            "only the login issuer checks azp/appid"
+        );
+        assert_eq!(issuers[1].section(), "identity.trusted_issuers[ci]");
+
+        let cases = [
+            (
+                r#"{ name: login, kind: oidc, issuer: "https://ci.example.com", audiences: [a] }"#,
+                "two issuers are named `login`",
+            ),
+            (
+                r#"{ name: "c i", kind: oidc, issuer: "https://ci.example.com", audiences: [a] }"#,
+                "identity.trusted_issuers[c i].name",
+            ),
+            (
+                r#"{ name: ci, kind: saml, issuer: "https://ci.example.com", audiences: [a] }"#,
+                "identity.trusted_issuers[ci].kind: unknown kind `saml`; the kinds are oidc, entra",
+            ),
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://ci.example.com", audiences: [] }"#,
+                "identity.trusted_issuers[ci].audiences",
+            ),
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://ci.example.com" }"#,
+                "audiences",
+            ),
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://ci.example.com", audiences: [a], client_id: x }"#,
+                "client_id",
+            ),
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://ci.example.com", audiences: [a], allowed_tenants: [t] }"#,
+                "`allowed_tenants` is for Entra issuers",
+            ),
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://login.microsoftonline.com/{tenantid}/v2.0", audiences: [a] }"#,
+                "is an Entra multi-tenant issuer",
+            ),
+            (
+                r#"{ name: ci, kind: entra, issuer: "https://login.microsoftonline.com/t2/v2.0", audiences: [a] }"#,
+                "identity.trusted_issuers[ci]: an Entra issuer needs `allowed_tenants`",
+            ),
+            // The same issuer twice, whatever the kind or the form.
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0", audiences: [a] }"#,
+                "identity and identity.trusted_issuers[ci] both accept tokens of issuer \
+                 `https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0`",
+            ),
+            (
+                r#"{ name: ci, kind: entra, issuer: "https://login.microsoftonline.com/{tenantid}/v2.0", audiences: [a], allowed_tenants: ["72F988BF-86F1-41AF-91AB-2D7CD011DB47"] }"#,
+                "both accept tokens of issuer",
+            ),
+            (
+                r#"{ name: ci, kind: oidc, issuer: "https://ci.example.com", audiences: [a], additional_issuers: ["https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/"] }"#,
+                "both accept tokens of issuer `https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/`",
+            ),
+        ];
+        for (entry, expected) in cases {
+            let error = Config::from_yaml(&with_trusted(entry)).unwrap_err().to_string();
+            assert!(error.contains(expected), "expected {expected:?} in {error}");
+        }
+        // A template needs tenants, as it always did.
+        let template = MINIMAL
+            .replace(
+                "  allowed_tenants: [\"72f988bf-86f1-41af-91ab-2d7cd011db47\"]\n",
+                "",
+            )
+            .replace("72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0", "{tenantid}/v2.0");
+        let error = Config::from_yaml(&template).unwrap_err().to_string();
+        assert!(error.contains("`allowed_tenants`"), "{error}");
+    }
+
+    #[test]
     fn environment_overrides_file_values_and_toml_works() {
         let dir = tempfile_dir();
         let yaml = dir.join("config.yaml");
@@ -782,7 +1010,7 @@ clusters:
             Some("postgres://talos_sso@db/talos_sso")
         );
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
-        assert_eq!(config.audiences(), ["a", "b"]);
+        assert_eq!(config.identity.login_issuer().audiences, ["a", "b"]);
 
         // A typo in an override is blamed on the variable, not the file.
         let unknown = [

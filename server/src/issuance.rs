@@ -18,7 +18,7 @@ use crate::audit::recorder::Recorder;
 use crate::audit::store::{Append, Appended, TokenClaim};
 use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
 use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequest};
-use crate::identity::token::VerifiedToken;
+use crate::identity::VerifiedIdentity;
 use crate::metrics::Metrics;
 use crate::policy::{Claims, Denial};
 
@@ -106,7 +106,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
     /// it becomes the record of the decision, whichever it is.
     pub async fn issue(
         &self,
-        identity: &VerifiedToken,
+        identity: &VerifiedIdentity,
         request: &CertificateRequest,
         record: AuditRecord,
         now: OffsetDateTime,
@@ -120,6 +120,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             return Err(self.refuse(record, error).await);
         };
         let claims = Claims {
+            tenant: identity.tenant.clone(),
             subject: identity.subject.clone(),
             username: identity.username.clone(),
             groups: identity.groups.clone(),

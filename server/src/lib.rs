@@ -9,8 +9,8 @@
 //! - `ca`: Talos CA material in every form Talos writes, refused when unsafe;
 //!   `ca::generate` makes new roots and intermediates.
 //! - `certificate`: CSR checks and the Talos client certificate profile.
-//! - `identity`: bearer-token verification, provider discovery and keys,
-//!   Entra group overage through Graph.
+//! - `identity`: bearer-token verification for every trusted issuer (kinds
+//!   `oidc` and `entra`), discovery and keys, Entra group overage through Graph.
 //! - `metrics`: Prometheus metrics on `/metrics`.
 //! - `policy`: claims to Talos roles per cluster; pure, checked at load.
 //! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with

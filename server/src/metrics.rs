@@ -108,7 +108,7 @@ impl Metrics {
             .failures
             .load(std::sync::atomic::Ordering::Relaxed);
         catch_up(&self.audit_write_failures, failures);
-        let (ok, failed) = app.authenticator.provider().refresh_counts();
+        let (ok, failed) = app.authenticator.refresh_counts();
         catch_up(
             &self
                 .jwks_refreshes

@@ -79,6 +79,10 @@ pub struct PolicyConfig {
 /// What policy reads from a verified token.
 #[derive(Debug, Clone, Default)]
 pub struct Claims {
+    /// The tenant the token's issuer verified (Entra `tid`), for `users`
+    /// entries `tid/oid`; `None` for issuers without tenants, whatever
+    /// claims their tokens carry.
+    pub tenant: Option<String>,
     /// Stable subject: Entra `oid`, else `sub`.
     pub subject: String,
     pub username: String,
@@ -319,6 +323,12 @@ impl ClusterPolicy {
     /// Check one example; the error says what was expected and what happened.
     pub fn check_example(&self, example: &PolicyExample) -> Result<(), String> {
         let claims = Claims {
+            // An example stands for a token of the login issuer.
+            tenant: example
+                .claims
+                .get("tid")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
             subject: example.subject.clone(),
             username: example.username.clone(),
             groups: example.groups.clone(),
@@ -381,7 +391,7 @@ fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
     // Entra, else `sub`), optionally pinned to a tenant as `tid/oid`. Never
     // the username: `preferred_username` and `email` are editable, and
     // guests bring their own.
-    let tenant = claims.raw.get("tid").and_then(serde_json::Value::as_str);
+    let tenant = claims.tenant.as_deref();
     let users = rule.users.is_empty()
         || rule.users.iter().any(|u| {
             *u == claims.subject
@@ -453,6 +463,7 @@ mod tests {
         let mut raw = serde_json::Map::new();
         raw.insert("tid".into(), tid.into());
         Claims {
+            tenant: Some(tid.into()),
             subject: format!("oid-of-{username}"),
             username: username.into(),
             groups: strings(groups),
@@ -610,6 +621,18 @@ mod tests {
         impostor.subject = "guest-oid".into();
         assert_eq!(
             policy.decide(&impostor, &[]).unwrap_err().code(),
+            "no_matching_rule"
+        );
+        // `tid/oid` needs the tenant an issuer verified, not a `tid` claim
+        // a tenantless issuer's token happens to carry.
+        let pinned = person("robot-2", &[], &[], "tenant-b");
+        assert_eq!(policy.decide(&pinned, &[]).unwrap().granted, ["os:etcd:backup"]);
+        let tenantless = Claims {
+            tenant: None,
+            ..pinned
+        };
+        assert_eq!(
+            policy.decide(&tenantless, &[]).unwrap_err().code(),
             "no_matching_rule"
         );
     }

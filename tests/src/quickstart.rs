@@ -186,6 +186,7 @@ listen: "{listen}"
 insecure_http: true
 data_dir: "{data}"
 identity:
+  kind: entra
   issuer: "{issuer}"
   client_id: "{CLI_CLIENT_ID}"
   allowed_tenants: ["{TENANT_ID}"]

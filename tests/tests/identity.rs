@@ -1,9 +1,9 @@
 //! The Entra ID emulator driven as the CLI will drive it (the `openidconnect`
 //! crate over real HTTP), and the server's token verification against it:
 //! discovery, key rotation, outages, the `{tenantid}` template, v1 access
-//! tokens, group overage through Graph.
+//! tokens, group overage through Graph, and several issuers trusted at once
+//! (a second emulator instance, with keys of its own, read as plain OIDC).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use openidconnect::core::{CoreClient, CoreDeviceAuthorizationResponse, CoreResponseType};
@@ -12,14 +12,16 @@ use openidconnect::{
     PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
 };
 use serde_json::json;
+use talos_sso_server::config::{GraphConfig, IssuerConfig, LOGIN_ISSUER};
 use talos_sso_server::identity::authenticator::Authenticator;
-use talos_sso_server::identity::graph::{GraphClient, GraphSettings};
+use talos_sso_server::identity::issuer::Issuer;
 use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
-use talos_sso_server::identity::token::TokenRules;
 use talos_sso_tests::emulator::{
     CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, GROUP_PLATFORM_ADMINS,
     SERVER_APP_ID, SERVER_APP_SECRET, TENANT_ID, TokenKind,
 };
+use talos_sso_tests::harness::{Backend, TestEnv, Workdir};
+use talos_sso_tests::material::write_file;
 use time::OffsetDateTime;
 
 /// The CLI's own view of Entra's discovery document (with the device endpoint).
@@ -253,9 +255,15 @@ async fn emulator_with_expiry() -> EmulatorHandle {
     .await
 }
 
-fn rules(emulator: &EmulatorHandle) -> TokenRules {
-    TokenRules {
-        issuers: vec![emulator.issuer(), emulator.issuer_v1()],
+/// The emulator as the login issuer: Entra, its v2 and v1 issuers, the
+/// audiences of ID tokens and of access tokens for the server's API.
+fn entra(emulator: &EmulatorHandle) -> IssuerConfig {
+    IssuerConfig {
+        name: LOGIN_ISSUER.into(),
+        kind: "entra".into(),
+        issuer: emulator.issuer(),
+        discovery_url: None,
+        additional_issuers: vec![emulator.issuer_v1()],
         audiences: vec![
             CLI_CLIENT_ID.into(),
             SERVER_APP_ID.into(),
@@ -263,15 +271,18 @@ fn rules(emulator: &EmulatorHandle) -> TokenRules {
         ],
         client_id: Some(CLI_CLIENT_ID.into()),
         allowed_tenants: vec![TENANT_ID.into()],
-        leeway: Duration::from_secs(300),
         username_claim: None,
+        leeway: Duration::from_secs(300),
+        entra_graph: None,
     }
 }
 
-async fn provider(emulator: &EmulatorHandle) -> Provider {
-    Provider::discover(&ProviderSettings::new(emulator.issuer()), rules(emulator))
-        .await
-        .unwrap()
+async fn trust(config: &IssuerConfig) -> Issuer {
+    Issuer::discover(config, Duration::from_secs(300)).await.unwrap()
+}
+
+async fn issuer(emulator: &EmulatorHandle) -> Issuer {
+    trust(&entra(emulator)).await
 }
 
 fn now() -> OffsetDateTime {
@@ -281,10 +292,10 @@ fn now() -> OffsetDateTime {
 #[tokio::test]
 async fn server_verifies_emulator_tokens_and_follows_key_rotation() {
     let emulator = emulator(EmulatorConfig::default()).await;
-    let provider = provider(&emulator).await;
-    assert_eq!(provider.metadata().issuer, emulator.issuer());
+    let issuer = issuer(&emulator).await;
+    assert_eq!(issuer.provider().metadata().issuer, emulator.issuer());
     let token = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
-    let verified = provider.verify(&token, now()).await.unwrap();
+    let verified = issuer.verify(&token, now()).await.unwrap();
     assert_eq!(verified.subject, "a1000000-0000-4000-8000-000000000001");
     assert_eq!(verified.tenant.as_deref(), Some(TENANT_ID));
     assert_eq!(verified.groups, [GROUP_PLATFORM_ADMINS]);
@@ -293,26 +304,26 @@ async fn server_verifies_emulator_tokens_and_follows_key_rotation() {
     // A key added after the server cached the set: one refresh, then accepted.
     emulator.rotate_keys().unwrap();
     let rotated = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
-    provider.verify(&rotated, now()).await.unwrap();
+    issuer.verify(&rotated, now()).await.unwrap();
     assert_eq!(emulator.counters().jwks, fetches + 1);
-    provider.verify(&rotated, now()).await.unwrap();
+    issuer.verify(&rotated, now()).await.unwrap();
     assert_eq!(emulator.counters().jwks, fetches + 1, "known keys need no fetch");
 
     // Another new key within the rate limit: no fetch, refused...
     emulator.rotate_keys().unwrap();
     let rotated_again = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
-    let refused = provider.verify(&rotated_again, now()).await.unwrap_err();
+    let refused = issuer.verify(&rotated_again, now()).await.unwrap_err();
     assert_eq!(refused.code(), "token_key_unknown");
     assert_eq!(emulator.counters().jwks, fetches + 1);
     // ...until the periodic refresh picks it up, with no restart.
-    provider.refresh_keys().await.unwrap();
-    provider.verify(&rotated_again, now()).await.unwrap();
+    issuer.provider().refresh_keys().await.unwrap();
+    issuer.verify(&rotated_again, now()).await.unwrap();
 
     // The emulator's clock moved two hours on: its tokens are expired.
     emulator.set_clock_offset(-7200);
     let old = emulator.token_for("alice@example.com", TokenKind::id()).unwrap();
     assert_eq!(
-        provider.verify(&old, now()).await.unwrap_err().code(),
+        issuer.verify(&old, now()).await.unwrap_err().code(),
         "token_expired"
     );
 }
@@ -320,35 +331,35 @@ async fn server_verifies_emulator_tokens_and_follows_key_rotation() {
 #[tokio::test]
 async fn jwks_outage_keeps_the_last_good_key_set() {
     let emulator = emulator(EmulatorConfig::default()).await;
-    let provider = Arc::new(provider(&emulator).await);
+    let issuer = issuer(&emulator).await;
     let token = emulator.token_for("bob@example.com", TokenKind::id()).unwrap();
     emulator.set_faults(Faults {
         jwks_unavailable: true,
         ..Default::default()
     });
     assert!(matches!(
-        provider.refresh_keys().await,
+        issuer.provider().refresh_keys().await,
         Err(ProviderError::Status { status: 503, .. })
     ));
-    provider.verify(&token, now()).await.unwrap();
+    issuer.verify(&token, now()).await.unwrap();
     emulator.set_faults(Faults {
         malformed_documents: true,
         ..Default::default()
     });
     assert!(matches!(
-        provider.refresh_keys().await,
+        issuer.provider().refresh_keys().await,
         Err(ProviderError::Malformed { .. })
     ));
-    provider.verify(&token, now()).await.unwrap();
+    issuer.verify(&token, now()).await.unwrap();
 }
 
 #[tokio::test]
 async fn background_refresh_picks_up_new_keys_without_a_request() {
     let emulator = emulator(EmulatorConfig::default()).await;
-    let provider = Arc::new(provider(&emulator).await);
+    let issuer = issuer(&emulator).await;
     // Use up the on-demand refresh, so only the background task can help next.
     emulator.rotate_keys().unwrap();
-    provider
+    issuer
         .verify(
             &emulator.token_for("bob@example.com", TokenKind::id()).unwrap(),
             now(),
@@ -358,18 +369,18 @@ async fn background_refresh_picks_up_new_keys_without_a_request() {
     emulator.rotate_keys().unwrap();
     let token = emulator.token_for("bob@example.com", TokenKind::id()).unwrap();
     assert_eq!(
-        provider.verify(&token, now()).await.unwrap_err().code(),
+        issuer.verify(&token, now()).await.unwrap_err().code(),
         "token_key_unknown"
     );
 
     let discoveries = emulator.counters().discovery;
-    let refresher = provider.spawn_refresher(Duration::from_millis(100));
+    let refresher = issuer.provider().spawn_refresher(Duration::from_millis(100));
     // Wait, bounded, for a refresher run to bring the new key in.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut result = provider.verify(&token, now()).await;
+    let mut result = issuer.verify(&token, now()).await;
     while result.is_err() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        result = provider.verify(&token, now()).await;
+        result = issuer.verify(&token, now()).await;
     }
     refresher.abort();
     result.unwrap();
@@ -386,7 +397,7 @@ async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
         malformed_documents: true,
         ..Default::default()
     });
-    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()), rules(&emulator))
+    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()))
         .await
         .unwrap_err();
     assert!(
@@ -403,14 +414,14 @@ async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
     emulator.set_faults(Faults::default());
     let mut settings = ProviderSettings::new(format!("{}/", emulator.issuer()));
     settings.discovery_url = Some(format!("{}/.well-known/openid-configuration", emulator.issuer()));
-    let error = Provider::discover(&settings, rules(&emulator)).await.unwrap_err();
+    let error = Provider::discover(&settings).await.unwrap_err();
     assert!(matches!(error, ProviderError::IssuerMismatch { .. }), "{error}");
 
     emulator.set_faults(Faults {
         jwks_unavailable: true,
         ..Default::default()
     });
-    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()), rules(&emulator))
+    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()))
         .await
         .unwrap_err();
     assert!(
@@ -424,7 +435,7 @@ async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
     });
     let mut settings = ProviderSettings::new(emulator.issuer());
     settings.http_timeout = Duration::from_millis(300);
-    let error = Provider::discover(&settings, rules(&emulator)).await.unwrap_err();
+    let error = Provider::discover(&settings).await.unwrap_err();
     assert!(matches!(error, ProviderError::Unreachable { .. }), "{error}");
 }
 
@@ -464,29 +475,29 @@ async fn multi_tenant_template_and_v1_access_tokens() {
         json!(format!("{}/sts/{{tenantid}}/", emulator.base_url))
     );
     let template = format!("{}/{{tenantid}}/v2.0", emulator.base_url);
-    let mut template_rules = rules(&emulator);
-    template_rules.issuers = vec![template.clone(), emulator.issuer_v1()];
-    let provider = Provider::discover(&ProviderSettings::new(template.clone()), template_rules.clone())
-        .await
-        .unwrap();
-    assert_eq!(provider.metadata().issuer, template);
+    let template_config = IssuerConfig {
+        issuer: template.clone(),
+        ..entra(&emulator)
+    };
+    let issuer = trust(&template_config).await;
+    assert_eq!(issuer.provider().metadata().issuer, template);
     let id = emulator.token_for("bob@example.com", TokenKind::id()).unwrap();
-    provider.verify(&id, now()).await.unwrap();
+    issuer.verify(&id, now()).await.unwrap();
 
     // v1 access token: iss sts form, aud api://..., appid = the CLI.
     let access = emulator
         .token_for("bob@example.com", TokenKind::Access { version: 1 })
         .unwrap();
-    let verified = provider.verify(&access, now()).await.unwrap();
+    let verified = issuer.verify(&access, now()).await.unwrap();
     assert_eq!(verified.username, "bob@example.com", "falls back to upn");
     assert_eq!(verified.claims["ver"], "1.0");
 
     // The template only stands for allowed tenants.
-    let mut other = template_rules;
-    other.allowed_tenants = vec!["aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into()];
-    let strict = Provider::discover(&ProviderSettings::new(template), other)
-        .await
-        .unwrap();
+    let other = IssuerConfig {
+        allowed_tenants: vec!["aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee".into()],
+        ..template_config
+    };
+    let strict = trust(&other).await;
     assert_eq!(
         strict.verify(&id, now()).await.unwrap_err().code(),
         "token_issuer_invalid"
@@ -501,39 +512,43 @@ async fn multi_tenant_template_and_v1_access_tokens() {
         )
         .unwrap();
     assert_eq!(
-        provider.verify(&foreign, now()).await.unwrap_err().code(),
+        issuer.verify(&foreign, now()).await.unwrap_err().code(),
         "token_client_invalid"
     );
 }
 
-fn graph_settings(emulator: &EmulatorHandle, secret: &str) -> GraphSettings {
-    GraphSettings {
-        tenant_id: TENANT_ID.into(),
-        client_id: SERVER_APP_ID.into(),
-        client_secret: secret.to_owned().into(),
-        authority: emulator.base_url.clone(),
-        graph_url: emulator.base_url.clone(),
-        cache_ttl: Duration::from_secs(60),
-        http_timeout: Duration::from_secs(5),
+/// The emulator as the login issuer, with Graph for overage; the secret is
+/// written into `work`.
+fn entra_with_graph(emulator: &EmulatorHandle, work: &Workdir, secret: &str) -> IssuerConfig {
+    let secret_file = write_file(work.path(), "graph-secret-under-test", secret, 0o600);
+    IssuerConfig {
+        entra_graph: Some(GraphConfig {
+            tenant_id: TENANT_ID.into(),
+            client_id: SERVER_APP_ID.into(),
+            client_secret_file: secret_file,
+            authority: emulator.base_url.clone(),
+            graph_url: emulator.base_url.clone(),
+        }),
+        ..entra(emulator)
     }
 }
 
 #[tokio::test]
 async fn group_overage_is_resolved_through_graph_or_denied() {
     let emulator = emulator(EmulatorConfig::default()).await;
-    let provider = Arc::new(provider(&emulator).await);
+    let work = Workdir::new();
     let relevant = vec![GROUP_ONCALL.to_owned(), GROUP_PLATFORM_ADMINS.to_owned()];
     let token = emulator.token_for("erin@example.com", TokenKind::id()).unwrap();
     let claims = talos_sso_server::identity::token::unverified_claims(&token).unwrap();
     assert!(claims.get("groups").is_none() && claims.contains_key("_claim_names"));
 
-    let without_graph = Authenticator::new(provider.clone(), None, relevant.clone());
+    let without_graph = Authenticator::new(issuer(&emulator).await, vec![], relevant.clone());
     let error = without_graph.authenticate(&token, now()).await.unwrap_err();
     assert_eq!(error.code(), "groups_overage_unresolved");
     assert!(error.to_string().contains("Graph is not configured"), "{error}");
 
-    let graph = Arc::new(GraphClient::new(graph_settings(&emulator, SERVER_APP_SECRET)).unwrap());
-    let with_graph = Authenticator::new(provider.clone(), Some(graph), relevant.clone());
+    let graph = entra_with_graph(&emulator, &work, SERVER_APP_SECRET);
+    let with_graph = Authenticator::new(trust(&graph).await, vec![], relevant.clone());
     let verified = with_graph.authenticate(&token, now()).await.unwrap();
     // 250 groups in Graph; only the one a rule names is kept.
     assert_eq!(verified.groups, [GROUP_ONCALL]);
@@ -551,8 +566,8 @@ async fn group_overage_is_resolved_through_graph_or_denied() {
         "the URL in the token is never fetched"
     );
 
-    let wrong_secret = Arc::new(GraphClient::new(graph_settings(&emulator, "not-the-secret")).unwrap());
-    let error = Authenticator::new(provider.clone(), Some(wrong_secret), relevant.clone())
+    let wrong_secret = entra_with_graph(&emulator, &work, "not-the-secret");
+    let error = Authenticator::new(trust(&wrong_secret).await, vec![], relevant.clone())
         .authenticate(&token, now())
         .await
         .unwrap_err();
@@ -562,8 +577,8 @@ async fn group_overage_is_resolved_through_graph_or_denied() {
         graph_unavailable: true,
         ..Default::default()
     });
-    let fresh = Arc::new(GraphClient::new(graph_settings(&emulator, SERVER_APP_SECRET)).unwrap());
-    let error = Authenticator::new(provider, Some(fresh), relevant)
+    let fresh = entra_with_graph(&emulator, &work, SERVER_APP_SECRET);
+    let error = Authenticator::new(trust(&fresh).await, vec![], relevant)
         .authenticate(&token, now())
         .await
         .unwrap_err();
@@ -596,4 +611,172 @@ async fn people_pick_an_account_on_a_page_when_not_automatic() {
     );
     let evil = url.replace("http%3A%2F%2Flocalhost%3A1", "https%3A%2F%2Fevil.example");
     assert_eq!(http().get(&evil).send().await.unwrap().status(), 400);
+}
+
+/// Ask the test server for a certificate on `prod` with `token`.
+async fn issue(env: &TestEnv, token: &str) -> (u16, serde_json::Value) {
+    let csr = talos_sso::key::ClientKey::generate().unwrap().csr_pem().unwrap();
+    let response = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(token)
+        .json(&json!({"cluster": "prod", "csr": csr}))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
+    // A second directory with keys of its own, trusted as plain OpenID
+    // Connect: `sub` names people, no tenants, usernames from `name`.
+    let ci = emulator(EmulatorConfig {
+        alternate_keys: true,
+        ..Default::default()
+    })
+    .await;
+    let trusted = format!(
+        "identity:\n  kind: entra\n  trusted_issuers:\n    - {{ name: ci, kind: oidc, issuer: \"{}\", audiences: [\"{CLI_CLIENT_ID}\"], username_claim: name }}\n",
+        ci.issuer()
+    );
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| yaml.replace("identity:\n", &trusted)).await;
+    let entra = &env.emulator;
+    assert!(env.config().warnings().is_empty(), "the kind is named");
+
+    // One certificate from each, each token verified with its own issuer's
+    // keys and read by its own kind.
+    let (status, body) = issue(
+        &env,
+        &entra.token_for("bob@example.com", TokenKind::id()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["identity"],
+        json!({"issuer": entra.issuer(), "tenant": TENANT_ID,
+            "subject": "b2000000-0000-4000-8000-000000000002", "username": "bob@example.com"})
+    );
+    let from_ci = ci.token_for("bob@example.com", TokenKind::id()).unwrap();
+    let sub = talos_sso_server::identity::token::unverified_claims(&from_ci).unwrap()["sub"].clone();
+    let (status, body) = issue(&env, &from_ci).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["identity"],
+        json!({"issuer": ci.issuer(), "tenant": null, "subject": sub, "username": "Bob Oncall"})
+    );
+    assert_eq!(
+        body["roles"],
+        json!(["os:operator"]),
+        "the groups it asserts count"
+    );
+    // Each issuer's own rules: tenants are Entra's business only.
+    let foreign_tenant = json!({"tid": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"});
+    let (status, body) = issue(
+        &env,
+        &ci.token_with("bob@example.com", TokenKind::id(), foreign_tenant.clone())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = issue(
+        &env,
+        &entra
+            .token_with("bob@example.com", TokenKind::id(), foreign_tenant)
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("token_tenant_not_allowed"))
+    );
+
+    // Signed by one issuer's key, claiming the other's `iss`: the issuer it
+    // names looks for the key (one refresh of its own key set), and refuses.
+    let (ci_fetches, entra_fetches) = (ci.counters().jwks, entra.counters().jwks);
+    let (status, body) = issue(
+        &env,
+        &entra
+            .token_with("bob@example.com", TokenKind::id(), json!({"iss": ci.issuer()}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("token_key_unknown")));
+    assert_eq!(
+        (ci.counters().jwks, entra.counters().jwks),
+        (ci_fetches + 1, entra_fetches)
+    );
+    let (status, body) = issue(
+        &env,
+        &ci.token_with("bob@example.com", TokenKind::id(), json!({"iss": entra.issuer()}))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("token_key_unknown")));
+    assert_eq!(entra.counters().jwks, entra_fetches + 1);
+
+    // An issuer nobody configured: refused as always.
+    let (status, body) = issue(
+        &env,
+        &entra
+            .token_with(
+                "bob@example.com",
+                TokenKind::id(),
+                json!({"iss": "https://unlisted.example/v2.0"}),
+            )
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("token_issuer_invalid"))
+    );
+
+    // Records keep the token's `iss`; a refused token is read by the kind
+    // of the issuer it names.
+    let rows = env.server.app.audit.store().page(0, 100).await.unwrap();
+    let issued: Vec<_> = rows
+        .iter()
+        .filter(|r| r.record.event == "certificate.issued")
+        .map(|r| (r.record.issuer.clone(), r.record.tenant.clone()))
+        .collect();
+    assert_eq!(
+        issued,
+        [
+            (Some(entra.issuer()), Some(TENANT_ID.to_owned())),
+            (Some(ci.issuer()), None),
+            (Some(ci.issuer()), None),
+        ]
+    );
+    let cross = rows
+        .iter()
+        .find(|r| r.record.reason_code.as_deref() == Some("token_key_unknown"))
+        .unwrap();
+    assert_eq!(
+        (
+            cross.record.issuer.as_deref(),
+            cross.record.tenant.as_deref(),
+            cross.record.subject.as_deref()
+        ),
+        (Some(ci.issuer().as_str()), None, sub.as_str()),
+        "claimed as the OIDC issuer it names reads it"
+    );
+    assert!(!cross.record.identity_verified);
+
+    // `check` and `/readyz` see both issuers.
+    let lines = env.server.app.authenticator.check().await.unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("trusted issuer ci: {} answers", ci.issuer()))),
+        "{lines:?}"
+    );
+    let ready = env
+        .http
+        .get(format!("{}/readyz", env.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    env.finish().await;
 }

@@ -490,7 +490,7 @@ mod service {
     use talos_sso_server::audit::store::{Append, Appended};
     use talos_sso_server::audit::writer::AuditError;
     use talos_sso_server::audit::{GENESIS_HASH, StoredRecord, chain, event, outcome};
-    use talos_sso_server::identity::token::VerifiedToken;
+    use talos_sso_server::identity::VerifiedIdentity;
     use talos_sso_server::issuance::{CertificateRequest, Issuance, IssuanceError};
     use talos_sso_server::metrics::Metrics;
     use talos_sso_tests::emulator::GROUP_ONCALL;
@@ -519,15 +519,14 @@ mod service {
         }
     }
 
-    fn on_call() -> VerifiedToken {
-        VerifiedToken {
+    fn on_call() -> VerifiedIdentity {
+        VerifiedIdentity {
             issuer: "https://idp.example".into(),
             tenant: None,
             subject: "subject-1".into(),
             username: "oncall@example.com".into(),
             groups: vec![GROUP_ONCALL.into()],
             app_roles: vec![],
-            groups_overage: false,
             token_id: Some("jti-1".into()),
             signed_sha256: "00".repeat(32),
             issued_at: None,

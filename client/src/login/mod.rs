@@ -22,7 +22,7 @@ use openidconnect::{
     EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, ProviderMetadata, RefreshToken, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
-use talos_sso_api::ServerInfo;
+use talos_sso_api::{ServerInfo, issuer};
 use zeroize::Zeroizing;
 
 use crate::connection::{ConnectionError, Peer};
@@ -129,19 +129,15 @@ impl Provider {
             .timeout(Duration::from_secs(20))
             .build()
             .map_err(|e| discovery_error(e.to_string()))?;
-        let metadata = if info.issuer.contains("{tenantid}") {
+        let metadata = if issuer::is_template(&info.issuer) {
             // Entra's multi-tenant issuer is a template: discovery lives at
             // `organizations` and names the template, which openidconnect's
             // issuer check cannot match. Fetch it directly; the ID token's
             // issuer is checked against the template in `tokens_from`.
-            let url = info.discovery_url.clone().unwrap_or_else(|| {
-                format!(
-                    "{}/.well-known/openid-configuration",
-                    info.issuer
-                        .replace("{tenantid}", "organizations")
-                        .trim_end_matches('/')
-                )
-            });
+            let url = info
+                .discovery_url
+                .clone()
+                .unwrap_or_else(|| issuer::discovery_url(&info.issuer));
             check(&url)?;
             let response = http
                 .get(&url)
@@ -198,7 +194,7 @@ impl Provider {
         let id_token = response
             .id_token()
             .ok_or_else(|| LoginError::Invalid("no ID token in the answer".into()))?;
-        let template = self.issuer.contains("{tenantid}");
+        let template = issuer::is_template(&self.issuer);
         // With a `{tenantid}` issuer the check below replaces openidconnect's.
         let verifier = self.client.id_token_verifier().require_issuer_match(!template);
         let claims = match nonce {
@@ -210,7 +206,7 @@ impl Provider {
         if template {
             let tenant = token_claim(&id_token.to_string(), "tid")
                 .ok_or_else(|| LoginError::Invalid("the ID token names no tenant (tid)".into()))?;
-            let expected = self.issuer.replace("{tenantid}", &tenant);
+            let expected = issuer::for_tenant(&self.issuer, &tenant);
             if claims.issuer().as_str() != expected {
                 return Err(LoginError::Invalid(format!(
                     "the ID token's issuer {} is not {expected}",

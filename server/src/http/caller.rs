@@ -11,14 +11,13 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use serde_json::Value;
 use talos_sso_api::{CLIENT_VERSION_HEADER, ErrorCode};
 
 use super::RequestId;
 use super::error::ApiError;
 use crate::app::App;
 use crate::audit::{AuditRecord, outcome, text};
-use crate::identity::token::{VerifiedToken, unverified_claims};
+use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 use crate::issuance::record_denial;
 use crate::ratelimit::address_key;
 use crate::refusals::Admission;
@@ -93,13 +92,13 @@ impl Caller {
         app: &App,
         record: &mut AuditRecord,
         limit: IdentityLimit,
-    ) -> Result<VerifiedToken, ApiError> {
+    ) -> Result<VerifiedIdentity, ApiError> {
         // A flood from one address is stopped before any token work.
         if let Some(address) = &self.address_key
             && let Err(retry) = app.rate_limits.check_address(address)
         {
             if let Some(token) = &self.token {
-                with_claimed_identity(record, token);
+                with_claimed_identity(record, app.authenticator.claimed(token));
             }
             return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "this address")).await);
         }
@@ -113,7 +112,7 @@ impl Caller {
         let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
             Ok(verified) => verified,
             Err(error) => {
-                with_claimed_identity(record, token);
+                with_claimed_identity(record, app.authenticator.claimed(token));
                 tracing::info!(request_id = %self.request_id, code = error.code(), "token refused");
                 let error = ApiError::token(&error, app.clock.now());
                 return Err(deny(app, record.clone(), error).await);
@@ -148,7 +147,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-fn with_identity(record: &mut AuditRecord, verified: &VerifiedToken) {
+fn with_identity(record: &mut AuditRecord, verified: &VerifiedIdentity) {
     record.issuer = Some(verified.issuer.clone());
     record.tenant = verified.tenant.clone();
     record.subject = Some(verified.subject.clone());
@@ -159,20 +158,17 @@ fn with_identity(record: &mut AuditRecord, verified: &VerifiedToken) {
     record.token_issued_at = verified.issued_at;
 }
 
-/// For a token that failed verification: record who it *claimed* to be,
-/// marked unverified.
-fn with_claimed_identity(record: &mut AuditRecord, token: &str) {
-    let Some(claims) = unverified_claims(token) else {
+/// For a token that failed verification: record who it *claimed* to be
+/// (as its issuer reads it, already cleaned), marked unverified.
+fn with_claimed_identity(record: &mut AuditRecord, claimed: Option<ClaimedIdentity>) {
+    let Some(claimed) = claimed else {
         return;
     };
-    let claim = |name: &str| claims.get(name).and_then(Value::as_str).map(text::clean_field);
-    record.issuer = claim("iss");
-    record.tenant = claim("tid");
-    record.subject = claim("oid").or_else(|| claim("sub"));
-    record.username = claim("preferred_username")
-        .or_else(|| claim("upn"))
-        .or_else(|| claim("email"));
-    record.token_id = claim("uti").or_else(|| claim("jti"));
+    record.issuer = claimed.issuer;
+    record.tenant = claimed.tenant;
+    record.subject = claimed.subject;
+    record.username = claimed.username;
+    record.token_id = claimed.token_id;
     record.identity_verified = false;
 }
 

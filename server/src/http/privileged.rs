@@ -11,7 +11,7 @@ use super::error::ApiError;
 use crate::app::App;
 use crate::audit::store::{Append, Appended, DenyChange};
 use crate::audit::{AuditRecord, StoredRecord, outcome};
-use crate::identity::token::VerifiedToken;
+use crate::identity::VerifiedIdentity;
 
 /// Who may do what beyond asking for a certificate.
 #[derive(Debug, Clone, Copy)]
@@ -20,7 +20,7 @@ pub enum Privilege {
     Admin,
 }
 
-fn is_member(list: &crate::config::GroupList, verified: &VerifiedToken) -> bool {
+fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
     list.groups
         .iter()
         .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
@@ -43,7 +43,7 @@ pub async fn authorize(
     privilege: Privilege,
     event: &str,
     details: Value,
-) -> Result<(VerifiedToken, AuditRecord), ApiError> {
+) -> Result<(VerifiedIdentity, AuditRecord), ApiError> {
     let mut record = caller.record(app, event);
     record.details = details;
     let verified = caller.authenticate(app, &mut record, IdentityLimit::Api).await?;

@@ -26,7 +26,7 @@ pub async fn not_found() -> ApiError {
 /// Ready when the database answers and the provider's keys are fresh.
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
     let database = app.audit.store().ping().await.is_ok();
-    let keys_fresh = app.authenticator.provider().keys_age() < KEYS_STALE_AFTER;
+    let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
     let ready = database && keys_fresh;
     let status = if ready {
         StatusCode::OK

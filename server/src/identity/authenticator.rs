@@ -1,15 +1,23 @@
-//! From bearer token to a verified person with their groups: the token is
-//! verified against the provider, and Entra group overage is resolved through
-//! Graph, keeping only the groups some rule names.
+//! From bearer token to a verified person with their groups, over every
+//! issuer the server trusts: the login issuer (`identity`) and the trusted
+//! issuers (`identity.trusted_issuers`).
+//!
+//! A token goes to the one issuer whose rules accept its (unverified)
+//! `iss`, before any key work; a token no issuer accepts goes to the login
+//! issuer, whose checks refuse it as they always have (its signature first,
+//! then `token_issuer_invalid`). The issuer verifies it with its own keys
+//! and rules, its kind completes what the token could not carry (Entra
+//! group overage), and only the groups some rule names are kept.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::graph::GraphClient;
-use super::provider::Provider;
-use super::token::{TokenError, VerifiedToken};
+use super::issuer::{Issuer, IssuerError};
+use super::token::{Claims, Jwt, TokenError, unverified_claims};
+use super::{ClaimedIdentity, VerifiedIdentity};
+use crate::config::IdentityConfig;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AuthError {
@@ -31,18 +39,21 @@ impl AuthError {
     }
 }
 
+/// Every trusted issuer, and the groups decisions look at.
 #[derive(Debug)]
 pub struct Authenticator {
-    provider: Arc<Provider>,
-    graph: Option<Arc<GraphClient>>,
+    /// The issuer people log in with (`/v1/info` names it to the CLI).
+    login: Issuer,
+    /// Further issuers whose tokens are accepted.
+    trusted: Vec<Issuer>,
     /// Lower-cased group ids that some rule names: the only ones kept.
     relevant_groups: BTreeSet<String>,
 }
 
 impl Authenticator {
     pub fn new(
-        provider: Arc<Provider>,
-        graph: Option<Arc<GraphClient>>,
+        login: Issuer,
+        trusted: Vec<Issuer>,
         relevant_groups: impl IntoIterator<Item = String>,
     ) -> Self {
         let relevant_groups = relevant_groups
@@ -50,31 +61,96 @@ impl Authenticator {
             .map(|g| g.to_ascii_lowercase())
             .collect();
         Self {
-            provider,
-            graph,
+            login,
+            trusted,
             relevant_groups,
         }
     }
 
-    pub fn provider(&self) -> &Provider {
-        &self.provider
+    /// Discover every issuer `identity` configures and fetch their keys.
+    pub async fn discover(
+        identity: &IdentityConfig,
+        relevant_groups: impl IntoIterator<Item = String>,
+    ) -> Result<Self, IssuerError> {
+        let min_refresh = identity.jwks_min_refresh_interval;
+        let login = Issuer::discover(&identity.login_issuer(), min_refresh).await?;
+        let mut trusted = Vec::with_capacity(identity.trusted_issuers.len());
+        for config in &identity.trusted_issuers {
+            trusted.push(Issuer::discover(config, min_refresh).await?);
+        }
+        Ok(Self::new(login, trusted, relevant_groups))
     }
 
-    pub async fn authenticate(&self, token: &str, now: OffsetDateTime) -> Result<VerifiedToken, AuthError> {
-        let mut verified = self.provider.verify(token, now).await?;
-        if verified.groups_overage {
-            let Some(graph) = &self.graph else {
-                return Err(AuthError::OverageUnresolved("Graph is not configured".into()));
-            };
-            let groups = graph
-                .member_groups(&verified.subject)
-                .await
-                .map_err(|e| AuthError::OverageUnresolved(e.to_string()))?;
-            verified.groups = groups;
-        }
+    /// The login issuer first, then the trusted ones.
+    pub fn issuers(&self) -> impl Iterator<Item = &Issuer> {
+        std::iter::once(&self.login).chain(&self.trusted)
+    }
+
+    pub fn login(&self) -> &Issuer {
+        &self.login
+    }
+
+    /// The issuer whose rules accept these (unverified) claims; the login
+    /// issuer when none does.
+    fn route(&self, claims: Option<&Claims>) -> &Issuer {
+        claims
+            .and_then(|claims| self.issuers().find(|issuer| issuer.rules().accepts(claims)))
+            .unwrap_or(&self.login)
+    }
+
+    pub async fn authenticate(
+        &self,
+        token: &str,
+        now: OffsetDateTime,
+    ) -> Result<VerifiedIdentity, AuthError> {
+        let jwt = Jwt::parse(token)?;
+        let issuer = self.route(jwt.unverified_claims());
+        let verified = issuer.verify_parsed(jwt, now).await?;
+        let mut verified = issuer.rules().complete(verified).await?;
         verified
             .groups
             .retain(|g| self.relevant_groups.contains(&g.to_ascii_lowercase()));
         Ok(verified)
+    }
+
+    /// Who a token that failed verification claims to be, read by the
+    /// issuer it names (the login issuer when none accepts it).
+    pub fn claimed(&self, token: &str) -> Option<ClaimedIdentity> {
+        let claims = unverified_claims(token)?;
+        Some(self.route(Some(&claims)).rules().claimed(&claims))
+    }
+
+    /// Age of the oldest key set over all issuers (for `/readyz`).
+    pub fn keys_age(&self) -> Duration {
+        self.issuers()
+            .map(|issuer| issuer.provider().keys_age())
+            .fold(Duration::ZERO, Duration::max)
+    }
+
+    /// Key-set refreshes so far over all issuers: (succeeded, failed).
+    pub fn refresh_counts(&self) -> (u64, u64) {
+        self.issuers()
+            .map(|issuer| issuer.provider().refresh_counts())
+            .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
+    }
+
+    /// Re-read each issuer's discovery and keys every `period`, each on its
+    /// own task, until the returned task is aborted.
+    pub fn spawn_refreshers(&self, period: Duration) -> tokio::task::JoinHandle<()> {
+        let mut refreshers = tokio::task::JoinSet::new();
+        for issuer in self.issuers() {
+            refreshers.spawn(issuer.provider().refresh_periodically(period));
+        }
+        // Dropping the set (when this task is aborted) aborts every refresher.
+        tokio::spawn(async move { while refreshers.join_next().await.is_some() {} })
+    }
+
+    /// What `check` prints of every issuer, or the first failure.
+    pub async fn check(&self) -> Result<Vec<String>, String> {
+        let mut lines = Vec::new();
+        for issuer in self.issuers() {
+            lines.extend(issuer.check().await?);
+        }
+        Ok(lines)
     }
 }

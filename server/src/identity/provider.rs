@@ -1,5 +1,6 @@
-//! The identity provider as the server sees it: discovery at start, and a
-//! JWKS cache that refreshes when a token names an unknown `kid`.
+//! One issuer's identity provider as the server sees it: discovery at
+//! start, and a JWKS cache that refreshes when a token names an unknown
+//! `kid`. What the keys verify is the issuer's business (`identity::issuer`).
 //!
 //! Refreshes on unknown keys are rate-limited (`min_refresh_interval`, a few
 //! minutes) so a stream of tokens with made-up `kid`s cannot turn the server
@@ -11,15 +12,15 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Deserialize;
-use time::OffsetDateTime;
 use tokio::time::Instant;
 
 use super::jwks::KeySet;
-use super::token::{self, TokenError, TokenRules, VerifiedToken};
 
 /// How the provider is reached.
 #[derive(Debug, Clone)]
 pub struct ProviderSettings {
+    /// The issuer's name in the logs (the configured name).
+    pub name: String,
     /// The configured issuer; `{tenantid}` marks Entra's multi-tenant form.
     pub issuer: String,
     /// Where the discovery document is; by default derived from the issuer
@@ -33,8 +34,10 @@ pub struct ProviderSettings {
 
 impl ProviderSettings {
     pub fn new(issuer: impl Into<String>) -> Self {
+        let issuer = issuer.into();
         Self {
-            issuer: issuer.into(),
+            name: issuer.clone(),
+            issuer,
             discovery_url: None,
             min_refresh_interval: Duration::from_secs(300),
             http_timeout: Duration::from_secs(10),
@@ -42,14 +45,9 @@ impl ProviderSettings {
     }
 
     pub fn discovery_url(&self) -> String {
-        self.discovery_url.clone().unwrap_or_else(|| {
-            format!(
-                "{}/.well-known/openid-configuration",
-                self.issuer
-                    .replace("{tenantid}", "organizations")
-                    .trim_end_matches('/')
-            )
-        })
+        self.discovery_url
+            .clone()
+            .unwrap_or_else(|| talos_sso_api::issuer::discovery_url(&self.issuer))
     }
 }
 
@@ -83,13 +81,14 @@ pub struct ProviderMetadata {
 /// A discovered provider with its key cache.
 #[derive(Debug)]
 pub struct Provider {
+    /// The issuer's name, for the logs.
+    name: String,
     http: reqwest::Client,
     /// Where discovery is read from, and the issuer it must name.
     discovery_url: String,
     expected_issuer: String,
     /// Re-read by the background refresher, so a moved `jwks_uri` is followed.
     metadata: RwLock<ProviderMetadata>,
-    rules: TokenRules,
     keys: RwLock<Arc<KeySet>>,
     /// When the last refresh was attempted (successful or not); `None`
     /// until the first one after discovery. Held during a refresh, so
@@ -128,7 +127,7 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderErro
 impl Provider {
     /// Fetch the discovery document and the key set. Fails when either is
     /// unavailable or malformed, or the issuer is not the configured one.
-    pub async fn discover(settings: &ProviderSettings, rules: TokenRules) -> Result<Self, ProviderError> {
+    pub async fn discover(settings: &ProviderSettings) -> Result<Self, ProviderError> {
         let http = reqwest::Client::builder()
             .timeout(settings.http_timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -140,13 +139,13 @@ impl Provider {
         let discovery_url = settings.discovery_url();
         let metadata = Self::fetch_metadata(&http, &discovery_url, &settings.issuer).await?;
         let keys = Self::fetch_keys(&http, &metadata.jwks_uri).await?;
-        tracing::info!(issuer = %metadata.issuer, keys = keys.len(), "identity provider discovered");
+        tracing::info!(name = %settings.name, issuer = %metadata.issuer, keys = keys.len(), "identity provider discovered");
         Ok(Self {
+            name: settings.name.clone(),
             http,
             discovery_url,
             expected_issuer: settings.issuer.clone(),
             metadata: RwLock::new(metadata),
-            rules,
             keys: RwLock::new(Arc::new(keys)),
             last_refresh: tokio::sync::Mutex::new(None),
             min_refresh_interval: settings.min_refresh_interval,
@@ -254,13 +253,13 @@ impl Provider {
                 }
                 self.refreshes_ok
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(keys = count, "identity provider keys refreshed");
+                tracing::info!(name = %self.name, keys = count, "identity provider keys refreshed");
                 Ok(count)
             }
             Err(error) => {
                 self.refreshes_failed
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(%error, "identity provider keys could not be refreshed; keeping the last good set");
+                tracing::warn!(name = %self.name, %error, "identity provider keys could not be refreshed; keeping the last good set");
                 Err(error)
             }
         }
@@ -276,25 +275,26 @@ impl Provider {
         let _ = self.fetch_and_store().await;
     }
 
-    /// Verify a bearer token. An unknown `kid` triggers one (rate-limited)
-    /// refresh of the key set and a second attempt with whatever set is
+    /// The current key set, for a token signed with `kid`: when the set
+    /// lacks it, one (rate-limited) refresh first, then whatever set is
     /// current afterwards.
-    pub async fn verify(&self, token: &str, now: OffsetDateTime) -> Result<VerifiedToken, TokenError> {
+    pub async fn keys_for(&self, kid: &str) -> Arc<KeySet> {
         let keys = self.current_keys();
-        match token::verify(token, &keys, &self.rules, now) {
-            Err(TokenError::KeyUnknown(_)) => {
-                self.refresh_if_allowed().await;
-                token::verify(token, &self.current_keys(), &self.rules, now)
-            }
-            other => other,
+        if keys.get(kid).is_some() {
+            return keys;
         }
+        self.refresh_if_allowed().await;
+        self.current_keys()
     }
 
-    /// Re-read discovery and refresh the keys every `period` until the
-    /// returned task is aborted.
-    pub fn spawn_refresher(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+    /// Re-read discovery and refresh the keys every `period`, for as long
+    /// as the provider exists.
+    pub fn refresh_periodically(
+        self: &Arc<Self>,
+        period: Duration,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let provider = Arc::downgrade(self);
-        tokio::spawn(async move {
+        async move {
             let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
             loop {
                 ticker.tick().await;
@@ -302,10 +302,16 @@ impl Provider {
                     return;
                 };
                 if let Err(error) = provider.rediscover().await {
-                    tracing::warn!(%error, "identity provider discovery failed; keeping the last good document");
+                    tracing::warn!(name = %provider.name, %error, "identity provider discovery failed; keeping the last good document");
                 }
                 let _ = provider.refresh_keys().await;
             }
-        })
+        }
+    }
+
+    /// [`Provider::refresh_periodically`] on a task of its own, until the
+    /// returned task is aborted.
+    pub fn spawn_refresher(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.refresh_periodically(period))
     }
 }

@@ -21,7 +21,6 @@ use serde_json::json;
 use talos_sso::key::ClientKey;
 use talos_sso_server::certificate::{self, LeafRequest};
 use talos_sso_server::identity::jwks::KeySet;
-use talos_sso_server::identity::token;
 use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv};
 
@@ -160,14 +159,14 @@ async fn crypto_cost(env: &TestEnv) -> Duration {
     .await
     .expect("jwks text");
     let keys = KeySet::from_json(&jwks).expect("key set");
-    let rules = talos_sso_server::app::token_rules(&env.server.app.config);
+    let rules = env.server.app.authenticator.login().rules();
     let cluster = &env.server.app.clusters["prod"];
     let work = prepare(env, 500).await;
     let roles = vec!["os:operator".to_owned()];
     let now = time::OffsetDateTime::now_utc();
     let started = Instant::now();
     for (jwt, csr) in &work {
-        let verified = token::verify(jwt, &keys, &rules, now).expect("token");
+        let verified = rules.verify(jwt, &keys, now).expect("token");
         let request = LeafRequest {
             username: &verified.username,
             roles: &roles,

@@ -154,6 +154,9 @@ pub struct EmulatorConfig {
     /// The URL clients use to reach the emulator, when it is not the address
     /// it listens on (in a container: `http://localhost:8400`).
     pub public_url: Option<String>,
+    /// Publish and sign with the keys another instance keeps spare, so
+    /// that two instances in one test have no key in common.
+    pub alternate_keys: bool,
 }
 
 impl Default for EmulatorConfig {
@@ -164,6 +167,7 @@ impl Default for EmulatorConfig {
             device_expires_in: Duration::from_secs(900),
             access_token_version: 2,
             public_url: None,
+            alternate_keys: false,
         }
     }
 }
@@ -310,6 +314,9 @@ impl EmulatorHandle {
             .map(|u| u.trim_end_matches('/').to_owned())
             .unwrap_or_else(|| format!("http://{address}"));
         let mut keys = load_keys();
+        if config.alternate_keys {
+            keys.rotate_left(2);
+        }
         let spare_keys = keys.split_off(2);
         let state = Arc::new(Mutex::new(State {
             config,
