@@ -59,6 +59,17 @@ pub enum StartError {
     Provider(String),
     #[error("audit database: {0}")]
     Database(String),
+    #[error("TLS certificate {} / key {}: {error}", .cert_file.display(), .key_file.display())]
+    Tls {
+        cert_file: std::path::PathBuf,
+        key_file: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot listen on {address}: {error}")]
+    Listen {
+        address: std::net::SocketAddr,
+        error: std::io::Error,
+    },
 }
 
 /// Clusters by name.
@@ -125,7 +136,8 @@ pub struct App {
     pub metrics: crate::metrics::Metrics,
 }
 
-/// Tasks started with the app; stop them at shutdown.
+/// Tasks started with the app; [`crate::server::Server`] stops them at
+/// shutdown, the audit writer last.
 #[derive(Debug)]
 pub struct Background {
     pub audit_writer: tokio::task::JoinHandle<()>,

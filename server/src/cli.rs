@@ -7,19 +7,19 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use time::OffsetDateTime;
 
-use std::sync::Arc;
-
-use crate::app::{App, SystemClock, load_clusters, open_store};
+use crate::app::{SystemClock, load_clusters, open_store};
 use crate::break_glass::BreakGlassRequest;
 use crate::ca::generate::{self, NewKeyType};
 use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
 use crate::config::Config;
+use crate::server::Server;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -249,45 +249,11 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = interrupt.await;
-    tracing::info!("shutting down: finishing in-flight requests");
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let (tls, tls_reloader) = match (&config.tls, config.insecure_http) {
-        (Some(tls), _) => {
-            let (rustls, reloader) = crate::http::tls_from_config(tls).await.with_context(|| {
-                format!(
-                    "TLS certificate {} / key {}",
-                    tls.cert_file.display(),
-                    tls.key_file.display()
-                )
-            })?;
-            (Some(rustls), Some(reloader))
-        }
-        (None, true) => {
-            tracing::warn!("serving plain HTTP (insecure_http): only behind a proxy that terminates TLS");
-            (None, None)
-        }
-        (None, false) => bail!("no TLS configured"),
-    };
-    // Everything is checked before the port is taken and announced.
-    let listen = config.listen;
-    let (app, background) = App::build(config, Arc::new(SystemClock)).await?;
-    let listener =
-        std::net::TcpListener::bind(listen).with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(address = %listen, tls = tls.is_some(), "listening");
-    crate::http::run(app.clone(), listener, tls, shutdown_signal()).await?;
-    background.refusal_recorder.abort();
-    app.record_refusals().await;
-    drop(app);
-    // Every request is done and every App handle dropped: the writer drains.
-    background.key_refresher.abort();
-    background.rate_limit_janitor.abort();
-    if let Some(reloader) = tls_reloader {
-        reloader.abort();
-    }
-    let _ = background.audit_writer.await;
-    tracing::info!("stopped");
+    let server = Server::bind(config, Arc::new(SystemClock)).await?;
+    server.run_until_stopped(shutdown_signal()).await;
     Ok(())
 }
 

@@ -18,6 +18,9 @@
 //! - `config`: the configuration file and its environment overrides.
 //! - `app`: the server's state built from the configuration.
 //! - `http`: router, handlers, problem details, the serve loop.
+//! - `server`: start-up and shutdown around the serve loop, one path for
+//!   `serve`, the tests and the quick start; everything is checked before
+//!   the port is taken, and a stop loses no audit record.
 //! - `ratelimit`: requests per identity and per client address.
 //! - `refusals`: unauthenticated and rate-limited refusals, aggregated so
 //!   that a flood adds a bounded number of audit records.
@@ -41,5 +44,6 @@ pub mod policy;
 pub mod ratelimit;
 pub mod refusals;
 pub mod secret_file;
+pub mod server;
 pub mod telemetry;
 pub mod x509;

@@ -14,6 +14,7 @@ use sqlx::Connection;
 use talos_sso_server::app::{App, SystemClock};
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::config::Config;
+use talos_sso_server::server::Server;
 use time::OffsetDateTime;
 
 use crate::emulator::{
@@ -292,35 +293,15 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: Config) -> Self {
-        let (tls, tls_reloader) = match &config.tls {
-            Some(tls) => {
-                let (rustls, reloader) = talos_sso_server::http::tls_from_config(tls)
-                    .await
-                    .expect("TLS files");
-                (Some(rustls), Some(reloader))
-            }
-            None => (None, None),
-        };
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let base_url = format!("{scheme}://{}", listener.local_addr().expect("address"));
-        let (app, background) = App::build(config, Arc::new(SystemClock))
+        let server = Server::bind(config, Arc::new(SystemClock))
             .await
             .expect("server starts");
+        let base_url = server.url();
+        let app = server.app().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = app.clone();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
-            let _ = talos_sso_server::http::run(served, listener, tls, shutdown).await;
-            background.key_refresher.abort();
-            background.rate_limit_janitor.abort();
-            background.refusal_recorder.abort();
-            if let Some(reloader) = tls_reloader {
-                reloader.abort();
-            }
-        });
+        let task = tokio::spawn(server.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
         Self {
             base_url,
             app,
@@ -329,7 +310,9 @@ impl TestServer {
         }
     }
 
-    /// Stop accepting, finish in-flight requests.
+    /// Shut down as `serve` does at SIGTERM: stop accepting, finish
+    /// in-flight requests, record the refusal counts. The audit writer stays
+    /// with [`Self::app`], so that the trail can still be read.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

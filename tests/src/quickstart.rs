@@ -20,9 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use talos_sso_server::app::{App, SystemClock};
+use talos_sso_server::app::{StartError, SystemClock};
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::config::Config;
+use talos_sso_server::server::Server;
 use time::OffsetDateTime;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
@@ -669,35 +670,36 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     say(&format!("   {}", ca_cert.display()));
 
     say("3. talos-sso-server with the embedded SQLite audit store");
-    let listener = std::net::TcpListener::bind(("127.0.0.1", options.server_port)).map_err(|e| {
-        format!(
-            "cannot listen on port {}: {e}; choose another with --server-port (0: any free port)",
-            options.server_port
-        )
-    })?;
-    let address = listener.local_addr().map_err(|e| e.to_string())?;
-    let server_url = format!("http://{address}");
     let config_path = dir.join("server.yaml");
-    std::fs::write(
-        &config_path,
-        config_text(&emulator, &dir, &ca_cert, &ca_key, &address.to_string()),
-    )
-    .map_err(|e| e.to_string())?;
+    let write_config = |listen: &str| {
+        std::fs::write(
+            &config_path,
+            config_text(&emulator, &dir, &ca_cert, &ca_key, listen),
+        )
+        .map_err(|e| e.to_string())
+    };
+    write_config(&format!("127.0.0.1:{}", options.server_port))?;
     let config = Config::load_with_env(&config_path, []).map_err(|e| e.to_string())?;
-    let (app, background) = App::build(config, Arc::new(SystemClock))
+    let server = Server::bind(config, Arc::new(SystemClock))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e {
+            StartError::Listen { error, .. } => format!(
+                "cannot listen on port {}: {error}; choose another with --server-port (0: any free port)",
+                options.server_port
+            ),
+            other => other.to_string(),
+        })?;
+    let address = server.local_addr();
+    if address.port() != options.server_port {
+        // Port 0: the file names the port the system chose.
+        write_config(&address.to_string())?;
+    }
+    let server_url = server.url();
+    let trail = server.app().audit.store().clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = app.clone();
-    let server = tokio::spawn(async move {
-        let _ = talos_sso_server::http::run(served, listener, None, async move {
-            let _ = stopped.await;
-        })
-        .await;
-        background.key_refresher.abort();
-        background.rate_limit_janitor.abort();
-        background.refusal_recorder.abort();
-    });
+    let server = tokio::spawn(server.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
     say(&format!(
         "   {server_url} (config {}, audit {})",
         config_path.display(),
@@ -732,7 +734,7 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     ));
 
     // bob's decision is the newest record until the auditor's queries.
-    let records = app.audit.store().page(0, 100).await.map_err(|e| e.to_string())?;
+    let records = trail.page(0, 100).await.map_err(|e| e.to_string())?;
     let last = records.last().ok_or("no audit record")?;
     let audit_record = serde_json::to_value(last).map_err(|e| e.to_string())?;
     let seq = last.seq.to_string();

@@ -7,10 +7,13 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::{Value, json};
 use talos_sso::key::ClientKey;
+use talos_sso_server::app::{SystemClock, open_store};
 use talos_sso_server::audit::{GENESIS_HASH, StoredRecord};
 use talos_sso_server::cli::{Cli, run};
-use talos_sso_tests::emulator::{Faults, GROUP_ONCALL, TokenKind};
-use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_server::config::Config;
+use talos_sso_server::server::Server;
+use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, TokenKind};
+use talos_sso_tests::harness::{Backend, TestEnv, Workdir, config_yaml};
 use talos_sso_tests::talos_checker;
 
 use clap::Parser;
@@ -906,6 +909,53 @@ async fn shutdown_lets_in_flight_requests_finish() {
     );
     let rows = app.audit.store().page(0, 10).await.unwrap();
     assert_eq!(rows.len(), 1, "and its audit record was written");
+}
+
+/// The order of a stop matters: the refusals counted since the last window
+/// are recorded while the audit writer still takes records, and the writer
+/// drains before `run_until_stopped` returns, so the counts are in the trail
+/// once the server has stopped.
+#[tokio::test]
+async fn a_stop_records_the_refusal_counts_before_the_writer_drains() {
+    let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
+    let work = Workdir::new();
+    let database_url = format!("sqlite://{}", work.path().join("audit.db").display());
+    let config = Config::from_yaml(&config_yaml(&emulator, &work, &database_url)).unwrap();
+    // No handle on the app is kept here, as in `serve`: the stop drains the writer.
+    let server = Server::bind(config.clone(), Arc::new(SystemClock)).await.unwrap();
+    let url = format!("{}/v1/certificates", server.url());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    for _ in 0..4 {
+        let refused = http
+            .post(&url)
+            .json(&json!({"cluster": "prod", "csr": "not a CSR"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 401);
+    }
+    stop.send(()).unwrap();
+    running.await.unwrap();
+    let store = open_store(&config, false).await.unwrap();
+    let rows = store.page(0, 100).await.unwrap();
+    store.close().await;
+    let trail: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r.record.event.as_str(), r.record.reason_code.as_deref()))
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            ("certificate.denied", Some("token_missing")),
+            ("refusals.aggregated", Some("token_missing")),
+        ],
+        "the first refusal in full, then the count of the others"
+    );
+    assert_eq!(rows[1].record.details["count"], 3);
 }
 
 #[tokio::test]

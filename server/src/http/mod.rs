@@ -10,7 +10,8 @@
 //!   and how a refusal is recorded;
 //! - `privileged`: authenticating auditors and admins;
 //! - `error`: problem details;
-//! - `serve`: the serve loop (TLS, limits, graceful shutdown).
+//! - `serve`: the serve loop (TLS, limits, graceful shutdown) that
+//!   [`crate::server::Server`] runs.
 
 pub mod audit;
 pub mod caller;
@@ -20,8 +21,6 @@ pub mod error;
 pub mod privileged;
 pub mod serve;
 pub mod status;
-
-pub use serve::{TlsFiles, run, tls_from_config};
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

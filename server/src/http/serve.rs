@@ -15,7 +15,7 @@
 //! - HTTP/2: at most `http2_max_concurrent_streams` streams per connection,
 //!   and hyper's defences against reset floods;
 //! - at shutdown, no new connections; open ones finish their requests
-//!   within `shutdown_grace`.
+//!   within `shutdown_grace`, then the remaining ones are closed.
 //!
 //! The TLS certificate and key are reloaded when their files change.
 
@@ -48,7 +48,7 @@ use crate::config::{HttpConfig, TlsConfig};
 /// The server's TLS certificate and key, swapped in place when the files
 /// change; each new connection takes the current pair.
 #[derive(Debug, Clone)]
-pub struct TlsFiles {
+pub(crate) struct TlsFiles {
     current: Arc<RwLock<Arc<ServerConfig>>>,
 }
 
@@ -89,7 +89,7 @@ fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
 /// `reload_interval` the files' modification times are compared, and changed
 /// files are loaded into the running server. A load that fails (half-written
 /// files, a key that does not match) is logged and the current pair stays.
-pub async fn tls_from_config(tls: &TlsConfig) -> io::Result<(TlsFiles, tokio::task::JoinHandle<()>)> {
+pub(crate) async fn tls_from_config(tls: &TlsConfig) -> io::Result<(TlsFiles, tokio::task::JoinHandle<()>)> {
     let files = TlsFiles {
         current: Arc::new(RwLock::new(Arc::new(load_tls(&tls.cert_file, &tls.key_file)?))),
     };
@@ -232,24 +232,26 @@ fn connection_builder(http: &HttpConfig) -> Builder<TokioExecutor> {
 }
 
 /// Serve until `shutdown` completes, then let open connections finish their
-/// requests for up to `shutdown_grace`. `tls` is `None` only when the
-/// configuration asks for plain HTTP.
-pub async fn run(
+/// requests for up to `shutdown_grace` and close those still open after it:
+/// when this returns, no connection holds the app. `tls` is `None` only
+/// when the configuration asks for plain HTTP.
+pub(crate) async fn run(
     app: Arc<App>,
-    listener: std::net::TcpListener,
+    listener: tokio::net::TcpListener,
     tls: Option<TlsFiles>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
+    shutdown: impl Future<Output = ()>,
+) {
     let http = Arc::new(app.config.http.clone());
     let router = super::router(app);
-    listener.set_nonblocking(true)?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
     let builder = Arc::new(connection_builder(&http));
     let slots = Arc::new(Semaphore::new(http.max_connections));
     let per_address = Arc::new(PerAddress::default());
     let (stop, stopping) = watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
+        // Forget the connections that ended: the set holds the open ones.
+        while connections.try_join_next().is_some() {}
         let permit = tokio::select! {
             permit = slots.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
@@ -285,7 +287,7 @@ pub async fn run(
             peer,
         };
         let acceptor = tls.as_ref().map(TlsFiles::acceptor);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _slots = (permit, address_slot);
             connection.serve(stream, acceptor).await;
         });
@@ -299,7 +301,7 @@ pub async fn run(
     {
         tracing::warn!("shutdown grace over; closing the remaining connections");
     }
-    Ok(())
+    connections.shutdown().await;
 }
 
 /// One accepted connection and what it needs.

@@ -1,0 +1,171 @@
+//! Start-up and shutdown of a serving talos-sso-server: one path for
+//! `serve`, the tests and the quick start.
+//!
+//! [`Server::bind`] builds and checks everything (the TLS material, the app
+//! with its background tasks) before it takes the port, so that a broken
+//! configuration is reported as such, not as a port someone else holds.
+//! [`Server::run_until_stopped`] serves until its shutdown future completes,
+//! then stops in the order that loses nothing: no new connections, in-flight
+//! requests finish within `http.shutdown_grace`, the periodic tasks stop, the
+//! last refusal counts are recorded while the audit writer still takes
+//! records, and the writer drains.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+
+use crate::app::{App, Background, Clock, StartError};
+use crate::config::{Config, ConfigError};
+use crate::http::serve::{self, TlsFiles};
+
+/// A server that holds its port, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    app: Arc<App>,
+    listener: tokio::net::TcpListener,
+    /// Where the listener is bound: the configured address, with the port
+    /// the system chose when the configuration says 0.
+    local_addr: SocketAddr,
+    /// `None` for plain HTTP (`insecure_http`).
+    tls: Option<TlsFiles>,
+    tasks: Tasks,
+}
+
+/// What runs beside the serve loop.
+#[derive(Debug)]
+struct Tasks {
+    background: Background,
+    /// Reloads the TLS certificate and key when their files change.
+    tls_reloader: Option<JoinHandle<()>>,
+}
+
+impl Tasks {
+    /// Stop everything periodic; the audit writer keeps taking records.
+    fn stop_periodic(&self) {
+        self.background.refusal_recorder.abort();
+        self.background.key_refresher.abort();
+        self.background.rate_limit_janitor.abort();
+        if let Some(reloader) = &self.tls_reloader {
+            reloader.abort();
+        }
+    }
+}
+
+impl Server {
+    /// Load the TLS material, build the app (CA material, rules, policy
+    /// examples, the identity provider, the database) and only then bind
+    /// `config.listen`. Nothing is left running when this fails.
+    pub async fn bind(config: Config, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
+        let (tls, tls_reloader) = tls_material(&config).await?.unzip();
+        let listen = config.listen;
+        let (app, background) = match App::build(config, clock).await {
+            Ok(built) => built,
+            Err(error) => {
+                if let Some(reloader) = tls_reloader {
+                    reloader.abort();
+                }
+                return Err(error);
+            }
+        };
+        let tasks = Tasks {
+            background,
+            tls_reloader,
+        };
+        let (listener, local_addr) = match listen_on(listen) {
+            Ok(bound) => bound,
+            Err(error) => {
+                // The app goes with this error, and its audit writer with it.
+                tasks.stop_periodic();
+                return Err(StartError::Listen {
+                    address: listen,
+                    error,
+                });
+            }
+        };
+        tracing::info!(address = %local_addr, tls = tls.is_some(), "listening");
+        Ok(Self {
+            app,
+            listener,
+            local_addr,
+            tls,
+            tasks,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The base URL of the listener: `https://` when serving TLS.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr)
+    }
+
+    /// The running state. A handle kept past [`Self::run_until_stopped`]
+    /// keeps the audit writer (and the trail readable) until it is dropped.
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// Serve until `shutdown` completes, then shut down in order.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) {
+        let Self {
+            app,
+            listener,
+            tls,
+            tasks,
+            ..
+        } = self;
+        let shutdown = async {
+            shutdown.await;
+            tracing::info!("shutting down: finishing in-flight requests");
+        };
+        serve::run(app.clone(), listener, tls, shutdown).await;
+        // The refusal recorder stops first, so that the last window is
+        // closed once, here, while the writer still takes its records.
+        tasks.stop_periodic();
+        app.record_refusals().await;
+        // The writer ends when its last handle is dropped, after writing
+        // what is queued. No connection holds the app any more; a handle
+        // taken with `app()` and still held keeps the writer for its holder.
+        if let Some(app) = Arc::into_inner(app) {
+            drop(app);
+            let _ = tasks.background.audit_writer.await;
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// The TLS certificate and key with the task that reloads them, or `None`
+/// when the configuration asks for plain HTTP.
+async fn tls_material(config: &Config) -> Result<Option<(TlsFiles, JoinHandle<()>)>, StartError> {
+    match (&config.tls, config.insecure_http) {
+        (Some(tls), _) => serve::tls_from_config(tls)
+            .await
+            .map(Some)
+            .map_err(|error| StartError::Tls {
+                cert_file: tls.cert_file.clone(),
+                key_file: tls.key_file.clone(),
+                error,
+            }),
+        (None, true) => {
+            tracing::warn!("serving plain HTTP (insecure_http): only behind a proxy that terminates TLS");
+            Ok(None)
+        }
+        (None, false) => Err(StartError::Config(ConfigError::Invalid(
+            "no TLS configured: set `tls` (cert_file, key_file), or `insecure_http: true` behind a TLS proxy"
+                .into(),
+        ))),
+    }
+}
+
+/// A listener on `address`, as the serve loop takes it.
+fn listen_on(address: SocketAddr) -> std::io::Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = std::net::TcpListener::bind(address)?;
+    listener.set_nonblocking(true)?;
+    let local_addr = listener.local_addr()?;
+    Ok((tokio::net::TcpListener::from_std(listener)?, local_addr))
+}
