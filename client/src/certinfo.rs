@@ -2,12 +2,10 @@
 //! Subject Organization values, as Talos reads them), username (CN) and
 //! expiry.
 
-use der::{Decode, Tag, Tagged};
+use const_oid::db::rfc4519::{COMMON_NAME, ORGANIZATION_NAME as ORGANIZATION};
+use der::{Tag, Tagged};
 use spki::ObjectIdentifier;
 use time::OffsetDateTime;
-
-const ORGANIZATION: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.10");
-const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafInfo {
@@ -18,11 +16,10 @@ pub struct LeafInfo {
 
 /// The first certificate of a PEM chain.
 pub fn leaf_info(chain_pem: &str) -> Option<LeafInfo> {
-    let start = chain_pem.find("-----BEGIN CERTIFICATE-----")?;
-    let end_marker = "-----END CERTIFICATE-----";
-    let end = chain_pem[start..].find(end_marker)? + start + end_marker.len();
-    let (_, der) = der::pem::decode_vec(&chain_pem.as_bytes()[start..end]).ok()?;
-    let cert = x509_cert::Certificate::from_der(&der).ok()?;
+    let cert = x509_cert::Certificate::load_pem_chain(chain_pem.as_bytes())
+        .ok()?
+        .into_iter()
+        .next()?;
     let tbs = cert.tbs_certificate();
     let strings = |oid: ObjectIdentifier| -> Vec<String> {
         tbs.subject()

@@ -11,12 +11,12 @@ use std::str::FromStr;
 use der::{Encode, asn1::BitString};
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{Ed25519KeyPair, KeyPair};
-use spki::{AlgorithmIdentifierOwned, ObjectIdentifier, SubjectPublicKeyInfoOwned};
+use spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
 use x509_cert::name::Name;
 use x509_cert::request::{CertReq, CertReqInfo, Version};
 use zeroize::Zeroizing;
 
-const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
+use const_oid::db::rfc8410::ID_ED_25519 as ED25519;
 
 /// The PEM label Talos uses for Ed25519 keys (Go's `crypto/tls` accepts any
 /// label ending in `PRIVATE KEY`).

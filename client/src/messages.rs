@@ -58,8 +58,7 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
             list(entitled)
         ),
         ErrorCode::TtlTooLong { max_ttl_seconds } => ttl_refused(cluster, *max_ttl_seconds),
-        // Sent for a lifetime of zero, with no maximum to name.
-        ErrorCode::TtlInvalid => ttl_refused(cluster, 0),
+        ErrorCode::TtlInvalid => "a --ttl must be at least one second; ask for more".into(),
         ErrorCode::TokenExpired { server_time }
         | ErrorCode::TokenNotYetValid { server_time }
         | ErrorCode::TokenIssuedInFuture { server_time } => match clock_skew(server_time) {
@@ -162,6 +161,7 @@ mod tests {
                 json!({"max_ttl_seconds": 900}),
                 "at most 900 seconds",
             ),
+            ("ttl_invalid", json!({}), "a --ttl must be at least one second"),
             (
                 "token_expired",
                 json!({"server_time": now}),
