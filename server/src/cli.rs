@@ -95,6 +95,21 @@ pub enum AuditCommand {
     },
 }
 
+/// Where a new CA is written, and its key type.
+#[derive(Debug, Args)]
+pub struct NewCaOutput {
+    /// Where to write the certificate; for an intermediate, followed by the
+    /// root (must not exist).
+    #[arg(long)]
+    out_cert: PathBuf,
+    /// Where to write the private key, mode 0600 (must not exist).
+    #[arg(long)]
+    out_key: PathBuf,
+    /// Key type of the new CA.
+    #[arg(long, value_enum, default_value = "ed25519")]
+    key_type: KeyTypeArg,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CaCommand {
     /// Show subject, key type, fingerprint and validity of CA material, and
@@ -112,15 +127,8 @@ pub enum CaCommand {
         /// How long the intermediate is valid (e.g. 90d, 1y); never past the root.
         #[arg(long, value_parser = humantime::parse_duration)]
         validity: Duration,
-        /// Where to write the certificate chain (must not exist).
-        #[arg(long)]
-        out_cert: PathBuf,
-        /// Where to write the private key, mode 0600 (must not exist).
-        #[arg(long)]
-        out_key: PathBuf,
-        /// Key type of the intermediate.
-        #[arg(long, value_enum, default_value = "ed25519")]
-        key_type: KeyTypeArg,
+        #[command(flatten)]
+        output: NewCaOutput,
         /// Common name of the intermediate's subject.
         #[arg(long, default_value = "talos-sso intermediate CA")]
         common_name: String,
@@ -128,15 +136,8 @@ pub enum CaCommand {
     /// Create a new self-signed Talos-style CA (for evaluation clusters and
     /// demos; production clusters use the CA Talos generated).
     New {
-        /// Where to write the certificate (must not exist).
-        #[arg(long)]
-        out_cert: PathBuf,
-        /// Where to write the private key, mode 0600 (must not exist).
-        #[arg(long)]
-        out_key: PathBuf,
-        /// Key type of the CA.
-        #[arg(long, value_enum, default_value = "ed25519")]
-        key_type: KeyTypeArg,
+        #[command(flatten)]
+        output: NewCaOutput,
         /// Organization of the CA's subject (Talos uses `talos`).
         #[arg(long, default_value = "talos")]
         organization: String,
@@ -189,14 +190,16 @@ pub struct CaSourceArgs {
 }
 
 impl CaSourceArgs {
+    /// The flags name a source exactly as a cluster's `ca` keys do.
     pub fn source(&self) -> anyhow::Result<CaSource> {
-        CaSource::from_parts(
-            self.cert_file.as_ref(),
-            self.key_file.as_ref(),
-            self.secrets_bundle.as_ref(),
-            self.machine_config.as_ref(),
-        )
-        .ok_or_else(|| {
+        let keys = crate::config::CaConfig {
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            secrets_bundle: self.secrets_bundle.clone(),
+            machine_config: self.machine_config.clone(),
+            allow_insecure_key_permissions: self.allow_insecure_key_permissions,
+        };
+        keys.source().map_err(|_| {
             anyhow::anyhow!("give exactly one CA source: --cert-file with --key-file, --secrets-bundle, or --machine-config")
         })
     }
@@ -370,9 +373,12 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
         Command::Ca(CaCommand::Intermediate {
             source,
             validity,
-            out_cert,
-            out_key,
-            key_type,
+            output:
+                NewCaOutput {
+                    out_cert,
+                    out_key,
+                    key_type,
+                },
             common_name,
         }) => {
             let root = source.load(now)?;
@@ -391,9 +397,12 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Ca(CaCommand::New {
-            out_cert,
-            out_key,
-            key_type,
+            output:
+                NewCaOutput {
+                    out_cert,
+                    out_key,
+                    key_type,
+                },
             organization,
             validity,
         }) => {

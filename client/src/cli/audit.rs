@@ -10,7 +10,7 @@ use talos_sso_api::AuditQuery;
 use talos_sso_api::audit::{MAX_PAGE, event, outcome};
 
 use super::explained;
-use super::login::{ExecLoginArgs, authenticated};
+use super::login::{LoginMethod, authenticated};
 use super::output::{AuditOutput, print_records, record_json};
 use crate::api::ApiClient;
 
@@ -90,7 +90,7 @@ pub enum AuditCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
     /// One record in full.
     Show {
@@ -100,7 +100,7 @@ pub enum AuditCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
     /// Every matching record, all pages, as JSON lines or CSV.
     Export {
@@ -113,7 +113,7 @@ pub enum AuditCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
     /// Ask the server to recompute the hash chain.
     Verify {
@@ -121,7 +121,7 @@ pub enum AuditCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
 }
 

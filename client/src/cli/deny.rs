@@ -8,7 +8,7 @@ use talos_sso_api::audit::format_micros;
 use talos_sso_api::{DenyEntry, DenyRequest};
 
 use super::explained;
-use super::login::{ExecLoginArgs, authenticated};
+use super::login::{LoginMethod, authenticated};
 use crate::display::escape;
 
 #[derive(Debug, Subcommand)]
@@ -31,7 +31,7 @@ pub enum DenyCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
     /// Unblock.
     Remove {
@@ -45,7 +45,7 @@ pub enum DenyCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
     /// Who is blocked.
     List {
@@ -53,7 +53,7 @@ pub enum DenyCommand {
         #[arg(long)]
         server: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
     },
 }
 

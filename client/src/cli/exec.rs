@@ -3,18 +3,17 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 
-use super::login::{ExecLoginArgs, LoginArgs, login};
+use super::login::{LOGIN_TIMEOUT, LoginArgs, LoginMethod, login};
 use super::status::login_status;
 use crate::state;
 use crate::talosconfig;
 
 pub(super) async fn exec(
     cluster: Option<&str>,
-    login_args: &ExecLoginArgs,
+    login_args: &LoginMethod,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     let saved = state::load();
@@ -32,10 +31,8 @@ pub(super) async fn exec(
             cluster: Some(cluster.clone()),
             roles: record.as_ref().map(|r| r.roles.clone()).unwrap_or_default(),
             ttl: None,
-            device: login_args.device,
-            no_browser: login_args.no_browser,
-            callback_port: login_args.callback_port,
-            timeout: Duration::from_secs(300),
+            method: login_args.clone(),
+            timeout: LOGIN_TIMEOUT,
             talosconfig: record.as_ref().map(|r| r.talosconfig.clone()),
             context: record.as_ref().map(|r| r.context.clone()),
             set_current: false,

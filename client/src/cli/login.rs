@@ -35,15 +35,8 @@ pub struct LoginArgs {
     /// Certificate lifetime (default: the cluster's, usually 5m).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub ttl: Option<Duration>,
-    /// Log in with a code on another device (SSH sessions, headless machines).
-    #[arg(long)]
-    pub device: bool,
-    /// Print the login URL instead of opening a browser.
-    #[arg(long)]
-    pub no_browser: bool,
-    /// Fixed port for the browser's redirect to http://localhost:PORT/callback.
-    #[arg(long)]
-    pub callback_port: Option<u16>,
+    #[command(flatten)]
+    pub method: LoginMethod,
     /// How long to wait for the browser.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
     pub timeout: Duration,
@@ -58,20 +51,23 @@ pub struct LoginArgs {
     pub set_current: bool,
 }
 
-/// The login options `exec`, `audit` and `deny` need when they have to log
-/// in again.
-#[derive(Debug, Clone, Args)]
-pub struct ExecLoginArgs {
-    /// If a login is needed, log in with a code on another device (SSH sessions, headless machines).
+/// How to log in, for `login` and for the commands that log in again when
+/// they have to (`exec`, `audit`, `deny`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct LoginMethod {
+    /// When logging in, use a code on another device (SSH sessions, headless machines).
     #[arg(long)]
     pub device: bool,
-    /// If a login is needed, print the login URL instead of opening a browser.
+    /// When logging in, print the login URL instead of opening a browser.
     #[arg(long)]
     pub no_browser: bool,
-    /// If a login is needed, the fixed port for the browser's redirect to http://localhost:PORT/callback.
+    /// When logging in, the fixed port for the browser's redirect to http://localhost:PORT/callback.
     #[arg(long)]
     pub callback_port: Option<u16>,
 }
+
+/// How long a command that logs in again waits for the browser.
+pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
 
 pub fn default_talosconfig(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(talosconfig::resolve_path(explicit)?)
@@ -107,7 +103,8 @@ fn pick_cluster<'a>(wanted: Option<&str>, info: &'a ServerInfo) -> anyhow::Resul
 async fn obtain_tokens(
     provider: &Provider,
     server: &str,
-    login: &LoginArgs,
+    login: &LoginMethod,
+    timeout: Duration,
     opener: Option<Opener>,
 ) -> anyhow::Result<Tokens> {
     let key = cache::key(server, &provider.issuer, &provider.client_id);
@@ -136,7 +133,7 @@ async fn obtain_tokens(
         let options = BrowserOptions {
             callback_port: login.callback_port,
             opener,
-            timeout: login.timeout,
+            timeout,
         };
         crate::login::browser::login(provider, &options).await?
     };
@@ -168,7 +165,7 @@ pub async fn login_with(
         &info,
     )?;
     let provider = Provider::discover(&info).await?;
-    let tokens = obtain_tokens(&provider, &server, args, opener).await?;
+    let tokens = obtain_tokens(&provider, &server, &args.method, args.timeout, opener).await?;
 
     let key = ClientKey::generate()?;
     let csr = key.csr_pem()?;
@@ -296,7 +293,7 @@ pub(super) fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> a
 /// The server and a fresh token for commands that are not `login`.
 pub(super) async fn authenticated(
     server: Option<&str>,
-    login: &ExecLoginArgs,
+    login: &LoginMethod,
 ) -> anyhow::Result<(ApiClient, Tokens)> {
     let saved = state::load();
     let server = server
@@ -306,20 +303,7 @@ pub(super) async fn authenticated(
     let api = ApiClient::new(&server)?;
     let info = api.info().await.map_err(explained)?;
     let provider = Provider::discover(&info).await?;
-    let args = LoginArgs {
-        server: Some(server.clone()),
-        cluster: None,
-        roles: vec![],
-        ttl: None,
-        device: login.device,
-        no_browser: login.no_browser,
-        callback_port: login.callback_port,
-        timeout: Duration::from_secs(300),
-        talosconfig: None,
-        context: None,
-        set_current: false,
-    };
-    let tokens = obtain_tokens(&provider, &server, &args, Some(system_opener())).await?;
+    let tokens = obtain_tokens(&provider, &server, login, LOGIN_TIMEOUT, Some(system_opener())).await?;
     // Remember the server, as `login` does.
     state::update(|s| s.server = Some(server.clone())).context("saving the client configuration")?;
     Ok((api, tokens))

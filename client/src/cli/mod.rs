@@ -24,7 +24,7 @@ pub mod status;
 
 use self::audit::AuditCommand;
 use self::deny::DenyCommand;
-use self::login::{ExecLoginArgs, LoginArgs};
+use self::login::{LoginArgs, LoginMethod};
 use self::status::Output;
 use crate::api::ApiError;
 
@@ -65,7 +65,7 @@ pub enum Command {
         #[arg(long)]
         cluster: Option<String>,
         #[command(flatten)]
-        login: ExecLoginArgs,
+        login: LoginMethod,
         /// The command, after `--` (e.g. `-- talosctl get members`).
         #[arg(last = true, required = true)]
         command: Vec<String>,

@@ -99,6 +99,25 @@ pub struct NewCa {
     pub cert: ParsedCertificate,
 }
 
+/// What a CA certificate is for, and the id of its key.
+fn ca_extensions(
+    spki: &spki::SubjectPublicKeyInfoOwned,
+    usage: der::flagset::FlagSet<KeyUsages>,
+    extended: Vec<spki::ObjectIdentifier>,
+    path_len: Option<u8>,
+) -> Result<Vec<x509_cert::ext::Extension>, X509Error> {
+    let mut extensions = x509::purpose_extensions(
+        KeyUsage(usage),
+        extended,
+        BasicConstraints {
+            ca: true,
+            path_len_constraint: path_len,
+        },
+    )?;
+    extensions.push(x509::subject_key_id(spki)?);
+    Ok(extensions)
+}
+
 /// A self-signed CA shaped like the one `talosctl gen secrets` makes:
 /// subject `O=talos` (or the given organization), CA:TRUE, key usage
 /// digitalSignature + keyCertSign, EKU serverAuth + clientAuth, a subject key id.
@@ -112,15 +131,12 @@ pub fn new_root(
     let new_key = generate_key(key_type, &rng)?;
     let spki = new_key.key.public_key_info()?;
     let name = x509::encode_name(&[(oid::ORGANIZATION, organization)])?;
-    let mut extensions = x509::purpose_extensions(
-        KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyCertSign),
+    let extensions = ca_extensions(
+        &spki,
+        KeyUsages::DigitalSignature | KeyUsages::KeyCertSign,
         vec![oid::KP_SERVER_AUTH, oid::KP_CLIENT_AUTH],
-        BasicConstraints {
-            ca: true,
-            path_len_constraint: None,
-        },
+        None,
     )?;
-    extensions.push(x509::subject_key_id(&spki)?);
     let serial = x509::random_serial(&rng)?;
     let spki_der = spki.to_der()?;
     let template = CertificateTemplate {
@@ -152,23 +168,21 @@ pub fn new_intermediate(
     validity: Duration,
     now: OffsetDateTime,
 ) -> Result<NewCa, X509Error> {
-    let rng = SystemRandom::new();
-    let new_key = generate_key(key_type, &rng)?;
-    let spki = new_key.key.public_key_info()?;
+    // The root's generator makes the new key, the serial and the signature.
+    let rng = root.rng();
     let parent = root.signer();
+    let new_key = generate_key(key_type, rng)?;
+    let spki = new_key.key.public_key_info()?;
     // Only clientAuth: it cannot vouch for a server pretending to be a node.
-    let mut extensions = x509::purpose_extensions(
-        KeyUsage(KeyUsages::KeyCertSign.into()),
+    let mut extensions = ca_extensions(
+        &spki,
+        KeyUsages::KeyCertSign.into(),
         vec![oid::KP_CLIENT_AUTH],
-        BasicConstraints {
-            ca: true,
-            path_len_constraint: Some(0),
-        },
+        Some(0),
     )?;
-    extensions.push(x509::subject_key_id(&spki)?);
     let subject = x509::encode_name(&[(oid::COMMON_NAME, common_name)])?;
     extensions.extend(x509::authority_key_id(parent)?);
-    let serial = x509::random_serial(&rng)?;
+    let serial = x509::random_serial(rng)?;
     let spki_der = spki.to_der()?;
     let template = CertificateTemplate {
         serial: &serial,
@@ -179,7 +193,7 @@ pub fn new_intermediate(
         not_after: std::cmp::min(now + validity, parent.not_after()),
         extensions,
     };
-    let der = x509::sign_certificate(&template, root.key(), root.rng())?;
+    let der = x509::sign_certificate(&template, root.key(), rng)?;
     let cert = ParsedCertificate::from_der(&der)?;
     let cert_pem = format!("{}{}", cert.to_pem(), parent.to_pem());
     Ok(NewCa {
