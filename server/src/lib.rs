@@ -1,23 +1,29 @@
 //! talos-sso-server: signs five-minute Talos client certificates for people
 //! who logged in with their company identity.
 //!
-//! Data flows one way: `http` -> `identity` -> `policy` -> `certificate`/`ca`
-//! -> `audit` -> response. The domain modules (`certificate`, `policy`, `ca`,
-//! `identity::token`) know nothing about HTTP or SQL.
+//! Data flows one way: `http` extracts and authenticates (`identity`), then
+//! calls `issuance`, which decides (`policy`), signs (`certificate` with a
+//! `ca`) and records (`audit`) before anything is answered. The domain
+//! modules (`issuance`, `certificate`, `policy`, `ca`, `identity::token`)
+//! know nothing about HTTP; only `audit::store` knows SQL. The request and
+//! response types are the `talos-sso-api` crate's, shared with the CLI.
 //!
 //! - `x509`: DER mechanics (exact name bytes, building, signing, verifying).
-//! - `ca`: Talos CA material in every form Talos writes, refused when unsafe;
-//!   `ca::generate` makes new roots and intermediates.
+//! - `ca`: Talos CA material in every form Talos writes (it reads files),
+//!   refused when unsafe; `ca::generate` makes new roots and intermediates.
 //! - `certificate`: CSR checks and the Talos client certificate profile.
 //! - `identity`: bearer-token verification for every trusted issuer (kinds
 //!   `oidc` and `entra`), discovery and keys, Entra group overage through Graph.
-//! - `metrics`: Prometheus metrics on `/metrics`.
 //! - `policy`: claims to Talos roles per cluster; pure, checked at load.
+//! - `issuance`: the one service that decides, signs and records a
+//!   certificate, for the API and for break-glass.
 //! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with
 //!   group commit.
+//! - `metrics`: Prometheus metrics on `/metrics`.
 //! - `config`: the configuration file and its environment overrides.
 //! - `app`: the server's state built from the configuration.
-//! - `http`: router, handlers, problem details, the serve loop.
+//! - `http`: router, one module per endpoint group, problem details, the
+//!   serve loop.
 //! - `server`: start-up and shutdown around the serve loop, one path for
 //!   `serve`, the tests and the quick start; everything is checked before
 //!   the port is taken, and a stop loses no audit record.
