@@ -233,19 +233,6 @@ impl ChainCheck {
     }
 }
 
-/// The system's random number generator failed: nothing that needs a
-/// random value may go on with a predictable one instead.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("the system random number generator failed")]
-pub struct RandomError;
-
-/// Random lowercase hex (request ids, test names).
-pub fn random_hex(bytes: usize) -> Result<String, RandomError> {
-    let mut buf = vec![0u8; bytes];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut buf).map_err(|_| RandomError)?;
-    Ok(hex::encode(buf))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
