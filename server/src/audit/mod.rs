@@ -1,8 +1,10 @@
 //! The audit trail: one record per decision, hash-chained, append-only.
 //!
-//! - this module: the record, its canonical encoding and hash, and the chain
-//!   check shared by both stores;
-//! - `store`: Postgres and SQLite behind one type, append in batches, read back;
+//! - this module: what the server does with a record ([`RecordExt`]), the
+//!   canonical encoding and hash, and the chain check shared by both stores;
+//! - `store`: one type in front of Postgres (`store::postgres`) and SQLite
+//!   (`store::sqlite`): append in batches (replay guard, deny list, chain),
+//!   read back, migrate;
 //! - `writer`: group commit, so that many concurrent requests share one
 //!   transaction (and one fsync) while each still waits for its own commit;
 //! - `recorder`: what commits one decision (the writer, or the store for
