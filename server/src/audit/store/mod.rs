@@ -22,8 +22,10 @@ mod sqlite;
 
 use std::time::Duration;
 
+use serde_json::Value;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
+use sqlx::{ColumnIndex, Decode, Row, Type};
 use time::OffsetDateTime;
 
 use super::{AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, StoredRecord, chain};
@@ -378,6 +380,61 @@ impl AuditStore {
         }
         Ok(check)
     }
+}
+
+/// A row of `audit_events` as one backend returns it: each backend reads
+/// the columns it stores its own way (times, lists, JSON).
+trait RecordRow: Row {
+    fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError>;
+    fn list(&self, column: &str) -> Result<Vec<String>, StoreError>;
+    fn details(&self) -> Result<Value, StoreError>;
+}
+
+/// The record in a row of `audit_events` ([`COLUMNS`]).
+fn stored_record<R>(row: &R) -> Result<StoredRecord, StoreError>
+where
+    R: RecordRow,
+    &'static str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let record = AuditRecord {
+        occurred_at: row
+            .time("occurred_at")?
+            .ok_or_else(|| StoreError::Corrupt("occurred_at is empty".into()))?,
+        request_id: row.try_get("request_id")?,
+        event: row.try_get("event")?,
+        outcome: row.try_get("outcome")?,
+        reason_code: row.try_get("reason_code")?,
+        cluster: row.try_get("cluster")?,
+        issuer: row.try_get("issuer")?,
+        tenant: row.try_get("tenant")?,
+        subject: row.try_get("subject")?,
+        username: row.try_get("username")?,
+        identity_verified: row.try_get("identity_verified")?,
+        groups_evaluated: row.list("groups_evaluated")?,
+        roles_requested: row.list("roles_requested")?,
+        roles_granted: row.list("roles_granted")?,
+        serial: row.try_get("serial")?,
+        certificate_sha256: row.try_get("certificate_sha256")?,
+        public_key_sha256: row.try_get("public_key_sha256")?,
+        not_before: row.time("not_before")?,
+        not_after: row.time("not_after")?,
+        client_ip: row.try_get("client_ip")?,
+        user_agent: row.try_get("user_agent")?,
+        client_version: row.try_get("client_version")?,
+        token_id: row.try_get("token_id")?,
+        token_issued_at: row.time("token_issued_at")?,
+        details: row.details()?,
+    };
+    Ok(StoredRecord {
+        seq: row.try_get("seq")?,
+        record,
+        prev_hash: row.try_get("prev_hash")?,
+        hash: row.try_get("hash")?,
+    })
 }
 
 /// `(subject, username)` of deny-list entries that match a batch.

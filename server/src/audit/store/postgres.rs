@@ -2,6 +2,7 @@
 //! its pool, its SQL, the advisory lock that serialises chain appends, how
 //! its rows decode, and which of its errors blame the data.
 
+use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgDatabaseError, PgPool, PgPoolOptions, PgRow};
@@ -10,9 +11,10 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL,
-    RecordQuery, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry, extend_chain,
+    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry, extend_chain,
+    stored_record,
 };
-use crate::audit::{AuditRecord, StoredRecord};
+use crate::audit::StoredRecord;
 
 /// Postgres advisory lock key that serialises chain appends (any constant
 /// works; this one spells "talosSSO" in a way nobody else will pick).
@@ -57,7 +59,7 @@ pub(super) async fn records(pool: &PgPool, query: RecordQuery) -> Result<Vec<Sto
             Bind::Int(v) => select.bind(v),
         };
     }
-    select.fetch_all(pool).await?.iter().map(record).collect()
+    select.fetch_all(pool).await?.iter().map(stored_record).collect()
 }
 
 pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreError> {
@@ -189,40 +191,18 @@ impl BatchTx for Transaction<'_, Postgres> {
     }
 }
 
-fn record(row: &PgRow) -> Result<StoredRecord, StoreError> {
-    let record = AuditRecord {
-        occurred_at: row.try_get("occurred_at")?,
-        request_id: row.try_get("request_id")?,
-        event: row.try_get("event")?,
-        outcome: row.try_get("outcome")?,
-        reason_code: row.try_get("reason_code")?,
-        cluster: row.try_get("cluster")?,
-        issuer: row.try_get("issuer")?,
-        tenant: row.try_get("tenant")?,
-        subject: row.try_get("subject")?,
-        username: row.try_get("username")?,
-        identity_verified: row.try_get("identity_verified")?,
-        groups_evaluated: row.try_get("groups_evaluated")?,
-        roles_requested: row.try_get("roles_requested")?,
-        roles_granted: row.try_get("roles_granted")?,
-        serial: row.try_get("serial")?,
-        certificate_sha256: row.try_get("certificate_sha256")?,
-        public_key_sha256: row.try_get("public_key_sha256")?,
-        not_before: row.try_get("not_before")?,
-        not_after: row.try_get("not_after")?,
-        client_ip: row.try_get("client_ip")?,
-        user_agent: row.try_get("user_agent")?,
-        client_version: row.try_get("client_version")?,
-        token_id: row.try_get("token_id")?,
-        token_issued_at: row.try_get("token_issued_at")?,
-        details: row.try_get("details")?,
-    };
-    Ok(StoredRecord {
-        seq: row.try_get("seq")?,
-        record,
-        prev_hash: row.try_get("prev_hash")?,
-        hash: row.try_get("hash")?,
-    })
+impl RecordRow for PgRow {
+    fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn list(&self, column: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn details(&self) -> Result<Value, StoreError> {
+        Ok(self.try_get("details")?)
+    }
 }
 
 #[cfg(test)]

@@ -18,9 +18,10 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
-    HEAD_SQL, RecordQuery, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry, extend_chain,
+    HEAD_SQL, RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry,
+    extend_chain, stored_record,
 };
-use crate::audit::{AuditRecord, StoredRecord, format_micros, parse_micros};
+use crate::audit::{StoredRecord, format_micros, parse_micros};
 
 /// The files of `migrations/sqlite`, embedded at build time; each file's
 /// name gives its version and description.
@@ -75,7 +76,7 @@ pub(super) async fn records(pool: &SqlitePool, query: RecordQuery) -> Result<Vec
             Bind::Int(v) => select.bind(v),
         };
     }
-    select.fetch_all(pool).await?.iter().map(record).collect()
+    select.fetch_all(pool).await?.iter().map(stored_record).collect()
 }
 
 pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, StoreError> {
@@ -244,56 +245,24 @@ fn json_list(items: &[String]) -> String {
     serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
 }
 
-fn time(row: &SqliteRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
-    let text: Option<String> = row.try_get(column)?;
-    text.map(|t| {
-        parse_micros(&t).ok_or_else(|| StoreError::Corrupt(format!("{column}: `{t}` is not a time")))
-    })
-    .transpose()
-}
+impl RecordRow for SqliteRow {
+    fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+        let text: Option<String> = self.try_get(column)?;
+        text.map(|t| {
+            parse_micros(&t).ok_or_else(|| StoreError::Corrupt(format!("{column}: `{t}` is not a time")))
+        })
+        .transpose()
+    }
 
-fn list(row: &SqliteRow, column: &str) -> Result<Vec<String>, StoreError> {
-    let text: String = row.try_get(column)?;
-    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
-}
+    fn list(&self, column: &str) -> Result<Vec<String>, StoreError> {
+        let text: String = self.try_get(column)?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+    }
 
-fn record(row: &SqliteRow) -> Result<StoredRecord, StoreError> {
-    let details: String = row.try_get("details")?;
-    let record = AuditRecord {
-        occurred_at: time(row, "occurred_at")?
-            .ok_or_else(|| StoreError::Corrupt("occurred_at is empty".into()))?,
-        request_id: row.try_get("request_id")?,
-        event: row.try_get("event")?,
-        outcome: row.try_get("outcome")?,
-        reason_code: row.try_get("reason_code")?,
-        cluster: row.try_get("cluster")?,
-        issuer: row.try_get("issuer")?,
-        tenant: row.try_get("tenant")?,
-        subject: row.try_get("subject")?,
-        username: row.try_get("username")?,
-        identity_verified: row.try_get("identity_verified")?,
-        groups_evaluated: list(row, "groups_evaluated")?,
-        roles_requested: list(row, "roles_requested")?,
-        roles_granted: list(row, "roles_granted")?,
-        serial: row.try_get("serial")?,
-        certificate_sha256: row.try_get("certificate_sha256")?,
-        public_key_sha256: row.try_get("public_key_sha256")?,
-        not_before: time(row, "not_before")?,
-        not_after: time(row, "not_after")?,
-        client_ip: row.try_get("client_ip")?,
-        user_agent: row.try_get("user_agent")?,
-        client_version: row.try_get("client_version")?,
-        token_id: row.try_get("token_id")?,
-        token_issued_at: time(row, "token_issued_at")?,
-        details: serde_json::from_str::<Value>(&details)
-            .map_err(|e| StoreError::Corrupt(format!("details: {e}")))?,
-    };
-    Ok(StoredRecord {
-        seq: row.try_get("seq")?,
-        record,
-        prev_hash: row.try_get("prev_hash")?,
-        hash: row.try_get("hash")?,
-    })
+    fn details(&self) -> Result<Value, StoreError> {
+        let text: String = self.try_get("details")?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("details: {e}")))
+    }
 }
 
 #[cfg(test)]
