@@ -11,10 +11,10 @@
 //! - nothing is acknowledged before the commit returns.
 //!
 //! This module holds what both backends share: the types, the order of the
-//! checks and their outcomes, the hashing ([`extend_chain`]), the queries'
+//! checks and their outcomes, the hashing (`extend_chain`), the queries'
 //! text, and the dispatch. `postgres` and `sqlite` hold each backend's
 //! connection, transaction and lock, its statements, how its rows decode and
-//! which of its errors blame the data. [`BatchTx`] is the seam between the
+//! which of its errors blame the data. `BatchTx` is the seam between the
 //! two: a backend is handed each step of a batch whole.
 
 mod postgres;
