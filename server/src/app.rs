@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -201,6 +202,10 @@ impl App {
             .collect();
         let authenticator = authenticator(&config, relevant_groups).await?;
         let key_refresher = authenticator.spawn_refreshers(config.identity.jwks_refresh_period);
+        let providers: Vec<_> = authenticator
+            .issuers()
+            .map(|issuer| issuer.provider().clone())
+            .collect();
         let store = open_store(&config, config.database.migrate_on_start.unwrap_or(true)).await?;
         tracing::info!(
             store = store.kind(),
@@ -209,7 +214,20 @@ impl App {
         );
         let (audit, audit_writer) = AuditWriter::start(store);
         let rate_limits = crate::ratelimit::RateLimits::new(&config.rate_limits);
-        let metrics = crate::metrics::Metrics::new();
+        let audit_stats = audit.stats().clone();
+        let metrics = crate::metrics::Metrics::with_sources(crate::metrics::Sources {
+            audit_write_failures: Box::new(move || audit_stats.failures.load(Ordering::Relaxed)),
+            jwks_refreshes: Box::new(move || {
+                providers
+                    .iter()
+                    .map(|provider| provider.refresh_counts())
+                    .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
+            }),
+            ca_not_after: clusters
+                .iter()
+                .map(|(name, cluster)| (name.clone(), cluster.ca.signer().not_after().unix_timestamp()))
+                .collect(),
+        });
         let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
         let app = Arc::new(Self {
             config,

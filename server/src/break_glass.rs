@@ -17,11 +17,12 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::app::{Cluster, StartError, load_clusters, open_store};
-use crate::audit::{AuditRecord, event, outcome, random_hex};
+use crate::audit::{AuditRecord, event, outcome};
 use crate::ca::generate::{NewKeyType, generate_key};
 use crate::config::Config;
 use crate::issuance::{BreakGlassGrant, Issuance, IssuanceError};
 use crate::metrics::Metrics;
+use crate::random::random_hex;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BreakGlassError {

@@ -1089,7 +1089,7 @@ rules = [ { users = ["alice"], roles = ["os:reader"] } ]
     fn tempfile_dir() -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "talos-sso-config-test-{}",
-            crate::audit::random_hex(8).unwrap()
+            crate::random::random_hex(8).unwrap()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir

@@ -31,6 +31,7 @@
 //! - `refusals`: unauthenticated and rate-limited refusals, aggregated so
 //!   that a flood adds a bounded number of audit records.
 //! - `secret_file`: who may read a file holding a secret.
+//! - `random`: random values (request ids); a failing generator is an error.
 //! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
 //! - `telemetry`: logging setup.
@@ -47,6 +48,7 @@ pub mod identity;
 pub mod issuance;
 pub mod metrics;
 pub mod policy;
+pub mod random;
 pub mod ratelimit;
 pub mod refusals;
 pub mod secret_file;

@@ -2,15 +2,17 @@
 //! certificates issued (by cluster and role), requests denied (by cluster
 //! and reason), issuance latency, audit write failures, identity provider key
 //! refreshes, and each cluster's CA expiry time. Counters kept elsewhere as
-//! plain atomics (the audit writer, the provider) are brought up to date at
-//! scrape time, so those modules know nothing about Prometheus.
+//! plain atomics (the audit writer, the provider) are read at scrape time
+//! through the [`Sources`] the server hands over when it builds the metrics:
+//! those modules know nothing about Prometheus, and this one nothing about
+//! them.
 
-use std::sync::Mutex;
-
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -36,15 +38,75 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+/// What the metrics read from the rest of the server.
+pub struct Sources {
+    /// Audit transactions that failed so far.
+    pub audit_write_failures: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Identity provider key set refreshes so far: (succeeded, failed).
+    pub jwks_refreshes: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    /// Each cluster's signing CA expiry (Unix time), by cluster name: fixed
+    /// once the CAs are loaded.
+    pub ca_not_after: Vec<(String, i64)>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("ca_not_after", &self.ca_not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Encodes [`Sources`] at each scrape, after the metrics kept here. The
+/// registry ends the help of the metrics registered with it with a period;
+/// these are written with theirs.
+impl Collector for Sources {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let failures = ConstCounter::new((self.audit_write_failures)());
+        failures.encode(encoder.encode_descriptor(
+            "audit_write_failures",
+            "Audit transactions that failed (their requests were refused).",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let mut refreshes = encoder.encode_descriptor(
+            "jwks_refreshes",
+            "Identity provider key set refreshes, by result.",
+            None,
+            MetricType::Counter,
+        )?;
+        let (ok, failed) = (self.jwks_refreshes)();
+        for (result, count) in [("ok", ok), ("failed", failed)] {
+            let labels = ResultLabels {
+                result: result.into(),
+            };
+            ConstCounter::new(count).encode(refreshes.encode_family(&labels)?)?;
+        }
+        if self.ca_not_after.is_empty() {
+            return Ok(());
+        }
+        let mut expiry = encoder.encode_descriptor(
+            "ca_not_after_timestamp_seconds",
+            "When each cluster's signing CA expires (Unix time).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (cluster, not_after) in &self.ca_not_after {
+            let labels = ClusterLabels {
+                cluster: cluster.clone(),
+            };
+            ConstGauge::new(*not_after).encode(expiry.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Mutex<Registry>,
+    registry: Registry,
     pub issued: Family<IssuedLabels, Counter>,
     pub denied: Family<DeniedLabels, Counter>,
     pub issuance_seconds: Histogram,
-    audit_write_failures: Counter,
-    jwks_refreshes: Family<ResultLabels, Counter>,
-    ca_not_after: Family<ClusterLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -54,93 +116,99 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// What requests count, alone: for a one-off command, never scraped.
     pub fn new() -> Self {
-        let metrics = Self {
-            registry: Mutex::new(Registry::with_prefix("talos_sso")),
-            issued: Family::default(),
-            denied: Family::default(),
-            // 0.5 ms .. about 4 s.
-            issuance_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
-            audit_write_failures: Counter::default(),
-            jwks_refreshes: Family::default(),
-            ca_not_after: Family::default(),
-        };
-        if let Ok(mut registry) = metrics.registry.lock() {
-            registry.register(
-                "certificates_issued",
-                "Certificates issued, by cluster and role",
-                metrics.issued.clone(),
-            );
-            registry.register(
-                "requests_denied",
-                "Certificate requests denied, by cluster and reason",
-                metrics.denied.clone(),
-            );
-            registry.register(
-                "issuance_seconds",
-                "Time to answer a certificate request, audit commit included",
-                metrics.issuance_seconds.clone(),
-            );
-            registry.register(
-                "audit_write_failures",
-                "Audit transactions that failed (their requests were refused)",
-                metrics.audit_write_failures.clone(),
-            );
-            registry.register(
-                "jwks_refreshes",
-                "Identity provider key set refreshes, by result",
-                metrics.jwks_refreshes.clone(),
-            );
-            registry.register(
-                "ca_not_after_timestamp_seconds",
-                "When each cluster's signing CA expires (Unix time)",
-                metrics.ca_not_after.clone(),
-            );
+        let issued = Family::default();
+        let denied = Family::default();
+        // 0.5 ms .. about 4 s.
+        let issuance_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let mut registry = Registry::with_prefix("talos_sso");
+        registry.register(
+            "certificates_issued",
+            "Certificates issued, by cluster and role",
+            issued.clone(),
+        );
+        registry.register(
+            "requests_denied",
+            "Certificate requests denied, by cluster and reason",
+            denied.clone(),
+        );
+        registry.register(
+            "issuance_seconds",
+            "Time to answer a certificate request, audit commit included",
+            issuance_seconds.clone(),
+        );
+        Self {
+            registry,
+            issued,
+            denied,
+            issuance_seconds,
         }
+    }
+
+    /// What requests count, and what the rest of the server keeps, read at
+    /// each scrape: the server's metrics.
+    pub fn with_sources(sources: Sources) -> Self {
+        let mut metrics = Self::new();
+        metrics.registry.register_collector(Box::new(sources));
         metrics
     }
 
-    /// Bring the counters kept elsewhere up to date, then encode.
-    pub fn render(&self, app: &crate::app::App) -> String {
-        let failures = app
-            .audit
-            .stats()
-            .failures
-            .load(std::sync::atomic::Ordering::Relaxed);
-        catch_up(&self.audit_write_failures, failures);
-        let (ok, failed) = app.authenticator.refresh_counts();
-        catch_up(
-            &self
-                .jwks_refreshes
-                .get_or_create(&ResultLabels { result: "ok".into() }),
-            ok,
-        );
-        catch_up(
-            &self.jwks_refreshes.get_or_create(&ResultLabels {
-                result: "failed".into(),
-            }),
-            failed,
-        );
-        for (name, cluster) in &app.clusters {
-            let not_after = cluster.ca.signer().not_after().unix_timestamp();
-            self.ca_not_after
-                .get_or_create(&ClusterLabels {
-                    cluster: name.clone(),
-                })
-                .set(not_after);
-        }
+    /// The OpenMetrics text.
+    pub fn render(&self) -> String {
         let mut text = String::new();
-        if let Ok(registry) = self.registry.lock() {
-            let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
-        }
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
 }
 
-/// Counters only go up: add what the source counted since the last scrape.
-fn catch_up(counter: &Counter, total: u64) {
-    let seen = counter.get();
-    if total > seen {
-        counter.inc_by(total - seen);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_kept_elsewhere_are_read_at_each_scrape() {
+        let metrics = Metrics::with_sources(Sources {
+            audit_write_failures: Box::new(|| 2),
+            jwks_refreshes: Box::new(|| (3, 1)),
+            ca_not_after: vec![("prod".into(), 1_900_000_000), ("staging".into(), 1_800_000_000)],
+        });
+        metrics
+            .issued
+            .get_or_create(&IssuedLabels {
+                cluster: "prod".into(),
+                role: "os:reader".into(),
+            })
+            .inc();
+        let text = metrics.render();
+        assert!(
+            text.starts_with(
+                "# HELP talos_sso_certificates_issued Certificates issued, by cluster and role.\n\
+                 # TYPE talos_sso_certificates_issued counter\n\
+                 talos_sso_certificates_issued_total{cluster=\"prod\",role=\"os:reader\"} 1\n"
+            ),
+            "{text}"
+        );
+        let collected = text
+            .find("# HELP talos_sso_audit_write_failures")
+            .map(|at| &text[at..]);
+        assert_eq!(
+            collected,
+            Some(
+                "# HELP talos_sso_audit_write_failures Audit transactions that failed (their requests were refused).\n\
+                 # TYPE talos_sso_audit_write_failures counter\n\
+                 talos_sso_audit_write_failures_total 2\n\
+                 # HELP talos_sso_jwks_refreshes Identity provider key set refreshes, by result.\n\
+                 # TYPE talos_sso_jwks_refreshes counter\n\
+                 talos_sso_jwks_refreshes_total{result=\"ok\"} 3\n\
+                 talos_sso_jwks_refreshes_total{result=\"failed\"} 1\n\
+                 # HELP talos_sso_ca_not_after_timestamp_seconds When each cluster's signing CA expires (Unix time).\n\
+                 # TYPE talos_sso_ca_not_after_timestamp_seconds gauge\n\
+                 talos_sso_ca_not_after_timestamp_seconds{cluster=\"prod\"} 1900000000\n\
+                 talos_sso_ca_not_after_timestamp_seconds{cluster=\"staging\"} 1800000000\n\
+                 # EOF\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -65,7 +65,7 @@ mod tests {
     fn owner_only_passes_others_never() {
         let dir = std::env::temp_dir().join(format!(
             "talos-sso-secret-{}",
-            crate::audit::random_hex(6).unwrap()
+            crate::random::random_hex(6).unwrap()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(check(&file(&dir, "a", 0o600)).unwrap(), Ok(()));

@@ -48,7 +48,7 @@ impl TestDatabase {
         let now = OffsetDateTime::now_utc().unix_timestamp();
         let name = format!(
             "talos_sso_t_{now}_{}",
-            talos_sso_server::audit::random_hex(4).expect("random name")
+            talos_sso_server::random::random_hex(4).expect("random name")
         );
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut admin)

@@ -1,8 +1,10 @@
 //! The audit trail: one record per decision, hash-chained, append-only.
 //!
-//! - this module: the record, its canonical encoding and hash, and the chain
-//!   check shared by both stores;
-//! - `store`: Postgres and SQLite behind one type, append in batches, read back;
+//! - this module: what the server does with a record ([`RecordExt`]), the
+//!   canonical encoding and hash, and the chain check shared by both stores;
+//! - `store`: one type in front of Postgres (`store::postgres`) and SQLite
+//!   (`store::sqlite`): append in batches (replay guard, deny list, chain),
+//!   read back, migrate;
 //! - `writer`: group commit, so that many concurrent requests share one
 //!   transaction (and one fsync) while each still waits for its own commit;
 //! - `recorder`: what commits one decision (the writer, or the store for
@@ -231,19 +233,6 @@ impl ChainCheck {
             }
         }
     }
-}
-
-/// The system's random number generator failed: nothing that needs a
-/// random value may go on with a predictable one instead.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("the system random number generator failed")]
-pub struct RandomError;
-
-/// Random lowercase hex (request ids, test names).
-pub fn random_hex(bytes: usize) -> Result<String, RandomError> {
-    let mut buf = vec![0u8; bytes];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut buf).map_err(|_| RandomError)?;
-    Ok(hex::encode(buf))
 }
 
 #[cfg(test)]

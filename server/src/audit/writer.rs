@@ -84,7 +84,8 @@ impl AuditWriter {
         &self.store
     }
 
-    pub fn stats(&self) -> &WriterStats {
+    /// Shared, so that metrics can read them at each scrape.
+    pub fn stats(&self) -> &Arc<WriterStats> {
         &self.stats
     }
 }

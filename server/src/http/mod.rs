@@ -60,7 +60,7 @@ async fn request_id(mut request: Request, next: Next) -> Response {
         .map(str::to_owned);
     let id = match from_caller
         .map(Ok)
-        .unwrap_or_else(|| crate::audit::random_hex(16))
+        .unwrap_or_else(|| crate::random::random_hex(16))
     {
         Ok(id) => id,
         Err(error) => {

@@ -49,7 +49,7 @@ pub async fn metrics(State(app): State<Arc<App>>) -> impl axum::response::IntoRe
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        app.metrics.render(&app),
+        app.metrics.render(),
     )
 }
 

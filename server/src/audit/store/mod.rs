@@ -1,0 +1,905 @@
+//! Where the audit trail lives: Postgres (production, shared by replicas) or
+//! SQLite (the embedded default). One type, two backends, the same contract:
+//!
+//! - [`AuditStore::append_batch`] appends records in one transaction, after
+//!   claiming each record's token id (the replay guard); a record whose token
+//!   was already used is written as a `token_replayed` denial instead, one
+//!   whose identity is on the deny list as an `identity_denied` denial;
+//! - the chain head is read inside that transaction under a lock (Postgres:
+//!   an advisory lock; SQLite: `BEGIN IMMEDIATE`), so concurrent writers on
+//!   several replicas extend one chain;
+//! - nothing is acknowledged before the commit returns.
+//!
+//! This module holds what both backends share: the types, the order of the
+//! checks and their outcomes, the hashing (`extend_chain`), the queries'
+//! text, and the dispatch. `postgres` and `sqlite` hold each backend's
+//! connection, transaction and lock, its statements, how its rows decode and
+//! which of its errors blame the data. `BatchTx` is the seam between the
+//! two: a backend is handed each step of a batch whole.
+
+mod postgres;
+mod sqlite;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use time::OffsetDateTime;
+
+use super::{AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, StoredRecord, chain};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the audit database is unavailable: {0}")]
+    Unavailable(String),
+    /// The database answered and refused a statement for its data (a
+    /// constraint, a value it cannot store, a row too large): the record is
+    /// at fault, not the database. Locks, conflicts, timeouts and shutdowns
+    /// are [`StoreError::Unavailable`].
+    #[error("the audit database refused the write: {0}")]
+    Refused(String),
+    #[error("audit database migration failed: {0}")]
+    Migration(String),
+    #[error("the audit database holds an unreadable record: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        match &error {
+            sqlx::Error::Database(refusal)
+                if postgres::refuses_the_data(refusal.as_ref())
+                    || sqlite::refuses_the_data(refusal.as_ref()) =>
+            {
+                StoreError::Refused(format!(
+                    "[{}] {}",
+                    refusal.code().unwrap_or_default(),
+                    super::text::clean(refusal.message(), super::text::FIELD_CHARS)
+                ))
+            }
+            _ => StoreError::Unavailable(error.to_string()),
+        }
+    }
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    /// How long to wait for a connection before giving up (fail fast: the
+    /// request is answered 503 rather than hanging).
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 8,
+            acquire_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Most records one query returns.
+pub const MAX_QUERY_LIMIT: i64 = 1000;
+
+/// What the security team asks for; every field narrows the answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    pub since: Option<OffsetDateTime>,
+    pub until: Option<OffsetDateTime>,
+    pub username: Option<String>,
+    pub subject: Option<String>,
+    pub cluster: Option<String>,
+    /// Granted or requested.
+    pub role: Option<String>,
+    pub outcome: Option<String>,
+    pub event: Option<String>,
+    pub serial: Option<String>,
+    /// Cursor: only records after this sequence number.
+    pub after_seq: i64,
+    pub limit: i64,
+}
+
+/// A token id to claim, and until when the claim matters.
+#[derive(Debug, Clone)]
+pub struct TokenClaim {
+    pub token_id: String,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// One record to append.
+#[derive(Debug, Clone, Default)]
+pub struct Append {
+    pub record: AuditRecord,
+    /// Claim this token id (replay guard); a used one turns the record into
+    /// a `token_replayed` denial.
+    pub claim: Option<TokenClaim>,
+    /// Check the record's subject and username against the deny list; a
+    /// listed identity turns the record into an `identity_denied` denial.
+    pub deny_check: bool,
+    /// Change the deny list in the same transaction as this record.
+    pub deny_change: Option<DenyChange>,
+}
+
+/// An entry of the deny list, as the API serves it.
+pub use talos_sso_api::DenyEntry;
+
+/// A deny-list change made with its audit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DenyChange {
+    Add(DenyEntry),
+    /// Remove entries matching the subject or the (lower-cased) username.
+    Remove {
+        subject: Option<String>,
+        username: Option<String>,
+    },
+}
+
+/// What happened to an [`Append`].
+#[derive(Debug, Clone)]
+pub enum Appended {
+    Recorded(StoredRecord),
+    /// The token had been used: this denial was recorded instead.
+    Replayed(StoredRecord),
+    /// The identity is on the deny list: this denial was recorded instead.
+    Denied(StoredRecord),
+}
+
+impl Appended {
+    pub fn stored(&self) -> &StoredRecord {
+        match self {
+            Appended::Recorded(s) | Appended::Replayed(s) | Appended::Denied(s) => s,
+        }
+    }
+}
+
+/// A deny_list row: subject, username, reason, added_by, added_at.
+type DenyRow<Time> = (Option<String>, Option<String>, String, String, Time);
+
+fn deny_entry((subject, username, reason, added_by, added_at): DenyRow<OffsetDateTime>) -> DenyEntry {
+    DenyEntry {
+        subject,
+        username,
+        reason,
+        added_by,
+        added_at,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum AuditStore {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Every column of `audit_events`, in the order both backends write them.
+const COLUMNS: &str = "seq, occurred_at, request_id, event, outcome, reason_code, cluster, issuer, tenant, subject, \
+     username, identity_verified, groups_evaluated, roles_requested, roles_granted, serial, certificate_sha256, \
+     public_key_sha256, not_before, not_after, client_ip, user_agent, client_version, token_id, token_issued_at, \
+     details, prev_hash, hash";
+
+const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
+
+const DENY_LIST_SQL: &str =
+    "SELECT subject, username, reason, added_by, added_at FROM deny_list ORDER BY added_at DESC";
+
+const SUBJECTS_OF_SQL: &str = "SELECT DISTINCT subject FROM audit_events \
+     WHERE identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
+     ORDER BY subject LIMIT $2";
+
+/// A value for one placeholder of a [`RecordQuery`]; each backend binds
+/// times its own way.
+enum Bind {
+    Text(String),
+    Time(OffsetDateTime),
+    Int(i64),
+}
+
+/// A `SELECT` of whole records, with placeholders `$1`, `$2`, ... in the
+/// order of `binds`.
+struct RecordQuery {
+    sql: String,
+    binds: Vec<Bind>,
+}
+
+impl RecordQuery {
+    fn page(after_seq: i64, limit: i64) -> Self {
+        Self {
+            sql: format!("SELECT {COLUMNS} FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2"),
+            binds: vec![Bind::Int(after_seq), Bind::Int(limit)],
+        }
+    }
+
+    /// `role_condition(n)` is the backend's test that placeholder `n` is a
+    /// granted or requested role.
+    fn matching(filter: &AuditFilter, role_condition: fn(usize) -> String) -> Self {
+        let mut conditions = vec!["seq > $1".to_owned()];
+        let mut binds = vec![Bind::Int(filter.after_seq)];
+        let mut add = |condition: &dyn Fn(usize) -> String, bind: Bind| {
+            binds.push(bind);
+            conditions.push(condition(binds.len()));
+        };
+        if let Some(since) = filter.since {
+            add(&|n| format!("occurred_at >= ${n}"), Bind::Time(since));
+        }
+        if let Some(until) = filter.until {
+            add(&|n| format!("occurred_at < ${n}"), Bind::Time(until));
+        }
+        for (column, value) in [
+            ("username", &filter.username),
+            ("subject", &filter.subject),
+            ("cluster", &filter.cluster),
+            ("outcome", &filter.outcome),
+            ("event", &filter.event),
+            ("serial", &filter.serial),
+        ] {
+            if let Some(value) = value {
+                add(&|n| format!("{column} = ${n}"), Bind::Text(value.clone()));
+            }
+        }
+        if let Some(role) = &filter.role {
+            add(&role_condition, Bind::Text(role.clone()));
+        }
+        binds.push(Bind::Int(filter.limit.clamp(1, MAX_QUERY_LIMIT)));
+        let sql = format!(
+            "SELECT {COLUMNS} FROM audit_events WHERE {} ORDER BY seq LIMIT ${}",
+            conditions.join(" AND "),
+            binds.len()
+        );
+        Self { sql, binds }
+    }
+}
+
+impl AuditStore {
+    /// Connect to `url` (`postgres://...` or `sqlite://...`). SQLite files and
+    /// their directory are created when missing.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(AuditStore::Postgres(postgres::connect(url, options).await?))
+        } else if let Some(path) = url.strip_prefix("sqlite://") {
+            Ok(AuditStore::Sqlite(sqlite::connect(url, path, options).await?))
+        } else {
+            Err(StoreError::Unavailable(
+                "database URL must start with postgres:// or sqlite://".into(),
+            ))
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AuditStore::Postgres(_) => "postgres",
+            AuditStore::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// Apply the migrations this database has not seen yet.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let result = match self {
+            AuditStore::Postgres(pool) => postgres::MIGRATOR.run(pool).await,
+            AuditStore::Sqlite(pool) => sqlite::MIGRATOR.run(pool).await,
+        };
+        result.map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?,
+            AuditStore::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?,
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            AuditStore::Postgres(pool) => pool.close().await,
+            AuditStore::Sqlite(pool) => pool.close().await,
+        }
+    }
+
+    /// Append records in one transaction; see the module comment.
+    pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => postgres::append_batch(pool, batch).await,
+            AuditStore::Sqlite(pool) => sqlite::append_batch(pool, batch).await,
+        }
+    }
+
+    /// Up to `limit` records after `after_seq`, in order.
+    pub async fn page(&self, after_seq: i64, limit: i64) -> Result<Vec<StoredRecord>, StoreError> {
+        self.records(RecordQuery::page(after_seq, limit)).await
+    }
+
+    /// Records matching `filter`, oldest first, after `filter.after_seq`.
+    pub async fn query(&self, filter: &AuditFilter) -> Result<Vec<StoredRecord>, StoreError> {
+        let role_condition = match self {
+            AuditStore::Postgres(_) => postgres::role_condition,
+            AuditStore::Sqlite(_) => sqlite::role_condition,
+        };
+        self.records(RecordQuery::matching(filter, role_condition)).await
+    }
+
+    async fn records(&self, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => postgres::records(pool, query).await,
+            AuditStore::Sqlite(pool) => sqlite::records(pool, query).await,
+        }
+    }
+
+    /// The deny list, newest first.
+    pub async fn deny_list(&self) -> Result<Vec<DenyEntry>, StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => postgres::deny_list(pool).await,
+            AuditStore::Sqlite(pool) => sqlite::deny_list(pool).await,
+        }
+    }
+
+    /// The subjects that verified records name with this username (case
+    /// does not matter), at most `limit`: how a username is turned into the
+    /// immutable identifier a deny-list entry blocks.
+    pub async fn subjects_of(&self, username: &str, limit: i64) -> Result<Vec<String>, StoreError> {
+        match self {
+            AuditStore::Postgres(pool) => postgres::subjects_of(pool, username, limit).await,
+            AuditStore::Sqlite(pool) => sqlite::subjects_of(pool, username, limit).await,
+        }
+    }
+
+    /// Whether the deny list blocks this subject (or, for entries without
+    /// a subject, this username).
+    pub async fn is_denied(&self, subject: &str, username: &str) -> Result<bool, StoreError> {
+        let entries = self.deny_list().await?;
+        let (subject, username) = (
+            super::text::clean_field(subject),
+            super::text::clean_field(username),
+        );
+        Ok(entries.iter().any(|e| {
+            entry_blocks(
+                &(e.subject.clone(), e.username.clone()),
+                Some(&subject),
+                Some(&username),
+            )
+        }))
+    }
+
+    /// Recompute the whole chain; stops at the first broken link.
+    pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
+        let mut check = ChainCheck::default();
+        let mut after = 0;
+        loop {
+            let page = self.page(after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            for record in &page {
+                check.feed(record);
+            }
+            if check.first_broken.is_some() {
+                break;
+            }
+        }
+        Ok(check)
+    }
+}
+
+/// A row of `audit_events` as one backend returns it: each backend reads
+/// the columns it stores its own way (times, lists, JSON).
+trait RecordRow: Row {
+    fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError>;
+    fn list(&self, column: &str) -> Result<Vec<String>, StoreError>;
+    fn details(&self) -> Result<Value, StoreError>;
+}
+
+/// The record in a row of `audit_events` ([`COLUMNS`]).
+fn stored_record<R>(row: &R) -> Result<StoredRecord, StoreError>
+where
+    R: RecordRow,
+    &'static str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let record = AuditRecord {
+        occurred_at: row
+            .time("occurred_at")?
+            .ok_or_else(|| StoreError::Corrupt("occurred_at is empty".into()))?,
+        request_id: row.try_get("request_id")?,
+        event: row.try_get("event")?,
+        outcome: row.try_get("outcome")?,
+        reason_code: row.try_get("reason_code")?,
+        cluster: row.try_get("cluster")?,
+        issuer: row.try_get("issuer")?,
+        tenant: row.try_get("tenant")?,
+        subject: row.try_get("subject")?,
+        username: row.try_get("username")?,
+        identity_verified: row.try_get("identity_verified")?,
+        groups_evaluated: row.list("groups_evaluated")?,
+        roles_requested: row.list("roles_requested")?,
+        roles_granted: row.list("roles_granted")?,
+        serial: row.try_get("serial")?,
+        certificate_sha256: row.try_get("certificate_sha256")?,
+        public_key_sha256: row.try_get("public_key_sha256")?,
+        not_before: row.time("not_before")?,
+        not_after: row.time("not_after")?,
+        client_ip: row.try_get("client_ip")?,
+        user_agent: row.try_get("user_agent")?,
+        client_version: row.try_get("client_version")?,
+        token_id: row.try_get("token_id")?,
+        token_issued_at: row.time("token_issued_at")?,
+        details: row.details()?,
+    };
+    Ok(StoredRecord {
+        seq: row.try_get("seq")?,
+        record,
+        prev_hash: row.try_get("prev_hash")?,
+        hash: row.try_get("hash")?,
+    })
+}
+
+/// `(subject, username)` of deny-list entries that match a batch.
+type DeniedPairs = Vec<(Option<String>, Option<String>)>;
+
+/// One backend's side of appending a batch, inside the transaction it
+/// opened under the lock that serialises chain appends. Each method is
+/// handed a step of the batch whole, so that a backend may write it with
+/// one statement per table; [`extend_chain`] decides what is written.
+trait BatchTx {
+    /// The last record's sequence number and hash; `None` when the trail is empty.
+    async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError>;
+    /// Deny-list entries matching any of these subjects or (lower-cased) usernames.
+    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError>;
+    /// Claim these token ids, each used at its time, in order: one answer
+    /// per claim, `false` when the id was claimed before (a replay),
+    /// earlier in this list included.
+    async fn claim_tokens(
+        &mut self,
+        claims: &[(&TokenClaim, OffsetDateTime)],
+    ) -> Result<Vec<bool>, StoreError>;
+    /// Apply a deny-list change; the number of entries it touched.
+    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError>;
+    /// Write the batch's records, already chained, in order.
+    async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError>;
+}
+
+/// Whether a deny-list entry `(subject, username)` blocks `record`. Entries
+/// match on the subject, which the person cannot change; an entry with no
+/// subject (written before subjects were required) matches the lower-cased
+/// username.
+fn entry_blocks(
+    entry: &(Option<String>, Option<String>),
+    subject: Option<&str>,
+    username: Option<&str>,
+) -> bool {
+    match entry {
+        (Some(listed), _) => Some(listed.as_str()) == subject,
+        (None, Some(name)) => username.is_some_and(|u| u.to_lowercase() == *name),
+        (None, None) => false,
+    }
+}
+
+/// Append `batch` in order inside `tx`: deny list (read once for the batch,
+/// and again after any change to it in the batch), replay guard, deny-list
+/// changes, then the records on the chain.
+///
+/// The batch is taken in runs that end with a record changing the deny
+/// list: every record of a run sees the same list, so a run's token claims
+/// go to the backend together, before the run's change is applied.
+async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let (seq, hash) = tx.head().await?.unwrap_or((0, GENESIS_HASH.to_owned()));
+    // Checks compare what is stored: deny entries hold cleaned text, so the
+    // record is cleaned first (a subject with a zero-width space must match
+    // the entry an admin wrote from the trail).
+    let mut records: Vec<AuditRecord> = batch.iter().map(|a| a.record.clone().normalised()).collect();
+    let (subjects, usernames): (Vec<String>, Vec<String>) = batch
+        .iter()
+        .zip(&records)
+        .filter(|(a, _)| a.deny_check)
+        .map(|(_, r)| {
+            (
+                r.subject.clone().unwrap_or_default(),
+                r.username.clone().unwrap_or_default().to_lowercase(),
+            )
+        })
+        .unzip();
+    let mut denied = if subjects.is_empty() {
+        Vec::new()
+    } else {
+        tx.denied(&subjects, &usernames).await?
+    };
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut start = 0;
+    while start < batch.len() {
+        let end = batch[start..]
+            .iter()
+            .position(|a| a.deny_change.is_some())
+            .map_or(batch.len(), |changer| start + changer + 1);
+        for (append, record) in batch[start..end].iter().zip(&records[start..end]) {
+            let blocked = append.deny_check
+                && denied
+                    .iter()
+                    .any(|entry| entry_blocks(entry, record.subject.as_deref(), record.username.as_deref()));
+            outcomes.push(if blocked {
+                Outcome::Denied
+            } else {
+                Outcome::Recorded
+            });
+        }
+        let claiming: Vec<(usize, &TokenClaim)> = (start..end)
+            .filter_map(|i| match (&batch[i].claim, outcomes[i]) {
+                (Some(claim), Outcome::Recorded) => Some((i, claim)),
+                _ => None,
+            })
+            .collect();
+        if !claiming.is_empty() {
+            let claims: Vec<(&TokenClaim, OffsetDateTime)> = claiming
+                .iter()
+                .map(|&(i, claim)| (claim, records[i].occurred_at))
+                .collect();
+            let fresh = tx.claim_tokens(&claims).await?;
+            if fresh.len() != claims.len() {
+                return Err(StoreError::Unavailable(format!(
+                    "the store answered {} of {} token claims",
+                    fresh.len(),
+                    claims.len()
+                )));
+            }
+            for ((i, _), fresh) in claiming.into_iter().zip(fresh) {
+                if !fresh {
+                    outcomes[i] = Outcome::Replayed;
+                }
+            }
+        }
+        let last = end - 1;
+        if let (Some(change), Outcome::Recorded) = (&batch[last].deny_change, outcomes[last]) {
+            let rows = tx.change_deny_list(change).await?;
+            note_change(&mut records[last], rows);
+            if !subjects.is_empty() {
+                // Later records of this batch see the list as changed.
+                denied = tx.denied(&subjects, &usernames).await?;
+            }
+        }
+        start = end;
+    }
+    let mut stored = Vec::with_capacity(records.len());
+    let (mut seq, mut hash) = (seq, hash);
+    for (record, outcome) in records.into_iter().zip(&outcomes) {
+        // Already normalised above; `apply` only clears fields.
+        let next = chain(seq, &hash, outcome.apply(record));
+        seq = next.seq;
+        hash = next.hash.clone();
+        stored.push(next);
+    }
+    tx.insert_records(&stored).await?;
+    Ok(stored
+        .into_iter()
+        .zip(outcomes)
+        .map(|(s, outcome)| outcome.wrap(s))
+        .collect())
+}
+
+/// What the in-transaction checks decided for one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Recorded,
+    Replayed,
+    Denied,
+}
+
+impl Outcome {
+    fn apply(self, record: AuditRecord) -> AuditRecord {
+        match self {
+            Outcome::Recorded => record,
+            Outcome::Replayed => record.into_denial("token_replayed"),
+            Outcome::Denied => record.into_denial("identity_denied"),
+        }
+    }
+
+    fn wrap(self, stored: StoredRecord) -> Appended {
+        match self {
+            Outcome::Recorded => Appended::Recorded(stored),
+            Outcome::Replayed => Appended::Replayed(stored),
+            Outcome::Denied => Appended::Denied(stored),
+        }
+    }
+}
+
+/// Say in the record how many deny-list entries the change touched.
+fn note_change(record: &mut AuditRecord, rows: u64) {
+    if let serde_json::Value::Object(details) = &mut record.details {
+        details.insert("entries_changed".into(), serde_json::json!(rows));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+    use super::*;
+    use crate::audit::{event, outcome};
+
+    /// The migrations as releases before `sqlx::migrate!` embedded them:
+    /// version = position + 1, descriptions written by hand.
+    fn migrator_as_released(sql: [&'static str; 3]) -> Migrator {
+        let descriptions = ["audit", "deny list", "deny by subject"];
+        Migrator::with_migrations(
+            (1..)
+                .zip(descriptions.into_iter().zip(sql))
+                .map(|(version, (description, sql))| {
+                    Migration::new(
+                        version,
+                        description.into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn released_postgres() -> Migrator {
+        migrator_as_released([
+            include_str!("../../../../migrations/postgres/0001_audit.sql"),
+            include_str!("../../../../migrations/postgres/0002_deny_list.sql"),
+            include_str!("../../../../migrations/postgres/0003_deny_by_subject.sql"),
+        ])
+    }
+
+    fn released_sqlite() -> Migrator {
+        migrator_as_released([
+            include_str!("../../../../migrations/sqlite/0001_audit.sql"),
+            include_str!("../../../../migrations/sqlite/0002_deny_list.sql"),
+            include_str!("../../../../migrations/sqlite/0003_deny_by_subject.sql"),
+        ])
+    }
+
+    #[test]
+    fn every_migration_file_is_embedded_and_both_backends_have_the_same_versions() {
+        for (folder, migrator) in [("postgres", &postgres::MIGRATOR), ("sqlite", &sqlite::MIGRATOR)] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../migrations")
+                .join(folder);
+            let mut files: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.ends_with(".sql"))
+                .collect();
+            files.sort();
+            let embedded: Vec<String> = migrator
+                .iter()
+                .map(|m| format!("{:04}_{}.sql", m.version, m.description.replace(' ', "_")))
+                .collect();
+            // `sqlx::migrate!` lists the folder when the server is compiled:
+            // a file added since is missing until the next build of it.
+            assert_eq!(
+                embedded, files,
+                "migrations/{folder} differs from what the server embedded; rebuild it"
+            );
+        }
+        let versions = |migrator: &Migrator| migrator.iter().map(|m| m.version).collect::<Vec<_>>();
+        assert_eq!(versions(&postgres::MIGRATOR), versions(&sqlite::MIGRATOR));
+    }
+
+    #[test]
+    fn migrations_keep_the_versions_and_checksums_databases_already_hold() {
+        let key = |m: &Migration| {
+            (
+                m.version,
+                m.description.to_string(),
+                m.migration_type,
+                m.checksum.to_vec(),
+                m.no_tx,
+            )
+        };
+        for (released, current) in [
+            (released_postgres(), &postgres::MIGRATOR),
+            (released_sqlite(), &sqlite::MIGRATOR),
+        ] {
+            let released: Vec<_> = released.iter().map(key).collect();
+            let current: Vec<_> = current.iter().take(released.len()).map(key).collect();
+            assert_eq!(current, released);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_database_migrated_by_earlier_releases_migrates_again() {
+        let dir = std::env::temp_dir().join(format!(
+            "talos-sso-migrate-{}",
+            crate::random::random_hex(6).unwrap()
+        ));
+        let url = format!("sqlite://{}/audit.db", dir.display());
+        let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
+        let AuditStore::Sqlite(pool) = &store else {
+            panic!("{url} is not SQLite")
+        };
+        released_sqlite().run(pool).await.unwrap();
+        store.migrate().await.unwrap();
+        assert_eq!(store.verify_chain().await.unwrap().verified, 0);
+        store.close().await;
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_postgres_database_migrated_by_earlier_releases_migrates_again() {
+        use sqlx::Connection;
+        let admin_url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
+            panic!("Postgres is needed for this test and is not reachable at {admin_url} ({e}); start it or set DATABASE_URL")
+        });
+        let name = format!("talos_sso_migrate_{}", crate::random::random_hex(6).unwrap());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&admin_url).unwrap();
+        url.set_path(&format!("/{name}"));
+        let store = AuditStore::connect(url.as_str(), &StoreOptions::default())
+            .await
+            .unwrap();
+        let AuditStore::Postgres(pool) = &store else {
+            panic!("{url} is not Postgres")
+        };
+        released_postgres().run(pool).await.unwrap();
+        store.migrate().await.unwrap();
+        assert_eq!(store.verify_chain().await.unwrap().verified, 0);
+        store.close().await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+
+    /// A backend in memory that notes each call it gets.
+    #[derive(Default)]
+    struct Recorder {
+        used: HashSet<String>,
+        deny_list: DeniedPairs,
+        calls: Vec<String>,
+        records: Vec<StoredRecord>,
+        /// Answer one token claim fewer than asked.
+        short_of_answers: bool,
+    }
+
+    impl BatchTx for Recorder {
+        async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
+            self.calls.push("head".into());
+            Ok(self.records.last().map(|r| (r.seq, r.hash.clone())))
+        }
+
+        async fn denied(&mut self, subjects: &[String], _: &[String]) -> Result<DeniedPairs, StoreError> {
+            self.calls.push("denied".into());
+            Ok(self
+                .deny_list
+                .iter()
+                .filter(|(subject, _)| subject.as_ref().is_some_and(|s| subjects.contains(s)))
+                .cloned()
+                .collect())
+        }
+
+        async fn claim_tokens(
+            &mut self,
+            claims: &[(&TokenClaim, OffsetDateTime)],
+        ) -> Result<Vec<bool>, StoreError> {
+            let ids: Vec<&str> = claims.iter().map(|(c, _)| c.token_id.as_str()).collect();
+            self.calls.push(format!("claim {}", ids.join(",")));
+            let mut fresh: Vec<bool> = ids
+                .into_iter()
+                .map(|id| self.used.insert(id.to_owned()))
+                .collect();
+            if self.short_of_answers {
+                fresh.pop();
+            }
+            Ok(fresh)
+        }
+
+        async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
+            self.calls.push("change".into());
+            if let DenyChange::Add(entry) = change {
+                self.deny_list
+                    .push((entry.subject.clone(), entry.username.clone()));
+            }
+            Ok(1)
+        }
+
+        async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
+            self.calls.push(format!("insert {}", records.len()));
+            self.records.extend_from_slice(records);
+            Ok(())
+        }
+    }
+
+    fn issuance(subject: &str, token_id: &str) -> Append {
+        let mut record = AuditRecord::new(
+            event::CERTIFICATE_ISSUED,
+            outcome::SUCCESS,
+            token_id,
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        record.subject = Some(subject.into());
+        record.serial = Some("01".into());
+        Append {
+            record,
+            claim: Some(TokenClaim {
+                token_id: token_id.into(),
+                expires_at: None,
+            }),
+            deny_check: true,
+            deny_change: None,
+        }
+    }
+
+    fn deny(subject: &str, token_id: &str) -> Append {
+        let mut append = issuance("admin", token_id);
+        append.record.event = event::DENY_ADDED.into();
+        append.deny_change = Some(DenyChange::Add(DenyEntry {
+            subject: Some(subject.into()),
+            username: None,
+            reason: "investigation".into(),
+            added_by: "admin".into(),
+            added_at: OffsetDateTime::UNIX_EPOCH,
+        }));
+        append
+    }
+
+    #[tokio::test]
+    async fn a_batch_reaches_the_backend_a_run_of_claims_and_one_insert_at_a_time() {
+        let mut backend = Recorder::default();
+        let batch = [
+            issuance("alice", "t1"),
+            issuance("alice", "t1"),
+            deny("bob", "t2"),
+            issuance("bob", "t3"),
+            issuance("carol", "t4"),
+        ];
+        let appended = extend_chain(&mut backend, &batch).await.unwrap();
+        let kinds: Vec<&str> = appended
+            .iter()
+            .map(|a| match a {
+                Appended::Recorded(_) => "recorded",
+                Appended::Replayed(_) => "replayed",
+                Appended::Denied(_) => "denied",
+            })
+            .collect();
+        assert_eq!(kinds, ["recorded", "replayed", "recorded", "denied", "recorded"]);
+        assert_eq!(
+            backend.calls,
+            [
+                "head",
+                "denied",
+                "claim t1,t1,t2",
+                "change",
+                "denied",
+                "claim t4",
+                "insert 5"
+            ]
+        );
+        // A denied record claims nothing.
+        assert!(!backend.used.contains("t3"));
+        assert_eq!(appended[2].stored().record.details["entries_changed"], 1);
+        let mut check = ChainCheck::default();
+        backend.records.iter().for_each(|r| check.feed(r));
+        assert_eq!((check.verified, check.first_broken), (5, None));
+
+        // The next batch goes on from the head.
+        let appended = extend_chain(&mut backend, &[issuance("carol", "t5")])
+            .await
+            .unwrap();
+        assert_eq!(appended[0].stored().seq, 6);
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_answers_too_few_claims_fails_the_batch() {
+        let mut backend = Recorder {
+            short_of_answers: true,
+            ..Default::default()
+        };
+        let result = extend_chain(&mut backend, &[issuance("alice", "t1"), issuance("bob", "t2")]).await;
+        assert!(matches!(result, Err(StoreError::Unavailable(_))), "{result:?}");
+        assert!(backend.records.is_empty());
+    }
+}

@@ -1,0 +1,223 @@
+//! The Postgres backend (production; several replicas share one database):
+//! its pool, its SQL, the advisory lock that serialises chain appends, how
+//! its rows decode, and which of its errors blame the data.
+
+use serde_json::Value;
+use sqlx::error::DatabaseError;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgDatabaseError, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+use time::OffsetDateTime;
+
+use super::{
+    Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL,
+    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry, extend_chain,
+    stored_record,
+};
+use crate::audit::StoredRecord;
+
+/// Postgres advisory lock key that serialises chain appends (any constant
+/// works; this one spells "talosSSO" in a way nobody else will pick).
+const CHAIN_LOCK_KEY: i64 = 0x7461_6c6f_7353_534f;
+
+/// The files of `migrations/postgres`, embedded at build time; each file's
+/// name gives its version and description.
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+
+pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool, StoreError> {
+    Ok(PgPoolOptions::new()
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .connect(url)
+        .await?)
+}
+
+/// Whether Postgres refused a statement for its data: SQLSTATE classes 22
+/// (data exception), 23 (integrity constraint) and 54 (program limit, e.g.
+/// a row too large).
+pub(super) fn refuses_the_data(error: &dyn DatabaseError) -> bool {
+    error
+        .try_downcast_ref::<PgDatabaseError>()
+        .is_some_and(|error| sqlstate_blames_the_data(error.code()))
+}
+
+fn sqlstate_blames_the_data(sqlstate: &str) -> bool {
+    matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
+}
+
+/// A role filter for placeholder `$n`: granted or requested.
+pub(super) fn role_condition(n: usize) -> String {
+    format!("(${n} = ANY(roles_granted) OR ${n} = ANY(roles_requested))")
+}
+
+pub(super) async fn records(pool: &PgPool, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
+    let mut select = sqlx::query(sqlx::AssertSqlSafe(query.sql));
+    for bind in query.binds {
+        select = match bind {
+            Bind::Text(v) => select.bind(v),
+            Bind::Time(v) => select.bind(v),
+            Bind::Int(v) => select.bind(v),
+        };
+    }
+    select.fetch_all(pool).await?.iter().map(stored_record).collect()
+}
+
+pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreError> {
+    let rows: Vec<super::DenyRow<OffsetDateTime>> = sqlx::query_as(DENY_LIST_SQL).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(deny_entry).collect())
+}
+
+pub(super) async fn subjects_of(
+    pool: &PgPool,
+    username: &str,
+    limit: i64,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(SUBJECTS_OF_SQL)
+        .bind(username)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// The batch in one transaction, under the advisory lock: replicas extend
+/// one chain.
+pub(super) async fn append_batch(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(CHAIN_LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+    let out = extend_chain(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+impl BatchTx for Transaction<'_, Postgres> {
+    async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
+        Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
+    }
+
+    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT subject, username FROM deny_list WHERE subject = ANY($1) OR username = ANY($2)",
+        )
+        .bind(subjects)
+        .bind(usernames)
+        .fetch_all(&mut **self)
+        .await?)
+    }
+
+    async fn claim_tokens(
+        &mut self,
+        claims: &[(&TokenClaim, OffsetDateTime)],
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut fresh = Vec::with_capacity(claims.len());
+        for (claim, at) in claims {
+            let inserted = sqlx::query(
+                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
+            )
+            .bind(&claim.token_id)
+            .bind(at)
+            .bind(claim.expires_at)
+            .execute(&mut **self)
+            .await?;
+            fresh.push(inserted.rows_affected() == 1);
+        }
+        Ok(fresh)
+    }
+
+    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
+        let done = match change {
+            DenyChange::Add(entry) => sqlx::query(
+                "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(&entry.subject)
+            .bind(&entry.username)
+            .bind(&entry.reason)
+            .bind(&entry.added_by)
+            .bind(entry.added_at)
+            .execute(&mut **self)
+            .await?,
+            DenyChange::Remove { subject, username } => {
+                sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR (subject IS NULL AND username = lower($2))")
+                    .bind(subject)
+                    .bind(username)
+                    .execute(&mut **self)
+                    .await?
+            }
+        };
+        Ok(done.rows_affected())
+    }
+
+    async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO audit_events ({COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)"
+        );
+        for stored in records {
+            let r = &stored.record;
+            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(stored.seq)
+                .bind(r.occurred_at)
+                .bind(&r.request_id)
+                .bind(&r.event)
+                .bind(&r.outcome)
+                .bind(&r.reason_code)
+                .bind(&r.cluster)
+                .bind(&r.issuer)
+                .bind(&r.tenant)
+                .bind(&r.subject)
+                .bind(&r.username)
+                .bind(r.identity_verified)
+                .bind(&r.groups_evaluated)
+                .bind(&r.roles_requested)
+                .bind(&r.roles_granted)
+                .bind(&r.serial)
+                .bind(&r.certificate_sha256)
+                .bind(&r.public_key_sha256)
+                .bind(r.not_before)
+                .bind(r.not_after)
+                .bind(&r.client_ip)
+                .bind(&r.user_agent)
+                .bind(&r.client_version)
+                .bind(&r.token_id)
+                .bind(r.token_issued_at)
+                .bind(&r.details)
+                .bind(&stored.prev_hash)
+                .bind(&stored.hash)
+                .execute(&mut **self)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+impl RecordRow for PgRow {
+    fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn list(&self, column: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn details(&self) -> Result<Value, StoreError> {
+        Ok(self.try_get("details")?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlstate_blames_the_data;
+
+    #[test]
+    fn only_data_errors_are_the_records_fault() {
+        // Invalid text, a check constraint, a unique violation, a row too large.
+        for code in ["22021", "22P05", "23514", "23505", "54000"] {
+            assert!(sqlstate_blames_the_data(code), "{code}");
+        }
+        // Serialisation, deadlock, shutdown, cancel, missing table, too many connections.
+        for code in ["40001", "40P01", "57P01", "57014", "42P01", "53300"] {
+            assert!(!sqlstate_blames_the_data(code), "{code}");
+        }
+    }
+}

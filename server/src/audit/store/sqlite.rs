@@ -1,0 +1,283 @@
+//! The SQLite backend (the embedded default, one node): its private file,
+//! its pool, its SQL, `BEGIN IMMEDIATE` as the lock that serialises chain
+//! appends, how its rows decode (times as text, lists as JSON), and which of
+//! its errors blame the data.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::error::DatabaseError;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteError, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use time::OffsetDateTime;
+
+use super::{
+    Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
+    HEAD_SQL, RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry,
+    extend_chain, stored_record,
+};
+use crate::audit::{StoredRecord, format_micros, parse_micros};
+
+/// The files of `migrations/sqlite`, embedded at build time; each file's
+/// name gives its version and description.
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// `url` is `sqlite://<path>[?options]`; the file is created private when
+/// missing.
+pub(super) async fn connect(url: &str, path: &str, options: &StoreOptions) -> Result<SqlitePool, StoreError> {
+    create_private_file(path.split('?').next().unwrap_or(path))?;
+    let connect = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(5));
+    Ok(SqlitePoolOptions::new()
+        .max_connections(options.max_connections.clamp(1, 4))
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(connect)
+        .await?)
+}
+
+/// Whether SQLite refused a statement for its data: primary result codes
+/// 18 (TOOBIG), 19 (CONSTRAINT), 20 (MISMATCH) and 25 (RANGE).
+pub(super) fn refuses_the_data(error: &dyn DatabaseError) -> bool {
+    error
+        .try_downcast_ref::<SqliteError>()
+        .and_then(|error| error.code())
+        .is_some_and(|code| result_code_blames_the_data(&code))
+}
+
+/// `code` is an extended result code; its low byte is the primary one.
+fn result_code_blames_the_data(code: &str) -> bool {
+    code.parse::<u32>()
+        .is_ok_and(|code| matches!(code & 0xff, 18 | 19 | 20 | 25))
+}
+
+/// A role filter for placeholder `$n`: granted or requested (lists are
+/// JSON arrays).
+pub(super) fn role_condition(n: usize) -> String {
+    format!(
+        "(EXISTS (SELECT 1 FROM json_each(roles_granted) WHERE value = ${n}) \
+         OR EXISTS (SELECT 1 FROM json_each(roles_requested) WHERE value = ${n}))"
+    )
+}
+
+pub(super) async fn records(pool: &SqlitePool, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
+    let mut select = sqlx::query(sqlx::AssertSqlSafe(query.sql));
+    for bind in query.binds {
+        select = match bind {
+            Bind::Text(v) => select.bind(v),
+            Bind::Time(v) => select.bind(format_micros(v)),
+            Bind::Int(v) => select.bind(v),
+        };
+    }
+    select.fetch_all(pool).await?.iter().map(stored_record).collect()
+}
+
+pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, StoreError> {
+    let rows: Vec<DenyRow<String>> = sqlx::query_as(DENY_LIST_SQL).fetch_all(pool).await?;
+    rows.into_iter()
+        .map(|(subject, username, reason, added_by, added_at)| {
+            let added_at = parse_micros(&added_at)
+                .ok_or_else(|| StoreError::Corrupt(format!("deny_list.added_at `{added_at}`")))?;
+            Ok(deny_entry((subject, username, reason, added_by, added_at)))
+        })
+        .collect()
+}
+
+pub(super) async fn subjects_of(
+    pool: &SqlitePool,
+    username: &str,
+    limit: i64,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(SUBJECTS_OF_SQL)
+        .bind(username)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+/// The batch in one `BEGIN IMMEDIATE` transaction: it holds the write lock
+/// from the start, so no other writer reads the same chain head.
+pub(super) async fn append_batch(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let out = extend_chain(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+impl BatchTx for Transaction<'_, Sqlite> {
+    async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
+        Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
+    }
+
+    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT subject, username FROM deny_list \
+             WHERE subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(json_list(subjects))
+        .bind(json_list(usernames))
+        .fetch_all(&mut **self)
+        .await?)
+    }
+
+    async fn claim_tokens(
+        &mut self,
+        claims: &[(&TokenClaim, OffsetDateTime)],
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut fresh = Vec::with_capacity(claims.len());
+        for (claim, at) in claims {
+            let inserted = sqlx::query(
+                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES (?, ?, ?) ON CONFLICT (token_id) DO NOTHING",
+            )
+            .bind(&claim.token_id)
+            .bind(format_micros(*at))
+            .bind(claim.expires_at.map(format_micros))
+            .execute(&mut **self)
+            .await?;
+            fresh.push(inserted.rows_affected() == 1);
+        }
+        Ok(fresh)
+    }
+
+    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
+        let done = match change {
+            DenyChange::Add(entry) => sqlx::query(
+                "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES (?, lower(?), ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&entry.subject)
+            .bind(&entry.username)
+            .bind(&entry.reason)
+            .bind(&entry.added_by)
+            .bind(format_micros(entry.added_at))
+            .execute(&mut **self)
+            .await?,
+            DenyChange::Remove { subject, username } => {
+                sqlx::query("DELETE FROM deny_list WHERE subject = ? OR (subject IS NULL AND username = lower(?))")
+                    .bind(subject)
+                    .bind(username)
+                    .execute(&mut **self)
+                    .await?
+            }
+        };
+        Ok(done.rows_affected())
+    }
+
+    async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO audit_events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        );
+        for stored in records {
+            let r = &stored.record;
+            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(stored.seq)
+                .bind(format_micros(r.occurred_at))
+                .bind(&r.request_id)
+                .bind(&r.event)
+                .bind(&r.outcome)
+                .bind(&r.reason_code)
+                .bind(&r.cluster)
+                .bind(&r.issuer)
+                .bind(&r.tenant)
+                .bind(&r.subject)
+                .bind(&r.username)
+                .bind(r.identity_verified)
+                .bind(json_list(&r.groups_evaluated))
+                .bind(json_list(&r.roles_requested))
+                .bind(json_list(&r.roles_granted))
+                .bind(&r.serial)
+                .bind(&r.certificate_sha256)
+                .bind(&r.public_key_sha256)
+                .bind(r.not_before.map(format_micros))
+                .bind(r.not_after.map(format_micros))
+                .bind(&r.client_ip)
+                .bind(&r.user_agent)
+                .bind(&r.client_version)
+                .bind(&r.token_id)
+                .bind(r.token_issued_at.map(format_micros))
+                .bind(r.details.to_string())
+                .bind(&stored.prev_hash)
+                .bind(&stored.hash)
+                .execute(&mut **self)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The SQLite database holds the trail, the deny list and the replay
+/// guard: its directory is created 0700 and the file 0600 when missing,
+/// whatever the umask. SQLite gives its `-wal` and `-shm` files the
+/// database file's mode.
+fn create_private_file(path: &str) -> Result<(), StoreError> {
+    let path = std::path::Path::new(path);
+    let fail =
+        |p: &std::path::Path, e: std::io::Error| StoreError::Unavailable(format!("{}: {e}", p.display()));
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir).map_err(|e| fail(dir, e))?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(fail(path, e)),
+    }
+}
+
+/// Lists are stored as JSON arrays of strings.
+fn json_list(items: &[String]) -> String {
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
+}
+
+impl RecordRow for SqliteRow {
+    fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+        let text: Option<String> = self.try_get(column)?;
+        text.map(|t| {
+            parse_micros(&t).ok_or_else(|| StoreError::Corrupt(format!("{column}: `{t}` is not a time")))
+        })
+        .transpose()
+    }
+
+    fn list(&self, column: &str) -> Result<Vec<String>, StoreError> {
+        let text: String = self.try_get(column)?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+    }
+
+    fn details(&self) -> Result<Value, StoreError> {
+        let text: String = self.try_get("details")?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("details: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::result_code_blames_the_data;
+
+    #[test]
+    fn only_data_errors_are_the_records_fault() {
+        // Constraint (and its extended codes), too big, mismatch, range.
+        for code in ["19", "2067", "275", "18", "20", "25"] {
+            assert!(result_code_blames_the_data(code), "{code}");
+        }
+        // Busy, locked, I/O, full, no memory, read-only.
+        for code in ["5", "6", "10", "13", "7", "8", "517"] {
+            assert!(!result_code_blames_the_data(code), "{code}");
+        }
+    }
+}
