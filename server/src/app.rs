@@ -218,10 +218,7 @@ impl App {
         let metrics = crate::metrics::Metrics::with_sources(crate::metrics::Sources {
             audit_write_failures: Box::new(move || audit_stats.failures.load(Ordering::Relaxed)),
             jwks_refreshes: Box::new(move || {
-                providers
-                    .iter()
-                    .map(|provider| provider.refresh_counts())
-                    .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
+                crate::identity::provider::total_refresh_counts(providers.iter().map(AsRef::as_ref))
             }),
             ca_not_after: clusters
                 .iter()

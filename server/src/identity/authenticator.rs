@@ -129,9 +129,7 @@ impl Authenticator {
 
     /// Key-set refreshes so far over all issuers: (succeeded, failed).
     pub fn refresh_counts(&self) -> (u64, u64) {
-        self.issuers()
-            .map(|issuer| issuer.provider().refresh_counts())
-            .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
+        super::provider::total_refresh_counts(self.issuers().map(|issuer| issuer.provider().as_ref()))
     }
 
     /// Re-read each issuer's discovery and keys every `period`, each on its

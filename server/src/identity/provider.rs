@@ -315,3 +315,10 @@ impl Provider {
         tokio::spawn(self.refresh_periodically(period))
     }
 }
+
+/// Key-set refreshes so far over several providers: (succeeded, failed).
+pub fn total_refresh_counts<'a>(providers: impl Iterator<Item = &'a Provider>) -> (u64, u64) {
+    providers
+        .map(Provider::refresh_counts)
+        .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
+}

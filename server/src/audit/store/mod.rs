@@ -181,6 +181,46 @@ const COLUMNS: &str = "seq, occurred_at, request_id, event, outcome, reason_code
      public_key_sha256, not_before, not_after, client_ip, user_agent, client_version, token_id, token_issued_at, \
      details, prev_hash, hash";
 
+/// Bind the values of one stored record to an `INSERT` of [`COLUMNS`], in
+/// their order, each backend saying how it writes a time, a list and the
+/// details (Postgres: native types; SQLite: text).
+macro_rules! bind_record {
+    ($query:expr, $stored:expr, time: $time:expr, list: $list:expr, json: $json:expr) => {{
+        let stored = $stored;
+        let r = &stored.record;
+        $query
+            .bind(stored.seq)
+            .bind($time(r.occurred_at))
+            .bind(&r.request_id)
+            .bind(&r.event)
+            .bind(&r.outcome)
+            .bind(&r.reason_code)
+            .bind(&r.cluster)
+            .bind(&r.issuer)
+            .bind(&r.tenant)
+            .bind(&r.subject)
+            .bind(&r.username)
+            .bind(r.identity_verified)
+            .bind($list(&r.groups_evaluated))
+            .bind($list(&r.roles_requested))
+            .bind($list(&r.roles_granted))
+            .bind(&r.serial)
+            .bind(&r.certificate_sha256)
+            .bind(&r.public_key_sha256)
+            .bind(r.not_before.map($time))
+            .bind(r.not_after.map($time))
+            .bind(&r.client_ip)
+            .bind(&r.user_agent)
+            .bind(&r.client_version)
+            .bind(&r.token_id)
+            .bind(r.token_issued_at.map($time))
+            .bind($json(&r.details))
+            .bind(&stored.prev_hash)
+            .bind(&stored.hash)
+    }};
+}
+use bind_record;
+
 const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
 
 const DENY_LIST_SQL: &str =

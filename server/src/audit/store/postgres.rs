@@ -11,8 +11,8 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL,
-    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry, extend_chain,
-    stored_record,
+    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record, deny_entry,
+    extend_chain, stored_record,
 };
 use crate::audit::StoredRecord;
 
@@ -154,36 +154,8 @@ impl BatchTx for Transaction<'_, Postgres> {
             "INSERT INTO audit_events ({COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)"
         );
         for stored in records {
-            let r = &stored.record;
-            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                .bind(stored.seq)
-                .bind(r.occurred_at)
-                .bind(&r.request_id)
-                .bind(&r.event)
-                .bind(&r.outcome)
-                .bind(&r.reason_code)
-                .bind(&r.cluster)
-                .bind(&r.issuer)
-                .bind(&r.tenant)
-                .bind(&r.subject)
-                .bind(&r.username)
-                .bind(r.identity_verified)
-                .bind(&r.groups_evaluated)
-                .bind(&r.roles_requested)
-                .bind(&r.roles_granted)
-                .bind(&r.serial)
-                .bind(&r.certificate_sha256)
-                .bind(&r.public_key_sha256)
-                .bind(r.not_before)
-                .bind(r.not_after)
-                .bind(&r.client_ip)
-                .bind(&r.user_agent)
-                .bind(&r.client_version)
-                .bind(&r.token_id)
-                .bind(r.token_issued_at)
-                .bind(&r.details)
-                .bind(&stored.prev_hash)
-                .bind(&stored.hash)
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
+            bind_record!(query, stored, time: |t| t, list: |l| l, json: |j| j)
                 .execute(&mut **self)
                 .await?;
         }

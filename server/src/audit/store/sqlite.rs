@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
-    HEAD_SQL, RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, deny_entry,
-    extend_chain, stored_record,
+    HEAD_SQL, RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record,
+    deny_entry, extend_chain, stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -174,36 +174,8 @@ impl BatchTx for Transaction<'_, Sqlite> {
             "INSERT INTO audit_events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
         );
         for stored in records {
-            let r = &stored.record;
-            sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
-                .bind(stored.seq)
-                .bind(format_micros(r.occurred_at))
-                .bind(&r.request_id)
-                .bind(&r.event)
-                .bind(&r.outcome)
-                .bind(&r.reason_code)
-                .bind(&r.cluster)
-                .bind(&r.issuer)
-                .bind(&r.tenant)
-                .bind(&r.subject)
-                .bind(&r.username)
-                .bind(r.identity_verified)
-                .bind(json_list(&r.groups_evaluated))
-                .bind(json_list(&r.roles_requested))
-                .bind(json_list(&r.roles_granted))
-                .bind(&r.serial)
-                .bind(&r.certificate_sha256)
-                .bind(&r.public_key_sha256)
-                .bind(r.not_before.map(format_micros))
-                .bind(r.not_after.map(format_micros))
-                .bind(&r.client_ip)
-                .bind(&r.user_agent)
-                .bind(&r.client_version)
-                .bind(&r.token_id)
-                .bind(r.token_issued_at.map(format_micros))
-                .bind(r.details.to_string())
-                .bind(&stored.prev_hash)
-                .bind(&stored.hash)
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
+            bind_record!(query, stored, time: format_micros, list: json_list, json: Value::to_string)
                 .execute(&mut **self)
                 .await?;
         }
