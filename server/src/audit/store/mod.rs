@@ -221,6 +221,38 @@ macro_rules! bind_record {
 }
 use bind_record;
 
+/// Apply a deny-list change in the transaction `$tx`, each backend saying
+/// how it writes a time; the number of entries it changed.
+macro_rules! change_deny_list {
+    ($tx:expr, $change:expr, time: $time:expr) => {{
+        let done =
+            match $change {
+                DenyChange::Add(entry) => {
+                    sqlx::query(
+                        "INSERT INTO deny_list (subject, username, reason, added_by, added_at) \
+                     VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(&entry.subject)
+                    .bind(&entry.username)
+                    .bind(&entry.reason)
+                    .bind(&entry.added_by)
+                    .bind($time(entry.added_at))
+                    .execute($tx)
+                    .await?
+                }
+                DenyChange::Remove { subject, username } => sqlx::query(
+                    "DELETE FROM deny_list WHERE subject = $1 OR (subject IS NULL AND username = lower($2))",
+                )
+                .bind(subject)
+                .bind(username)
+                .execute($tx)
+                .await?,
+            };
+        Ok(done.rows_affected())
+    }};
+}
+use change_deny_list;
+
 const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
 
 const DENY_LIST_SQL: &str =

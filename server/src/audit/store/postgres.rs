@@ -11,8 +11,8 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL,
-    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record, deny_entry,
-    extend_chain, stored_record,
+    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record,
+    change_deny_list, deny_entry, extend_chain, stored_record,
 };
 use crate::audit::StoredRecord;
 
@@ -127,26 +127,7 @@ impl BatchTx for Transaction<'_, Postgres> {
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
-        let done = match change {
-            DenyChange::Add(entry) => sqlx::query(
-                "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
-            )
-            .bind(&entry.subject)
-            .bind(&entry.username)
-            .bind(&entry.reason)
-            .bind(&entry.added_by)
-            .bind(entry.added_at)
-            .execute(&mut **self)
-            .await?,
-            DenyChange::Remove { subject, username } => {
-                sqlx::query("DELETE FROM deny_list WHERE subject = $1 OR (subject IS NULL AND username = lower($2))")
-                    .bind(subject)
-                    .bind(username)
-                    .execute(&mut **self)
-                    .await?
-            }
-        };
-        Ok(done.rows_affected())
+        change_deny_list!(&mut **self, change, time: |t| t)
     }
 
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
     HEAD_SQL, RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record,
-    deny_entry, extend_chain, stored_record,
+    change_deny_list, deny_entry, extend_chain, stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -147,26 +147,7 @@ impl BatchTx for Transaction<'_, Sqlite> {
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
-        let done = match change {
-            DenyChange::Add(entry) => sqlx::query(
-                "INSERT INTO deny_list (subject, username, reason, added_by, added_at) VALUES (?, lower(?), ?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(&entry.subject)
-            .bind(&entry.username)
-            .bind(&entry.reason)
-            .bind(&entry.added_by)
-            .bind(format_micros(entry.added_at))
-            .execute(&mut **self)
-            .await?,
-            DenyChange::Remove { subject, username } => {
-                sqlx::query("DELETE FROM deny_list WHERE subject = ? OR (subject IS NULL AND username = lower(?))")
-                    .bind(subject)
-                    .bind(username)
-                    .execute(&mut **self)
-                    .await?
-            }
-        };
-        Ok(done.rows_affected())
+        change_deny_list!(&mut **self, change, time: format_micros)
     }
 
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
