@@ -253,6 +253,40 @@ macro_rules! change_deny_list {
 }
 use change_deny_list;
 
+/// Claim each token id in the transaction `$tx` (the replay guard): for
+/// each, whether it was fresh. Each backend says how it writes a time.
+macro_rules! claim_tokens {
+    ($tx:expr, $claims:expr, time: $time:expr) => {{
+        let claims = $claims;
+        let mut fresh = Vec::with_capacity(claims.len());
+        for (claim, at) in claims {
+            let inserted = sqlx::query(
+                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (token_id) DO NOTHING",
+            )
+            .bind(&claim.token_id)
+            .bind($time(*at))
+            .bind(claim.expires_at.map($time))
+            .execute($tx)
+            .await?;
+            fresh.push(inserted.rows_affected() == 1);
+        }
+        Ok(fresh)
+    }};
+}
+use claim_tokens;
+
+/// `$body` with `$pool` bound to the store's pool, whichever backend it is:
+/// for statements both backends run alike.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            AuditStore::Postgres($pool) => $body,
+            AuditStore::Sqlite($pool) => $body,
+        }
+    };
+}
+
 const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
 
 const DENY_LIST_SQL: &str =
@@ -357,18 +391,12 @@ impl AuditStore {
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            AuditStore::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?,
-            AuditStore::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?,
-        }
+        on_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())?);
         Ok(())
     }
 
     pub async fn close(&self) {
-        match self {
-            AuditStore::Postgres(pool) => pool.close().await,
-            AuditStore::Sqlite(pool) => pool.close().await,
-        }
+        on_pool!(self, pool => pool.close().await)
     }
 
     /// Append records in one transaction; see the module comment.
@@ -412,10 +440,11 @@ impl AuditStore {
     /// does not matter), at most `limit`: how a username is turned into the
     /// immutable identifier a deny-list entry blocks.
     pub async fn subjects_of(&self, username: &str, limit: i64) -> Result<Vec<String>, StoreError> {
-        match self {
-            AuditStore::Postgres(pool) => postgres::subjects_of(pool, username, limit).await,
-            AuditStore::Sqlite(pool) => sqlite::subjects_of(pool, username, limit).await,
-        }
+        on_pool!(self, pool => Ok(sqlx::query_scalar(SUBJECTS_OF_SQL)
+            .bind(username)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?))
     }
 
     /// Whether the deny list blocks this subject (or, for entries without

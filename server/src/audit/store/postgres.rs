@@ -11,8 +11,8 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL,
-    RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record,
-    change_deny_list, deny_entry, extend_chain, stored_record,
+    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list,
+    claim_tokens, deny_entry, extend_chain, stored_record,
 };
 use crate::audit::StoredRecord;
 
@@ -67,18 +67,6 @@ pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreErro
     Ok(rows.into_iter().map(deny_entry).collect())
 }
 
-pub(super) async fn subjects_of(
-    pool: &PgPool,
-    username: &str,
-    limit: i64,
-) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(SUBJECTS_OF_SQL)
-        .bind(username)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
-}
-
 /// The batch in one transaction, under the advisory lock: replicas extend
 /// one chain.
 pub(super) async fn append_batch(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
@@ -111,19 +99,7 @@ impl BatchTx for Transaction<'_, Postgres> {
         &mut self,
         claims: &[(&TokenClaim, OffsetDateTime)],
     ) -> Result<Vec<bool>, StoreError> {
-        let mut fresh = Vec::with_capacity(claims.len());
-        for (claim, at) in claims {
-            let inserted = sqlx::query(
-                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) ON CONFLICT (token_id) DO NOTHING",
-            )
-            .bind(&claim.token_id)
-            .bind(at)
-            .bind(claim.expires_at)
-            .execute(&mut **self)
-            .await?;
-            fresh.push(inserted.rows_affected() == 1);
-        }
-        Ok(fresh)
+        claim_tokens!(&mut **self, claims, time: |t| t)
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {

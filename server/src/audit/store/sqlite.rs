@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
-    HEAD_SQL, RecordQuery, RecordRow, SUBJECTS_OF_SQL, StoreError, StoreOptions, TokenClaim, bind_record,
-    change_deny_list, deny_entry, extend_chain, stored_record,
+    HEAD_SQL, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list,
+    claim_tokens, deny_entry, extend_chain, stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -90,18 +90,6 @@ pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, Store
         .collect()
 }
 
-pub(super) async fn subjects_of(
-    pool: &SqlitePool,
-    username: &str,
-    limit: i64,
-) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(SUBJECTS_OF_SQL)
-        .bind(username)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
-}
-
 /// The batch in one `BEGIN IMMEDIATE` transaction: it holds the write lock
 /// from the start, so no other writer reads the same chain head.
 pub(super) async fn append_batch(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
@@ -131,19 +119,7 @@ impl BatchTx for Transaction<'_, Sqlite> {
         &mut self,
         claims: &[(&TokenClaim, OffsetDateTime)],
     ) -> Result<Vec<bool>, StoreError> {
-        let mut fresh = Vec::with_capacity(claims.len());
-        for (claim, at) in claims {
-            let inserted = sqlx::query(
-                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES (?, ?, ?) ON CONFLICT (token_id) DO NOTHING",
-            )
-            .bind(&claim.token_id)
-            .bind(format_micros(*at))
-            .bind(claim.expires_at.map(format_micros))
-            .execute(&mut **self)
-            .await?;
-            fresh.push(inserted.rows_affected() == 1);
-        }
-        Ok(fresh)
+        claim_tokens!(&mut **self, claims, time: format_micros)
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
