@@ -402,8 +402,8 @@ impl AuditStore {
     /// Append records in one transaction; see the module comment.
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
         match self {
-            AuditStore::Postgres(pool) => postgres::append_batch(pool, batch).await,
-            AuditStore::Sqlite(pool) => sqlite::append_batch(pool, batch).await,
+            AuditStore::Postgres(pool) => append_in(postgres::begin_chain(pool).await?, batch).await,
+            AuditStore::Sqlite(pool) => append_in(sqlite::begin_chain(pool).await?, batch).await,
         }
     }
 
@@ -586,6 +586,19 @@ fn entry_blocks(
 /// The batch is taken in runs that end with a record changing the deny
 /// list: every record of a run sees the same list, so a run's token claims
 /// go to the backend together, before the run's change is applied.
+/// The batch in `tx`, which holds the chain lock, then the commit.
+async fn append_in<DB: sqlx::Database>(
+    mut tx: sqlx::Transaction<'_, DB>,
+    batch: &[Append],
+) -> Result<Vec<Appended>, StoreError>
+where
+    for<'c> sqlx::Transaction<'c, DB>: BatchTx,
+{
+    let out = extend_chain(&mut tx, batch).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
 async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
     let (seq, hash) = tx.head().await?.unwrap_or((0, GENESIS_HASH.to_owned()));
     // Checks compare what is stored: deny entries hold cleaned text, so the

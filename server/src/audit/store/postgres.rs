@@ -10,9 +10,9 @@ use sqlx::{Postgres, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::{
-    Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL,
-    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list,
-    claim_tokens, deny_entry, extend_chain, stored_record,
+    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, RecordQuery,
+    RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list, claim_tokens, deny_entry,
+    stored_record,
 };
 use crate::audit::StoredRecord;
 
@@ -67,17 +67,14 @@ pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreErro
     Ok(rows.into_iter().map(deny_entry).collect())
 }
 
-/// The batch in one transaction, under the advisory lock: replicas extend
-/// one chain.
-pub(super) async fn append_batch(pool: &PgPool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+/// A transaction holding the advisory lock: replicas extend one chain.
+pub(super) async fn begin_chain(pool: &PgPool) -> Result<Transaction<'static, Postgres>, StoreError> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(CHAIN_LOCK_KEY)
         .execute(&mut *tx)
         .await?;
-    let out = extend_chain(&mut tx, batch).await?;
-    tx.commit().await?;
-    Ok(out)
+    Ok(tx)
 }
 
 impl BatchTx for Transaction<'_, Postgres> {

@@ -17,9 +17,9 @@ use sqlx::{Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 
 use super::{
-    Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
-    HEAD_SQL, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list,
-    claim_tokens, deny_entry, extend_chain, stored_record,
+    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow, HEAD_SQL,
+    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list,
+    claim_tokens, deny_entry, stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -90,13 +90,10 @@ pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, Store
         .collect()
 }
 
-/// The batch in one `BEGIN IMMEDIATE` transaction: it holds the write lock
-/// from the start, so no other writer reads the same chain head.
-pub(super) async fn append_batch(pool: &SqlitePool, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let out = extend_chain(&mut tx, batch).await?;
-    tx.commit().await?;
-    Ok(out)
+/// A `BEGIN IMMEDIATE` transaction: it holds the write lock from the
+/// start, so no other writer reads the same chain head.
+pub(super) async fn begin_chain(pool: &SqlitePool) -> Result<Transaction<'static, Sqlite>, StoreError> {
+    Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
 }
 
 impl BatchTx for Transaction<'_, Sqlite> {
