@@ -157,6 +157,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             issued_event: event::CERTIFICATE_ISSUED,
             claim: Some(claim),
             deny_check: true,
+            record_failure: true,
         };
         self.sign_and_record(cluster, &public_key, &leaf, record, commit, now)
             .await
@@ -188,11 +189,14 @@ impl<'a, R: Recorder> Issuance<'a, R> {
         record.cluster = Some(cluster.name.clone());
         record.username = Some(grant.username.to_owned());
         record.roles_requested = grant.roles.to_vec();
-        // No token to claim, and no deny list: the operator is on the host.
+        // No token to claim, and no deny list: the operator is on the host,
+        // and sees a failure on their terminal (there is no request to
+        // record; a record under `break_glass.issued` would read as issued).
         let commit = Commit {
             issued_event: event::BREAK_GLASS_ISSUED,
             claim: None,
             deny_check: false,
+            record_failure: false,
         };
         self.sign_and_record(cluster, grant.public_key, &leaf, record, commit, now)
             .await
@@ -200,7 +204,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
 
     /// Sign, then commit the record naming the certificate; only a
     /// committed record lets the certificate out. A signing failure is
-    /// recorded as a denial under the record's event as it came.
+    /// recorded as a denial when `commit.record_failure` says so.
     async fn sign_and_record(
         &self,
         cluster: &'a Cluster,
@@ -214,6 +218,9 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             Ok(issued) => issued,
             Err(error) => {
                 tracing::error!(request_id = %record.request_id, cluster = %cluster.name, %error, "signing failed");
+                if !commit.record_failure {
+                    return Err(IssuanceError::Signing(error));
+                }
                 return Err(self.refuse(record, IssuanceError::Signing(error)).await);
             }
         };
@@ -281,6 +288,8 @@ struct Commit {
     claim: Option<TokenClaim>,
     /// Refuse it in the committing transaction when the identity is denied.
     deny_check: bool,
+    /// Record a signing failure as a denial of the request.
+    record_failure: bool,
 }
 
 fn within_max_ttl(cluster: &Cluster, ttl: Duration) -> Result<(), IssuanceError> {

@@ -42,13 +42,20 @@ struct Tasks {
 }
 
 impl Tasks {
-    /// Stop everything periodic; the audit writer keeps taking records.
-    fn stop_periodic(&self) {
-        self.background.refusal_recorder.abort();
-        self.background.key_refresher.abort();
-        self.background.rate_limit_janitor.abort();
-        if let Some(reloader) = &self.tls_reloader {
-            reloader.abort();
+    /// Stop everything periodic, and wait until it has stopped: a task
+    /// that is only told to stop may still hold the app for a moment. The
+    /// audit writer keeps taking records.
+    async fn stop_periodic(&mut self) {
+        let background = &mut self.background;
+        let periodic = [
+            &mut background.refusal_recorder,
+            &mut background.key_refresher,
+            &mut background.rate_limit_janitor,
+        ];
+        for task in periodic.into_iter().chain(self.tls_reloader.as_mut()) {
+            task.abort();
+            // Cancelled, or it had ended: either way it holds nothing now.
+            let _ = task.await;
         }
     }
 }
@@ -69,7 +76,7 @@ impl Server {
                 return Err(error);
             }
         };
-        let tasks = Tasks {
+        let mut tasks = Tasks {
             background,
             tls_reloader,
         };
@@ -77,7 +84,7 @@ impl Server {
             Ok(bound) => bound,
             Err(error) => {
                 // The app goes with this error, and its audit writer with it.
-                tasks.stop_periodic();
+                tasks.stop_periodic().await;
                 return Err(StartError::Listen {
                     address: listen,
                     error,
@@ -116,7 +123,7 @@ impl Server {
             app,
             listener,
             tls,
-            tasks,
+            mut tasks,
             ..
         } = self;
         let shutdown = async {
@@ -126,7 +133,7 @@ impl Server {
         serve::run(app.clone(), listener, tls, shutdown).await;
         // The refusal recorder stops first, so that the last window is
         // closed once, here, while the writer still takes its records.
-        tasks.stop_periodic();
+        tasks.stop_periodic().await;
         app.record_refusals().await;
         // The writer ends when its last handle is dropped, after writing
         // what is queued. No connection holds the app any more; a handle

@@ -4,7 +4,6 @@
 //! them is recorded. Every endpoint that authenticates goes through here,
 //! so each refusal is recorded the same way whichever endpoint refused it.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ use crate::refusals::Admission;
 const UNVERIFIED_ROLES: usize = 8;
 
 /// What is known about the caller before any check.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Caller {
     pub request_id: String,
     pub client_ip: Option<String>,
@@ -38,21 +37,34 @@ pub struct Caller {
     token: Option<String>,
 }
 
-impl FromRequestParts<Arc<App>> for Caller {
-    type Rejection = Infallible;
+/// Never the token: a `?caller` in a log line must not leak it.
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("request_id", &self.request_id)
+            .field("client_ip", &self.client_ip)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
 
-    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Infallible> {
+impl FromRequestParts<Arc<App>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, ApiError> {
         let request_id = parts
             .extensions
             .get::<RequestId>()
             .map(|RequestId(id)| id.clone())
             .unwrap_or_default();
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(peer)| *peer);
+        // Every connection the serve loop accepts carries its peer; without
+        // it no address limit could apply, so nothing is served.
+        let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied() else {
+            tracing::error!(request_id = %request_id, "a request without its peer address; refused");
+            return Err(ApiError::internal());
+        };
         let headers = &parts.headers;
-        let ip = super::client_ip(app, peer, headers);
+        let ip = super::client_ip(app, Some(peer), headers);
         Ok(Self {
             request_id,
             client_ip: ip.map(|ip| ip.to_string()),
@@ -206,5 +218,27 @@ pub async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiErr
     match record_denial(&app.audit, &app.metrics, record, error.code()).await {
         Ok(()) => error,
         Err(_) => ApiError::audit_unavailable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_in_a_log_line_shows_no_token() {
+        let caller = Caller {
+            request_id: "r-1".into(),
+            client_ip: Some("203.0.113.7".into()),
+            address_key: None,
+            user_agent: None,
+            client_version: None,
+            token: Some("eyJhbGciOi.secret.part".into()),
+        };
+        let shown = format!("{caller:?}");
+        assert!(
+            !shown.contains("secret") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 }

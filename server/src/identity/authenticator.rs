@@ -120,11 +120,12 @@ impl Authenticator {
         Some(self.route(Some(&claims)).rules().claimed(&claims))
     }
 
-    /// Age of the oldest key set over all issuers (for `/readyz`).
+    /// Age of the login issuer's key set (for `/readyz`). Only the login
+    /// issuer's: a trusted issuer whose keys went stale refuses its own
+    /// tokens (and its refreshes fail in the log), but must not take the
+    /// server out of rotation for the people who log in.
     pub fn keys_age(&self) -> Duration {
-        self.issuers()
-            .map(|issuer| issuer.provider().keys_age())
-            .fold(Duration::ZERO, Duration::max)
+        self.login().provider().keys_age()
     }
 
     /// Key-set refreshes so far over all issuers: (succeeded, failed).

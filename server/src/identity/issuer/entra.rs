@@ -109,7 +109,7 @@ fn graph_client(config: &GraphConfig) -> Result<GraphClient, String> {
 }
 
 /// Whether the token says its groups did not fit and must come from Graph.
-fn groups_overage(claims: &Claims) -> bool {
+pub(super) fn groups_overage(claims: &Claims) -> bool {
     claims.get("_claim_names").and_then(|c| c.get("groups")).is_some()
         || claims
             .get("hasgroups")

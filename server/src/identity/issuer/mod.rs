@@ -39,6 +39,10 @@ use crate::config::IssuerConfig;
 /// Every kind of issuer, by the name `kind` takes in the configuration.
 const KINDS: &[Registration] = &[oidc::KIND, entra::KIND];
 
+/// Entra's tenant for personal Microsoft accounts: refused unless an Entra
+/// issuer lists it in `allowed_tenants`.
+pub(super) const CONSUMER_TENANT: &str = "9188040d-6c67-4c5b-b112-36a304b66dad";
+
 /// A future a kind returns from a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

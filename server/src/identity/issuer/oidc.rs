@@ -1,13 +1,17 @@
 //! Any OpenID Connect provider as an issuer: `iss` exactly one of the
-//! configured issuers, the person is `sub`, the token id `jti`, groups from
-//! `groups` and app roles from `roles`. No tenants.
+//! configured issuers, the person is `sub`, the token id `uti` or `jti`,
+//! groups from `groups` and app roles from `roles`. No tenants; a token of
+//! Entra's personal-account tenant is refused, and one whose groups did not
+//! fit in it (Entra's overage markers) is refused rather than judged
+//! without its groups: only the `entra` kind can look them up.
 
 use talos_sso_api::issuer::is_template;
 
-use super::{Kind, Principal, Registration, claim_text, claimed_username, username};
+use super::{BoxFuture, Kind, Principal, Registration, claim_text, claimed_username, entra, username};
 use crate::config::IssuerConfig;
-use crate::identity::ClaimedIdentity;
+use crate::identity::authenticator::AuthError;
 use crate::identity::token::{Claims, TokenError, string_claim, string_list};
+use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 
 pub(super) const KIND: Registration = Registration {
     name: "oidc",
@@ -51,12 +55,19 @@ impl Kind for Oidc {
     }
 
     fn identify(&self, claims: &Claims) -> Result<Principal, TokenError> {
+        if let Some(tid) = string_claim(claims, "tid")
+            && tid.eq_ignore_ascii_case(super::CONSUMER_TENANT)
+        {
+            return Err(TokenError::TenantNotAllowed(tid.to_owned()));
+        }
         let subject = string_claim(claims, "sub").ok_or(TokenError::SubjectMissing("sub"))?;
         Ok(Principal {
             tenant: None,
             username: username(claims, self.username_claim.as_deref(), subject)?,
             subject: subject.to_owned(),
-            token_id: string_claim(claims, "jti").map(str::to_owned),
+            token_id: string_claim(claims, "uti")
+                .or_else(|| string_claim(claims, "jti"))
+                .map(str::to_owned),
             groups: string_list(claims, "groups"),
             app_roles: string_list(claims, "roles"),
         })
@@ -68,8 +79,22 @@ impl Kind for Oidc {
             tenant: None,
             subject: claim_text(claims, "sub"),
             username: claimed_username(claims),
-            token_id: claim_text(claims, "jti"),
+            token_id: claim_text(claims, "uti").or_else(|| claim_text(claims, "jti")),
         }
+    }
+
+    fn complete<'a>(
+        &'a self,
+        verified: VerifiedIdentity,
+    ) -> BoxFuture<'a, Result<VerifiedIdentity, AuthError>> {
+        let answer = if entra::groups_overage(&verified.claims) {
+            Err(AuthError::OverageUnresolved(
+                "the issuer is configured as `kind: oidc`, which cannot look groups up".into(),
+            ))
+        } else {
+            Ok(verified)
+        };
+        Box::pin(std::future::ready(answer))
     }
 }
 
@@ -91,7 +116,7 @@ mod tests {
     }
 
     #[test]
-    fn generic_oidc_uses_iss_sub_and_jti() {
+    fn generic_oidc_uses_iss_sub_and_its_token_id() {
         let s = signers();
         let rules = rules(&oidc_config(Some("email")));
         let token = sign(
@@ -109,7 +134,11 @@ mod tests {
             ("u-1", "bob@example.com")
         );
         assert_eq!(verified.tenant, None, "a `tid` claim is no tenant here");
-        assert_eq!(verified.token_id.as_deref(), Some("j-1"));
+        assert_eq!(
+            verified.token_id.as_deref(),
+            Some("u"),
+            "`uti` first, as Entra sends it"
+        );
         assert_eq!(verified.groups, ["ops"]);
         // Issuers are compared exactly; there are no templates.
         for iss in ["https://idp.example.com/", "https://IDP.example.com"] {
@@ -131,9 +160,35 @@ mod tests {
                 tenant: None,
                 subject: Some("u-1".into()),
                 username: Some("bob@example.com".into()),
-                token_id: Some("j-1".into()),
+                token_id: Some("u".into()),
             }
         );
+    }
+
+    #[tokio::test]
+    async fn overage_markers_and_the_consumer_tenant_are_refused() {
+        let s = signers();
+        let rules = rules(&oidc_config(None));
+        let consumer = sign(
+            &s,
+            "ES256",
+            "ec",
+            &claims(json!({"tid": super::super::CONSUMER_TENANT})),
+        );
+        assert_eq!(code(&s, &consumer, &rules, NOW), "token_tenant_not_allowed");
+        let kind = build(&oidc_config(None)).unwrap();
+        for marker in [
+            json!({"hasgroups": true}),
+            json!({"_claim_names": {"groups": "src1"}}),
+        ] {
+            let token = sign(&s, "ES256", "ec", &claims(marker.clone()));
+            let verified = rules.verify(&token, &s.keys, at(NOW)).unwrap();
+            let refused = kind.complete(verified).await.unwrap_err();
+            assert_eq!(refused.code(), "groups_overage_unresolved", "{marker}");
+        }
+        let plain = sign(&s, "ES256", "ec", &claims(json!({"groups": ["ops"]})));
+        let verified = rules.verify(&plain, &s.keys, at(NOW)).unwrap();
+        assert_eq!(kind.complete(verified).await.unwrap().groups, ["ops"]);
     }
 
     /// `n - s` for a P-256 signature's `s` (big-endian, 32 bytes).
