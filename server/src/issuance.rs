@@ -120,6 +120,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             return Err(self.refuse(record, error).await);
         };
         let claims = Claims {
+            issuer_name: identity.issuer_name.clone(),
             tenant: identity.tenant.clone(),
             subject: identity.subject.clone(),
             username: identity.username.clone(),

@@ -59,6 +59,12 @@ pub struct Rule {
     pub claims: std::collections::BTreeMap<String, String>,
     /// Talos roles this rule grants.
     pub roles: Vec<String>,
+    /// The issuers whose tokens this rule judges, by configured name
+    /// (`login` is the one people log in with, the others are
+    /// `identity.trusted_issuers` names). Empty: the login issuer only, so
+    /// that a newly trusted issuer is granted nothing until a rule names it.
+    #[serde(default)]
+    pub issuers: Vec<String>,
 }
 
 /// The policy part of a cluster's configuration.
@@ -79,6 +85,9 @@ pub struct PolicyConfig {
 /// What policy reads from a verified token.
 #[derive(Debug, Clone, Default)]
 pub struct Claims {
+    /// The configured name of the issuer that verified the token (`login`
+    /// for the login issuer).
+    pub issuer_name: String,
     /// The tenant the token's issuer verified (Entra `tid`), for `users`
     /// entries `tid/oid`; `None` for issuers without tenants, whatever
     /// claims their tokens carry.
@@ -324,6 +333,7 @@ impl ClusterPolicy {
     pub fn check_example(&self, example: &PolicyExample) -> Result<(), String> {
         let claims = Claims {
             // An example stands for a token of the login issuer.
+            issuer_name: crate::config::LOGIN_ISSUER.into(),
             tenant: example
                 .claims
                 .get("tid")
@@ -381,6 +391,14 @@ fn check_role_name(role: &str) -> Result<(), PolicyConfigError> {
 }
 
 fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
+    let issuer = if rule.issuers.is_empty() {
+        claims.issuer_name == crate::config::LOGIN_ISSUER
+    } else {
+        rule.issuers.contains(&claims.issuer_name)
+    };
+    if !issuer {
+        return false;
+    }
     let groups = rule.groups.is_empty()
         || rule
             .groups
@@ -435,6 +453,40 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_rule_judges_the_login_issuer_unless_it_names_others() {
+        let scoped = Rule {
+            issuers: strings(&["ci"]),
+            ..rule(&["deployers"], &[], &["os:operator"])
+        };
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![rule(&[ADMINS], &[], &["os:reader"]), scoped],
+            ..Default::default()
+        })
+        .unwrap();
+        let from = |issuer: &str, groups: &[&str]| Claims {
+            issuer_name: issuer.into(),
+            ..person("p", groups, &[], "t")
+        };
+        let granted = |claims: &Claims| {
+            policy
+                .decide(claims, &[])
+                .map(|d| d.granted)
+                .map_err(|d| d.code())
+        };
+        assert_eq!(granted(&from("login", &[ADMINS])), Ok(strings(&["os:reader"])));
+        assert_eq!(
+            granted(&from("ci", &[ADMINS])),
+            Err("no_matching_rule"),
+            "a trusted issuer asserting the admins' group gets nothing"
+        );
+        assert_eq!(
+            granted(&from("ci", &["deployers"])),
+            Ok(strings(&["os:operator"]))
+        );
+        assert_eq!(granted(&from("login", &["deployers"])), Err("no_matching_rule"));
+    }
+
     fn prod() -> ClusterPolicy {
         ClusterPolicy::new(PolicyConfig {
             rules: vec![
@@ -463,6 +515,7 @@ mod tests {
         let mut raw = serde_json::Map::new();
         raw.insert("tid".into(), tid.into());
         Claims {
+            issuer_name: crate::config::LOGIN_ISSUER.into(),
             tenant: Some(tid.into()),
             subject: format!("oid-of-{username}"),
             username: username.into(),
@@ -633,6 +686,15 @@ mod tests {
         };
         assert_eq!(
             policy.decide(&tenantless, &[]).unwrap_err().code(),
+            "no_matching_rule"
+        );
+        // A trusted issuer's token is judged only by rules that name it.
+        let from_ci = Claims {
+            issuer_name: "ci".into(),
+            ..person("robot-2", &[], &[], "tenant-b")
+        };
+        assert_eq!(
+            policy.decide(&from_ci, &[]).unwrap_err().code(),
             "no_matching_rule"
         );
     }

@@ -640,7 +640,14 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
         "identity:\n  kind: entra\n  trusted_issuers:\n    - {{ name: ci, kind: oidc, issuer: \"{}\", audiences: [\"{CLI_CLIENT_ID}\"], username_claim: name }}\n",
         ci.issuer()
     );
-    let env = TestEnv::start_with(Backend::Sqlite, |yaml| yaml.replace("identity:\n", &trusted)).await;
+    // A rule judges the login issuer's tokens unless it names others.
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        yaml.replace("identity:\n", &trusted).replace(
+            ", roles: [os:operator] }",
+            ", roles: [os:operator], issuers: [login, ci] }",
+        )
+    })
+    .await;
     let entra = &env.emulator;
     assert!(env.config().warnings().is_empty(), "the kind is named");
 
@@ -669,6 +676,45 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
         body["roles"],
         json!(["os:operator"]),
         "the groups it asserts count"
+    );
+    // A rule naming an issuer that is not configured is refused at load.
+    let mut mistaken = env.config();
+    if let Some(prod) = mistaken.clusters.get_mut("prod") {
+        prod.rules[0].issuers = vec!["cj".into()];
+    }
+    let refused =
+        talos_sso_server::app::load_clusters(&mistaken, time::OffsetDateTime::now_utc()).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("names issuer `cj`, which is not configured; issuers: login, ci"),
+        "{refused}"
+    );
+    // Auditors and admins are people of the login issuer: the same groups
+    // asserted by the trusted issuer make nobody an auditor.
+    let auditor_from_ci = ci.token_for("sam@example.com", TokenKind::id()).unwrap();
+    let response = env
+        .http
+        .get(format!("{}/v1/audit", env.server.base_url))
+        .bearer_auth(&auditor_from_ci)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "not_an_auditor");
+    let auditor = entra.token_for("sam@example.com", TokenKind::id()).unwrap();
+    let response = env
+        .http
+        .get(format!("{}/v1/audit", env.server.base_url))
+        .bearer_auth(&auditor)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status().as_u16(),
+        200,
+        "the same person from the login issuer"
     );
     // Each issuer's own rules: tenants are Entra's business only.
     let foreign_tenant = json!({"tid": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"});

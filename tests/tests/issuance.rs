@@ -521,6 +521,7 @@ mod service {
 
     fn on_call() -> VerifiedIdentity {
         VerifiedIdentity {
+            issuer_name: "login".into(),
             issuer: "https://idp.example".into(),
             tenant: None,
             subject: "subject-1".into(),

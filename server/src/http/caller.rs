@@ -132,8 +132,8 @@ impl Caller {
         };
         with_identity(record, &verified);
         let limited = match limit {
-            IdentityLimit::Certificates => app.rate_limits.check_identity(&verified.subject),
-            IdentityLimit::Api => app.rate_limits.check_api_identity(&verified.subject),
+            IdentityLimit::Certificates => app.rate_limits.check_identity(&verified.qualified_subject()),
+            IdentityLimit::Api => app.rate_limits.check_api_identity(&verified.qualified_subject()),
         };
         if let Err(retry) = limited {
             return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "you")).await);

@@ -20,7 +20,12 @@ pub enum Privilege {
     Admin,
 }
 
+/// Auditors and admins are people of the login issuer: a trusted issuer
+/// (workloads, another directory) can assert any group or role name.
 fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
+    if !verified.from_login_issuer() {
+        return false;
+    }
     list.groups
         .iter()
         .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))

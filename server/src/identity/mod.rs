@@ -35,6 +35,10 @@ use token::SignedToken;
 /// A token that passed every check of its issuer, and who it is about.
 #[derive(Debug, Clone)]
 pub struct VerifiedIdentity {
+    /// The configured issuer that verified it (`login` for the one people
+    /// log in with, else its `trusted_issuers` name): what policy rules,
+    /// `auditors` and `admins` are scoped by.
+    pub issuer_name: String,
     /// The token's `iss`.
     pub issuer: String,
     /// The tenant, for issuers that have tenants (Entra `tid`).
@@ -60,8 +64,9 @@ pub struct VerifiedIdentity {
 const MAX_REPLAY_ID: usize = 128;
 
 impl VerifiedIdentity {
-    fn new(signed: SignedToken, principal: Principal) -> Self {
+    fn new(issuer_name: &str, signed: SignedToken, principal: Principal) -> Self {
         Self {
+            issuer_name: issuer_name.to_owned(),
             issuer: signed.issuer,
             tenant: principal.tenant,
             subject: principal.subject,
@@ -79,7 +84,35 @@ impl VerifiedIdentity {
     /// What the replay guard claims for this token: its id (hashed when too
     /// long to be a key, or when it could pass for a hash), else a hash of
     /// what its signature covers.
+    /// Keys of a trusted issuer's tokens start with its name, so that
+    /// another issuer's token ids (a workload issuer's may be predictable)
+    /// cannot collide with them.
     pub fn replay_key(&self) -> String {
+        let key = self.unqualified_replay_key();
+        if self.from_login_issuer() {
+            key
+        } else {
+            format!("{}:{key}", self.issuer_name)
+        }
+    }
+
+    /// Whether the login issuer (the one people log in with) verified it.
+    pub fn from_login_issuer(&self) -> bool {
+        self.issuer_name == crate::config::LOGIN_ISSUER
+    }
+
+    /// The subject, qualified by the issuer's name for a trusted issuer: what
+    /// per-person limits count, so that subjects of different issuers never
+    /// share a quota.
+    pub fn qualified_subject(&self) -> String {
+        if self.from_login_issuer() {
+            self.subject.clone()
+        } else {
+            format!("{}:{}", self.issuer_name, self.subject)
+        }
+    }
+
+    fn unqualified_replay_key(&self) -> String {
         match &self.token_id {
             Some(id) if id.len() <= MAX_REPLAY_ID && !id.starts_with("sha256:") => id.clone(),
             Some(id) => format!(
@@ -110,17 +143,8 @@ mod tests {
     #[test]
     fn the_replay_key_of_a_token_without_an_id_is_what_its_signature_covers() {
         let verified = VerifiedIdentity {
-            issuer: "i".into(),
-            tenant: None,
-            subject: "s".into(),
-            username: "u".into(),
-            groups: vec![],
-            app_roles: vec![],
             token_id: None,
-            signed_sha256: "ab".repeat(32),
-            issued_at: None,
-            expires_at: OffsetDateTime::UNIX_EPOCH,
-            claims: Default::default(),
+            ..identity()
         };
         assert_eq!(verified.replay_key(), format!("sha256:{}", "ab".repeat(32)));
         let with_id = VerifiedIdentity {
@@ -133,5 +157,30 @@ mod tests {
             ..with_id
         };
         assert!(long.replay_key().starts_with("sha256:") && long.replay_key().len() == 71);
+        // A trusted issuer's keys and subjects are its own.
+        let workload = VerifiedIdentity {
+            issuer_name: "ci".into(),
+            ..identity()
+        };
+        assert_eq!(workload.replay_key(), "ci:uti-1");
+        assert_eq!(workload.qualified_subject(), "ci:s");
+        assert!(!workload.from_login_issuer());
+    }
+
+    fn identity() -> VerifiedIdentity {
+        VerifiedIdentity {
+            issuer_name: crate::config::LOGIN_ISSUER.into(),
+            issuer: "i".into(),
+            tenant: None,
+            subject: "s".into(),
+            username: "u".into(),
+            groups: vec![],
+            app_roles: vec![],
+            token_id: Some("uti-1".into()),
+            signed_sha256: "ab".repeat(32),
+            issued_at: None,
+            expires_at: OffsetDateTime::UNIX_EPOCH,
+            claims: Default::default(),
+        }
     }
 }

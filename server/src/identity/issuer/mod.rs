@@ -151,6 +151,8 @@ pub fn validate(issuers: &[IssuerConfig]) -> Result<(), String> {
 /// Pure: the keys and the clock are parameters.
 #[derive(Debug)]
 pub struct IssuerRules {
+    /// The issuer's configured name.
+    name: String,
     token: TokenRules,
     kind: Box<dyn Kind>,
 }
@@ -160,6 +162,7 @@ impl IssuerRules {
     pub fn new(config: &IssuerConfig) -> Result<Self, String> {
         let kind = (registration(&config.kind)?.build)(config)?;
         Ok(Self {
+            name: config.name.clone(),
             token: TokenRules {
                 audiences: config.audiences.clone(),
                 client_id: config.client_id.clone(),
@@ -197,7 +200,7 @@ impl IssuerRules {
             now,
         )?;
         let principal = self.kind.identify(&signed.claims)?;
-        Ok(VerifiedIdentity::new(signed, principal))
+        Ok(VerifiedIdentity::new(&self.name, signed, principal))
     }
 
     /// Who a token that failed verification claims to be.
