@@ -45,7 +45,7 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
     };
     let message = match error {
         ErrorCode::NoMatchingRule { would_grant } => format!(
-            "you are in none of the groups that grant a role on cluster `{cluster}`; ask for membership in one of: {}",
+            "no group or app role of yours grants a role on cluster `{cluster}`; ask for membership in one of: {}",
             list(would_grant)
         ),
         ErrorCode::RoleNotPermitted { refused, entitled } => format!(

@@ -427,7 +427,7 @@ async fn server_refusals_become_sentences() {
     assert_eq!(output.status.code(), Some(1));
     let err = rest.await.unwrap();
     assert!(
-        err.contains("you are in none of the groups that grant a role on cluster `prod`"),
+        err.contains("no group or app role of yours grants a role on cluster `prod`"),
         "{err}"
     );
     assert!(

@@ -763,12 +763,14 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     for (command, output) in auditor? {
         say(&format!("   $ talos-sso {command}"));
         if !output.followed.is_empty() {
-            say("   (sam logs in first: the CLI prints a login URL, the emulator signs sam in)");
+            say("   (sam logs in first: the CLI opens the login page, where the emulator signs sam in)");
         }
         for line in output.stdout.lines() {
             say(&format!("   {line}"));
         }
     }
+    say("   (each of sam's reads is recorded too, as an `audit.query` record: verify counts them,");
+    say("   the list above was taken before them)");
     say(&format!(
         "   Reading record {seq} (every field: {}):",
         repository_file("docs/audit.md").display()
