@@ -32,17 +32,16 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
         .await?)
 }
 
-/// Whether Postgres refused a statement for its data: SQLSTATE classes 22
-/// (data exception), 23 (integrity constraint) and 54 (program limit, e.g.
-/// a row too large).
-pub(super) fn refuses_the_data(error: &dyn DatabaseError) -> bool {
-    error
-        .try_downcast_ref::<PgDatabaseError>()
-        .is_some_and(|error| sqlstate_blames_the_data(error.code()))
-}
-
+/// SQLSTATE classes that blame the data: 22 (data exception), 23
+/// (integrity constraint) and 54 (program limit, e.g. a row too large).
 fn sqlstate_blames_the_data(sqlstate: &str) -> bool {
     matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
+}
+
+/// Whether Postgres refused a statement for its data.
+pub(super) fn refuses_the_data(error: &dyn DatabaseError) -> bool {
+    let postgres = error.try_downcast_ref::<PgDatabaseError>();
+    postgres.is_some_and(|error| sqlstate_blames_the_data(error.code()))
 }
 
 /// A role filter for placeholder `$n`: granted or requested.

@@ -18,11 +18,13 @@ use std::time::Duration;
 
 use talos_sso_api::issuer::{for_tenant, is_template, matches};
 
-use super::{BoxFuture, Kind, Principal, Registration, claim_text, claimed_username, username};
+use super::{
+    BoxFuture, Kind, Principal, Registration, claim_text, claimed_token_id, claimed_username, principal,
+};
 use crate::config::{GraphConfig, IssuerConfig, read_secret};
 use crate::identity::authenticator::AuthError;
 use crate::identity::graph::{GraphClient, GraphSettings};
-use crate::identity::token::{Claims, TokenError, string_claim, string_list};
+use crate::identity::token::{Claims, TokenError, string_claim};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 
 pub(super) const KIND: Registration = Registration {
@@ -148,16 +150,7 @@ impl Kind for Entra {
             return Err(TokenError::TenantNotAllowed(tid.chars().take(64).collect()));
         }
         let subject = string_claim(claims, "oid").ok_or(TokenError::SubjectMissing("oid"))?;
-        Ok(Principal {
-            tenant: Some(tid.to_owned()),
-            username: username(claims, self.username_claim.as_deref(), subject)?,
-            subject: subject.to_owned(),
-            token_id: string_claim(claims, "uti")
-                .or_else(|| string_claim(claims, "jti"))
-                .map(str::to_owned),
-            groups: string_list(claims, "groups"),
-            app_roles: string_list(claims, "roles"),
-        })
+        principal(claims, Some(tid), subject, self.username_claim.as_deref())
     }
 
     fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
@@ -166,7 +159,7 @@ impl Kind for Entra {
             tenant: claim_text(claims, "tid"),
             subject: claim_text(claims, "oid").or_else(|| claim_text(claims, "sub")),
             username: claimed_username(claims),
-            token_id: claim_text(claims, "uti").or_else(|| claim_text(claims, "jti")),
+            token_id: claimed_token_id(claims),
         }
     }
 

@@ -31,7 +31,7 @@ use time::OffsetDateTime;
 use super::authenticator::AuthError;
 use super::jwks::KeySet;
 use super::provider::{Provider, ProviderError, ProviderSettings};
-use super::token::{Claims, Jwt, TokenError, TokenRules, string_claim};
+use super::token::{Claims, Jwt, TokenError, TokenRules, string_claim, string_list};
 use super::{ClaimedIdentity, VerifiedIdentity};
 use crate::audit::text::clean_field;
 use crate::config::IssuerConfig;
@@ -324,6 +324,32 @@ fn claim_text(claims: &Claims, name: &str) -> Option<String> {
 }
 
 /// The username a refused token claims: `preferred_username`, `upn`, `email`.
+/// Who a verified token is about, once its kind has found the subject (and
+/// the tenant): the username, the token id (`uti`, else `jti`), the groups
+/// and app roles of its claims.
+fn principal(
+    claims: &Claims,
+    tenant: Option<&str>,
+    subject: &str,
+    username_claim: Option<&str>,
+) -> Result<Principal, TokenError> {
+    Ok(Principal {
+        tenant: tenant.map(str::to_owned),
+        username: username(claims, username_claim, subject)?,
+        subject: subject.to_owned(),
+        token_id: string_claim(claims, "uti")
+            .or_else(|| string_claim(claims, "jti"))
+            .map(str::to_owned),
+        groups: string_list(claims, "groups"),
+        app_roles: string_list(claims, "roles"),
+    })
+}
+
+/// The token id a refused token claims, for its record.
+fn claimed_token_id(claims: &Claims) -> Option<String> {
+    claim_text(claims, "uti").or_else(|| claim_text(claims, "jti"))
+}
+
 fn claimed_username(claims: &Claims) -> Option<String> {
     ["preferred_username", "upn", "email"]
         .iter()

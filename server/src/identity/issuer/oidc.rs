@@ -7,10 +7,13 @@
 
 use talos_sso_api::issuer::is_template;
 
-use super::{BoxFuture, Kind, Principal, Registration, claim_text, claimed_username, entra, username};
+use super::{
+    BoxFuture, Kind, Principal, Registration, claim_text, claimed_token_id, claimed_username, entra,
+    principal,
+};
 use crate::config::IssuerConfig;
 use crate::identity::authenticator::AuthError;
-use crate::identity::token::{Claims, TokenError, string_claim, string_list};
+use crate::identity::token::{Claims, TokenError, string_claim};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 
 pub(super) const KIND: Registration = Registration {
@@ -61,16 +64,7 @@ impl Kind for Oidc {
             return Err(TokenError::TenantNotAllowed(tid.to_owned()));
         }
         let subject = string_claim(claims, "sub").ok_or(TokenError::SubjectMissing("sub"))?;
-        Ok(Principal {
-            tenant: None,
-            username: username(claims, self.username_claim.as_deref(), subject)?,
-            subject: subject.to_owned(),
-            token_id: string_claim(claims, "uti")
-                .or_else(|| string_claim(claims, "jti"))
-                .map(str::to_owned),
-            groups: string_list(claims, "groups"),
-            app_roles: string_list(claims, "roles"),
-        })
+        principal(claims, None, subject, self.username_claim.as_deref())
     }
 
     fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
@@ -79,7 +73,7 @@ impl Kind for Oidc {
             tenant: None,
             subject: claim_text(claims, "sub"),
             username: claimed_username(claims),
-            token_id: claim_text(claims, "uti").or_else(|| claim_text(claims, "jti")),
+            token_id: claimed_token_id(claims),
         }
     }
 
