@@ -58,6 +58,8 @@ pub enum X509Error {
     NoRandomness,
     #[error("the extension {0} appears more than once; RFC 5280 allows one of each")]
     DuplicateExtension(ObjectIdentifier),
+    #[error("the extension {0} cannot be read")]
+    UnreadableExtension(ObjectIdentifier),
 }
 
 /// The public key types this crate can tell apart. `Other` carries a
@@ -152,6 +154,7 @@ impl ParsedCertificate {
     pub fn from_der(der: &[u8]) -> Result<Self, X509Error> {
         let cert = x509_cert::Certificate::from_der(der)?;
         refuse_duplicate_extensions(cert.tbs_certificate())?;
+        refuse_unreadable_extensions(cert.tbs_certificate())?;
         let outer = AnyRef::from_der(der)?;
         let tbs = outer.sequence(|r| {
             let tbs = AnyRef::decode(r)?;
@@ -289,6 +292,22 @@ fn refuse_duplicate_extensions(tbs: &x509_cert::TbsCertificate) -> Result<(), X5
         }
     }
     Ok(())
+}
+
+/// The extensions that decide what a certificate may do must be readable:
+/// one that is present but does not decode must not count as absent (an
+/// unreadable key usage would otherwise let a CA sign).
+fn refuse_unreadable_extensions(tbs: &x509_cert::TbsCertificate) -> Result<(), X509Error> {
+    fn readable<'a, T: Decode<'a> + AssociatedOid>(
+        tbs: &'a x509_cert::TbsCertificate,
+    ) -> Result<(), X509Error> {
+        tbs.get_extension::<T>()
+            .map(|_| ())
+            .map_err(|_| X509Error::UnreadableExtension(T::OID))
+    }
+    readable::<KeyUsage>(tbs)?;
+    readable::<BasicConstraints>(tbs)?;
+    readable::<ExtendedKeyUsage>(tbs)
 }
 
 /// Every string value of an attribute type in a name (PrintableString,
@@ -715,6 +734,24 @@ mod tests {
             extensions,
         };
         sign_certificate(&template, &key, &ring::rand::SystemRandom::new()).unwrap()
+    }
+
+    #[test]
+    fn a_certificate_whose_key_usage_cannot_be_read_is_refused() {
+        let garbage = Extension {
+            extn_id: oid::KEY_USAGE,
+            critical: true,
+            extn_value: OctetString::new(vec![0xff, 0x00]).unwrap(),
+        };
+        let der = certificate_with(vec![garbage]);
+        assert!(
+            x509_cert::Certificate::from_der(&der).is_ok(),
+            "well-formed DER otherwise"
+        );
+        match ParsedCertificate::from_der(&der) {
+            Err(X509Error::UnreadableExtension(id)) => assert_eq!(id, oid::KEY_USAGE),
+            other => panic!("expected an unreadable-extension refusal, got {other:?}"),
+        }
     }
 
     #[test]
