@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use talos_sso_api::error::PROBLEM_CONTENT_TYPE;
 use talos_sso_api::{ErrorCode, Problem};
 
+use crate::audit::text;
 use crate::audit::writer::AuditError;
 use crate::audit::{format_micros, store::StoreError};
 use crate::identity::authenticator::AuthError;
@@ -25,10 +26,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// The detail is escaped and bounded here, once: parser messages quote
+    /// what the caller sent (unknown field names, query keys, token headers).
     pub fn new(error: ErrorCode, detail: impl Into<String>) -> Self {
         Self {
             error,
-            detail: detail.into(),
+            detail: text::clean(&detail.into(), text::REASON_CHARS),
         }
     }
 
@@ -149,8 +152,9 @@ impl From<Denial> for ApiError {
         let detail = denial.to_string();
         let code = match denial {
             Denial::NoMatchingRule { would_grant } => ErrorCode::NoMatchingRule { would_grant },
+            // The roles asked for are the caller's text.
             Denial::RoleNotPermitted { requested, entitled } => ErrorCode::RoleNotPermitted {
-                refused: requested,
+                refused: text::clean_list(&requested),
                 entitled,
             },
             Denial::RoleRequired { entitled } => ErrorCode::RoleRequired { entitled },
@@ -198,5 +202,33 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         tracing::error!(%error, "audit store");
         Self::audit_unavailable()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_caller_sent_comes_back_escaped_and_bounded() {
+        let sent = format!("unknown field `\u{1b}[31mred\u{202e}`, and {}", "x".repeat(5000));
+        let error = ApiError::request_invalid(format!("the request body is not a certificate request: {sent}"), None);
+        assert!(!error.detail.contains('\u{1b}') && !error.detail.contains('\u{202e}'), "{}", error.detail);
+        assert!(error.detail.contains("\\u{1b}"), "{}", error.detail);
+        assert!(error.detail.chars().count() <= text::REASON_CHARS + 16, "{}", error.detail.len());
+
+        let denial = Denial::RoleNotPermitted {
+            requested: vec!["os:admin\u{0}".into()],
+            entitled: vec!["os:reader".into()],
+        };
+        let ApiError {
+            error: ErrorCode::RoleNotPermitted { refused, .. },
+            detail,
+        } = ApiError::from(denial)
+        else {
+            panic!("not role_not_permitted");
+        };
+        assert_eq!(refused, ["os:admin\\u{0}"]);
+        assert!(!detail.contains('\0'), "{detail}");
     }
 }
