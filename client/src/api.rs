@@ -63,25 +63,33 @@ impl ApiError {
     }
 }
 
-/// The `code` of a problem body, read as text: [`Problem`] names a code
-/// this build does not know [`ErrorCode::Unknown`], and the person should
-/// still see which it was.
+/// What every problem body has, read loosely: a body whose code this build
+/// knows but whose fields it does not (an older or newer server) still
+/// tells the person what happened, as [`ErrorCode::Unknown`].
 #[derive(Deserialize)]
-struct ProblemCode {
+struct LooseProblem {
     code: String,
+    #[serde(default)]
+    detail: String,
+    #[serde(default)]
+    request_id: String,
 }
 
 /// The error an answer of `status` with the problem body `text` stands for;
-/// `None` when the body is not problem details.
+/// `None` when the body is not problem details (it has no `code`).
 pub(crate) fn problem(status: u16, text: &str) -> Option<ApiError> {
-    let problem = serde_json::from_str::<Problem>(text).ok()?;
-    let ProblemCode { code } = serde_json::from_str(text).ok()?;
+    let LooseProblem {
+        code,
+        detail,
+        request_id,
+    } = serde_json::from_str(text).ok()?;
+    let error = serde_json::from_str::<Problem>(text).map_or(ErrorCode::Unknown, |p| p.error);
     Some(ApiError::Problem {
         status,
         code,
-        error: problem.error,
-        detail: problem.detail,
-        request_id: problem.request_id,
+        error,
+        detail,
+        request_id,
     })
 }
 
@@ -186,6 +194,38 @@ impl ApiClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_problem_whose_fields_this_build_does_not_know_still_names_its_code() {
+        // `token_expired` without its `server_time`, and a code from a newer server.
+        for body in [
+            r#"{"code":"token_expired","detail":"expired","request_id":"r-1"}"#,
+            r#"{"type":"about:blank","title":"Forbidden","status":403,"code":"approval_pending","detail":"wait","request_id":"r-2","approvers":["x"]}"#,
+        ] {
+            let Some(ApiError::Problem {
+                code, error, detail, ..
+            }) = problem(403, body)
+            else {
+                panic!("not read as a problem: {body}");
+            };
+            assert_eq!(error, ErrorCode::Unknown, "{body}");
+            assert!(!code.is_empty() && !detail.is_empty(), "{body}");
+        }
+        let typed = r#"{"type":"about:blank","title":"Too Many Requests","status":429,"code":"rate_limited","retry_after_seconds":3,"detail":"slow","request_id":"r"}"#;
+        assert!(matches!(
+            problem(429, typed),
+            Some(ApiError::Problem {
+                error: ErrorCode::RateLimited {
+                    retry_after_seconds: 3
+                },
+                ..
+            })
+        ));
+        assert!(
+            problem(500, r#"{"error":"nope"}"#).is_none(),
+            "no code, no problem"
+        );
+    }
 
     #[test]
     fn a_server_address_without_a_scheme_is_refused_before_any_request() {

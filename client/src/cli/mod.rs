@@ -101,10 +101,14 @@ fn explained(error: ApiError) -> anyhow::Error {
     anyhow::anyhow!(crate::messages::explain(&error, ""))
 }
 
-/// An error as the person reads it: the whole chain on one line, escaped,
-/// since server problem details and identity provider answers end up in it.
+/// Longest error line shown, in characters.
+const ERROR_CHARS: usize = 2000;
+
+/// An error as the person reads it: the whole chain on one line, escaped and
+/// bounded, since server problem details and identity provider answers end
+/// up in it.
 pub fn error_text(error: &anyhow::Error) -> String {
-    crate::display::escape(&format!("{error:#}"))
+    crate::display::bounded(&format!("{error:#}"), ERROR_CHARS)
 }
 
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
@@ -152,6 +156,14 @@ mod tests {
             .filter(|c| crate::display::is_unsafe(*c) && *c != '\n')
             .collect();
         assert!(found.is_empty(), "{found:?} in {text:?}");
+    }
+
+    #[test]
+    fn an_error_line_is_escaped_and_bounded() {
+        let detail = format!("\u{1b}[2J{}", "d".repeat(100_000));
+        let shown = error_text(&anyhow::anyhow!(detail));
+        assert!(shown.starts_with("\\u{1b}[2J") && shown.ends_with('…'), "{}", &shown[..40]);
+        assert!(shown.chars().count() <= ERROR_CHARS);
     }
 
     #[test]

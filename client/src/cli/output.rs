@@ -1,6 +1,8 @@
 //! Audit records as people and tools read them: a table for the terminal,
-//! CSV for spreadsheets, JSON lines for tools. Every text from a record is
-//! escaped (see [`crate::display`]) before it reaches a terminal.
+//! CSV for spreadsheets, JSON lines for tools. The table escapes every text
+//! from a record (see [`crate::display`]); JSON escapes control characters
+//! itself; CSV keeps each value exact for the spreadsheet (the server stores
+//! text already escaped) behind a guard against formulas.
 
 use std::io::Write;
 

@@ -212,10 +212,21 @@ mod tests {
     #[test]
     fn what_the_caller_sent_comes_back_escaped_and_bounded() {
         let sent = format!("unknown field `\u{1b}[31mred\u{202e}`, and {}", "x".repeat(5000));
-        let error = ApiError::request_invalid(format!("the request body is not a certificate request: {sent}"), None);
-        assert!(!error.detail.contains('\u{1b}') && !error.detail.contains('\u{202e}'), "{}", error.detail);
+        let error = ApiError::request_invalid(
+            format!("the request body is not a certificate request: {sent}"),
+            None,
+        );
+        assert!(
+            !error.detail.contains('\u{1b}') && !error.detail.contains('\u{202e}'),
+            "{}",
+            error.detail
+        );
         assert!(error.detail.contains("\\u{1b}"), "{}", error.detail);
-        assert!(error.detail.chars().count() <= text::REASON_CHARS + 16, "{}", error.detail.len());
+        assert!(
+            error.detail.chars().count() <= text::REASON_CHARS + 16,
+            "{}",
+            error.detail.len()
+        );
 
         let denial = Denial::RoleNotPermitted {
             requested: vec!["os:admin\u{0}".into()],
