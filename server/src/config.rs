@@ -720,6 +720,23 @@ impl Config {
                 )));
             }
         }
+        // A rule names issuers by these names.
+        for (cluster, config) in &self.clusters {
+            for (index, rule) in config.rules.iter().enumerate() {
+                if let Some(unknown) = rule
+                    .issuers
+                    .iter()
+                    .find(|name| !issuers.iter().any(|i| &i.name == *name))
+                {
+                    let names: Vec<&str> = issuers.iter().map(|i| i.name.as_str()).collect();
+                    return Err(invalid(format!(
+                        "clusters.{cluster}.rules[{index}] names issuer `{}`, which is not configured; issuers: {}",
+                        crate::audit::text::clean(unknown, 64),
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
         crate::identity::issuer::validate(&issuers).map_err(invalid)
     }
 

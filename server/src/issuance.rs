@@ -269,7 +269,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
     /// Record a refusal of a verified caller and return it (or
     /// `AuditUnavailable` when it cannot be recorded).
     async fn refuse(&self, record: AuditRecord, error: IssuanceError) -> IssuanceError {
-        match record_denial(self.recorder, self.metrics, record, error.code()).await {
+        match record_denial(self.recorder, self.clusters, self.metrics, record, error.code()).await {
             Ok(()) => error,
             Err(unavailable) => unavailable,
         }
@@ -306,20 +306,14 @@ fn within_max_ttl(cluster: &Cluster, ttl: Duration) -> Result<(), IssuanceError>
 /// Commit `record` as a denial with `code`, counting a refused certificate.
 pub async fn record_denial<R: Recorder>(
     recorder: &R,
+    clusters: &Clusters,
     metrics: &Metrics,
     mut record: AuditRecord,
     code: &'static str,
 ) -> Result<(), IssuanceError> {
     record.reason_code = Some(code.to_owned());
     record.outcome = outcome::DENIED.into();
-    if record.event == event::CERTIFICATE_DENIED {
-        // Only a configured cluster name is ever in `cluster` (see the handler).
-        let labels = crate::metrics::DeniedLabels {
-            cluster: record.cluster.clone().unwrap_or_else(|| "unknown".into()),
-            reason: code.to_owned(),
-        };
-        metrics.denied.get_or_create(&labels).inc();
-    }
+    count_refusal(clusters, metrics, &record, code);
     recorder
         .append(Append {
             record,
@@ -328,6 +322,14 @@ pub async fn record_denial<R: Recorder>(
         .await
         .map(|_| ())
         .map_err(|_| IssuanceError::AuditUnavailable)
+}
+
+/// Count `record` when it is a refused certificate (other refusals are
+/// recorded, not counted).
+pub fn count_refusal(clusters: &Clusters, metrics: &Metrics, record: &AuditRecord, reason: &'static str) {
+    if record.event == event::CERTIFICATE_DENIED {
+        count_denied(clusters, metrics, record.cluster.as_deref(), reason);
+    }
 }
 
 /// Count a denial. Labels take only configured values: `cluster` is a

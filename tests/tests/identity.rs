@@ -682,12 +682,11 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
     if let Some(prod) = mistaken.clusters.get_mut("prod") {
         prod.rules[0].issuers = vec!["cj".into()];
     }
-    let refused =
-        talos_sso_server::app::load_clusters(&mistaken, time::OffsetDateTime::now_utc()).unwrap_err();
+    let refused = mistaken.validate().unwrap_err();
     assert!(
-        refused
-            .to_string()
-            .contains("names issuer `cj`, which is not configured; issuers: login, ci"),
+        refused.to_string().contains(
+            "clusters.prod.rules[0] names issuer `cj`, which is not configured; issuers: login, ci"
+        ),
         "{refused}"
     );
     // Auditors and admins are people of the login issuer: the same groups

@@ -162,7 +162,11 @@ mod tests {
     fn an_error_line_is_escaped_and_bounded() {
         let detail = format!("\u{1b}[2J{}", "d".repeat(100_000));
         let shown = error_text(&anyhow::anyhow!(detail));
-        assert!(shown.starts_with("\\u{1b}[2J") && shown.ends_with('…'), "{}", &shown[..40]);
+        assert!(
+            shown.starts_with("\\u{1b}[2J") && shown.ends_with('…'),
+            "{}",
+            &shown[..40]
+        );
         assert!(shown.chars().count() <= ERROR_CHARS);
     }
 

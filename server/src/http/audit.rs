@@ -45,8 +45,8 @@ fn bounded_int(name: &'static str, text: &str, min: i64, max: i64) -> Result<i64
     Ok(value)
 }
 
-/// The store filter `query` asks for. Text values are cleaned exactly as
-/// stored records are, so a filter matches what was kept.
+/// The store filter `query` asks for; `query` is cleaned exactly as stored
+/// records are ([`text::clean_field`]), so a filter matches what was kept.
 pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilter, ParamError> {
     let when = |text: &Option<String>, name: &'static str| {
         text.as_deref()
@@ -68,17 +68,16 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
     };
     one_of(&query.outcome, "outcome", &outcome::ALL)?;
     one_of(&query.event, "event", &event::ALL)?;
-    let cleaned = query.map(text::clean_field);
     Ok(AuditFilter {
         since: when(&query.since, "since")?,
         until: when(&query.until, "until")?,
-        username: cleaned.username,
-        subject: cleaned.subject,
-        cluster: cleaned.cluster,
-        role: cleaned.role,
-        outcome: cleaned.outcome,
-        event: cleaned.event,
-        serial: cleaned.serial,
+        username: query.username.clone(),
+        subject: query.subject.clone(),
+        cluster: query.cluster.clone(),
+        role: query.role.clone(),
+        outcome: query.outcome.clone(),
+        event: query.event.clone(),
+        serial: query.serial.clone(),
         after_seq: match &query.cursor {
             Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
             None => 0,
@@ -90,12 +89,6 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
     })
 }
 
-/// The parameters as recorded in the `audit.query` record, each bounded
-/// like any other field (the caller may not be an auditor).
-fn recorded(query: &AuditQuery) -> serde_json::Value {
-    serde_json::to_value(query.map(text::clean_field)).unwrap_or_default()
-}
-
 /// `GET /v1/audit`: records matching the filters, oldest first, a page at a
 /// time.
 pub async fn list(
@@ -103,8 +96,10 @@ pub async fn list(
     caller: Caller,
     query: QueryParams<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let query = query_or_400(query)?;
-    let details = json!({"action": "list", "filter": recorded(&query)});
+    // Cleaned once, as every field is (the caller may not be an auditor):
+    // recorded as sent, and matched against what the records hold.
+    let query = query_or_400(query)?.map(text::clean_field);
+    let details = json!({"action": "list", "filter": query});
     let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
     let filter = match filter(&query, app.clock.now()) {
         Ok(filter) => filter,

@@ -17,7 +17,7 @@ use super::error::ApiError;
 use crate::app::App;
 use crate::audit::{AuditRecord, outcome, text};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
-use crate::issuance::record_denial;
+use crate::issuance::{count_refusal, record_denial};
 use crate::ratelimit::address_key;
 use crate::refusals::Admission;
 
@@ -204,18 +204,11 @@ pub async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiErr
             .and_then(|ip| ip.parse().ok())
             .map(address_key);
         if app.refusals.admit(key.as_deref(), &record) == Admission::Counted {
-            if record.event == crate::audit::event::CERTIFICATE_DENIED {
-                crate::issuance::count_denied(
-                    &app.clusters,
-                    &app.metrics,
-                    record.cluster.as_deref(),
-                    error.code(),
-                );
-            }
+            count_refusal(&app.clusters, &app.metrics, &record, error.code());
             return error;
         }
     }
-    match record_denial(&app.audit, &app.metrics, record, error.code()).await {
+    match record_denial(&app.audit, &app.clusters, &app.metrics, record, error.code()).await {
         Ok(()) => error,
         Err(_) => ApiError::audit_unavailable(),
     }

@@ -128,11 +128,6 @@ impl Authenticator {
         self.login().provider().keys_age()
     }
 
-    /// Key-set refreshes so far over all issuers: (succeeded, failed).
-    pub fn refresh_counts(&self) -> (u64, u64) {
-        super::provider::total_refresh_counts(self.issuers().map(|issuer| issuer.provider().as_ref()))
-    }
-
     /// Re-read each issuer's discovery and keys every `period`, each on its
     /// own task, until the returned task is aborted.
     pub fn spawn_refreshers(&self, period: Duration) -> tokio::task::JoinHandle<()> {

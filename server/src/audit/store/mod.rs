@@ -26,6 +26,7 @@ use serde_json::Value;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{ColumnIndex, Decode, Row, Type};
+use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
 
 use super::{AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, StoredRecord, chain};
@@ -81,9 +82,6 @@ impl Default for StoreOptions {
         }
     }
 }
-
-/// Most records one query returns.
-pub const MAX_QUERY_LIMIT: i64 = 1000;
 
 /// What the security team asks for; every field narrows the answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -349,7 +347,7 @@ impl RecordQuery {
         if let Some(role) = &filter.role {
             add(&role_condition, Bind::Text(role.clone()));
         }
-        binds.push(Bind::Int(filter.limit.clamp(1, MAX_QUERY_LIMIT)));
+        binds.push(Bind::Int(filter.limit.clamp(1, MAX_PAGE)));
         let sql = format!(
             "SELECT {COLUMNS} FROM audit_events WHERE {} ORDER BY seq LIMIT ${}",
             conditions.join(" AND "),
@@ -469,7 +467,7 @@ impl AuditStore {
         let mut check = ChainCheck::default();
         let mut after = 0;
         loop {
-            let page = self.page(after, 1000).await?;
+            let page = self.page(after, MAX_PAGE).await?;
             let Some(last) = page.last() else { break };
             after = last.seq;
             for record in &page {

@@ -267,11 +267,6 @@ impl Issuer {
         })
     }
 
-    /// Its name in the configuration and the logs.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     pub fn rules(&self) -> &IssuerRules {
         &self.rules
     }
