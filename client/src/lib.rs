@@ -5,7 +5,7 @@
 //!
 //! - `cli`: the commands (`login`, `status`, `logout`, `exec`, `audit`,
 //!   `deny`, `completions`).
-//! - `api`: wire types and a typed client for the server's API.
+//! - `api`: the typed client over `talos-sso-api`'s wire types.
 //! - `connection`: why a connection failed, as a sentence with the fix.
 //! - `login`: discovery, browser (PKCE) and device flows, refresh, token cache.
 //! - `key`: the per-certificate Ed25519 key and the CSR sent in its place.
