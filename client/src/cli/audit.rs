@@ -95,6 +95,7 @@ pub enum AuditCommand {
     /// One record in full.
     Show {
         /// The record's sequence number (the SEQ column of `audit list`).
+        #[arg(value_parser = clap::value_parser!(i64).range(1..))]
         seq: i64,
         /// The talos-sso server (default: the one you logged in to).
         #[arg(long)]

@@ -159,6 +159,17 @@ mod tests {
     }
 
     #[test]
+    fn a_record_number_below_one_is_refused() {
+        for seq in ["0", "-1", "-9223372036854775808"] {
+            assert!(
+                Cli::try_parse_from(["talos-sso", "audit", "show", seq]).is_err(),
+                "{seq}"
+            );
+        }
+        assert!(Cli::try_parse_from(["talos-sso", "audit", "show", "1"]).is_ok());
+    }
+
+    #[test]
     fn an_error_line_is_escaped_and_bounded() {
         let detail = format!("\u{1b}[2J{}", "d".repeat(100_000));
         let shown = error_text(&anyhow::anyhow!(detail));

@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use super::store::{Append, Appended, AuditStore};
-use super::writer::{AuditError, AuditWriter};
+use super::writer::{AuditError, AuditWriter, WriterStats, write_one};
 
 /// Commits one record (with its token claim, deny-list check and change).
 pub trait Recorder: Sync {
@@ -18,14 +18,10 @@ impl Recorder for AuditWriter {
     }
 }
 
+/// As the writer writes a record on its own: one the database refuses
+/// leaves its `audit.record_refused` stand-in.
 impl Recorder for AuditStore {
     async fn append(&self, append: Append) -> Result<Appended, AuditError> {
-        match self.append_batch(std::slice::from_ref(&append)).await {
-            Ok(mut appended) => appended.pop().ok_or(AuditError::Unavailable),
-            Err(error) => {
-                tracing::error!(%error, "the audit record could not be written");
-                Err(AuditError::Unavailable)
-            }
-        }
+        write_one(self, &WriterStats::default(), append).await
     }
 }

@@ -124,8 +124,13 @@ async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) {
     }
 }
 
-/// One record on its own.
-async fn write_one(store: &AuditStore, stats: &WriterStats, append: Append) -> Result<Appended, AuditError> {
+/// One record on its own (also what a one-off command commits through, see
+/// [`super::recorder`]).
+pub(super) async fn write_one(
+    store: &AuditStore,
+    stats: &WriterStats,
+    append: Append,
+) -> Result<Appended, AuditError> {
     match store.append_batch(std::slice::from_ref(&append)).await {
         Ok(mut results) => {
             stats.batches.fetch_add(1, Ordering::Relaxed);
