@@ -14,6 +14,7 @@ use talos_sso_api::audit::parse_micros;
 use talos_sso_api::{CertificateRequest, ClusterInfo, ServerInfo};
 
 use super::explained;
+use super::select::LoginSelection;
 use crate::api::ApiClient;
 use crate::key::ClientKey;
 use crate::login::browser::{BrowserOptions, Opener, system_opener};
@@ -23,8 +24,8 @@ use crate::talosconfig::{self, ContextEntry};
 
 #[derive(Debug, Clone, Args)]
 pub struct LoginArgs {
-    /// The talos-sso server (remembered after the first login).
-    #[arg(long)]
+    /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one remembered from the last login).
+    #[arg(long, env = "TALOS_SSO_SERVER")]
     pub server: Option<String>,
     /// Which cluster (remembered as the default; not needed when the server has one).
     #[arg(long)]
@@ -241,17 +242,21 @@ pub(super) fn logged_in_line(
     )
 }
 
-pub(super) fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(super) fn logout(select: &LoginSelection, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     let saved = state::load();
-    let target = if all {
-        None
-    } else {
-        cluster.map(str::to_owned).or(saved.default_cluster.clone())
+    // Nothing named: the default cluster's login.
+    let default_only = LoginSelection {
+        cluster: saved.default_cluster.clone(),
+        ..Default::default()
     };
-    let chosen: Vec<(String, LoginRecord)> = saved
-        .logins
-        .iter()
-        .filter(|(name, _)| target.as_ref().is_none_or(|t| t == *name))
+    let select = if all || select.is_narrowed() {
+        select
+    } else {
+        &default_only
+    };
+    let chosen: Vec<(String, LoginRecord)> = select
+        .select(&saved)
+        .into_iter()
         .map(|(n, r)| (n.clone(), r.clone()))
         .collect();
     if chosen.is_empty() {
