@@ -517,6 +517,52 @@ async fn status_exit_codes_server_from_the_environment_version_and_login_selecti
     env.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_and_nodes_set_with_talosctl_survive_a_login() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let path = machine.talosconfig();
+    let field = |name: &str| -> Value {
+        let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        yaml["contexts"]["prod"][name].clone()
+    };
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    // The server's values in a new context.
+    assert_eq!(
+        field("endpoints"),
+        serde_yaml_ng::from_str::<Value>("[127.0.0.1]").unwrap()
+    );
+    assert_eq!(
+        field("nodes"),
+        serde_yaml_ng::from_str::<Value>("[127.0.0.1]").unwrap()
+    );
+    // What `talosctl config node 10.9.9.9 10.9.9.10` writes.
+    let mut yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    yaml["contexts"]["prod"]["nodes"] = serde_yaml_ng::from_str("[10.9.9.9, 10.9.9.10]").unwrap();
+    std::fs::write(&path, serde_yaml_ng::to_string(&yaml).unwrap()).unwrap();
+
+    let (code, out, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "Kept the nodes you set in context `prod` (`talosctl config node`); the server's are 127.0.0.1."
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("Kept the endpoints"), "{out}");
+    assert_eq!(
+        field("nodes"),
+        serde_yaml_ng::from_str::<Value>("[10.9.9.9, 10.9.9.10]").unwrap()
+    );
+    assert_eq!(
+        field("endpoints"),
+        serde_yaml_ng::from_str::<Value>("[127.0.0.1]").unwrap()
+    );
+    env.finish().await;
+}
+
 fn yaml_has_context(path: &Path, context: &str) -> bool {
     let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     yaml["contexts"].get(context).is_some()

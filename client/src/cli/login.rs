@@ -190,7 +190,34 @@ pub async fn login_with(
         crt_pem: issued.certificate.clone(),
         key_pem: key.private_key_pem().to_string(),
     };
-    let written = talosconfig::upsert_context(&path, &context, &entry, args.set_current)?;
+    // What this client wrote into that very context last time, if it did.
+    let last_written = saved
+        .logins
+        .values()
+        .find(|r| r.context == context && r.talosconfig == path)
+        .and_then(|r| r.targets_written.clone());
+    let written =
+        talosconfig::upsert_context(&path, &context, &entry, last_written.as_ref(), args.set_current)?;
+    for (kept, field, command) in [
+        (written.kept_endpoints, "endpoints", "endpoint"),
+        (written.kept_nodes, "nodes", "node"),
+    ] {
+        if kept {
+            writeln!(
+                out,
+                "Kept the {field} you set in context `{}` (`talosctl config {command}`); the server's are {}.",
+                crate::display::escape(&context),
+                crate::display::escape(
+                    &if field == "endpoints" {
+                        &issued.endpoints
+                    } else {
+                        &issued.nodes
+                    }
+                    .join(", ")
+                )
+            )?;
+        }
+    }
     let record = LoginRecord {
         server: server.clone(),
         context: context.clone(),
@@ -198,6 +225,10 @@ pub async fn login_with(
         username: issued.identity.username.clone(),
         roles: issued.roles.clone(),
         not_after: issued.not_after.clone(),
+        targets_written: Some(talosconfig::Targets {
+            endpoints: issued.endpoints.clone(),
+            nodes: issued.nodes.clone(),
+        }),
     };
     let chosen_explicitly = args.cluster.is_some();
     state::update(|s| {

@@ -205,6 +205,7 @@ mod tests {
             username: hostile.into(),
             roles: vec![format!("os:admin{hostile}")],
             not_after: String::new(),
+            targets_written: None,
         };
         let status = LoginStatus {
             cluster: hostile.into(),

@@ -84,6 +84,7 @@ mod tests {
             username: "bob".into(),
             roles: vec![],
             not_after: String::new(),
+            targets_written: None,
         }
     }
 
