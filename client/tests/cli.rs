@@ -780,14 +780,40 @@ async fn the_quick_start_produces_a_talosconfig_and_an_audit_record() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_api_scope_makes_the_cli_send_the_access_token() {
+async fn the_server_chooses_which_token_the_cli_sends() {
     use talos_sso_tests::emulator::{CLI_CLIENT_ID, SERVER_APP_ID};
-    // The server accepts only access tokens for its own API (not ID tokens).
+    // A provider that needs a `groups` scope, no `identity.token`: the ID
+    // token, whatever the scope names (the server accepts only ID tokens).
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        yaml.replace(
+            &format!(r#"audiences: ["{CLI_CLIENT_ID}", "{SERVER_APP_ID}", "api://{SERVER_APP_ID}"]"#),
+            &format!(
+                r#"audiences: ["{CLI_CLIENT_ID}"]
+  scopes: ["openid", "profile", "offline_access", "groups"]"#
+            ),
+        )
+    })
+    .await;
+    let info: serde_json::Value = reqwest::get(format!("{}/v1/info", env.server.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["token"], "id_token");
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.finish().await;
+
+    // `identity.token: access_token`: the access token (the server accepts
+    // only access tokens for its own API, not ID tokens).
     let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
         yaml.replace(
             &format!(r#"audiences: ["{CLI_CLIENT_ID}", "{SERVER_APP_ID}", "api://{SERVER_APP_ID}"]"#),
             &format!(
                 r#"audiences: ["{SERVER_APP_ID}"]
+  token: access_token
   scopes: ["openid", "profile", "offline_access", "api://{SERVER_APP_ID}/talos.certificates"]"#
             ),
         )

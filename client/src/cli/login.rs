@@ -357,6 +357,7 @@ mod tests {
             discovery_url: None,
             client_id: "cli".into(),
             scopes: vec![],
+            token: Default::default(),
             clusters: names
                 .iter()
                 .map(|n| ClusterInfo {
