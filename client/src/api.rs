@@ -12,6 +12,7 @@ use talos_sso_api::{
 };
 
 use crate::connection::{ConnectionError, Peer};
+use crate::trust::ExtraRoots;
 
 /// How long one request to the server may take, answer included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -101,13 +102,23 @@ pub struct ApiClient {
 
 impl ApiClient {
     pub fn new(server: &str) -> Result<Self, ApiError> {
-        Self::with_timeout(server, REQUEST_TIMEOUT)
+        Self::with_options(server, REQUEST_TIMEOUT, None)
     }
 
-    /// [`ApiClient::new`] with another request timeout (tests wait less).
-    pub fn with_timeout(server: &str, timeout: Duration) -> Result<Self, ApiError> {
+    /// A client that also trusts `roots` (`login --certificate-authority`).
+    pub fn trusting(server: &str, roots: Option<&ExtraRoots>) -> Result<Self, ApiError> {
+        Self::with_options(server, REQUEST_TIMEOUT, roots)
+    }
+
+    /// [`ApiClient::new`] with another request timeout (tests wait less)
+    /// and extra trusted authorities.
+    pub fn with_options(
+        server: &str,
+        timeout: Duration,
+        roots: Option<&ExtraRoots>,
+    ) -> Result<Self, ApiError> {
         ConnectionError::check_address(Peer::Server, server).map_err(ApiError::Unreachable)?;
-        let http = reqwest::Client::builder()
+        let http = ExtraRoots::apply(roots, reqwest::Client::builder())
             .timeout(timeout)
             .user_agent(concat!("talos-sso/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -304,7 +315,7 @@ mod tests {
     async fn a_server_that_never_answers_times_out_with_a_sentence() {
         let (port, held) = crate::connection::test_peers::silent_peer().await;
         let url = format!("https://127.0.0.1:{port}");
-        let api = ApiClient::with_timeout(&url, Duration::from_millis(300)).unwrap();
+        let api = ApiClient::with_options(&url, Duration::from_millis(300), None).unwrap();
         let error = api.info().await.unwrap_err();
         assert_eq!(error.code(), "server_unreachable");
         assert_eq!(

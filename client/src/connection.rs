@@ -215,11 +215,15 @@ impl ConnectionError {
                     let problem = match problem {
                         CertificateProblem::UnknownIssuer => format!(
                             "its certificate is not trusted: an authority this client does not know signed it \
-                             (it trusts the public web authorities); {hp} needs a certificate from one of them"
+                             (it trusts this machine's trust store and the public web authorities); if {hp} \
+                             has a certificate from your organisation's own authority, {}",
+                            self.trust_fix()
                         ),
                         CertificateProblem::SelfSigned => format!(
-                            "its certificate is not trusted: it signed itself (this client trusts the public \
-                             web authorities); {hp} needs a certificate from one of them"
+                            "its certificate is not trusted: it signed itself (this client trusts this \
+                             machine's trust store and the public web authorities); {hp} needs a certificate \
+                             from an authority, or {}",
+                            self.trust_fix()
                         ),
                         CertificateProblem::Expired => format!(
                             "its certificate has expired (or this machine's clock is wrong); \
@@ -279,6 +283,20 @@ impl ConnectionError {
             message
         } else {
             format!("{message} [{}]", self.chain)
+        }
+    }
+
+    /// How to trust an authority for this peer.
+    fn trust_fix(&self) -> &'static str {
+        match self.peer {
+            Peer::Server => {
+                "pass its certificate (PEM): `talos-sso login --certificate-authority FILE`, \
+                 or add it to this machine's trust store"
+            }
+            Peer::IdentityProvider => {
+                "pass its certificate (PEM): `talos-sso login --provider-certificate-authority FILE`, \
+                 or add it to this machine's trust store"
+            }
         }
     }
 

@@ -4,13 +4,14 @@
 //! administrators.
 //!
 //! - `cli`: the commands (`login`, `status`, `logout`, `exec`, `audit`,
-//!   `deny`, `completions`).
+//!   `deny`, `version`, `completions`).
 //! - `api`: the typed client over `talos-sso-api`'s wire types.
 //! - `connection`: why a connection failed, as a sentence with the fix.
 //! - `login`: discovery, browser (PKCE) and device flows, refresh, token cache.
 //! - `key`: the per-certificate Ed25519 key and the CSR sent in its place.
 //! - `talosconfig`: read-modify-write that keeps what it does not know.
 //! - `state`: the client's own configuration (server, default cluster, logins).
+//! - `trust`: certificate authorities trusted per server beyond the system's.
 //! - `messages`: server error codes as sentences a person can act on.
 //! - `certinfo`: roles and expiry read back from a certificate.
 //! - `files`: locked, atomic, private file writes.
@@ -27,3 +28,4 @@ pub mod login;
 pub mod messages;
 pub mod state;
 pub mod talosconfig;
+pub mod trust;

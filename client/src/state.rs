@@ -19,6 +19,10 @@ pub struct ClientState {
     /// Logins by cluster name.
     #[serde(default)]
     pub logins: BTreeMap<String, LoginRecord>,
+    /// Certificate authorities trusted for each server (and its identity
+    /// provider) beyond the system's, by server address.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trust: BTreeMap<String, crate::trust::ServerTrust>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

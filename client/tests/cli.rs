@@ -1286,9 +1286,9 @@ async fn https_to_a_plain_http_server_is_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_certificate_from_an_unknown_authority_is_named() {
+async fn a_server_certificate_from_a_company_authority_needs_certificate_authority() {
     let scratch = tempfile::tempdir().unwrap();
-    let (_, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
+    let (ca, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
     let tls = format!(
         "tls: {{ cert_file: \"{}\", key_file: \"{}\" }}",
         cert.display(),
@@ -1305,10 +1305,48 @@ async fn a_server_certificate_from_an_unknown_authority_is_named() {
         &err,
         &format!(
             "the talos-sso server at {server} cannot be reached: the TLS handshake failed because its \
-             certificate is not trusted: an authority this client does not know signed it (it trusts the \
-             public web authorities); {address} needs a certificate from one of them"
+             certificate is not trusted: an authority this client does not know signed it (it trusts this \
+             machine's trust store and the public web authorities); if {address} has a certificate from \
+             your organisation's own authority, pass its certificate (PEM): `talos-sso login \
+             --certificate-authority FILE`, or add it to this machine's trust store"
         ),
     );
+    assert!(!err.contains("--provider-certificate-authority"), "{err}");
+
+    // The company CA in the system trust store (SSL_CERT_FILE names the
+    // store's bundle, as for OpenSSL): no flag needed.
+    let ca_file = scratch.path().join("company-ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let mut command = machine.command(&["login", "--server", &server, "--no-browser"]);
+    command.env("SSL_CERT_FILE", &ca_file);
+    let (code, out) = follow_browser_login(&env, "bob@example.com", command).await;
+    assert_eq!(code, 0, "the system trust store is used: {out}");
+    env.emulator.set_auto_login(None);
+    // Given once with the flag: remembered for the server.
+    let (code, _, err) = machine
+        .run(&["login", "--certificate-authority", ca_file.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "remembered for the server: {err}");
+    let (code, out, err) = machine.run(&["version"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("server: talos-sso-server"), "{out}");
+    // A file that is not a certificate: named, nothing remembered from it.
+    let (code, _, err) = machine
+        .run(&[
+            "login",
+            "--certificate-authority",
+            cert.with_extension("key").to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("is not a PEM certificate bundle: it holds a `PRIVATE KEY` block"),
+        "{err}"
+    );
+    let (code, _, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "the good file is still the one remembered: {err}");
     env.finish().await;
 }
 

@@ -224,6 +224,11 @@ pub struct IdentityConfig {
     /// directories); nobody logs in with them through the CLI.
     #[serde(default)]
     pub trusted_issuers: Vec<IssuerConfig>,
+    /// A PEM bundle of certificate authorities trusted, in addition to the
+    /// system's trust store, for every call to an identity provider
+    /// (discovery, keys, Graph): a provider behind a company CA.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl IdentityConfig {
@@ -248,13 +253,17 @@ impl IdentityConfig {
             username_claim: self.username_claim.clone(),
             leeway: self.leeway,
             entra_graph: self.entra_graph.clone(),
+            ca_file: self.ca_file.clone(),
         }
     }
 
     /// Every issuer: the login issuer first.
     pub fn issuers(&self) -> Vec<IssuerConfig> {
         std::iter::once(self.login_issuer())
-            .chain(self.trusted_issuers.iter().cloned())
+            .chain(self.trusted_issuers.iter().map(|trusted| IssuerConfig {
+                ca_file: self.ca_file.clone(),
+                ..trusted.clone()
+            }))
             .collect()
     }
 }
@@ -290,6 +299,9 @@ pub struct IssuerConfig {
     pub leeway: Duration,
     #[serde(default)]
     pub entra_graph: Option<GraphConfig>,
+    /// `identity.ca_file`, for every issuer alike.
+    #[serde(skip)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl IssuerConfig {

@@ -352,6 +352,15 @@ impl TestEnv {
         edit: impl FnOnce(String) -> String,
     ) -> Self {
         let emulator = EmulatorHandle::start(emulator).await.expect("emulator");
+        Self::start_with_emulator(backend, emulator, edit).await
+    }
+
+    /// Start with an emulator already running (behind a TLS front, say).
+    pub async fn start_with_emulator(
+        backend: Backend,
+        emulator: EmulatorHandle,
+        edit: impl FnOnce(String) -> String,
+    ) -> Self {
         let work = Workdir::new();
         let (database, database_url) = match backend {
             Backend::Postgres => {

@@ -17,3 +17,4 @@ pub mod material;
 pub mod openssl;
 pub mod quickstart;
 pub mod talos_checker;
+pub mod tls_front;

@@ -274,6 +274,7 @@ fn entra(emulator: &EmulatorHandle) -> IssuerConfig {
         username_claim: None,
         leeway: Duration::from_secs(300),
         entra_graph: None,
+        ca_file: None,
     }
 }
 
@@ -823,5 +824,70 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 200);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_provider_behind_a_company_authority_needs_identity_ca_file() {
+    use std::sync::Arc;
+    use talos_sso_server::app::SystemClock;
+    use talos_sso_server::config::Config;
+    use talos_sso_server::server::Server;
+    use talos_sso_tests::tls_front::TlsFront;
+    // The emulator (provider and Graph) behind TLS from a private CA.
+    let scratch = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
+    let front = TlsFront::bind(&cert, &key).await.unwrap();
+    let emulator = emulator(EmulatorConfig {
+        public_url: Some(front.url()),
+        ..Default::default()
+    })
+    .await;
+    front.forward_to(emulator.address);
+    let ca_file = write_file(scratch.path(), "company-ca.pem", &ca, 0o644);
+
+    let with_ca_file = |yaml: String, file: &std::path::Path| {
+        yaml.replace(
+            "identity:\n",
+            &format!("identity:\n  ca_file: \"{}\"\n", file.display()),
+        )
+    };
+    let start_error = |yaml: String| async move {
+        Server::bind(Config::from_yaml(&yaml).unwrap(), Arc::new(SystemClock))
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let work = Workdir::new();
+    let database = format!("sqlite://{}", work.path().join("audit.db").display());
+    let yaml = talos_sso_tests::harness::config_yaml(&emulator, &work, &database);
+
+    // Without it: the server does not start, and says why.
+    let error = start_error(yaml.clone()).await;
+    assert!(
+        error.contains(&front.url()) && error.contains("certificate"),
+        "{error}"
+    );
+    // A file that is not a certificate bundle is named at start.
+    let error = start_error(with_ca_file(yaml, &key)).await;
+    assert!(
+        error.contains("identity.ca_file") && error.contains("PRIVATE KEY"),
+        "{error}"
+    );
+
+    // With `identity.ca_file`: discovery, keys and Graph (erin's overage)
+    // all go through the company CA.
+    let env =
+        TestEnv::start_with_emulator(Backend::Sqlite, emulator, |yaml| with_ca_file(yaml, &ca_file)).await;
+    for user in ["bob@example.com", "erin@example.com"] {
+        let token = env.emulator.token_for(user, TokenKind::id()).unwrap();
+        let (status, body) = issue(&env, &token).await;
+        assert_eq!(status, 201, "{user}: {body}");
+    }
+    assert!(
+        env.emulator.counters().graph_member_objects >= 1,
+        "Graph was asked"
+    );
     env.finish().await;
 }

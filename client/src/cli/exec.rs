@@ -62,6 +62,8 @@ pub(super) async fn exec(
                 .map(|r| r.context.clone())
                 .or(select.context.clone()),
             set_current: false,
+            certificate_authority: None,
+            provider_certificate_authority: None,
         };
         record = Some(login(&args, &mut std::io::stderr()).await?);
     }

@@ -21,6 +21,7 @@ use crate::login::browser::{BrowserOptions, Opener, system_opener};
 use crate::login::{Provider, Tokens, cache};
 use crate::state::{self, LoginRecord};
 use crate::talosconfig::{self, ContextEntry};
+use crate::trust::{ExtraRoots, ServerTrust};
 
 #[derive(Debug, Clone, Args)]
 pub struct LoginArgs {
@@ -50,6 +51,45 @@ pub struct LoginArgs {
     /// Make this the current context even when the file already has one.
     #[arg(long)]
     pub set_current: bool,
+    /// Also trust the certificate authorities in this PEM file for the
+    /// server (a company CA); remembered for the server.
+    #[arg(long, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
+    /// Also trust the certificate authorities in this PEM file for the
+    /// identity provider the server announces; remembered for the server.
+    #[arg(long, value_name = "FILE")]
+    pub provider_certificate_authority: Option<PathBuf>,
+}
+
+/// The extra authorities for `server`: the ones given now, else the ones
+/// remembered for it.
+pub(super) struct Trusted {
+    pub remembered: ServerTrust,
+    pub server: Option<ExtraRoots>,
+    pub provider: Option<ExtraRoots>,
+}
+
+pub(super) fn trusted(
+    saved: &state::ClientState,
+    server: &str,
+    certificate_authority: Option<&Path>,
+    provider_certificate_authority: Option<&Path>,
+) -> anyhow::Result<Trusted> {
+    let before = saved.trust.get(server).cloned().unwrap_or_default();
+    let remembered = ServerTrust {
+        certificate_authority: certificate_authority
+            .map(Path::to_owned)
+            .or(before.certificate_authority),
+        provider_certificate_authority: provider_certificate_authority
+            .map(Path::to_owned)
+            .or(before.provider_certificate_authority),
+    };
+    let load = |path: &Option<PathBuf>| path.as_deref().map(ExtraRoots::load).transpose();
+    Ok(Trusted {
+        server: load(&remembered.certificate_authority)?,
+        provider: load(&remembered.provider_certificate_authority)?,
+        remembered,
+    })
 }
 
 /// How to log in, for `login` and for the commands that log in again when
@@ -192,13 +232,19 @@ pub async fn login_with(
     let server = args.server.clone().or(saved.server.clone()).ok_or_else(|| {
         anyhow!("no server yet: run `talos-sso login --server https://talos-sso.example.com` once")
     })?;
-    let api = ApiClient::new(&server)?;
+    let trust = trusted(
+        &saved,
+        &server,
+        args.certificate_authority.as_deref(),
+        args.provider_certificate_authority.as_deref(),
+    )?;
+    let api = ApiClient::trusting(&server, trust.server.as_ref())?;
     let info = api.info().await.map_err(explained)?;
     let cluster = pick_cluster(
         args.cluster.as_deref().or(saved.default_cluster.as_deref()),
         &info,
     )?;
-    let provider = Provider::discover(&info).await?;
+    let provider = Provider::discover(&info, trust.provider.as_ref()).await?;
     let tokens = obtain_tokens(&provider, &server, &args.method, args.timeout, opener).await?;
 
     let key = ClientKey::generate()?;
@@ -266,6 +312,11 @@ pub async fn login_with(
     let chosen_explicitly = args.cluster.is_some();
     state::update(|s| {
         s.server = Some(server.clone());
+        if trust.remembered == ServerTrust::default() {
+            s.trust.remove(&server);
+        } else {
+            s.trust.insert(server.clone(), trust.remembered.clone());
+        }
         if chosen_explicitly || s.default_cluster.is_none() {
             s.default_cluster = Some(cluster.name.clone());
         }
@@ -367,11 +418,12 @@ pub(super) async fn authenticated(
     let saved = state::load();
     let server = server
         .map(str::to_owned)
-        .or(saved.server)
+        .or(saved.server.clone())
         .ok_or_else(|| anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once"))?;
-    let api = ApiClient::new(&server)?;
+    let trust = trusted(&saved, &server, None, None)?;
+    let api = ApiClient::trusting(&server, trust.server.as_ref())?;
     let info = api.info().await.map_err(explained)?;
-    let provider = Provider::discover(&info).await?;
+    let provider = Provider::discover(&info, trust.provider.as_ref()).await?;
     let tokens = obtain_tokens(&provider, &server, login, LOGIN_TIMEOUT, Some(system_opener())).await?;
     // Remember the server, as `login` does.
     state::update(|s| s.server = Some(server.clone())).context("saving the client configuration")?;

@@ -115,11 +115,16 @@ pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow
         env!("CARGO_PKG_VERSION"),
         talos_sso_api::API_VERSION
     )?;
-    let Some(server) = server.map(str::to_owned).or(state::load().server) else {
+    let saved = state::load();
+    let Some(server) = server.map(str::to_owned).or(saved.server.clone()) else {
         writeln!(out, "server: none yet (pass --server or log in once)")?;
         return Ok(ExitCode::SUCCESS);
     };
-    let info = ApiClient::new(&server)?.info().await.map_err(super::explained)?;
+    let trust = super::login::trusted(&saved, &server, None, None)?;
+    let info = ApiClient::trusting(&server, trust.server.as_ref())?
+        .info()
+        .await
+        .map_err(super::explained)?;
     writeln!(
         out,
         "server: talos-sso-server {} (API {}) at {}",

@@ -26,6 +26,7 @@ use talos_sso_api::{BearerToken, ServerInfo, issuer};
 use zeroize::Zeroizing;
 
 use crate::connection::{ConnectionError, Peer};
+use crate::trust::ExtraRoots;
 
 /// Entra (and RFC 8628 providers) announce the device endpoint in discovery.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -114,7 +115,9 @@ pub struct Provider {
 }
 
 impl Provider {
-    pub async fn discover(info: &ServerInfo) -> Result<Self, LoginError> {
+    /// Discover the provider `info` names, also trusting `roots`
+    /// (`login --provider-certificate-authority`).
+    pub async fn discover(info: &ServerInfo, roots: Option<&ExtraRoots>) -> Result<Self, LoginError> {
         let discovery_error = |reason: String| LoginError::Discovery {
             issuer: info.issuer.clone(),
             reason,
@@ -122,7 +125,7 @@ impl Provider {
         let check = |url: &str| {
             ConnectionError::check_address(Peer::IdentityProvider, url).map_err(LoginError::Unreachable)
         };
-        let http = openidconnect::reqwest::Client::builder()
+        let http = ExtraRoots::apply(roots, openidconnect::reqwest::Client::builder())
             // Following redirects from the provider would open the client to SSRF.
             .redirect(openidconnect::reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(20))
@@ -403,7 +406,8 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_discovery_endpoint_is_named() {
         let port = refused_port();
-        let Err(error) = Provider::discover(&info(format!("http://127.0.0.1:{port}/tenant/v2.0"))).await
+        let Err(error) =
+            Provider::discover(&info(format!("http://127.0.0.1:{port}/tenant/v2.0")), None).await
         else {
             panic!("discovery worked on a closed port");
         };
@@ -421,7 +425,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_issuer_without_a_scheme_is_named() {
-        let Err(error) = Provider::discover(&info("login.example.com/tenant/v2.0".into())).await else {
+        let Err(error) = Provider::discover(&info("login.example.com/tenant/v2.0".into()), None).await else {
             panic!("discovery worked without a scheme");
         };
         assert_eq!(
@@ -434,7 +438,7 @@ mod tests {
     #[tokio::test]
     async fn an_unresolvable_provider_is_named() {
         let Err(error) =
-            Provider::discover(&info("https://login.talos-sso.invalid/tenant/v2.0".into())).await
+            Provider::discover(&info("https://login.talos-sso.invalid/tenant/v2.0".into()), None).await
         else {
             panic!("discovery worked on an .invalid name");
         };
@@ -453,7 +457,7 @@ mod tests {
     async fn an_unreachable_token_endpoint_is_named() {
         let token_port = refused_port();
         let issuer = provider_with_token_endpoint_on(token_port).await;
-        let provider = Provider::discover(&info(issuer)).await.unwrap();
+        let provider = Provider::discover(&info(issuer), None).await.unwrap();
         let text = provider.refresh("a refresh token").await.unwrap_err().to_string();
         assert!(
             text.starts_with(&format!(

@@ -62,7 +62,9 @@ impl TlsFiles {
     }
 }
 
-fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
+/// The rustls configuration for a PEM certificate chain and key (also the
+/// tests' TLS front for other services).
+pub fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
     let bad = |what: &Path, e: &dyn std::fmt::Display| {
         io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", what.display()))
     };

@@ -27,6 +27,8 @@ pub struct GraphSettings {
     /// How long a user's groups are reused.
     pub cache_ttl: Duration,
     pub http_timeout: Duration,
+    /// Authorities trusted beyond the system's (`identity.ca_file`).
+    pub extra_roots: Vec<reqwest::Certificate>,
 }
 
 impl std::fmt::Debug for GraphSettings {
@@ -89,7 +91,7 @@ fn is_object_id(oid: &str) -> bool {
 
 impl GraphClient {
     pub fn new(settings: GraphSettings) -> Result<Self, GraphError> {
-        let http = reqwest::Client::builder()
+        let http = super::provider::with_roots(reqwest::Client::builder(), &settings.extra_roots)
             .timeout(settings.http_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -127,7 +129,7 @@ impl GraphClient {
             .form(&form)
             .send()
             .await
-            .map_err(|e| GraphError::Unreachable(e.without_url().to_string()))?;
+            .map_err(|e| GraphError::Unreachable(super::provider::error_chain(&e.without_url())))?;
         let status = response.status();
         if status.as_u16() == 400 || status.as_u16() == 401 {
             return Err(GraphError::Unauthorized(status.as_u16()));
@@ -176,7 +178,7 @@ impl GraphClient {
             .json(&serde_json::json!({"securityEnabledOnly": false}))
             .send()
             .await
-            .map_err(|e| GraphError::Unreachable(e.without_url().to_string()))?;
+            .map_err(|e| GraphError::Unreachable(super::provider::error_chain(&e.without_url())))?;
         let status = response.status();
         if status.as_u16() == 401 || status.as_u16() == 403 {
             // The cached app token may have been revoked: fetch a new one next time.

@@ -30,6 +30,8 @@ pub struct ProviderSettings {
     pub min_refresh_interval: Duration,
     /// Timeout of each request to the provider.
     pub http_timeout: Duration,
+    /// Authorities trusted beyond the system's (`identity.ca_file`).
+    pub extra_roots: Vec<reqwest::Certificate>,
 }
 
 impl ProviderSettings {
@@ -41,6 +43,7 @@ impl ProviderSettings {
             discovery_url: None,
             min_refresh_interval: Duration::from_secs(300),
             http_timeout: Duration::from_secs(10),
+            extra_roots: Vec::new(),
         }
     }
 
@@ -109,7 +112,7 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderErro
         .await
         .map_err(|e| ProviderError::Unreachable {
             url: url.to_owned(),
-            reason: e.without_url().to_string(),
+            reason: error_chain(&e.without_url()),
         })?;
     let status = response.status();
     if !status.is_success() {
@@ -120,7 +123,57 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderErro
     }
     response.text().await.map_err(|e| ProviderError::Unreachable {
         url: url.to_owned(),
-        reason: e.without_url().to_string(),
+        reason: error_chain(&e.without_url()),
+    })
+}
+
+/// An error with its causes (`error sending request: ... invalid peer
+/// certificate: UnknownIssuer`), since the top line alone rarely says what
+/// an operator must fix.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let next_text = next.to_string();
+        if !text.contains(&next_text) {
+            text.push_str(": ");
+            text.push_str(&next_text);
+        }
+        cause = next.source();
+    }
+    text
+}
+
+/// The certificates of the PEM bundle at `path` (`identity.ca_file`), each
+/// checked to be a certificate; an error names the file and what is wrong.
+pub fn extra_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let shown = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let blocks = pem::parse_many(&bytes).map_err(|e| format!("{shown} is not PEM: {e}"))?;
+    if blocks.is_empty() {
+        return Err(format!("{shown} holds no PEM certificate"));
+    }
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(index, block)| {
+            if block.tag() != "CERTIFICATE" {
+                return Err(format!(
+                    "{shown} holds a `{}` block",
+                    crate::audit::text::clean(block.tag(), 64)
+                ));
+            }
+            <x509_cert::Certificate as der::Decode>::from_der(block.contents())
+                .map_err(|e| format!("{shown}: certificate {} does not parse: {e}", index + 1))?;
+            reqwest::Certificate::from_der(block.contents()).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// `builder`, also trusting `roots`.
+pub fn with_roots(builder: reqwest::ClientBuilder, roots: &[reqwest::Certificate]) -> reqwest::ClientBuilder {
+    roots.iter().fold(builder, |builder, root| {
+        builder.add_root_certificate(root.clone())
     })
 }
 
@@ -128,7 +181,7 @@ impl Provider {
     /// Fetch the discovery document and the key set. Fails when either is
     /// unavailable or malformed, or the issuer is not the configured one.
     pub async fn discover(settings: &ProviderSettings) -> Result<Self, ProviderError> {
-        let http = reqwest::Client::builder()
+        let http = with_roots(reqwest::Client::builder(), &settings.extra_roots)
             .timeout(settings.http_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()

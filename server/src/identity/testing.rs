@@ -131,6 +131,7 @@ pub fn entra_config() -> IssuerConfig {
         username_claim: None,
         leeway: std::time::Duration::from_secs(300),
         entra_graph: None,
+        ca_file: None,
     }
 }
 

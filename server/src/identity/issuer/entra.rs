@@ -86,7 +86,7 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
     let graph = config
         .entra_graph
         .as_ref()
-        .map(|graph| graph_client(graph).map_err(|e| format!("{graph_key}: {e}")))
+        .map(|graph| graph_client(graph, config.ca_file.as_deref()).map_err(|e| format!("{graph_key}: {e}")))
         .transpose()?;
     Ok(Box::new(Entra {
         issuers: issuer_forms(config),
@@ -97,7 +97,12 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
     }))
 }
 
-fn graph_client(config: &GraphConfig) -> Result<GraphClient, String> {
+fn graph_client(config: &GraphConfig, ca_file: Option<&std::path::Path>) -> Result<GraphClient, String> {
+    let extra_roots = ca_file
+        .map(super::super::provider::extra_roots)
+        .transpose()
+        .map_err(|e| format!("identity.ca_file: {e}"))?
+        .unwrap_or_default();
     GraphClient::new(GraphSettings {
         tenant_id: config.tenant_id.clone(),
         client_id: config.client_id.clone(),
@@ -106,6 +111,7 @@ fn graph_client(config: &GraphConfig) -> Result<GraphClient, String> {
         graph_url: config.graph_url.clone(),
         cache_ttl: GRAPH_CACHE_TTL,
         http_timeout: GRAPH_HTTP_TIMEOUT,
+        extra_roots,
     })
     .map_err(|e| e.to_string())
 }

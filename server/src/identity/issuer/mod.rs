@@ -245,6 +245,13 @@ impl Issuer {
         settings.name = config.name.clone();
         settings.discovery_url = config.discovery_url.clone();
         settings.min_refresh_interval = min_refresh_interval;
+        if let Some(path) = &config.ca_file {
+            settings.extra_roots =
+                super::provider::extra_roots(path).map_err(|reason| IssuerError::Kind {
+                    name: config.name.clone(),
+                    reason: format!("identity.ca_file: {reason}"),
+                })?;
+        }
         let provider = Provider::discover(&settings)
             .await
             .map_err(|source| IssuerError::Provider {
