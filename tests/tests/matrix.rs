@@ -1644,14 +1644,26 @@ fn talosconfig_files_that_are_not_talosconfigs() {
             b"contexts:\n  prod: {}\n  prod: {}\n".to_vec(),
             "duplicate",
         ),
-        ("alias bomb (billion laughs)", bomb.into_bytes(), ""),
-        ("nested 10,000 deep", deep.into_bytes(), ""),
+        (
+            "alias bomb (billion laughs)",
+            bomb.into_bytes(),
+            "repetition limit exceeded",
+        ),
+        (
+            "nested 10,000 deep",
+            deep.into_bytes(),
+            "recursion limit exceeded",
+        ),
         (
             "not UTF-8",
             b"contexts:\n  pr\xffod: {}\n".to_vec(),
             "not UTF-8 text",
         ),
-        ("NUL byte", b"contexts:\n  pr\x00od: {}\n".to_vec(), ""),
+        (
+            "NUL byte",
+            b"contexts:\n  pr\x00od: {}\n".to_vec(),
+            "control characters",
+        ),
         ("larger than 16 MiB", huge, "larger than 16 MiB"),
     ];
     for (label, contents, reason) in &cases {
