@@ -604,9 +604,8 @@ impl Config {
         if format == config::FileFormat::Yaml {
             // The `config` crate's YAML loader copies an aliased node at
             // every use, so a few lines of nested aliases grow into
-            // billions of nodes (and the memory with them), and it keeps
-            // the last of two equal keys. serde_yaml_ng reads the text
-            // first: it bounds alias expansion and refuses duplicate keys.
+            // billions of nodes, and the memory with them. serde_yaml_ng
+            // reads the text first: it bounds alias expansion.
             serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text)
                 .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
         }

@@ -2101,6 +2101,14 @@ async fn ca_material_that_must_not_load() {
             "{label}: expected [{code}] in {error}"
         );
     }
+    // The endless file is refused for its size, after a bounded read (not
+    // when the memory runs out).
+    let endless = scene.with_ca(&files(Path::new("/dev/zero"), &scene.work.ca_key));
+    let error = check(&scene.write("server.yaml", &endless)).await.unwrap_err();
+    assert!(
+        error.contains("larger than 16 MiB"),
+        "certificate file endless (/dev/zero): {error}"
+    );
     // RSA-2048 is a CA Talos can have: it loads.
     let path = scene.write(
         "server.yaml",
