@@ -14,7 +14,37 @@ pub struct ServerInfo {
     /// The public client id the CLI logs in as.
     pub client_id: String,
     pub scopes: Vec<String>,
+    /// Which of the provider's tokens the CLI sends. A server of a release
+    /// before this field expects the ID token.
+    #[serde(default)]
+    pub token: BearerToken,
     pub clusters: Vec<ClusterInfo>,
+}
+
+/// Which token from the identity provider's answer the CLI sends to the
+/// server as its bearer token: configured on the server
+/// (`identity.token`), never guessed from scope names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BearerToken {
+    /// The ID token, audience the CLI's client id: works with every OpenID
+    /// Provider (opaque access tokens included).
+    #[default]
+    IdToken,
+    /// The access token, for providers that issue JWT access tokens for
+    /// the server's own API (Entra with an exposed API scope, Okta's
+    /// authorization servers).
+    AccessToken,
+}
+
+impl BearerToken {
+    /// The name as configured and served.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BearerToken::IdToken => "id_token",
+            BearerToken::AccessToken => "access_token",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

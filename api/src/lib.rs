@@ -14,7 +14,7 @@ pub use audit::{AuditPage, AuditQuery, AuditRecord, ChainStatus, StoredRecord};
 pub use certificates::{CertificateRequest, Identity, IssuedCertificate};
 pub use deny::{DenyAdded, DenyEntry, DenyList, DenyRemoved, DenyRequest};
 pub use error::{ErrorCode, Problem};
-pub use info::{ClusterInfo, Readiness, ServerInfo};
+pub use info::{BearerToken, ClusterInfo, Readiness, ServerInfo};
 
 /// The version of this API: the `/v1` of every path.
 pub const API_VERSION: u32 = 1;

@@ -54,6 +54,9 @@ pub enum Cause {
     UnsupportedScheme(String),
     /// Not a URL for another reason (the URL parser's words).
     InvalidUrl(String),
+    /// `http://` to a host that is not this machine: the bearer token (or
+    /// the authorization code) would cross the network in clear.
+    PlainHttpToRemote,
     /// The TLS handshake read plain HTTP: the other end does not speak TLS.
     PlainHttp,
     /// The TLS handshake refused the peer's certificate.
@@ -75,7 +78,7 @@ impl Cause {
     pub fn is_address(&self) -> bool {
         matches!(
             self,
-            Cause::NoScheme | Cause::UnsupportedScheme(_) | Cause::InvalidUrl(_)
+            Cause::NoScheme | Cause::UnsupportedScheme(_) | Cause::InvalidUrl(_) | Cause::PlainHttpToRemote
         )
     }
 }
@@ -119,6 +122,11 @@ impl ConnectionError {
         }
         if url.host_str().is_none_or(str::is_empty) {
             return Err(refuse(Cause::InvalidUrl("no host".into())));
+        }
+        // Plain HTTP only where nothing crosses a network: the quick start
+        // and tests on this machine.
+        if url.scheme() == "http" && !is_loopback_host(url.host()) {
+            return Err(refuse(Cause::PlainHttpToRemote));
         }
         Ok(url)
     }
@@ -260,7 +268,10 @@ impl ConnectionError {
                         format!("is it up, and can this machine reach it?{fix_elsewhere}")
                     }
                 },
-                Cause::NoScheme | Cause::UnsupportedScheme(_) | Cause::InvalidUrl(_) => String::new(),
+                Cause::NoScheme
+                | Cause::UnsupportedScheme(_)
+                | Cause::InvalidUrl(_)
+                | Cause::PlainHttpToRemote => String::new(),
             };
             format!("{who} at {url} cannot be reached: {why}")
         };
@@ -279,6 +290,9 @@ impl ConnectionError {
                 format!("starts with {scheme}://, which talos-sso does not speak")
             }
             Cause::InvalidUrl(why) => format!("is not a URL ({why})"),
+            Cause::PlainHttpToRemote => "is plain http:// to another machine, so the sign-in token \
+                 would cross the network unencrypted; http:// is accepted only for localhost, 127.0.0.0/8 and [::1]"
+                .to_owned(),
             _ => "cannot be used".to_owned(),
         };
         match self.peer {
@@ -304,10 +318,12 @@ impl ConnectionError {
 /// Whether `address` (`HOST[:PORT]`, no scheme) names this machine:
 /// `localhost`, 127.0.0.0/8 or `[::1]`.
 fn is_loopback(address: &str) -> bool {
-    let Ok(url) = url::Url::parse(&format!("http://{address}")) else {
-        return false;
-    };
-    match url.host() {
+    url::Url::parse(&format!("http://{address}")).is_ok_and(|url| is_loopback_host(url.host()))
+}
+
+/// Whether a URL's host is this machine (see [`is_loopback`]).
+fn is_loopback_host(host: Option<url::Host<&str>>) -> bool {
+    match host {
         Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
@@ -650,11 +666,42 @@ mod tests {
         for good in [
             "https://sso.example.com:8443",
             "http://127.0.0.1:8443/",
+            "http://127.9.9.9/",
+            "http://localhost:8080",
+            "http://[::1]:8443",
             "HTTPS://[::1]:8443",
         ] {
             assert!(
                 ConnectionError::check_address(Peer::Server, good).is_ok(),
                 "{good}"
+            );
+        }
+    }
+
+    #[test]
+    fn plain_http_is_refused_to_any_other_machine() {
+        for address in [
+            "http://sso.example.com",
+            "http://10.0.0.1:8443",
+            "http://[fe80::1]:8443",
+            "http://localhost.example.com",
+            "http://0.0.0.0:8443",
+        ] {
+            let server = ConnectionError::check_address(Peer::Server, address).unwrap_err();
+            assert_eq!(server.cause, Cause::PlainHttpToRemote, "{address}");
+            assert_eq!(
+                server.to_string(),
+                format!(
+                    "the server address `{address}` is plain http:// to another machine, so the sign-in token \
+                     would cross the network unencrypted; http:// is accepted only for localhost, 127.0.0.0/8 \
+                     and [::1]: use https://HOST:PORT"
+                )
+            );
+            let provider = ConnectionError::check_address(Peer::IdentityProvider, address).unwrap_err();
+            assert_eq!(provider.cause, Cause::PlainHttpToRemote, "{address}");
+            assert!(
+                provider.to_string().contains("tell the server's operators"),
+                "{provider}"
             );
         }
     }

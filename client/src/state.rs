@@ -30,6 +30,11 @@ pub struct LoginRecord {
     pub roles: Vec<String>,
     /// RFC 3339.
     pub not_after: String,
+    /// The server's `endpoints` and `nodes` as last written into the
+    /// context: a value in the file that differs from these is the
+    /// person's own and the next login keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets_written: Option<crate::talosconfig::Targets>,
 }
 
 pub fn path() -> Option<PathBuf> {

@@ -65,12 +65,26 @@ pub struct ContextEntry {
     pub key_pem: String,
 }
 
+/// The `endpoints` and `nodes` this client last wrote into a context (the
+/// server's values then). A value in the file that differs from them was
+/// set by the person (`talosctl config endpoint`, `config node`) and is
+/// kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Targets {
+    pub endpoints: Vec<String>,
+    pub nodes: Vec<String>,
+}
+
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteOutcome {
     pub created_file: bool,
     pub replaced_context: bool,
     pub current_context: Option<String>,
+    /// The context's own `endpoints` were kept (set by the person).
+    pub kept_endpoints: bool,
+    /// The context's own `nodes` were kept (set by the person).
+    pub kept_nodes: bool,
 }
 
 fn lock(path: &Path) -> Result<FileLock, TalosconfigError> {
@@ -150,14 +164,28 @@ fn strings(items: &[String]) -> Value {
     Value::Sequence(items.iter().map(|s| Value::String(s.clone())).collect())
 }
 
+/// Whether the context's `field` holds a value the person set: present,
+/// not empty, and not what this client wrote there last (`last`; `None`
+/// when it never wrote this context, so any value there is theirs).
+fn set_by_person(context: &Mapping, field: &str, last: Option<&[String]>) -> bool {
+    match context.get(field) {
+        None | Some(Value::Null) => false,
+        Some(Value::Sequence(items)) if items.is_empty() => false,
+        Some(value) => last.is_none_or(|last| *value != strings(last)),
+    }
+}
+
 /// Create or replace context `name`. Other contexts and unknown fields stay;
 /// inside our own context, fields we do not write (e.g. `proxy-url`) stay
-/// too. The current context changes only when `set_current` or when the file
-/// had none.
+/// too. `endpoints` and `nodes` come from the server for a new context; in
+/// an existing one, a value the person set (one that differs from
+/// `last_written`) is kept. The current context changes only when
+/// `set_current` or when the file had none.
 pub fn upsert_context(
     path: &Path,
     name: &str,
     entry: &ContextEntry,
+    last_written: Option<&Targets>,
     set_current: bool,
 ) -> Result<WriteOutcome, TalosconfigError> {
     ensure_directory(path)?;
@@ -185,11 +213,21 @@ pub fn upsert_context(
         Some(Value::Mapping(map)) => map,
         _ => Mapping::new(),
     };
-    context.insert("endpoints".into(), strings(&entry.endpoints));
-    if entry.nodes.is_empty() {
-        context.remove("nodes");
-    } else {
-        context.insert("nodes".into(), strings(&entry.nodes));
+    let kept_endpoints = set_by_person(
+        &context,
+        "endpoints",
+        last_written.map(|t| t.endpoints.as_slice()),
+    );
+    let kept_nodes = set_by_person(&context, "nodes", last_written.map(|t| t.nodes.as_slice()));
+    if !kept_endpoints {
+        context.insert("endpoints".into(), strings(&entry.endpoints));
+    }
+    if !kept_nodes {
+        if entry.nodes.is_empty() {
+            context.remove("nodes");
+        } else {
+            context.insert("nodes".into(), strings(&entry.nodes));
+        }
     }
     context.insert("ca".into(), Value::String(STANDARD.encode(&entry.ca_pem)));
     context.insert("crt".into(), Value::String(STANDARD.encode(&entry.crt_pem)));
@@ -214,6 +252,8 @@ pub fn upsert_context(
         created_file,
         replaced_context,
         current_context,
+        kept_endpoints,
+        kept_nodes,
     })
 }
 
@@ -323,13 +363,15 @@ mod tests {
             "context: other\ncontexts:\n  other:\n    endpoints: [1.2.3.4]\n    auth: {siderov1: {identity: a@b}}\n    cluster: omni\n  prod:\n    endpoints: [old]\n    proxy-url: http://proxy:3128\nfuture-top-level: {x: 1}\n",
         )
         .unwrap();
-        let outcome = upsert_context(&path, "prod", &entry("new"), false).unwrap();
+        let outcome = upsert_context(&path, "prod", &entry("new"), None, false).unwrap();
         assert_eq!(
             outcome,
             WriteOutcome {
                 created_file: false,
                 replaced_context: true,
-                current_context: Some("other".into())
+                current_context: Some("other".into()),
+                kept_endpoints: true,
+                kept_nodes: false,
             }
         );
         let value: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -337,7 +379,10 @@ mod tests {
         assert_eq!(value["contexts"]["other"]["auth"]["siderov1"]["identity"], "a@b");
         assert_eq!(value["contexts"]["other"]["cluster"], "omni");
         assert_eq!(value["contexts"]["prod"]["proxy-url"], "http://proxy:3128");
-        assert_eq!(value["contexts"]["prod"]["endpoints"][0], "10.0.0.1");
+        assert_eq!(
+            value["contexts"]["prod"]["endpoints"][0], "old",
+            "set by the person, not by this client"
+        );
         assert_eq!(value["future-top-level"]["x"], 1);
         let stored = read_context(&path, "prod").unwrap().unwrap();
         assert_eq!(
@@ -351,7 +396,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("talos").join("config");
-        let outcome = upsert_context(&path, "lab", &entry("x"), false).unwrap();
+        let outcome = upsert_context(&path, "lab", &entry("x"), None, false).unwrap();
         assert!(outcome.created_file);
         assert_eq!(outcome.current_context.as_deref(), Some("lab"));
         assert_eq!(
@@ -367,14 +412,74 @@ mod tests {
             0o700
         );
         // --set-current switches; otherwise the current context stays.
-        upsert_context(&path, "prod", &entry("y"), false).unwrap();
+        upsert_context(&path, "prod", &entry("y"), None, false).unwrap();
         assert_eq!(
-            upsert_context(&path, "prod", &entry("y"), true)
+            upsert_context(&path, "prod", &entry("y"), None, true)
                 .unwrap()
                 .current_context
                 .as_deref(),
             Some("prod")
         );
+    }
+
+    #[test]
+    fn endpoints_and_nodes_the_person_set_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let server = |endpoints: &[&str], nodes: &[&str]| ContextEntry {
+            endpoints: endpoints.iter().map(|s| s.to_string()).collect(),
+            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+            ..entry("x")
+        };
+        let targets = |e: &ContextEntry| Targets {
+            endpoints: e.endpoints.clone(),
+            nodes: e.nodes.clone(),
+        };
+        let field = |name: &str| -> Value {
+            let value: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            value["contexts"]["prod"][name].clone()
+        };
+        let list =
+            |items: &[&str]| Value::Sequence(items.iter().map(|s| Value::String(s.to_string())).collect());
+        // A new context: the server's values.
+        let first = server(&["vip.example"], &["10.0.0.1"]);
+        let outcome = upsert_context(&path, "prod", &first, None, false).unwrap();
+        assert!(!outcome.kept_endpoints && !outcome.kept_nodes);
+        assert_eq!(
+            (field("endpoints"), field("nodes")),
+            (list(&["vip.example"]), list(&["10.0.0.1"]))
+        );
+        // Unchanged since: the server's new values replace ours.
+        let second = server(&["vip2.example"], &["10.0.0.2"]);
+        let outcome = upsert_context(&path, "prod", &second, Some(&targets(&first)), false).unwrap();
+        assert!(!outcome.kept_endpoints && !outcome.kept_nodes);
+        assert_eq!(
+            (field("endpoints"), field("nodes")),
+            (list(&["vip2.example"]), list(&["10.0.0.2"]))
+        );
+        // The person runs `talosctl config node 10.0.0.9`: kept, endpoints still follow the server.
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("- 10.0.0.2", "- 10.0.0.9");
+        std::fs::write(&path, text).unwrap();
+        let third = server(&["vip3.example"], &["10.0.0.3"]);
+        let outcome = upsert_context(&path, "prod", &third, Some(&targets(&second)), false).unwrap();
+        assert!(!outcome.kept_endpoints && outcome.kept_nodes);
+        assert_eq!(
+            (field("endpoints"), field("nodes")),
+            (list(&["vip3.example"]), list(&["10.0.0.9"]))
+        );
+        // A server with no nodes removes ours, never the person's.
+        let outcome = upsert_context(
+            &path,
+            "prod",
+            &server(&["vip3.example"], &[]),
+            Some(&targets(&third)),
+            false,
+        )
+        .unwrap();
+        assert!(outcome.kept_nodes);
+        assert_eq!(field("nodes"), list(&["10.0.0.9"]));
     }
 
     #[test]
@@ -389,7 +494,7 @@ mod tests {
         ] {
             let path = dir.path().join("config");
             std::fs::write(&path, text).unwrap();
-            let error = upsert_context(&path, "prod", &entry("x"), false).unwrap_err();
+            let error = upsert_context(&path, "prod", &entry("x"), None, false).unwrap_err();
             assert!(
                 matches!(error, TalosconfigError::Malformed { .. }),
                 "{text}: {error}"
@@ -402,8 +507,8 @@ mod tests {
     fn removing_contexts_leaves_the_rest() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config");
-        upsert_context(&path, "a", &entry("a"), false).unwrap();
-        upsert_context(&path, "b", &entry("b"), false).unwrap();
+        upsert_context(&path, "a", &entry("a"), None, false).unwrap();
+        upsert_context(&path, "b", &entry("b"), None, false).unwrap();
         assert_eq!(remove_contexts(&path, &["a".into(), "zz".into()]).unwrap(), ["a"]);
         let value: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert!(value["contexts"].get("a").is_none() && value["contexts"].get("b").is_some());
@@ -417,7 +522,7 @@ mod tests {
         let path = dir.path().join("config");
         let elsewhere = dir.path().join("elsewhere");
         std::os::unix::fs::symlink(&elsewhere, dir.path().join("config.lock")).unwrap();
-        let error = upsert_context(&path, "prod", &entry("x"), false)
+        let error = upsert_context(&path, "prod", &entry("x"), None, false)
             .unwrap_err()
             .to_string();
         assert!(

@@ -107,10 +107,15 @@ async fn finish(child: Child) -> (i32, String) {
 /// A browser login: the "browser" follows the printed URL; the emulator
 /// signs `user` in automatically and redirects to the CLI's loopback.
 async fn browser_login(env: &TestEnv, machine: &Machine, user: &str, extra: &[&str]) -> (i32, String) {
-    env.emulator.set_auto_login(Some(user));
     let mut args = vec!["login", "--server", &env.server.base_url, "--no-browser"];
     args.extend_from_slice(extra);
-    let mut child = machine.command(&args).spawn().unwrap();
+    follow_browser_login(env, user, machine.command(&args)).await
+}
+
+/// Run a `login --no-browser` command and play the browser for `user`.
+async fn follow_browser_login(env: &TestEnv, user: &str, mut command: Command) -> (i32, String) {
+    env.emulator.set_auto_login(Some(user));
+    let mut child = command.spawn().unwrap();
     let (url, _, _) = wait_for_line(&mut child, |line| {
         line.trim().starts_with("http").then(|| line.trim().to_owned())
     })
@@ -410,6 +415,160 @@ async fn status_exec_and_logout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exit_codes_server_from_the_environment_version_and_login_selection() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let (code, out, _) = machine.run(&["status"]).await;
+    assert_eq!(
+        (code, out.trim()),
+        (1, "Not logged in anywhere. Run `talos-sso login`.")
+    );
+    let (code, out, _) = machine.run(&["version"]).await;
+    assert_eq!(code, 0);
+    let client_line = format!("client: talos-sso {} (API 1)", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            client_line.as_str(),
+            "server: none yet (pass --server or log in once)"
+        ]
+    );
+
+    // TALOS_SSO_SERVER instead of --server, for login and version alike.
+    let from_env = |args: &[&str]| {
+        let mut command = machine.command(args);
+        command.env("TALOS_SSO_SERVER", &env.server.base_url);
+        command
+    };
+    let output = from_env(&["version"]).output().await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "server: talos-sso-server {} (API 1) at {}",
+            env!("CARGO_PKG_VERSION"),
+            env.server.base_url
+        )),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("warning"), "same API: no warning: {stderr}");
+    let (code, out) =
+        follow_browser_login(&env, "bob@example.com", from_env(&["login", "--no-browser"])).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+
+    let (code, out, _) = machine.run(&["status"]).await;
+    assert_eq!(code, 0, "{out}");
+    // Selection as in talosctl: --context and --talosconfig narrow it.
+    let path = machine.talosconfig();
+    for selected in [
+        vec!["--context", "prod"],
+        vec!["--talosconfig", path.to_str().unwrap()],
+        vec!["--cluster", "prod", "--context", "prod"],
+    ] {
+        let mut args = vec!["status"];
+        args.extend(selected.iter().copied());
+        let (code, out, _) = machine.run(&args).await;
+        assert_eq!(code, 0, "{selected:?}: {out}");
+        assert!(out.starts_with("prod: logged in as bob@example.com"), "{out}");
+    }
+    let elsewhere = machine.home.path().join("elsewhere.yaml");
+    let (code, out, _) = machine
+        .run(&["status", "--talosconfig", elsewhere.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        out.trim(),
+        format!(
+            "No login for talosconfig {}. Run `talos-sso login`.",
+            elsewhere.display()
+        )
+    );
+    let (code, out, _) = machine.run(&["logout", "--context", "staging"]).await;
+    assert_eq!((code, out.trim()), (0, "Nothing to log out of."));
+    assert!(yaml_has_context(&path, "prod"), "an unselected login is kept");
+    // exec with the selected login's file and context.
+    let (code, out, err) = machine
+        .run(&[
+            "exec",
+            "--context",
+            "prod",
+            "--",
+            "sh",
+            "-c",
+            "grep -c 'context: prod' \"$TALOSCONFIG\"",
+        ])
+        .await;
+    assert_eq!((code, out.trim()), (0, "1"), "{err}");
+
+    // The certificate gone from the file: status says so and exits 1.
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let mut value: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    value["contexts"]["prod"]["crt"] = Value::String(String::new());
+    std::fs::write(&path, serde_yaml_ng::to_string(&value).unwrap()).unwrap();
+    let (code, out, _) = machine.run(&["status", "--context", "prod"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("prod: not logged in"), "{out}");
+    let (code, json, _) = machine.run(&["status", "--output", "json"]).await;
+    assert_eq!(code, 1, "{json}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_and_nodes_set_with_talosctl_survive_a_login() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let path = machine.talosconfig();
+    let field = |name: &str| -> Value {
+        let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        yaml["contexts"]["prod"][name].clone()
+    };
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    // The server's values in a new context.
+    assert_eq!(
+        field("endpoints"),
+        serde_yaml_ng::from_str::<Value>("[127.0.0.1]").unwrap()
+    );
+    assert_eq!(
+        field("nodes"),
+        serde_yaml_ng::from_str::<Value>("[127.0.0.1]").unwrap()
+    );
+    // What `talosctl config node 10.9.9.9 10.9.9.10` writes.
+    let mut yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    yaml["contexts"]["prod"]["nodes"] = serde_yaml_ng::from_str("[10.9.9.9, 10.9.9.10]").unwrap();
+    std::fs::write(&path, serde_yaml_ng::to_string(&yaml).unwrap()).unwrap();
+
+    let (code, out, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "Kept the nodes you set in context `prod` (`talosctl config node`); the server's are 127.0.0.1."
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("Kept the endpoints"), "{out}");
+    assert_eq!(
+        field("nodes"),
+        serde_yaml_ng::from_str::<Value>("[10.9.9.9, 10.9.9.10]").unwrap()
+    );
+    assert_eq!(
+        field("endpoints"),
+        serde_yaml_ng::from_str::<Value>("[127.0.0.1]").unwrap()
+    );
+    env.finish().await;
+}
+
+fn yaml_has_context(path: &Path, context: &str) -> bool {
+    let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    yaml["contexts"].get(context).is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_refusals_become_sentences() {
     let env = TestEnv::start(Backend::Sqlite).await;
     let machine = Machine::new();
@@ -621,14 +780,40 @@ async fn the_quick_start_produces_a_talosconfig_and_an_audit_record() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_api_scope_makes_the_cli_send_the_access_token() {
+async fn the_server_chooses_which_token_the_cli_sends() {
     use talos_sso_tests::emulator::{CLI_CLIENT_ID, SERVER_APP_ID};
-    // The server accepts only access tokens for its own API (not ID tokens).
+    // A provider that needs a `groups` scope, no `identity.token`: the ID
+    // token, whatever the scope names (the server accepts only ID tokens).
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        yaml.replace(
+            &format!(r#"audiences: ["{CLI_CLIENT_ID}", "{SERVER_APP_ID}", "api://{SERVER_APP_ID}"]"#),
+            &format!(
+                r#"audiences: ["{CLI_CLIENT_ID}"]
+  scopes: ["openid", "profile", "offline_access", "groups"]"#
+            ),
+        )
+    })
+    .await;
+    let info: serde_json::Value = reqwest::get(format!("{}/v1/info", env.server.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["token"], "id_token");
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.finish().await;
+
+    // `identity.token: access_token`: the access token (the server accepts
+    // only access tokens for its own API, not ID tokens).
     let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
         yaml.replace(
             &format!(r#"audiences: ["{CLI_CLIENT_ID}", "{SERVER_APP_ID}", "api://{SERVER_APP_ID}"]"#),
             &format!(
                 r#"audiences: ["{SERVER_APP_ID}"]
+  token: access_token
   scopes: ["openid", "profile", "offline_access", "api://{SERVER_APP_ID}/talos.certificates"]"#
             ),
         )
@@ -1121,4 +1306,41 @@ async fn an_unreachable_identity_provider_is_named() {
         ),
     );
     serving.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_warns_when_the_server_speaks_another_api() {
+    // A server of a later release: the same shape, API 2.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let info = serde_json::json!({
+        "server_version": "9.0.0", "api_version": 2, "issuer": "https://idp.example.com",
+        "client_id": "cli", "scopes": ["openid"], "clusters": [],
+    });
+    let served = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let body = info.to_string();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).await.unwrap();
+        }
+    });
+    let machine = Machine::new();
+    let (code, out, err) = machine.run(&["version", "--server", &url]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("server: talos-sso-server 9.0.0 (API 2) at {url}")),
+        "{out}"
+    );
+    assert_eq!(
+        err.trim(),
+        "warning: the server speaks API 2 and this client API 1: update talos-sso"
+    );
+    served.abort();
 }

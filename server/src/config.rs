@@ -192,6 +192,11 @@ pub struct IdentityConfig {
     /// Scopes the CLI asks for.
     #[serde(default = "default_scopes")]
     pub scopes: Vec<String>,
+    /// Which token the CLI sends: `id_token` (default; every provider) or
+    /// `access_token` (a JWT access token for this server's API; then
+    /// `audiences` names that API). Served by `/v1/info`.
+    #[serde(default)]
+    pub token: talos_sso_api::BearerToken,
     /// Entra tenants allowed (`tid`); the person is (`tid`, `oid`).
     #[serde(default)]
     pub allowed_tenants: Vec<String>,
@@ -848,6 +853,10 @@ clusters:
             *config.database_url().unwrap(),
             "sqlite:///var/lib/talos-sso/audit.db"
         );
+        assert_eq!(config.identity.token, talos_sso_api::BearerToken::IdToken);
+        let access =
+            Config::from_yaml(&MINIMAL.replace("identity:\n", "identity:\n  token: access_token\n")).unwrap();
+        assert_eq!(access.identity.token, talos_sso_api::BearerToken::AccessToken);
     }
 
     #[test]
@@ -888,6 +897,10 @@ clusters:
             (
                 MINIMAL.replace("    rules:", "    ttl: five minutes\n    rules:"),
                 "five minutes",
+            ),
+            (
+                MINIMAL.replace("identity:\n", "identity:\n  token: access\n"),
+                "unknown variant `access`, expected `id_token` or `access_token`",
             ),
         ];
         for (text, expected) in cases {

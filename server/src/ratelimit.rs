@@ -77,7 +77,7 @@ pub struct RateLimits {
 }
 
 fn limiter(per_minute: u32) -> Option<DefaultKeyedRateLimiter<String>> {
-    NonZeroU32::new(per_minute).map(|n| DefaultKeyedRateLimiter::dashmap(Quota::per_minute(n)))
+    NonZeroU32::new(per_minute).map(|n| DefaultKeyedRateLimiter::keyed(Quota::per_minute(n)))
 }
 
 impl RateLimits {

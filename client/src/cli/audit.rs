@@ -86,8 +86,8 @@ pub enum AuditCommand {
         /// A table for people (the default), JSON lines or CSV for tools.
         #[arg(long, value_enum, default_value = "table")]
         output: AuditOutput,
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -97,8 +97,8 @@ pub enum AuditCommand {
         /// The record's sequence number (the SEQ column of `audit list`).
         #[arg(value_parser = clap::value_parser!(i64).range(1..))]
         seq: i64,
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -110,16 +110,16 @@ pub enum AuditCommand {
         /// JSON lines (the default) or CSV for tools, or a table for people.
         #[arg(long, value_enum, default_value = "json")]
         output: AuditOutput,
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
     },
     /// Ask the server to recompute the hash chain.
     Verify {
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,

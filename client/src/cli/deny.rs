@@ -27,8 +27,8 @@ pub enum DenyCommand {
         /// Why (recorded in the audit trail).
         #[arg(long)]
         reason: String,
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -41,16 +41,16 @@ pub enum DenyCommand {
         /// The username to unblock.
         #[arg(long)]
         user: Option<String>,
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
     },
     /// Who is blocked.
     List {
-        /// The talos-sso server (default: the one you logged in to).
-        #[arg(long)]
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,

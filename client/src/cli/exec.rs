@@ -4,24 +4,44 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 
 use super::login::{LOGIN_TIMEOUT, LoginArgs, LoginMethod, login};
+use super::select::LoginSelection;
 use super::status::login_status;
 use crate::state;
 use crate::talosconfig;
 
 pub(super) async fn exec(
-    cluster: Option<&str>,
+    select: &LoginSelection,
     login_args: &LoginMethod,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     let saved = state::load();
-    let cluster = cluster
-        .map(str::to_owned)
-        .or(saved.default_cluster.clone())
-        .ok_or_else(|| anyhow!("no cluster yet: run `talos-sso login` first"))?;
-    let mut record = saved.logins.get(&cluster).cloned();
+    // The login the command means: the one the flags select, else the
+    // default cluster's. A cluster named but never logged in to is logged
+    // in to now, into the talosconfig and context asked for.
+    let chosen = select.select(&saved);
+    let (cluster, mut record) = match chosen.as_slice() {
+        [(name, record)] if select.is_narrowed() => ((*name).clone(), Some((*record).clone())),
+        [_, _, ..] if select.is_narrowed() => bail!(
+            "several logins match {}; name one with --cluster",
+            select.describe()
+        ),
+        _ => {
+            let cluster = select
+                .cluster
+                .clone()
+                .or(saved.default_cluster.clone())
+                .ok_or_else(|| anyhow!("no cluster yet: run `talos-sso login` first"))?;
+            let record = saved
+                .logins
+                .get(&cluster)
+                .cloned()
+                .filter(|r| select.matches(&cluster, r));
+            (cluster, record)
+        }
+    };
     let fresh_enough = record
         .as_ref()
         .is_some_and(|r| login_status(&cluster, r).seconds_left >= 60);
@@ -33,8 +53,14 @@ pub(super) async fn exec(
             ttl: None,
             method: login_args.clone(),
             timeout: LOGIN_TIMEOUT,
-            talosconfig: record.as_ref().map(|r| r.talosconfig.clone()),
-            context: record.as_ref().map(|r| r.context.clone()),
+            talosconfig: record
+                .as_ref()
+                .map(|r| r.talosconfig.clone())
+                .or(select.talosconfig.clone()),
+            context: record
+                .as_ref()
+                .map(|r| r.context.clone())
+                .or(select.context.clone()),
             set_current: false,
         };
         record = Some(login(&args, &mut std::io::stderr()).await?);

@@ -14,6 +14,7 @@ use talos_sso_api::audit::parse_micros;
 use talos_sso_api::{CertificateRequest, ClusterInfo, ServerInfo};
 
 use super::explained;
+use super::select::LoginSelection;
 use crate::api::ApiClient;
 use crate::key::ClientKey;
 use crate::login::browser::{BrowserOptions, Opener, system_opener};
@@ -23,8 +24,8 @@ use crate::talosconfig::{self, ContextEntry};
 
 #[derive(Debug, Clone, Args)]
 pub struct LoginArgs {
-    /// The talos-sso server (remembered after the first login).
-    #[arg(long)]
+    /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one remembered from the last login).
+    #[arg(long, env = "TALOS_SSO_SERVER")]
     pub server: Option<String>,
     /// Which cluster (remembered as the default; not needed when the server has one).
     #[arg(long)]
@@ -189,7 +190,34 @@ pub async fn login_with(
         crt_pem: issued.certificate.clone(),
         key_pem: key.private_key_pem().to_string(),
     };
-    let written = talosconfig::upsert_context(&path, &context, &entry, args.set_current)?;
+    // What this client wrote into that very context last time, if it did.
+    let last_written = saved
+        .logins
+        .values()
+        .find(|r| r.context == context && r.talosconfig == path)
+        .and_then(|r| r.targets_written.clone());
+    let written =
+        talosconfig::upsert_context(&path, &context, &entry, last_written.as_ref(), args.set_current)?;
+    for (kept, field, command) in [
+        (written.kept_endpoints, "endpoints", "endpoint"),
+        (written.kept_nodes, "nodes", "node"),
+    ] {
+        if kept {
+            writeln!(
+                out,
+                "Kept the {field} you set in context `{}` (`talosctl config {command}`); the server's are {}.",
+                crate::display::escape(&context),
+                crate::display::escape(
+                    &if field == "endpoints" {
+                        &issued.endpoints
+                    } else {
+                        &issued.nodes
+                    }
+                    .join(", ")
+                )
+            )?;
+        }
+    }
     let record = LoginRecord {
         server: server.clone(),
         context: context.clone(),
@@ -197,6 +225,10 @@ pub async fn login_with(
         username: issued.identity.username.clone(),
         roles: issued.roles.clone(),
         not_after: issued.not_after.clone(),
+        targets_written: Some(talosconfig::Targets {
+            endpoints: issued.endpoints.clone(),
+            nodes: issued.nodes.clone(),
+        }),
     };
     let chosen_explicitly = args.cluster.is_some();
     state::update(|s| {
@@ -241,17 +273,21 @@ pub(super) fn logged_in_line(
     )
 }
 
-pub(super) fn logout(cluster: Option<&str>, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+pub(super) fn logout(select: &LoginSelection, all: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     let saved = state::load();
-    let target = if all {
-        None
-    } else {
-        cluster.map(str::to_owned).or(saved.default_cluster.clone())
+    // Nothing named: the default cluster's login.
+    let default_only = LoginSelection {
+        cluster: saved.default_cluster.clone(),
+        ..Default::default()
     };
-    let chosen: Vec<(String, LoginRecord)> = saved
-        .logins
-        .iter()
-        .filter(|(name, _)| target.as_ref().is_none_or(|t| t == *name))
+    let select = if all || select.is_narrowed() {
+        select
+    } else {
+        &default_only
+    };
+    let chosen: Vec<(String, LoginRecord)> = select
+        .select(&saved)
+        .into_iter()
         .map(|(n, r)| (n.clone(), r.clone()))
         .collect();
     if chosen.is_empty() {
@@ -321,6 +357,7 @@ mod tests {
             discovery_url: None,
             client_id: "cli".into(),
             scopes: vec![],
+            token: Default::default(),
             clusters: names
                 .iter()
                 .map(|n| ClusterInfo {

@@ -20,11 +20,13 @@ pub mod deny;
 pub mod exec;
 pub mod login;
 pub mod output;
+pub mod select;
 pub mod status;
 
 use self::audit::AuditCommand;
 use self::deny::DenyCommand;
 use self::login::{LoginArgs, LoginMethod};
+use self::select::LoginSelection;
 use self::status::Output;
 use crate::api::ApiError;
 
@@ -40,30 +42,31 @@ pub struct Cli {
 pub enum Command {
     /// Log in and write a short-lived certificate into your talosconfig.
     Login(LoginArgs),
-    /// Show who you are logged in as, where, with which roles, for how long.
+    /// Show who you are logged in as, where, with which roles, for how long
+    /// (default: every login). Exits 1 when a login shown is expired or
+    /// missing, or none is found.
     Status {
-        /// Only this cluster (default: every cluster you logged in to).
-        #[arg(long)]
-        cluster: Option<String>,
+        #[command(flatten)]
+        select: LoginSelection,
         /// Text for people, JSON for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
     },
-    /// Remove this tool's talosconfig contexts and cached logins (nothing else).
+    /// Remove this tool's talosconfig contexts and cached logins (nothing
+    /// else); default: the default cluster's login.
     Logout {
-        /// Log out of this cluster (default: the default cluster).
-        #[arg(long, conflicts_with = "all")]
-        cluster: Option<String>,
+        #[command(flatten)]
+        select: LoginSelection,
         /// Log out of every cluster and forget every saved login.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["cluster", "talosconfig", "context"])]
         all: bool,
     },
     /// Make sure the certificate is valid for at least a minute (renewing it
-    /// when needed), then run a command with TALOSCONFIG set to it.
+    /// when needed), then run a command with TALOSCONFIG set to it
+    /// (default: the default cluster's login).
     Exec {
-        /// The cluster whose certificate the command uses (default: the default cluster).
-        #[arg(long)]
-        cluster: Option<String>,
+        #[command(flatten)]
+        select: LoginSelection,
         #[command(flatten)]
         login: LoginMethod,
         /// The command, after `--` (e.g. `-- talosctl get members`).
@@ -76,6 +79,13 @@ pub enum Command {
     /// Block identities from new certificates at once (administrators).
     #[command(subcommand)]
     Deny(DenyCommand),
+    /// Print this client's version and the server's, and warn when their
+    /// API versions differ.
+    Version {
+        /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
+        #[arg(long, env = "TALOS_SSO_SERVER")]
+        server: Option<String>,
+    },
     /// Print shell completions.
     Completions {
         /// The shell to complete for.
@@ -116,17 +126,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     match cli.command {
         Command::Login(args) => login::login(&args, &mut out).await.map(|_| ExitCode::SUCCESS),
-        Command::Status { cluster, output } => {
-            status::status(cluster.as_deref(), output, &mut out).map(|_| ExitCode::SUCCESS)
-        }
-        Command::Logout { cluster, all } => {
-            login::logout(cluster.as_deref(), all, &mut out).map(|_| ExitCode::SUCCESS)
-        }
+        Command::Status { select, output } => status::status(&select, output, &mut out).map(|all_valid| {
+            if all_valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }),
+        Command::Logout { select, all } => login::logout(&select, all, &mut out).map(|_| ExitCode::SUCCESS),
         Command::Exec {
-            cluster,
+            select,
             login,
             command,
-        } => exec::exec(cluster.as_deref(), &login, &command).await,
+        } => exec::exec(&select, &login, &command).await,
+        Command::Version { server } => status::version(server.as_deref(), &mut out).await,
         Command::Audit(command) => audit::audit(command, &mut out).await.map(|_| ExitCode::SUCCESS),
         Command::Deny(command) => deny::deny(command, &mut out).await.map(|_| ExitCode::SUCCESS),
         Command::Completions { shell } => {
@@ -192,6 +205,7 @@ mod tests {
             username: hostile.into(),
             roles: vec![format!("os:admin{hostile}")],
             not_after: String::new(),
+            targets_written: None,
         };
         let status = LoginStatus {
             cluster: hostile.into(),

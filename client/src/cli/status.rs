@@ -3,11 +3,14 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::ValueEnum;
 use serde_json::json;
 use time::OffsetDateTime;
 
+use super::select::LoginSelection;
+use crate::api::ApiClient;
 use crate::state::{self, LoginRecord};
 use crate::talosconfig;
 
@@ -73,27 +76,70 @@ pub fn login_status(cluster: &str, record: &LoginRecord) -> LoginStatus {
     }
 }
 
-pub(super) fn status(cluster: Option<&str>, output: Output, out: &mut dyn Write) -> anyhow::Result<()> {
+/// Print the selected logins; `Ok(true)` when at least one was found and
+/// every one found holds a valid certificate (the exit code scripts test,
+/// as with `gh auth status`).
+pub(super) fn status(select: &LoginSelection, output: Output, out: &mut dyn Write) -> anyhow::Result<bool> {
     let saved = state::load();
-    let statuses: Vec<LoginStatus> = saved
-        .logins
-        .iter()
-        .filter(|(name, _)| cluster.is_none_or(|c| c == name.as_str()))
+    let statuses: Vec<LoginStatus> = select
+        .select(&saved)
+        .into_iter()
         .map(|(name, record)| login_status(name, record))
         .collect();
+    let all_valid = !statuses.is_empty() && statuses.iter().all(|s| s.valid);
     if output == Output::Json {
         let text = serde_json::to_string_pretty(&json!(statuses))?;
         writeln!(out, "{}", crate::display::json(&text))?;
-        return Ok(());
+        return Ok(all_valid);
     }
     if statuses.is_empty() {
-        writeln!(out, "Not logged in anywhere. Run `talos-sso login`.")?;
-        return Ok(());
+        if select.is_narrowed() {
+            writeln!(out, "No login for {}. Run `talos-sso login`.", select.describe())?;
+        } else {
+            writeln!(out, "Not logged in anywhere. Run `talos-sso login`.")?;
+        }
     }
     for s in statuses {
         writeln!(out, "{}", status_line(&s))?;
     }
-    Ok(())
+    Ok(all_valid)
+}
+
+/// `version`: this client's version and API version, the server's, and a
+/// warning on stderr when the API versions differ (an older or newer
+/// server may refuse or misread what this client sends).
+pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    writeln!(
+        out,
+        "client: talos-sso {} (API {})",
+        env!("CARGO_PKG_VERSION"),
+        talos_sso_api::API_VERSION
+    )?;
+    let Some(server) = server.map(str::to_owned).or(state::load().server) else {
+        writeln!(out, "server: none yet (pass --server or log in once)")?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let info = ApiClient::new(&server)?.info().await.map_err(super::explained)?;
+    writeln!(
+        out,
+        "server: talos-sso-server {} (API {}) at {}",
+        crate::display::escape(&info.server_version),
+        info.api_version,
+        crate::display::escape(&server)
+    )?;
+    if info.api_version != talos_sso_api::API_VERSION {
+        eprintln!(
+            "warning: the server speaks API {} and this client API {}: {}",
+            info.api_version,
+            talos_sso_api::API_VERSION,
+            if info.api_version > talos_sso_api::API_VERSION {
+                "update talos-sso"
+            } else {
+                "this client may ask for what the server does not know; use a client of the server's release"
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One login as `status` shows it; the names are the certificate's and the

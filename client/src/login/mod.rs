@@ -22,7 +22,7 @@ use openidconnect::{
     EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, ProviderMetadata, RefreshToken, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
-use talos_sso_api::{ServerInfo, issuer};
+use talos_sso_api::{BearerToken, ServerInfo, issuer};
 use zeroize::Zeroizing;
 
 use crate::connection::{ConnectionError, Peer};
@@ -83,13 +83,10 @@ pub enum LoginError {
     Callback(String),
 }
 
-/// The scopes of OpenID Connect itself; any other scope names an API.
-pub const OIDC_SCOPES: [&str; 5] = ["openid", "profile", "email", "offline_access", "phone"];
-
 /// What a login yields.
 pub struct Tokens {
-    /// The token sent to the server: the access token when the server's
-    /// scopes name its API (`api://.../scope`), else the ID token.
+    /// The token sent to the server: the one the server names in
+    /// `/v1/info` (`token`).
     pub bearer: Zeroizing<String>,
     pub refresh_token: Option<Zeroizing<String>>,
     pub username: String,
@@ -110,6 +107,8 @@ pub struct Provider {
     pub client: Client,
     pub device_endpoint: Option<DeviceAuthorizationUrl>,
     pub scopes: Vec<String>,
+    /// Which token the server wants.
+    pub token: BearerToken,
     pub issuer: String,
     pub client_id: String,
 }
@@ -180,6 +179,7 @@ impl Provider {
             client,
             device_endpoint,
             scopes: info.scopes.clone(),
+            token: info.token,
             issuer: info.issuer.clone(),
             client_id: info.client_id.clone(),
         })
@@ -219,14 +219,23 @@ impl Provider {
             .map(|u| u.as_str().to_owned())
             .or_else(|| claims.email().map(|e| e.as_str().to_owned()))
             .unwrap_or_else(|| claims.subject().as_str().to_owned());
-        let wants_api_token = self
-            .scopes
-            .iter()
-            .any(|scope| !OIDC_SCOPES.contains(&scope.as_str()));
-        let bearer = if wants_api_token {
-            response.access_token().secret().clone()
-        } else {
-            id_token.to_string()
+        let bearer = match self.token {
+            BearerToken::IdToken => id_token.to_string(),
+            BearerToken::AccessToken => {
+                let access = response.access_token().secret();
+                // A JWT has three dot-separated parts; an opaque access
+                // token (most providers' default) cannot be checked by the
+                // server at all, so say so here rather than as its refusal.
+                if access.split('.').count() != 3 {
+                    return Err(LoginError::Invalid(
+                        "the server expects the access token, but the identity provider's is opaque \
+                         (not a JWT): the server's operators set identity.token: access_token; \
+                         use id_token, or make the provider issue JWT access tokens for this API"
+                            .into(),
+                    ));
+                }
+                access.clone()
+            }
         };
         Ok(Tokens {
             bearer: Zeroizing::new(bearer),
@@ -350,6 +359,7 @@ mod tests {
             discovery_url: None,
             client_id: "cli".into(),
             scopes: vec!["openid".into(), "offline_access".into()],
+            token: Default::default(),
             clusters: vec![],
         }
     }

@@ -72,6 +72,7 @@ pub async fn info(State(app): State<Arc<App>>) -> Json<ServerInfo> {
         discovery_url: identity.discovery_url.clone(),
         client_id: identity.client_id.clone(),
         scopes: identity.scopes.clone(),
+        token: identity.token,
         clusters,
     })
 }

@@ -1,0 +1,127 @@
+//! Which of the saved logins a command means: `--cluster`, and as in
+//! talosctl, `--talosconfig` and `--context`, for `status`, `exec` and
+//! `logout`. Each flag narrows the choice; none given means every login
+//! (`status`) or the default cluster's (`exec`, `logout`).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::state::{ClientState, LoginRecord};
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct LoginSelection {
+    /// Only this cluster's login.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// Only logins written into this talosconfig file.
+    #[arg(long)]
+    pub talosconfig: Option<PathBuf>,
+    /// Only the login written as this talosconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl LoginSelection {
+    /// Whether any flag was given.
+    pub fn is_narrowed(&self) -> bool {
+        self.cluster.is_some() || self.talosconfig.is_some() || self.context.is_some()
+    }
+
+    /// Whether the login of `cluster` recorded as `record` is selected.
+    pub fn matches(&self, cluster: &str, record: &LoginRecord) -> bool {
+        self.cluster.as_deref().is_none_or(|c| c == cluster)
+            && self.context.as_deref().is_none_or(|c| c == record.context)
+            && self
+                .talosconfig
+                .as_deref()
+                .is_none_or(|path| same_file(path, &record.talosconfig))
+    }
+
+    /// The selected logins, by cluster name.
+    pub fn select<'a>(&self, saved: &'a ClientState) -> Vec<(&'a String, &'a LoginRecord)> {
+        saved
+            .logins
+            .iter()
+            .filter(|(name, record)| self.matches(name, record))
+            .collect()
+    }
+
+    /// The selection as the person wrote it, for "nothing matches" messages.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(cluster) = &self.cluster {
+            parts.push(format!("cluster `{cluster}`"));
+        }
+        if let Some(context) = &self.context {
+            parts.push(format!("context `{context}`"));
+        }
+        if let Some(path) = &self.talosconfig {
+            parts.push(format!("talosconfig {}", path.display()));
+        }
+        crate::display::escape(&parts.join(", "))
+    }
+}
+
+/// Two names of one file: equal after resolving both, or as written when
+/// either cannot be resolved (a file that was deleted since).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(context: &str, talosconfig: &Path) -> LoginRecord {
+        LoginRecord {
+            server: "https://sso".into(),
+            context: context.into(),
+            talosconfig: talosconfig.to_owned(),
+            username: "bob".into(),
+            roles: vec![],
+            not_after: String::new(),
+            targets_written: None,
+        }
+    }
+
+    #[test]
+    fn each_flag_narrows_and_paths_compare_as_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config");
+        std::fs::write(&file, "contexts: {}\n").unwrap();
+        let other = dir.path().join("other");
+        let mut saved = ClientState::default();
+        saved.logins.insert("prod".into(), record("prod", &file));
+        saved.logins.insert("lab".into(), record("lab-ctx", &other));
+        let names = |selection: &LoginSelection| -> Vec<String> {
+            selection
+                .select(&saved)
+                .into_iter()
+                .map(|(n, _)| n.clone())
+                .collect()
+        };
+        assert_eq!(names(&LoginSelection::default()), ["lab", "prod"]);
+        let by_context = LoginSelection {
+            context: Some("lab-ctx".into()),
+            ..Default::default()
+        };
+        assert_eq!(names(&by_context), ["lab"]);
+        // The same file through another path (`dir/./config`).
+        let by_file = LoginSelection {
+            talosconfig: Some(dir.path().join(".").join("config")),
+            ..Default::default()
+        };
+        assert_eq!(names(&by_file), ["prod"]);
+        let nothing = LoginSelection {
+            cluster: Some("prod".into()),
+            context: Some("lab-ctx".into()),
+            ..Default::default()
+        };
+        assert!(names(&nothing).is_empty());
+        assert_eq!(nothing.describe(), "cluster `prod`, context `lab-ctx`");
+    }
+}
