@@ -1585,7 +1585,7 @@ fn entry() -> ContextEntry {
 fn upsert_into(dir: &Path, name: &str, contents: &[u8]) -> (Result<(), TalosconfigError>, bool) {
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
-    let result = talosconfig::upsert_context(&path, "prod", &entry(), false).map(|_| ());
+    let result = talosconfig::upsert_context(&path, "prod", &entry(), None, false).map(|_| ());
     let untouched = std::fs::read(&path).unwrap() == contents;
     (result, untouched)
 }
@@ -1688,7 +1688,7 @@ fn talosconfig_files_that_are_not_talosconfigs() {
     {
         let path = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
-        let error = talosconfig::upsert_context(&path, "prod", &entry(), false).unwrap_err();
+        let error = talosconfig::upsert_context(&path, "prod", &entry(), None, false).unwrap_err();
         assert!(
             error.to_string().contains("larger than 16 MiB"),
             "link to /dev/zero: {error}"
@@ -1699,7 +1699,7 @@ fn talosconfig_files_that_are_not_talosconfigs() {
         std::fs::write(&target, "contexts:\n  other: {endpoints: [1.2.3.4]}\n").unwrap();
         let link = dir.path().join("linked");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        talosconfig::upsert_context(&link, "prod", &entry(), false).unwrap();
+        talosconfig::upsert_context(&link, "prod", &entry(), None, false).unwrap();
         assert!(
             !std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(),
             "link to another file: replaced by a file"
@@ -1720,14 +1720,15 @@ fn talosconfig_files_that_are_not_talosconfigs() {
     // A directory where the file should be.
     let directory = dir.path().join("a-directory");
     std::fs::create_dir(&directory).unwrap();
-    let error = talosconfig::upsert_context(&directory, "prod", &entry(), false).unwrap_err();
+    let error = talosconfig::upsert_context(&directory, "prod", &entry(), None, false).unwrap_err();
     assert!(
         matches!(error, TalosconfigError::Io { action: "read", .. }),
         "a directory at the path: {error}"
     );
 
-    // The same context name again: replaced; what it had beyond ours, and
-    // every other context, stays.
+    // The same context name again: its certificate and key are ours now;
+    // the endpoints a person set there (this client never wrote them),
+    // what it had beyond ours, and every other context stay.
     let (result, _) = upsert_into(
         dir.path(),
         "same",
@@ -1736,8 +1737,16 @@ fn talosconfig_files_that_are_not_talosconfigs() {
     result.unwrap();
     let written: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(dir.path().join("same")).unwrap()).unwrap();
+    let stored = talosconfig::read_context(&dir.path().join("same"), "prod")
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        written["contexts"]["prod"]["endpoints"][0], "10.0.0.1",
+        (stored.crt_pem.as_str(), stored.key_pem.as_str()),
+        ("crt", "key"),
+        "a context with the same name"
+    );
+    assert_eq!(
+        written["contexts"]["prod"]["endpoints"][0], "old",
         "a context with the same name"
     );
     assert_eq!(
