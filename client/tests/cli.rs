@@ -563,6 +563,50 @@ async fn endpoints_and_nodes_set_with_talosctl_survive_a_login() {
     env.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_within_one_second_work_with_tokens_that_carry_no_id() {
+    // A provider whose ID tokens have no `jti`: a refresh within the same
+    // second answers the very token it answered before.
+    let env = TestEnv::start_full(
+        Backend::Sqlite,
+        EmulatorConfig {
+            token_ids: false,
+            ..Default::default()
+        },
+        |y| y,
+    )
+    .await;
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    let (code, _, err) = machine.run(&["login"]).await;
+    assert_eq!(code, 0, "{err}");
+    let same_second = || {
+        env.emulator.set_faults(talos_sso_tests::emulator::Faults {
+            repeat_token_time: 1,
+            ..Default::default()
+        })
+    };
+    // `login` again within the same second as the last token.
+    same_second();
+    let (code, _, err) = machine.run(&["login", "--ttl", "30s"]).await;
+    assert_eq!(code, 0, "a second login in the same second: {err}");
+    // `exec` right after `login` (30 s left, so it renews).
+    same_second();
+    let (code, _, err) = machine.run(&["exec", "--", "true"]).await;
+    assert_eq!(code, 0, "exec right after login: {err}");
+    let records = env.server.app.audit.store().page(0, 10_000).await.unwrap();
+    let refused: Vec<_> = records
+        .iter()
+        .filter(|r| r.record.reason_code.is_some())
+        .map(|r| r.record.reason_code.clone())
+        .collect();
+    assert!(refused.is_empty(), "no token was sent twice: {refused:?}");
+    assert_eq!(records.len(), 4, "four certificates");
+    env.finish().await;
+}
+
 fn yaml_has_context(path: &Path, context: &str) -> bool {
     let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     yaml["contexts"].get(context).is_some()

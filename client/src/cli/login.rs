@@ -111,13 +111,8 @@ async fn obtain_tokens(
     let key = cache::key(server, &provider.issuer, &provider.client_id);
     let refresh_lock = cache::lock().context("locking the token cache")?;
     if let Some(refresh_token) = cache::get(&key) {
-        match provider.refresh(&refresh_token).await {
-            Ok(tokens) => {
-                if let Some(rotated) = &tokens.refresh_token {
-                    cache::put(&key, rotated, &tokens.username).context("saving the token cache")?;
-                }
-                return Ok(tokens);
-            }
+        match refresh(provider, &key, &refresh_token).await {
+            Ok(tokens) => return Ok(tokens),
             Err(error) => {
                 eprintln!(
                     "Your saved login could not be renewed ({}); logging in again.",
@@ -141,6 +136,44 @@ async fn obtain_tokens(
     if let Some(refresh_token) = &tokens.refresh_token {
         cache::put(&key, refresh_token, &tokens.username).context("saving the token cache")?;
     }
+    cache::remember_token(&key, &tokens.bearer).context("saving the token cache")?;
+    Ok(tokens)
+}
+
+/// How long to wait before asking again for a token that came back
+/// identical to the last one: past the provider's current second, whatever
+/// its clock's offset from ours.
+const SAME_SECOND_WAIT: Duration = Duration::from_millis(1100);
+
+/// A silent refresh that never yields the token obtained last time.
+///
+/// Providers whose tokens carry no unique id (`jti`) answer two refreshes in
+/// the same second with byte-identical ID tokens (same claims, same `iat`),
+/// and the server lets one token mint one certificate: `login` twice in a
+/// row, or `exec` right after `login`, would be refused as a replay. Such
+/// a token is recognised by its hash and asked for again after the second
+/// has passed.
+async fn refresh(provider: &Provider, key: &str, refresh_token: &str) -> anyhow::Result<Tokens> {
+    let once = |refresh_token: zeroize::Zeroizing<String>| async move {
+        let tokens = provider.refresh(&refresh_token).await?;
+        if let Some(rotated) = &tokens.refresh_token {
+            cache::put(key, rotated, &tokens.username).context("saving the token cache")?;
+        }
+        anyhow::Ok(tokens)
+    };
+    let mut tokens = once(zeroize::Zeroizing::new(refresh_token.to_owned())).await?;
+    if cache::is_last_token(key, &tokens.bearer) {
+        tokio::time::sleep(SAME_SECOND_WAIT).await;
+        let next = tokens
+            .refresh_token
+            .clone()
+            .unwrap_or_else(|| zeroize::Zeroizing::new(refresh_token.to_owned()));
+        tokens = once(next).await?;
+        if cache::is_last_token(key, &tokens.bearer) {
+            bail!("the identity provider answered a refresh with the token it had already issued");
+        }
+    }
+    cache::remember_token(key, &tokens.bearer).context("saving the token cache")?;
     Ok(tokens)
 }
 

@@ -13,6 +13,11 @@ use crate::files;
 struct CacheFile {
     #[serde(default)]
     entries: BTreeMap<String, Entry>,
+    /// SHA-256 of the last token obtained, per key: a provider whose tokens
+    /// carry no id answers a refresh within the same second with the very
+    /// same token, which the server takes only once.
+    #[serde(default)]
+    last_tokens: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -76,14 +81,38 @@ pub fn put(key: &str, refresh_token: &str, username: &str) -> std::io::Result<()
     })
 }
 
+fn fingerprint(token: &str) -> String {
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()))
+}
+
+/// Whether `token` is the one last obtained for `key` (see
+/// [`remember_token`]).
+pub fn is_last_token(key: &str, token: &str) -> bool {
+    path().is_some_and(|path| load(&path).last_tokens.get(key) == Some(&fingerprint(token)))
+}
+
+/// Remember (a hash of) the token just obtained for `key`.
+pub fn remember_token(key: &str, token: &str) -> std::io::Result<()> {
+    update(|cache| {
+        cache.last_tokens.insert(key.to_owned(), fingerprint(token));
+    })
+}
+
 /// Forget every token cached for `server` (all of them with `None`).
 pub fn forget(server: Option<&str>) -> std::io::Result<usize> {
     let mut removed = 0;
     update(|cache| {
         let before = cache.entries.len();
         match server {
-            Some(server) => cache.entries.retain(|k, _| !k.starts_with(&format!("{server} "))),
-            None => cache.entries.clear(),
+            Some(server) => {
+                let prefix = format!("{server} ");
+                cache.entries.retain(|k, _| !k.starts_with(&prefix));
+                cache.last_tokens.retain(|k, _| !k.starts_with(&prefix));
+            }
+            None => {
+                cache.entries.clear();
+                cache.last_tokens.clear();
+            }
         }
         removed = before - cache.entries.len();
     })?;

@@ -157,6 +157,10 @@ pub struct EmulatorConfig {
     /// Publish and sign with the keys another instance keeps spare, so
     /// that two instances in one test have no key in common.
     pub alternate_keys: bool,
+    /// Whether tokens carry a unique id (`uti`), as Entra's do. Without
+    /// one, as with many OpenID Providers, two tokens for the same person
+    /// issued in the same second are byte-identical.
+    pub token_ids: bool,
 }
 
 impl Default for EmulatorConfig {
@@ -168,6 +172,7 @@ impl Default for EmulatorConfig {
             access_token_version: 2,
             public_url: None,
             alternate_keys: false,
+            token_ids: true,
         }
     }
 }
@@ -179,6 +184,10 @@ pub struct Faults {
     pub graph_unavailable: bool,
     pub malformed_documents: bool,
     pub delay: Duration,
+    /// The next this many token answers are issued at the time of the one
+    /// before: with `token_ids: false`, what a provider does for two
+    /// requests within one second (the same token again).
+    pub repeat_token_time: u32,
 }
 
 /// How often endpoints were hit (for tests of caching and rate limits).
@@ -244,6 +253,10 @@ pub(crate) struct State {
     pub counters: Counters,
     /// Seconds added to the emulator's clock.
     pub clock_offset: i64,
+    /// When the last token answer was issued (see `Faults::repeat_token_time`).
+    pub last_token_time: Option<i64>,
+    /// The time tokens are being issued at, during one token answer.
+    pub token_time: Option<i64>,
 }
 
 impl State {
@@ -331,6 +344,8 @@ impl EmulatorHandle {
             faults: Faults::default(),
             counters: Counters::default(),
             clock_offset: 0,
+            last_token_time: None,
+            token_time: None,
         }));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = routes::router(state.clone());

@@ -336,6 +336,21 @@ async fn authorize(
 /// The token response for `user`: ID token when `openid` was asked for,
 /// refresh token with `offline_access`, an access token for the server API.
 fn issue_tokens(s: &mut State, user: &str, client_id: &str, scope: &str, nonce: Option<String>) -> Response {
+    let now = match s.last_token_time {
+        Some(last) if s.faults.repeat_token_time > 0 => {
+            s.faults.repeat_token_time -= 1;
+            last
+        }
+        _ => s.now(),
+    };
+    s.last_token_time = Some(now);
+    s.token_time = Some(now);
+    let response = token_answer(s, user, client_id, scope, nonce);
+    s.token_time = None;
+    response
+}
+
+fn token_answer(s: &mut State, user: &str, client_id: &str, scope: &str, nonce: Option<String>) -> Response {
     let Some(user) = s.user(user).cloned() else {
         return oauth_error(
             StatusCode::BAD_REQUEST,

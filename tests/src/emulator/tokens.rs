@@ -51,7 +51,7 @@ fn pairwise_sub(user: &TestUser, client_id: &str) -> String {
 }
 
 pub(crate) fn claims(state: &State, user: &TestUser, kind: &TokenKind) -> Value {
-    let iat = state.now() - 300;
+    let iat = state.token_time.unwrap_or_else(|| state.now()) - 300;
     let base = &state.base_url;
     let (aud, iss, ver) = match kind {
         TokenKind::Id { .. } => (
@@ -85,6 +85,9 @@ pub(crate) fn claims(state: &State, user: &TestUser, kind: &TokenKind) -> Value 
         "ver": ver,
     });
     let object = claims.as_object_mut().expect("object");
+    if !state.config.token_ids {
+        object.remove("uti");
+    }
     if user.has_overage() {
         object.insert("_claim_names".into(), json!({"groups": "src1"}));
         object.insert(
