@@ -15,6 +15,14 @@ pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 pub enum ErrorCode {
     /// No such endpoint.
     NotFound,
+    /// The endpoint exists, not with this method (the `Allow` header names
+    /// those it takes).
+    MethodNotAllowed,
+    /// The body is larger than the server reads (`http.body_limit`).
+    BodyTooLarge,
+    /// The request did not arrive, or was not answered, within
+    /// `http.request_timeout`.
+    RequestTimeout,
     /// The body or a query parameter is not what the endpoint takes.
     RequestInvalid {
         /// The query parameter at fault, when one is.
@@ -99,6 +107,9 @@ impl ErrorCode {
     pub fn code(&self) -> &'static str {
         match self {
             ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::RequestInvalid { .. } => "request_invalid",
             ErrorCode::TokenMissing => "token_missing",
             ErrorCode::TokenMalformed => "token_malformed",
@@ -169,6 +180,9 @@ impl ErrorCode {
             | ErrorCode::NotAnAuditor
             | ErrorCode::NotAnAdmin => 403,
             ErrorCode::NotFound | ErrorCode::ClusterUnknown { .. } => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::RequestTimeout => 408,
+            ErrorCode::BodyTooLarge => 413,
             ErrorCode::SubjectAmbiguous { .. } | ErrorCode::AlreadyDenied { .. } => 409,
             ErrorCode::RateLimited { .. } => 429,
             ErrorCode::InternalError | ErrorCode::Unknown => 500,
@@ -204,6 +218,9 @@ mod tests {
         let time = || "2026-01-01T00:00:00.000000Z".to_owned();
         vec![
             ErrorCode::NotFound,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::BodyTooLarge,
+            ErrorCode::RequestTimeout,
             ErrorCode::RequestInvalid { parameter: None },
             ErrorCode::TokenMissing,
             ErrorCode::TokenMalformed,

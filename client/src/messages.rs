@@ -109,6 +109,9 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
             "the server asks you to slow down ({detail}); try again in {retry_after_seconds} seconds"
         ),
         ErrorCode::NotFound
+        | ErrorCode::MethodNotAllowed
+        | ErrorCode::BodyTooLarge
+        | ErrorCode::RequestTimeout
         | ErrorCode::RequestInvalid { .. }
         | ErrorCode::TokenUsernameMissing
         | ErrorCode::SubjectRequired

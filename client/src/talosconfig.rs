@@ -95,17 +95,34 @@ fn ensure_directory(path: &Path) -> Result<(), TalosconfigError> {
     files::ensure_parent(path).map_err(io("create the directory of", path))
 }
 
+/// Largest talosconfig read. A context is a few KiB, so thousands fit; a
+/// larger file (or a path that leads to an endless one, `/dev/zero`) is
+/// refused before it fills the memory.
+pub const MAX_FILE_LEN: u64 = 16 * 1024 * 1024;
+
 /// Read and check the file; `None` when it does not exist.
 fn read(path: &Path) -> Result<Option<Mapping>, TalosconfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io("read", path)(e)),
-    };
+    use std::io::Read;
     let malformed = |reason: String| TalosconfigError::Malformed {
         path: path.to_owned(),
         reason,
     };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", path)(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io("read", path))?;
+    if bytes.len() as u64 > MAX_FILE_LEN {
+        return Err(malformed(format!(
+            "larger than {} MiB",
+            MAX_FILE_LEN / (1024 * 1024)
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| malformed("not UTF-8 text".into()))?;
     if text.trim().is_empty() {
         return Ok(Some(Mapping::new()));
     }

@@ -99,12 +99,24 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
     }
     let der = if input.trim_ascii_start().starts_with(b"-----BEGIN") {
         let text = std::str::from_utf8(input).map_err(|_| CsrError::Malformed("PEM is not UTF-8".into()))?;
-        let blocks = x509::pem_blocks(text).map_err(|e| CsrError::Malformed(e.to_string()))?;
-        blocks
-            .into_iter()
-            .find(|(label, _)| label == "CERTIFICATE REQUEST" || label == "NEW CERTIFICATE REQUEST")
-            .map(|(_, der)| der)
-            .ok_or_else(|| CsrError::Malformed("no CERTIFICATE REQUEST block".into()))?
+        let mut blocks = x509::pem_blocks(text).map_err(|e| CsrError::Malformed(e.to_string()))?;
+        // Exactly one block: with two requests (or a request next to
+        // something else), which key gets certified would depend on which
+        // block a reader picks, and a reviewer of the request may pick
+        // another one than this server.
+        let count = blocks.len();
+        let (Some((label, der)), 1) = (blocks.pop(), count) else {
+            return Err(CsrError::Malformed(format!(
+                "{count} PEM blocks; send exactly one CERTIFICATE REQUEST"
+            )));
+        };
+        if label != "CERTIFICATE REQUEST" && label != "NEW CERTIFICATE REQUEST" {
+            return Err(CsrError::Malformed(format!(
+                "a `{}` PEM block, not a CERTIFICATE REQUEST",
+                label.chars().take(40).collect::<String>()
+            )));
+        }
+        der
     } else {
         input.to_vec()
     };

@@ -616,8 +616,16 @@ impl Config {
                 )));
             }
         };
-        let text = std::fs::read_to_string(path)
+        let text = crate::text_file::read(path)
             .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+        if format == config::FileFormat::Yaml {
+            // The `config` crate's YAML loader copies an aliased node at
+            // every use, so a few lines of nested aliases grow into
+            // billions of nodes, and the memory with them. serde_yaml_ng
+            // reads the text first: it bounds alias expansion.
+            serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text)
+                .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+        }
         let overrides: std::collections::HashMap<String, String> = env
             .into_iter()
             .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
@@ -818,7 +826,7 @@ pub fn read_secret(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
             too_open.mode
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    let text = crate::text_file::read(path).map_err(|e| error(e.to_string()))?;
     Ok(Zeroizing::new(text.trim_end_matches(['\n', '\r']).to_owned()))
 }
 

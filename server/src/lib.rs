@@ -31,6 +31,7 @@
 //! - `refusals`: unauthenticated and rate-limited refusals, aggregated so
 //!   that a flood adds a bounded number of audit records.
 //! - `secret_file`: who may read a file holding a secret.
+//! - `text_file`: reading a file the operator named, up to a bound.
 //! - `random`: random values (request ids); a failing generator is an error.
 //! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
@@ -54,4 +55,5 @@ pub mod refusals;
 pub mod secret_file;
 pub mod server;
 pub mod telemetry;
+pub mod text_file;
 pub mod x509;

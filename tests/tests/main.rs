@@ -13,6 +13,8 @@
 //! - `hostile`: hostile input against a running server (poisoned text,
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
 //!   deny list's edges).
+//! - `matrix`: the hostile-input matrix of docs/reliability.md: every bad
+//!   input by group, each with its exact status and code, nothing issued.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -23,5 +25,6 @@ mod deploy;
 mod hostile;
 mod identity;
 mod issuance;
+mod matrix;
 mod quickstart;
 mod server;

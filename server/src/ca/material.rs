@@ -24,7 +24,7 @@ pub(super) struct Material {
 }
 
 pub(super) fn read_text(path: &Path) -> Result<String, CaError> {
-    std::fs::read_to_string(path).map_err(|source| CaError::Read {
+    crate::text_file::read(path).map_err(|source| CaError::Read {
         path: path.to_owned(),
         source,
     })

@@ -34,7 +34,20 @@ pub struct Caller {
     pub user_agent: Option<String>,
     pub client_version: Option<String>,
     /// The bearer token, unverified.
-    token: Option<String>,
+    credentials: Credentials,
+}
+
+/// What the `Authorization` header holds, before any check.
+#[derive(Clone)]
+enum Credentials {
+    /// No header, another scheme, or an empty bearer token.
+    Missing,
+    /// A bearer token, unverified.
+    Bearer(String),
+    /// A header that cannot be read one way only: sent more than once
+    /// (a proxy in front may have read the other one), or a bearer token
+    /// that is not ASCII text.
+    Unreadable(&'static str),
 }
 
 /// Never the token: a `?caller` in a log line must not leak it.
@@ -43,7 +56,10 @@ impl std::fmt::Debug for Caller {
         f.debug_struct("Caller")
             .field("request_id", &self.request_id)
             .field("client_ip", &self.client_ip)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "token",
+                &matches!(self.credentials, Credentials::Bearer(_)).then_some("<redacted>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +87,7 @@ impl FromRequestParts<Arc<App>> for Caller {
             address_key: ip.map(address_key),
             user_agent: header_text(headers, "user-agent"),
             client_version: header_text(headers, CLIENT_VERSION_HEADER),
-            token: bearer(headers).map(str::to_owned),
+            credentials: credentials(headers),
         })
     }
 }
@@ -109,17 +125,24 @@ impl Caller {
         if let Some(address) = &self.address_key
             && let Err(retry) = app.rate_limits.check_address(address)
         {
-            if let Some(token) = &self.token {
+            if let Credentials::Bearer(token) = &self.credentials {
                 with_claimed_identity(record, app.authenticator.claimed(token));
             }
             return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "this address")).await);
         }
-        let Some(token) = &self.token else {
-            let error = ApiError::new(
-                ErrorCode::TokenMissing,
-                "send the identity provider's token as `Authorization: Bearer ...`",
-            );
-            return Err(deny(app, record.clone(), error).await);
+        let token = match &self.credentials {
+            Credentials::Bearer(token) => token,
+            Credentials::Missing => {
+                let error = ApiError::new(
+                    ErrorCode::TokenMissing,
+                    "send the identity provider's token as `Authorization: Bearer ...`",
+                );
+                return Err(deny(app, record.clone(), error).await);
+            }
+            Credentials::Unreadable(why) => {
+                let error = ApiError::new(ErrorCode::TokenMalformed, *why);
+                return Err(deny(app, record.clone(), error).await);
+            }
         };
         let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
             Ok(verified) => verified,
@@ -150,13 +173,28 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|v| text::clean_field(&String::from_utf8_lossy(v.as_bytes())))
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-        .filter(|t| !t.is_empty())
+fn credentials(headers: &HeaderMap) -> Credentials {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Credentials::Missing;
+    };
+    if values.next().is_some() {
+        return Credentials::Unreadable("send one `Authorization` header, not several");
+    }
+    let bytes = value.as_bytes();
+    let Some(space) = bytes.iter().position(|b| *b == b' ') else {
+        return Credentials::Missing;
+    };
+    if !bytes[..space].eq_ignore_ascii_case(b"bearer") {
+        return Credentials::Missing;
+    }
+    match std::str::from_utf8(&bytes[space + 1..]) {
+        Ok(token) if token.is_ascii() => match token.trim() {
+            "" => Credentials::Missing,
+            token => Credentials::Bearer(token.to_owned()),
+        },
+        _ => Credentials::Unreadable("the bearer token is not ASCII text, so it is no token"),
+    }
 }
 
 fn with_identity(record: &mut AuditRecord, verified: &VerifiedIdentity) {
@@ -226,7 +264,7 @@ mod tests {
             address_key: None,
             user_agent: None,
             client_version: None,
-            token: Some("eyJhbGciOi.secret.part".into()),
+            credentials: Credentials::Bearer("eyJhbGciOi.secret.part".into()),
         };
         let shown = format!("{caller:?}");
         assert!(

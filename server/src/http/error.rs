@@ -79,6 +79,32 @@ impl ApiError {
         )
     }
 
+    /// The problem for a refusal that the router or its layers answered
+    /// with a bare status and no body of ours: a method the endpoint does
+    /// not take, a body over `http.body_limit` or one that could not be
+    /// read (a broken chunked encoding), a request slower than
+    /// `http.request_timeout`. Every error the API sends is a problem with
+    /// a code; `None` for a status that is not such a refusal.
+    pub fn for_plain_refusal(status: StatusCode) -> Option<Self> {
+        let (error, detail) = match status {
+            StatusCode::METHOD_NOT_ALLOWED => (
+                ErrorCode::MethodNotAllowed,
+                "this endpoint does not take that method; the Allow header names those it does",
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE => (
+                ErrorCode::BodyTooLarge,
+                "the request body is larger than this server reads",
+            ),
+            StatusCode::REQUEST_TIMEOUT => (ErrorCode::RequestTimeout, "the request did not arrive in time"),
+            StatusCode::BAD_REQUEST => (
+                ErrorCode::RequestInvalid { parameter: None },
+                "the request body could not be read",
+            ),
+            _ => return None,
+        };
+        Some(Self::new(error, detail))
+    }
+
     /// A refused token; times come with the server's clock so that the
     /// client can tell a clock problem from a stale token.
     pub fn token(error: &AuthError, now: time::OffsetDateTime) -> Self {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -70,8 +70,16 @@ async fn request_id(mut request: Request, next: Next) -> Response {
     };
     request.extensions_mut().insert(RequestId(id.clone()));
     let mut response = next.run(request).await;
-    if let Some(error) = response.extensions_mut().remove::<error::ApiError>() {
+    let error = response
+        .extensions_mut()
+        .remove::<error::ApiError>()
+        .or_else(|| error::ApiError::for_plain_refusal(response.status()));
+    if let Some(error) = error {
+        let allow = response.headers().get(header::ALLOW).cloned();
         response = error.render(&id);
+        if let Some(allow) = allow {
+            response.headers_mut().insert(header::ALLOW, allow);
+        }
     }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);

@@ -427,6 +427,19 @@ impl EmulatorHandle {
 
     /// Mint a token with extra or changed claims (`null` removes one).
     pub fn token_with(&self, username: &str, kind: TokenKind, patch: serde_json::Value) -> Option<String> {
+        let v1 = kind.is_v1();
+        let claims = self.claims_with(username, kind, patch)?;
+        tokens::sign(&self.state(), &claims, v1).ok()
+    }
+
+    /// The claims a token for `username` would carry, with `patch` applied
+    /// as in [`Self::token_with`].
+    pub fn claims_with(
+        &self,
+        username: &str,
+        kind: TokenKind,
+        patch: serde_json::Value,
+    ) -> Option<serde_json::Value> {
         let state = self.state();
         let user = state.user(username)?.clone();
         let mut claims = tokens::claims(&state, &user, &kind);
@@ -439,7 +452,28 @@ impl EmulatorHandle {
                 }
             }
         }
-        tokens::sign(&state, &claims, kind.is_v1()).ok()
+        Some(claims)
+    }
+
+    /// `claims` signed (RS256, the newest key) under `header` exactly as
+    /// given: a `kid` the key set lacks, a `crit` list, a header that is
+    /// not what Entra writes.
+    pub fn sign_with_header(&self, header: serde_json::Value, claims: &serde_json::Value) -> Option<String> {
+        tokens::sign_with_header(&self.state(), &header, claims).ok()
+    }
+
+    /// The `kid` the emulator signs with now.
+    pub fn current_kid(&self) -> Option<String> {
+        self.state().keys.last().map(|k| k.kid.clone())
+    }
+
+    /// The public key (PKCS#1 `RSAPublicKey` DER) the emulator signs with
+    /// now, as an attacker reads it from the published key set.
+    pub fn current_public_key(&self) -> Option<Vec<u8>> {
+        self.state()
+            .keys
+            .last()
+            .map(|k| ring::signature::KeyPair::public_key(&k.pair).as_ref().to_vec())
     }
 
     pub fn users(&self) -> Vec<TestUser> {

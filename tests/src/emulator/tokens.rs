@@ -128,6 +128,14 @@ pub(crate) fn sign(state: &State, claims: &Value, v1: bool) -> Result<String, St
     } else {
         json!({"typ": "JWT", "alg": "RS256", "kid": key.kid})
     };
+    sign_with_header(state, &header, claims)
+}
+
+/// Sign claims (RS256, the newest key) under exactly the header given,
+/// whatever `alg`, `kid` or `crit` it names: for tests of what the server
+/// makes of a header Entra would not write.
+pub(crate) fn sign_with_header(state: &State, header: &Value, claims: &Value) -> Result<String, String> {
+    let key = state.keys.last().ok_or("no signing key")?;
     let input = format!(
         "{}.{}",
         b64(header.to_string().as_bytes()),
