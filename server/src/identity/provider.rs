@@ -148,8 +148,8 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// checked to be a certificate; an error names the file and what is wrong.
 pub fn extra_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
     let shown = path.display();
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let blocks = pem::parse_many(&bytes).map_err(|e| format!("{shown} is not PEM: {e}"))?;
+    let text = crate::text_file::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let blocks = pem::parse_many(text.as_bytes()).map_err(|e| format!("{shown} is not PEM: {e}"))?;
     if blocks.is_empty() {
         return Err(format!("{shown} holds no PEM certificate"));
     }
