@@ -607,6 +607,49 @@ async fn logins_within_one_second_work_with_tokens_that_carry_no_id() {
     env.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyboard_login_takes_the_pasted_address_of_this_login_only() {
+    use tokio::io::AsyncWriteExt;
+    let env = TestEnv::start(Backend::Sqlite).await;
+    env.emulator.set_auto_login(Some("bob@example.com"));
+    let machine = Machine::new();
+    let mut command = machine.command(&["login", "--server", &env.server.base_url, "--keyboard"]);
+    command.stdin(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (url, _, rest) = wait_for_line(&mut child, |line| {
+        line.trim().starts_with("http").then(|| line.trim().to_owned())
+    })
+    .await;
+    // The browser on another device: it ends on an address nothing serves.
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let answer = browser.get(&url).send().await.unwrap();
+    assert!(answer.status().is_redirection(), "{}", answer.status());
+    let location = answer.headers()["location"].to_str().unwrap().to_owned();
+    assert!(
+        location.starts_with("http://localhost:8000/callback?code="),
+        "{location}"
+    );
+    // Someone else's link first, then something else, then the real one.
+    let forged = "http://localhost:8000/callback?code=attackers&state=not-this-login";
+    for line in [forged, "yes", location.as_str()] {
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+    let (code, out) = finish(child).await;
+    let err = rest.await.unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("Logged in to prod as bob@example.com"), "{out}");
+    assert!(
+        err.contains("That address does not belong to this login"),
+        "{err}"
+    );
+    assert!(err.contains("That is not the address to paste"), "{err}");
+    env.finish().await;
+}
+
 fn yaml_has_context(path: &Path, context: &str) -> bool {
     let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     yaml["contexts"].get(context).is_some()

@@ -97,12 +97,17 @@ pub(super) fn trusted(
 #[derive(Debug, Clone, Default, Args)]
 pub struct LoginMethod {
     /// When logging in, use a code on another device (SSH sessions, headless machines).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "keyboard")]
     pub device: bool,
+    /// When logging in, print the login URL and read back the address the
+    /// browser ends on, pasted (headless machines where the device flow is blocked).
+    #[arg(long)]
+    pub keyboard: bool,
     /// When logging in, print the login URL instead of opening a browser.
     #[arg(long)]
     pub no_browser: bool,
-    /// When logging in, the fixed port for the browser's redirect to http://localhost:PORT/callback.
+    /// When logging in, the fixed port for the browser's redirect to
+    /// http://localhost:PORT/callback (with --keyboard: 8000 unless given).
     #[arg(long)]
     pub callback_port: Option<u16>,
 }
@@ -164,6 +169,9 @@ async fn obtain_tokens(
     drop(refresh_lock);
     let tokens = if login.device {
         crate::login::device::login(provider).await?
+    } else if login.keyboard {
+        let mut input = tokio::io::BufReader::new(tokio::io::stdin());
+        crate::login::browser::keyboard_login(provider, login.callback_port, timeout, &mut input).await?
     } else {
         let opener = if login.no_browser { None } else { opener };
         let options = BrowserOptions {

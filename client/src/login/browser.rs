@@ -190,25 +190,35 @@ async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -
         respond(&mut stream, "404 Not Found", "").await;
         return Verdict::Ignored;
     }
+    let verdict = redirect_verdict(&url, expected_state);
+    let (status, page) = match &verdict {
+        Verdict::NotOurs => ("400 Bad Request", NOT_OURS_PAGE),
+        Verdict::Finished(Ok(_)) => ("200 OK", CLOSE_PAGE),
+        Verdict::Finished(Err(LoginError::Refused(_))) => ("200 OK", ERROR_PAGE),
+        Verdict::Finished(Err(_)) | Verdict::Ignored => ("400 Bad Request", ERROR_PAGE),
+    };
+    respond(&mut stream, status, page).await;
+    verdict
+}
+
+/// What the identity provider's redirect to `/callback` says, whether it
+/// reached the loopback listener or was pasted (`--keyboard`). Only a
+/// redirect carrying this login's state comes from the identity provider:
+/// anything else, error or not, is refused and the login goes on waiting,
+/// so that a forged request (or a pasted link someone sent) cannot end it.
+fn redirect_verdict(url: &url::Url, expected_state: &str) -> Verdict {
     let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
-    // Only a redirect carrying this login's state comes from the identity
-    // provider: anything else, error or not, is refused and the login
-    // goes on waiting, so that a forged request cannot end it.
     if !same_secret(query.get("state").map(String::as_str), expected_state) {
-        respond(&mut stream, "400 Bad Request", NOT_OURS_PAGE).await;
         return Verdict::NotOurs;
     }
     if let Some(error) = query.get("error") {
-        respond(&mut stream, "200 OK", ERROR_PAGE).await;
         let description = query.get("error_description").cloned().unwrap_or_default();
         return Verdict::Finished(Err(LoginError::Refused(provider_error(error, &description))));
     }
-    let Some(code) = query.get("code").cloned() else {
-        respond(&mut stream, "400 Bad Request", ERROR_PAGE).await;
-        return Verdict::Finished(Err(LoginError::Invalid("the redirect carries no code".into())));
-    };
-    respond(&mut stream, "200 OK", CLOSE_PAGE).await;
-    Verdict::Finished(Ok(code))
+    match query.get("code") {
+        Some(code) => Verdict::Finished(Ok(code.clone())),
+        None => Verdict::Finished(Err(LoginError::Invalid("the redirect carries no code".into()))),
+    }
 }
 
 /// Wait for `/callback?code=...&state=...`; other paths (favicon) get 404.
@@ -368,9 +378,16 @@ async fn bind_loopback(fixed: Option<u16>) -> Result<Loopback, LoginError> {
     }
 }
 
-pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Tokens, LoginError> {
-    let listener = bind_loopback(options.callback_port).await?;
-    let port = listener.port;
+/// One authorization request: the URL to visit and what checks its answer.
+struct Authorization {
+    client: super::Client,
+    url: url::Url,
+    state: CsrfToken,
+    nonce: Nonce,
+    verifier: openidconnect::PkceCodeVerifier,
+}
+
+fn authorize(provider: &Provider, port: u16) -> Result<Authorization, LoginError> {
     let redirect = RedirectUrl::new(format!("http://localhost:{port}/callback"))
         .map_err(|e| LoginError::Callback(e.to_string()))?;
     let client = provider.client.clone().set_redirect_uri(redirect);
@@ -386,7 +403,35 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
         request = request.add_scope(scope);
     }
     let (url, state, nonce) = request.url();
+    Ok(Authorization {
+        client,
+        url,
+        state,
+        nonce,
+        verifier,
+    })
+}
 
+impl Authorization {
+    /// Exchange the code (with the PKCE verifier) and check the ID token.
+    async fn finish(self, provider: &Provider, code: String) -> Result<Tokens, LoginError> {
+        let exchange = self
+            .client
+            .exchange_code(AuthorizationCode::new(code))
+            .map_err(|e| LoginError::Invalid(e.to_string()))?;
+        let response = exchange
+            .set_pkce_verifier(self.verifier)
+            .request_async(&provider.http)
+            .await
+            .map_err(|e| provider.failure(&e, LoginError::Refused))?;
+        provider.tokens_from(&response, Some(&self.nonce))
+    }
+}
+
+pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Tokens, LoginError> {
+    let listener = bind_loopback(options.callback_port).await?;
+    let authorization = authorize(provider, listener.port)?;
+    let url = authorization.url.clone();
     eprintln!("Log in with your browser:\n\n    {url}\n");
     if let Some(open) = &options.opener {
         open(url.as_str());
@@ -395,20 +440,83 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
         "Waiting for the login to finish in the browser (Ctrl-C to cancel).",
         tokio::time::timeout(
             options.timeout,
-            wait_for_callback(listener, state.secret().clone(), REQUEST_TIMEOUT),
+            wait_for_callback(listener, authorization.state.secret().clone(), REQUEST_TIMEOUT),
         ),
     )
     .await;
     let code = waited.map_err(|_| LoginError::Timeout(options.timeout))??;
-    let exchange = client
-        .exchange_code(AuthorizationCode::new(code))
-        .map_err(|e| LoginError::Invalid(e.to_string()))?;
-    let response = exchange
-        .set_pkce_verifier(verifier)
-        .request_async(&provider.http)
-        .await
-        .map_err(|e| provider.failure(&e, LoginError::Refused))?;
-    provider.tokens_from(&response, Some(&nonce))
+    authorization.finish(provider, code).await
+}
+
+/// The port in the keyboard flow's redirect when none is chosen. Nothing
+/// listens there: the browser (on any machine) fails to load the page, and
+/// its address bar holds the answer to paste.
+pub const KEYBOARD_PORT: u16 = 8000;
+
+/// How many pasted lines that are not this login's redirect are tolerated.
+const KEYBOARD_ATTEMPTS: usize = 3;
+
+/// The browser flow without a listener, for machines where neither a
+/// loopback redirect nor the device flow can work (SSH sessions where
+/// Conditional Access blocks device codes): the URL is printed, the person
+/// logs in on any device, and pastes back the address the browser ended on
+/// (`http://localhost:8000/callback?code=...&state=...`). The state is
+/// checked as for the listener, so a pasted link from someone else is
+/// refused.
+pub async fn keyboard_login(
+    provider: &Provider,
+    port: Option<u16>,
+    timeout: Duration,
+    input: &mut (dyn tokio::io::AsyncBufRead + Unpin + Send),
+) -> Result<Tokens, LoginError> {
+    use tokio::io::AsyncBufReadExt;
+    let port = port.unwrap_or(KEYBOARD_PORT);
+    let authorization = authorize(provider, port)?;
+    eprintln!(
+        "Open this URL in a browser on any device and log in:\n\n    {}\n\n\
+         The browser then fails to load http://localhost:{port}/callback: that is expected.\n\
+         Copy the whole address from its address bar and paste it here.",
+        authorization.url
+    );
+    let expected = authorization.state.secret().clone();
+    let code = tokio::time::timeout(timeout, async {
+        let mut line = String::new();
+        for _ in 0..KEYBOARD_ATTEMPTS {
+            line.clear();
+            eprint!("Address: ");
+            if input
+                .read_line(&mut line)
+                .await
+                .map_err(|e| LoginError::Callback(e.to_string()))?
+                == 0
+            {
+                return Err(LoginError::Callback(
+                    "the input ended before an address was pasted".into(),
+                ));
+            }
+            let pasted = line.trim();
+            let verdict = match url::Url::parse(pasted) {
+                Ok(url) if url.path() == "/callback" => redirect_verdict(&url, &expected),
+                _ => Verdict::Ignored,
+            };
+            match verdict {
+                Verdict::Finished(result) => return result,
+                Verdict::NotOurs => eprintln!(
+                    "That address does not belong to this login (its state differs): paste the address \
+                     the browser shows after the login above."
+                ),
+                Verdict::Ignored => eprintln!(
+                    "That is not the address to paste: it starts with http://localhost:{port}/callback?"
+                ),
+            }
+        }
+        Err(LoginError::Callback(format!(
+            "no address of this login was pasted in {KEYBOARD_ATTEMPTS} tries"
+        )))
+    })
+    .await
+    .map_err(|_| LoginError::Timeout(timeout))??;
+    authorization.finish(provider, code).await
 }
 
 #[cfg(test)]
