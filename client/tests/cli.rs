@@ -650,6 +650,46 @@ async fn keyboard_login_takes_the_pasted_address_of_this_login_only() {
     env.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_ttl_asks_for_a_certificate_that_covers_the_command_up_to_the_clusters_longest() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let machine = Machine::new();
+    let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    // 5 minutes left covers a 2-minute command: nothing renewed, nothing said.
+    let (code, _, err) = machine.run(&["exec", "--ttl", "2m", "--", "true"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("Asking for"), "{err}");
+    // 10 minutes: renewed for 10 (prod allows 15).
+    let (code, _, err) = machine.run(&["exec", "--ttl", "10m", "--", "true"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("Asking for a 10m00s certificate to cover the command."),
+        "{err}"
+    );
+    let seconds = seconds_left(&machine).await;
+    assert!((540..=600).contains(&seconds), "{seconds}");
+    // An hour: prod's longest (15 minutes), said so.
+    let (code, _, err) = machine.run(&["exec", "--ttl", "1h", "--", "true"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(
+            "The command may need 1h00m, but prod allows certificates of at most 15m00s: asking for that."
+        ),
+        "{err}"
+    );
+    let seconds = seconds_left(&machine).await;
+    assert!((840..=900).contains(&seconds), "{seconds}");
+    env.finish().await;
+}
+
+async fn seconds_left(machine: &Machine) -> i64 {
+    let (_, json, _) = machine.run(&["status", "--output", "json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    json[0]["seconds_left"].as_i64().unwrap()
+}
+
 fn yaml_has_context(path: &Path, context: &str) -> bool {
     let yaml: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     yaml["contexts"].get(context).is_some()

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 
@@ -12,9 +13,13 @@ use super::status::login_status;
 use crate::state;
 use crate::talosconfig;
 
+/// Least time left on the certificate when the command starts, in seconds.
+const MIN_LEFT: u64 = 60;
+
 pub(super) async fn exec(
     select: &LoginSelection,
     login_args: &LoginMethod,
+    needed: Option<Duration>,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     let saved = state::load();
@@ -42,15 +47,16 @@ pub(super) async fn exec(
             (cluster, record)
         }
     };
+    let wanted_left = needed.map_or(MIN_LEFT, |n| n.as_secs().max(MIN_LEFT));
     let fresh_enough = record
         .as_ref()
-        .is_some_and(|r| login_status(&cluster, r).seconds_left >= 60);
+        .is_some_and(|r| u64::try_from(login_status(&cluster, r).seconds_left).unwrap_or(0) >= wanted_left);
     if !fresh_enough {
         let args = LoginArgs {
             server: record.as_ref().map(|r| r.server.clone()).or(saved.server.clone()),
             cluster: Some(cluster.clone()),
             roles: record.as_ref().map(|r| r.roles.clone()).unwrap_or_default(),
-            ttl: None,
+            ttl: needed,
             method: login_args.clone(),
             timeout: LOGIN_TIMEOUT,
             talosconfig: record
@@ -64,6 +70,7 @@ pub(super) async fn exec(
             set_current: false,
             certificate_authority: None,
             provider_certificate_authority: None,
+            ttl_up_to_cluster_max: true,
         };
         record = Some(login(&args, &mut std::io::stderr()).await?);
     }

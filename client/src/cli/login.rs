@@ -59,6 +59,10 @@ pub struct LoginArgs {
     /// identity provider the server announces; remembered for the server.
     #[arg(long, value_name = "FILE")]
     pub provider_certificate_authority: Option<PathBuf>,
+    /// A `ttl` beyond the cluster's longest is lowered to it, and said so
+    /// (`exec --ttl`), instead of being refused by the server (`login --ttl`).
+    #[arg(skip)]
+    pub ttl_up_to_cluster_max: bool,
 }
 
 /// The extra authorities for `server`: the ones given now, else the ones
@@ -257,11 +261,20 @@ pub async fn login_with(
 
     let key = ClientKey::generate()?;
     let csr = key.csr_pem()?;
+    let mut ttl_seconds = args.ttl.map(|t| t.as_secs().max(1));
+    if args.ttl_up_to_cluster_max
+        && let Some(wanted) = ttl_seconds
+        && cluster.max_ttl_seconds > 0
+    {
+        let granted = wanted.min(cluster.max_ttl_seconds);
+        writeln!(out, "{}", ttl_line(&cluster.name, wanted, granted))?;
+        ttl_seconds = Some(granted);
+    }
     let request = CertificateRequest {
         cluster: cluster.name.clone(),
         csr,
         roles: args.roles.clone(),
-        ttl_seconds: args.ttl.map(|t| t.as_secs().max(1)),
+        ttl_seconds,
     };
     let issued = api
         .request_certificate(&tokens.bearer, &request)
@@ -338,6 +351,23 @@ pub async fn login_with(
     let current = written.current_context.as_deref() == Some(context.as_str());
     writeln!(out, "{}", logged_in_line(&record, &cluster.name, left, current))?;
     Ok(record)
+}
+
+/// What `exec --ttl` says about the certificate it asks for.
+pub(super) fn ttl_line(cluster: &str, wanted: u64, granted: u64) -> String {
+    let cluster = crate::display::escape(cluster);
+    let show = |s: u64| human_duration(i64::try_from(s).unwrap_or(i64::MAX));
+    if granted >= wanted {
+        format!("Asking for a {} certificate to cover the command.", show(wanted))
+    } else {
+        format!(
+            "The command may need {}, but {cluster} allows certificates of at most {}: asking for that. \
+             Talos checks the certificate when talosctl connects, so a connection made after it expires \
+             (talosctl reconnecting to a rebooted node) is refused: run `talos-sso exec` again then.",
+            show(wanted),
+            show(granted)
+        )
+    }
 }
 
 /// What `login` says when it is done. The names come from the server (and

@@ -69,6 +69,11 @@ pub enum Command {
         select: LoginSelection,
         #[command(flatten)]
         login: LoginMethod,
+        /// How long the command may run (e.g. `30m` for `talosctl
+        /// upgrade-k8s`): the certificate is renewed to cover it, up to the
+        /// cluster's longest (default: at least a minute left).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
         /// The command, after `--` (e.g. `-- talosctl get members`).
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -137,8 +142,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec {
             select,
             login,
+            ttl,
             command,
-        } => exec::exec(&select, &login, &command).await,
+        } => exec::exec(&select, &login, ttl, &command).await,
         Command::Version { server } => status::version(server.as_deref(), &mut out).await,
         Command::Audit(command) => audit::audit(command, &mut out).await.map(|_| ExitCode::SUCCESS),
         Command::Deny(command) => deny::deny(command, &mut out).await.map(|_| ExitCode::SUCCESS),
