@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -79,7 +79,15 @@ impl PostgresCluster {
         };
         cluster.as_postgres(
             "initdb",
-            &["-D", &cluster.data(), "-A", "trust", "-U", "postgres", "--no-sync"],
+            &[
+                "-D",
+                &cluster.data(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
         )?;
         cluster.start_again()?;
         Ok(cluster)
@@ -117,7 +125,8 @@ impl PostgresCluster {
     /// Restart: `mode` is `fast` (cut sessions, clean shutdown) or
     /// `immediate` (crash, recovery from the WAL at start).
     pub fn restart(&self, mode: &str) -> Result<(), String> {
-        self.pg_ctl(&["-w", "-t", "60", "-m", mode, "restart"]).map(|_| ())
+        self.pg_ctl(&["-w", "-t", "60", "-m", mode, "restart"])
+            .map(|_| ())
     }
 
     pub fn stop(&self, mode: &str) -> Result<(), String> {
@@ -243,7 +252,9 @@ impl ServerProcess {
 
     /// Whether the process is alive (not exited, not killed).
     pub fn still_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     pub fn log_text(&self) -> String {
@@ -260,7 +271,9 @@ impl Drop for ServerProcess {
 /// `talos-sso-server audit verify --config FILE`, the command an operator
 /// runs: its output, or why it failed.
 pub fn audit_verify(binary: &Path, config: &Path) -> Result<String, String> {
-    run(Command::new(binary).args(["audit", "verify", "--config"]).arg(config))
+    run(Command::new(binary)
+        .args(["audit", "verify", "--config"])
+        .arg(config))
 }
 
 /// One request of the load, as the client saw it.
@@ -354,8 +367,13 @@ impl Load {
             .expect("HTTP client");
         let handles = (0..workers)
             .map(|worker| {
-                let (stop, http, emulator, servers, log) =
-                    (stop.clone(), http.clone(), emulator.clone(), servers.clone(), log.clone());
+                let (stop, http, emulator, servers, log) = (
+                    stop.clone(),
+                    http.clone(),
+                    emulator.clone(),
+                    servers.clone(),
+                    log.clone(),
+                );
                 tokio::spawn(async move {
                     let mut n = worker;
                     while !stop.load(Ordering::Relaxed) {
@@ -531,7 +549,10 @@ pub async fn check_trail(database_url: &str, attempts: &[Attempt]) -> Result<Tra
             .or_default()
             .push(row);
     }
-    let by_key: HashMap<&str, &Attempt> = attempts.iter().map(|a| (a.public_key_sha256.as_str(), a)).collect();
+    let by_key: HashMap<&str, &Attempt> = attempts
+        .iter()
+        .map(|a| (a.public_key_sha256.as_str(), a))
+        .collect();
     for attempt in attempts.iter().filter(|a| a.issued()) {
         let serial = attempt.serial.as_deref().unwrap_or_default();
         match by_serial.get(serial).map(Vec::as_slice) {
@@ -541,16 +562,17 @@ pub async fn check_trail(database_url: &str, attempts: &[Attempt]) -> Result<Tra
                     || r.certificate_sha256 != attempt.certificate_sha256
                     || r.public_key_sha256.as_deref() != Some(attempt.public_key_sha256.as_str())
                 {
-                    check
-                        .problems
-                        .push(format!("serial {serial}: the row names another certificate or key"));
+                    check.problems.push(format!(
+                        "serial {serial}: the row names another certificate or key"
+                    ));
                 } else {
                     check.delivered += 1;
                 }
             }
-            Some(rows) => check
-                .problems
-                .push(format!("serial {serial} received once, recorded {} times", rows.len())),
+            Some(rows) => check.problems.push(format!(
+                "serial {serial} received once, recorded {} times",
+                rows.len()
+            )),
             None => check
                 .problems
                 .push(format!("serial {serial} was received without an audit row")),
@@ -560,10 +582,9 @@ pub async fn check_trail(database_url: &str, attempts: &[Attempt]) -> Result<Tra
         let key = row.record.public_key_sha256.as_deref().unwrap_or_default();
         match by_key.get(key) {
             Some(attempt) if attempt.issued() => {}
-            Some(attempt) => check.recorded_not_delivered.push((
-                row.record.serial.clone().unwrap_or_default(),
-                attempt.label(),
-            )),
+            Some(attempt) => check
+                .recorded_not_delivered
+                .push((row.record.serial.clone().unwrap_or_default(), attempt.label())),
             None => check
                 .problems
                 .push(format!("seq {}: an issued row for a key no client sent", row.seq)),
@@ -649,7 +670,10 @@ impl Report {
         for problem in &check.problems {
             self.expect(false, problem.clone());
         }
-        self.expect(check.problems.is_empty(), "every received certificate has exactly one row, every row a request");
+        self.expect(
+            check.problems.is_empty(),
+            "every received certificate has exactly one row, every row a request",
+        );
         match verify {
             Ok(text) => self.expect(
                 text.contains("audit chain intact"),
@@ -659,3 +683,166 @@ impl Report {
         }
     }
 }
+
+/// A TCP proxy in front of a service, to break the path to it: `down`
+/// (connections refused, open ones cut), `up` again on the same port, or
+/// cut one connection right after the client sent a given message (the
+/// server got it, its answer never arrives).
+#[derive(Debug)]
+pub struct TcpProxy {
+    pub port: u16,
+    target: std::net::SocketAddr,
+    state: Arc<Mutex<ProxyState>>,
+    accept: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Debug, Default)]
+struct ProxyState {
+    connections: Vec<tokio::task::AbortHandle>,
+    /// Cut the first connection whose client sends these bytes: after
+    /// the given time, or never (stalled until [`TcpProxy::down`]).
+    cut_after: Option<(Vec<u8>, Option<Duration>)>,
+    /// Connections cut that way so far.
+    cuts: u64,
+}
+
+impl TcpProxy {
+    pub async fn start(target: std::net::SocketAddr) -> Result<Self, String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let proxy = Self {
+            port,
+            target,
+            state: Arc::default(),
+            accept: Mutex::new(None),
+        };
+        proxy.serve(listener);
+        Ok(proxy)
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let (state, target) = (self.state.clone(), self.target);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let state_for_pipe = state.clone();
+                let pipe = tokio::spawn(async move {
+                    if let Ok(upstream) = tokio::net::TcpStream::connect(target).await {
+                        pipe(client, upstream, state_for_pipe).await;
+                    }
+                });
+                lock(&state).connections.push(pipe.abort_handle());
+            }
+        });
+        *lock(&self.accept) = Some(task);
+    }
+
+    /// Refuse new connections and cut the open ones.
+    pub fn down(&self) {
+        if let Some(task) = lock(&self.accept).take() {
+            task.abort();
+        }
+        for connection in lock(&self.state).connections.drain(..) {
+            connection.abort();
+        }
+    }
+
+    /// Accept again, on the same port.
+    pub async fn up(&self) -> Result<(), String> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .map_err(|e| e.to_string())?;
+        self.serve(listener);
+        Ok(())
+    }
+
+    /// Cut the next connection whose client sends `message`: the service
+    /// gets it, its answers no longer reach the client, and the connection
+    /// closes after `close_after` (`None`: it stays silent until
+    /// [`TcpProxy::down`]).
+    pub fn cut_after(&self, message: &[u8], close_after: Option<Duration>) {
+        lock(&self.state).cut_after = Some((message.to_vec(), close_after));
+    }
+
+    pub fn cuts(&self) -> u64 {
+        lock(&self.state).cuts
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+async fn pipe(client: tokio::net::TcpStream, upstream: tokio::net::TcpStream, state: Arc<Mutex<ProxyState>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    // Set when the connection is cut: the service's answers are dropped.
+    let muted = Arc::new(AtomicBool::new(false));
+    let mute = muted.clone();
+    let down = tokio::spawn(async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n = match upstream_read.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if !mute.load(Ordering::SeqCst) && client_write.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+        }
+        if !mute.load(Ordering::SeqCst) {
+            let _ = client_write.shutdown().await;
+        } else {
+            // Silent, not closed: the client waits for its answer.
+            std::future::pending::<()>().await;
+        }
+    });
+    // `down` cuts this half too.
+    lock(&state).connections.push(down.abort_handle());
+    let mut buffer = vec![0u8; 64 * 1024];
+    // The end of the previous read, so a message split over two reads matches.
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let n = match client_read.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let wanted = lock(&state).cut_after.clone();
+        if let Some((message, close_after)) = wanted {
+            let mut seen = std::mem::take(&mut tail);
+            seen.extend_from_slice(&buffer[..n]);
+            if seen.windows(message.len()).any(|w| w == message.as_slice()) {
+                let armed = {
+                    let mut s = lock(&state);
+                    let armed = s.cut_after.take().is_some();
+                    s.cuts += u64::from(armed);
+                    armed
+                };
+                if armed {
+                    muted.store(true, Ordering::SeqCst);
+                    let _ = upstream_write.write_all(&buffer[..n]).await;
+                    match close_after {
+                        Some(after) => tokio::time::sleep(after).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                    down.abort();
+                    return;
+                }
+            }
+            let keep = message.len().saturating_sub(1).min(seen.len());
+            tail = seen[seen.len() - keep..].to_vec();
+        }
+        if upstream_write.write_all(&buffer[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = upstream_write.shutdown().await;
+    let _ = down.await;
+}
+
+/// The simple-query message sqlx sends to commit a transaction.
+pub const POSTGRES_COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";

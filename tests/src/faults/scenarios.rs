@@ -50,12 +50,10 @@ fn refused(attempts: &[Attempt]) -> (usize, String) {
     (total, if text.is_empty() { "none".into() } else { text })
 }
 
-fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> impl Future<Output = T> {
-    async move {
-        tokio::task::spawn_blocking(f)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    }
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 async fn readyz(base_url: &str) -> (u16, String) {
@@ -98,7 +96,10 @@ pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, Stri
     let load = Load::start(&emulator, vec![url.clone()], timing.clients, CLIENT_TIMEOUT);
     tokio::time::sleep(timing.before).await;
     let before = load.issued_since(Duration::ZERO, None);
-    report.expect(before > 0, format!("{before} certificates issued before the restart"));
+    report.expect(
+        before > 0,
+        format!("{before} certificates issued before the restart"),
+    );
 
     let fault = load.elapsed();
     let started = Instant::now();
@@ -124,7 +125,10 @@ pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, Stri
     }
     tokio::time::sleep(timing.after).await;
     let after = load.issued_since(back, None);
-    report.expect(after > 0, format!("{after} certificates issued after the restart"));
+    report.expect(
+        after > 0,
+        format!("{after} certificates issued after the restart"),
+    );
     let attempts = load.stop().await;
     let outage: Vec<Attempt> = attempts
         .iter()
@@ -134,7 +138,9 @@ pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, Stri
     let (count, codes) = refused(&outage);
     report.say(format!("refused during the outage: {count} ({codes})"));
     report.expect(
-        attempts[..attempts.len() - outage.len()].iter().all(Attempt::issued),
+        attempts[..attempts.len() - outage.len()]
+            .iter()
+            .all(Attempt::issued),
         "nothing refused before the restart",
     );
     report.expect(
@@ -174,7 +180,10 @@ pub async fn server_sigkill(timing: Timing) -> Result<Report, String> {
     let load = Load::start(&emulator, vec![url.clone()], timing.clients, CLIENT_TIMEOUT);
     tokio::time::sleep(timing.before).await;
     let before = load.issued_since(Duration::ZERO, None);
-    report.expect(before > 0, format!("{before} certificates issued before the kill"));
+    report.expect(
+        before > 0,
+        format!("{before} certificates issued before the kill"),
+    );
 
     let fault = load.elapsed();
     server.kill();
@@ -194,7 +203,10 @@ pub async fn server_sigkill(timing: Timing) -> Result<Report, String> {
     }
     tokio::time::sleep(timing.after).await;
     let after = load.issued_since(back, None);
-    report.expect(after > 0, format!("{after} certificates issued by the new process"));
+    report.expect(
+        after > 0,
+        format!("{after} certificates issued by the new process"),
+    );
     let attempts = load.stop().await;
     let (count, codes) = refused(&attempts);
     report.say(format!("refused around the kill: {count} ({codes})"));
@@ -225,10 +237,21 @@ pub async fn replica_sigkill(timing: Timing) -> Result<Report, String> {
     let (config_b, url_b) = write_server_config(&emulator, &work, &postgres.url(), "b.yaml", |t| t)?;
     let mut a = ServerProcess::spawn(&binary, &config_a, &url_a, Duration::from_secs(30)).await?;
     let mut b = ServerProcess::spawn(&binary, &config_b, &url_b, Duration::from_secs(30)).await?;
-    let load = Load::start(&emulator, vec![url_a.clone(), url_b.clone()], timing.clients, CLIENT_TIMEOUT);
+    let load = Load::start(
+        &emulator,
+        vec![url_a.clone(), url_b.clone()],
+        timing.clients,
+        CLIENT_TIMEOUT,
+    );
     tokio::time::sleep(timing.before).await;
-    let (by_a, by_b) = (load.issued_since(Duration::ZERO, Some(0)), load.issued_since(Duration::ZERO, Some(1)));
-    report.expect(by_a > 0 && by_b > 0, format!("before the kill: {by_a} by A, {by_b} by B"));
+    let (by_a, by_b) = (
+        load.issued_since(Duration::ZERO, Some(0)),
+        load.issued_since(Duration::ZERO, Some(1)),
+    );
+    report.expect(
+        by_a > 0 && by_b > 0,
+        format!("before the kill: {by_a} by A, {by_b} by B"),
+    );
     let fault = load.elapsed();
     b.kill();
     tokio::time::sleep(timing.after).await;
@@ -240,7 +263,9 @@ pub async fn replica_sigkill(timing: Timing) -> Result<Report, String> {
     report.expect(count_a == 0, format!("A refused {count_a} ({codes_a})"));
     let on_b: Vec<Attempt> = attempts.iter().filter(|a| a.server == 1).cloned().collect();
     let (count_b, codes_b) = refused(&on_b);
-    report.say(format!("requests to B that got no certificate: {count_b} ({codes_b})"));
+    report.say(format!(
+        "requests to B that got no certificate: {count_b} ({codes_b})"
+    ));
     report.attempts(&attempts);
     report.expect(a.still_running(), "A kept running");
     check_everything(&mut report, &postgres.url(), &config_a, &attempts).await?;

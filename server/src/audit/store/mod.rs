@@ -41,6 +41,11 @@ pub enum StoreError {
     /// are [`StoreError::Unavailable`].
     #[error("the audit database refused the write: {0}")]
     Refused(String),
+    /// The connection broke while the commit was under way: the records
+    /// may or may not be in the database. `appended` is what they would
+    /// be; [`AuditStore::holds`] tells which.
+    #[error("the audit database did not acknowledge the commit: {reason}")]
+    CommitUnacknowledged { reason: String, appended: Vec<Appended> },
     #[error("audit database migration failed: {0}")]
     Migration(String),
     #[error("the audit database holds an unreadable record: {0}")]
@@ -64,6 +69,12 @@ impl From<sqlx::Error> for StoreError {
         }
     }
 }
+
+/// Longest a batch may wait for the database before its commit, and
+/// again for the commit's answer: a database that stops answering (a
+/// network partition without resets) fails the batch instead of stalling
+/// every request behind it.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Pool settings.
 #[derive(Debug, Clone)]
@@ -397,12 +408,40 @@ impl AuditStore {
         on_pool!(self, pool => pool.close().await)
     }
 
-    /// Append records in one transaction; see the module comment.
+    /// Append records in one transaction; see the module comment. A
+    /// database that stops answering fails the batch after
+    /// [`WRITE_TIMEOUT`] (before the commit: nothing was written; during
+    /// it: [`StoreError::CommitUnacknowledged`]).
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
         match self {
-            AuditStore::Postgres(pool) => append_in(postgres::begin_chain(pool).await?, batch).await,
-            AuditStore::Sqlite(pool) => append_in(sqlite::begin_chain(pool).await?, batch).await,
+            AuditStore::Postgres(pool) => append_in(postgres::begin_chain(pool), batch).await,
+            AuditStore::Sqlite(pool) => append_in(sqlite::begin_chain(pool), batch).await,
         }
+    }
+
+    /// Whether the chain holds `record` at its place (same `seq`, same
+    /// hash): how a commit that was not acknowledged is resolved. Read
+    /// under the chain lock, so that a transaction still committing on a
+    /// connection this server lost has finished, one way or the other,
+    /// before the answer is given.
+    pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
+        // The same three statements on either backend's transaction type.
+        macro_rules! hash_at_seq {
+            ($begin:expr) => {{
+                let mut tx = $begin.await?;
+                let hash: Option<String> = sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
+                    .bind(record.seq)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.rollback().await?;
+                hash
+            }};
+        }
+        let hash = match self {
+            AuditStore::Postgres(pool) => hash_at_seq!(postgres::begin_chain(pool)),
+            AuditStore::Sqlite(pool) => hash_at_seq!(sqlite::begin_chain(pool)),
+        };
+        Ok(hash.as_deref() == Some(record.hash.as_str()))
     }
 
     /// Up to `limit` records after `after_seq`, in order.
@@ -586,15 +625,35 @@ fn entry_blocks(
 /// go to the backend together, before the run's change is applied.
 /// The batch in `tx`, which holds the chain lock, then the commit.
 async fn append_in<DB: sqlx::Database>(
-    mut tx: sqlx::Transaction<'_, DB>,
+    begin: impl Future<Output = Result<sqlx::Transaction<'static, DB>, StoreError>>,
     batch: &[Append],
 ) -> Result<Vec<Appended>, StoreError>
 where
     for<'c> sqlx::Transaction<'c, DB>: BatchTx,
 {
-    let out = extend_chain(&mut tx, batch).await?;
-    tx.commit().await?;
-    Ok(out)
+    let silent = || StoreError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"));
+    // Dropped on a timeout: the connection goes, the transaction with it.
+    let (tx, out) = tokio::time::timeout(WRITE_TIMEOUT, async {
+        let mut tx = begin.await?;
+        let out = extend_chain(&mut tx, batch).await?;
+        Ok::<_, StoreError>((tx, out))
+    })
+    .await
+    .map_err(|_| silent())??;
+    let committed = tokio::time::timeout(WRITE_TIMEOUT, tx.commit())
+        .await
+        .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::Error::other(silent().to_string()))));
+    match committed {
+        Ok(()) => Ok(out),
+        // The database answered: it did not commit.
+        Err(error @ sqlx::Error::Database(_)) => Err(error.into()),
+        // No answer (connection cut, I/O error): the commit may have
+        // happened, only reading it back can tell.
+        Err(error) => Err(StoreError::CommitUnacknowledged {
+            reason: error.to_string(),
+            appended: out,
+        }),
+    }
 }
 
 async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
