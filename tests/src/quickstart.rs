@@ -247,13 +247,14 @@ pub fn is_crate_variable(name: &OsStr) -> bool {
 /// The `talos-sso` binary next to the running executable, built first (the
 /// quick start and the client benchmark drive the real CLI).
 pub fn client_binary() -> Result<PathBuf, String> {
-    workspace_binary("talos-sso", "talos-sso")
+    workspace_binary("talos-sso", "talos-sso", "the talos-sso CLI")
 }
 
 /// The binary `bin` of the workspace package `package`, next to the running
-/// executable, built first with the same profile. cargo's own progress
-/// shows, so that the first build (minutes) is not a silent wait.
-pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
+/// executable, built first with the same profile. It says that it builds
+/// `what`, then cargo's own progress shows, so that the first build
+/// (minutes) is not a silent wait.
+pub fn workspace_binary(package: &str, bin: &str, what: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut dir = exe.parent().ok_or("no directory for the current executable")?;
     // A test binary lives in `target/<profile>/deps`; binaries one up.
@@ -272,7 +273,7 @@ pub fn workspace_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
             build.env_remove(name);
         }
     }
-    eprintln!("Building {bin} with cargo (minutes the first time, a second afterwards)…");
+    eprintln!("Building {what} with cargo (minutes the first time, a second afterwards)…");
     let status = build
         .stdin(std::process::Stdio::null())
         .status()

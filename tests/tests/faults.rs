@@ -43,6 +43,14 @@ async fn a_replica_killed_mid_load_leaves_the_other_issuing_on_one_chain() {
     passed(scenarios::replica_sigkill(Timing::short()).await.unwrap());
 }
 
+/// The identity provider answering 503, refusing connections, and
+/// answering only after 11 s (the server's outbound timeout is 10 s; the
+/// `faults` binary waits 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_provider_down_or_slow_keeps_cached_keys_and_bounds_every_answer() {
+    passed(scenarios::identity_outage(Duration::from_secs(11)).await.unwrap());
+}
+
 /// The server's connection to Postgres is cut right after it sent COMMIT:
 /// Postgres committed the record, the answer never came. When the database
 /// can be asked, the record is read back and the certificate delivered;
@@ -118,19 +126,19 @@ async fn a_commit_whose_answer_is_lost_is_read_back_or_recorded_as_undelivered()
     // The commit lands, its answer does not, and then the database is
     // unreachable for longer than the writer waits.
     proxy.cut_after(POSTGRES_COMMIT, None);
-    let pending = tokio::spawn(issue());
     let direct = env.database.as_ref().unwrap();
-    while direct
-        .superuser("SELECT 1 FROM audit_events WHERE seq = 3")
-        .await
-        .unwrap()
-        == 0
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(proxy.cuts(), 2);
-    proxy.down();
-    let (status, body) = pending.await.unwrap();
+    let ((status, body), ()) = tokio::join!(issue(), async {
+        while direct
+            .superuser("SELECT 1 FROM audit_events WHERE seq = 3")
+            .await
+            .unwrap()
+            == 0
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(proxy.cuts(), 2);
+        proxy.down();
+    });
     assert_eq!(
         (status, body["code"].as_str()),
         (503, Some("audit_unavailable")),
@@ -187,5 +195,161 @@ async fn a_commit_whose_answer_is_lost_is_read_back_or_recorded_as_undelivered()
     assert_eq!(issued_rows().await.len(), 5);
     let check = store.verify_chain().await.unwrap();
     assert!(check.first_broken.is_none(), "{check:?}");
+    env.finish().await;
+}
+
+/// Callers that queue behind a key-set refresh use its result: against a
+/// provider slower than the timeout, four requests with unknown `kid`s
+/// cost one timeout together, not one each (the refresh interval here is
+/// shorter than the timeout, as `identity.jwks_min_refresh_interval`
+/// allows).
+#[tokio::test]
+async fn requests_waiting_for_a_key_refresh_share_its_timeout() {
+    use talos_sso_server::identity::provider::{Provider, ProviderSettings};
+    use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, Faults};
+    let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
+    let mut settings = ProviderSettings::new(emulator.issuer());
+    settings.http_timeout = Duration::from_millis(300);
+    settings.min_refresh_interval = Duration::from_millis(1);
+    let provider = Provider::discover(&settings).await.unwrap();
+    emulator.set_faults(Faults {
+        delay: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let started = std::time::Instant::now();
+    let sets = futures_join4(
+        provider.keys_for("unknown-1"),
+        provider.keys_for("unknown-2"),
+        provider.keys_for("unknown-3"),
+        provider.keys_for("unknown-4"),
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(sets.iter().all(|keys| keys.get("unknown-1").is_none()));
+    assert!(
+        took < Duration::from_millis(800),
+        "four waiters took {took:?}: each refreshed on its own"
+    );
+    assert_eq!(provider.refresh_counts(), (0, 1), "one refresh, failed");
+    assert!(!provider.reachable());
+}
+
+async fn futures_join4<T>(
+    a: impl Future<Output = T>,
+    b: impl Future<Output = T>,
+    c: impl Future<Output = T>,
+    d: impl Future<Output = T>,
+) -> [T; 4] {
+    let (a, b, c, d) = tokio::join!(a, b, c, d);
+    [a, b, c, d]
+}
+
+/// Fetching Graph's app token and looking the groups up share one
+/// timeout: two answers just inside it each must not add up to twice it.
+#[tokio::test]
+async fn a_graph_lookup_takes_at_most_its_timeout_in_total() {
+    use talos_sso_server::identity::graph::{GraphClient, GraphSettings};
+    use talos_sso_tests::emulator::{
+        EmulatorConfig, EmulatorHandle, Faults, SERVER_APP_ID, SERVER_APP_SECRET, TENANT_ID,
+    };
+    let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
+    let erin = emulator
+        .users()
+        .into_iter()
+        .find(|u| u.username == "erin@example.com")
+        .unwrap()
+        .oid;
+    let graph = GraphClient::new(GraphSettings {
+        tenant_id: TENANT_ID.into(),
+        client_id: SERVER_APP_ID.into(),
+        client_secret: SERVER_APP_SECRET.to_owned().into(),
+        authority: emulator.base_url.clone(),
+        graph_url: emulator.base_url.clone(),
+        cache_ttl: Duration::from_secs(60),
+        http_timeout: Duration::from_millis(1000),
+    })
+    .unwrap();
+    emulator.set_faults(Faults {
+        delay: Duration::from_millis(700),
+        ..Default::default()
+    });
+    let started = std::time::Instant::now();
+    let answer = graph.member_groups(&erin).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1300), "took {took:?}: {answer:?}");
+    assert!(
+        answer.is_err(),
+        "two 700 ms answers do not fit in 1 s: {answer:?}"
+    );
+}
+
+/// Graph down: people in too many groups are refused with
+/// `groups_overage_unresolved`, nothing is issued, and each refusal is an
+/// authenticated decision with its own record (their tokens were valid),
+/// not one counted away among the anonymous refusals of their address.
+#[tokio::test]
+async fn graph_down_refuses_each_overage_user_with_a_record_of_their_own() {
+    use talos_sso_tests::emulator::{EmulatorConfig, Faults, GROUP_ONCALL, TestUser, demo_users};
+    let mut users = demo_users();
+    let mut olive = TestUser::new(
+        "c3000000-0000-4000-8000-0000000000aa",
+        "olive@example.com",
+        "Olive Overage",
+        &[GROUP_ONCALL],
+        &[],
+    );
+    olive.overage = true;
+    users.push(olive);
+    let env = TestEnv::start_full(
+        Backend::Sqlite,
+        EmulatorConfig {
+            users,
+            ..Default::default()
+        },
+        |yaml| yaml,
+    )
+    .await;
+    env.emulator.set_faults(Faults {
+        graph_unavailable: true,
+        ..Default::default()
+    });
+    for user in ["erin@example.com", "olive@example.com", "erin@example.com"] {
+        let token = env.emulator.token_for(user, TokenKind::id()).unwrap();
+        let (status, body) = env.issue(&token).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("groups_overage_unresolved")),
+            "{body}"
+        );
+        assert!(body.get("certificate").is_none());
+    }
+    let rows = env.server.app.audit.store().page(0, 100).await.unwrap();
+    let denials: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.record.event.as_str(),
+                r.record.reason_code.as_deref(),
+                r.record.username.as_deref(),
+                r.record.identity_verified,
+            )
+        })
+        .collect();
+    let denied = |user| {
+        (
+            "certificate.denied",
+            Some("groups_overage_unresolved"),
+            Some(user),
+            true,
+        )
+    };
+    assert_eq!(
+        denials,
+        vec![
+            denied("erin@example.com"),
+            denied("olive@example.com"),
+            denied("erin@example.com")
+        ]
+    );
     env.finish().await;
 }

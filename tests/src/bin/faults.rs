@@ -5,18 +5,20 @@
 //! cargo run -p talos-sso-tests --bin faults -- [SCENARIO ...] [--before SECONDS] [--after SECONDS] [--clients N]
 //! ```
 //! Scenarios: `postgres-restart-fast`, `postgres-restart-immediate`,
-//! `server-sigkill`, `replica-sigkill` (default: all). Needs root (the
+//! `server-sigkill`, `replica-sigkill`, `identity-outage` (the provider
+//! answering after 30 s) (default: all). Needs root (the
 //! Postgres cluster of its own runs as user `postgres`).
 
 use std::time::Duration;
 
 use talos_sso_tests::faults::scenarios::{self, Timing};
 
-const ALL: [&str; 4] = [
+const ALL: [&str; 5] = [
     "postgres-restart-fast",
     "postgres-restart-immediate",
     "server-sigkill",
     "replica-sigkill",
+    "identity-outage",
 ];
 
 fn seconds(value: Option<String>, flag: &str) -> Result<Duration, String> {
@@ -73,6 +75,7 @@ fn main() -> std::process::ExitCode {
                 "postgres-restart-fast" => scenarios::postgres_restart("fast", timing).await,
                 "postgres-restart-immediate" => scenarios::postgres_restart("immediate", timing).await,
                 "server-sigkill" => scenarios::server_sigkill(timing).await,
+                "identity-outage" => scenarios::identity_outage(Duration::from_secs(30)).await,
                 _ => scenarios::replica_sigkill(timing).await,
             };
             match result {

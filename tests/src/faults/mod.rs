@@ -151,7 +151,7 @@ impl Drop for PostgresCluster {
 
 /// The `talos-sso-server` binary (built first when missing or stale).
 pub fn server_binary() -> Result<PathBuf, String> {
-    crate::quickstart::workspace_binary("talos-sso-server", "talos-sso-server")
+    crate::quickstart::workspace_binary("talos-sso-server", "talos-sso-server", "talos-sso-server")
 }
 
 /// The test configuration (see [`config_yaml`]) on a fixed port, written
@@ -459,6 +459,19 @@ impl Load {
             .count()
     }
 
+    /// Wait (at most `within`) until `count` requests of server `server`
+    /// (any: `None`) were answered 201; whether they were.
+    pub async fn wait_issued(&self, server: Option<usize>, count: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while self.issued_since(Duration::ZERO, server) < count {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// Wait (at most `within`) for a 201 to a request sent at or after
     /// `since`; how long after `since` that request was answered.
     pub async fn first_issued_since(
@@ -708,7 +721,12 @@ struct ProxyState {
 
 impl TcpProxy {
     pub async fn start(target: std::net::SocketAddr) -> Result<Self, String> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on(0, target).await
+    }
+
+    /// On a given port (0: any free one).
+    pub async fn start_on(port: u16, target: std::net::SocketAddr) -> Result<Self, String> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .map_err(|e| e.to_string())?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
