@@ -6,19 +6,21 @@
 //! ```
 //! Scenarios: `postgres-restart-fast`, `postgres-restart-immediate`,
 //! `server-sigkill`, `replica-sigkill`, `identity-outage` (the provider
-//! answering after 30 s) (default: all). Needs root (the
+//! answering after 30 s), `sqlite-disk` (a tmpfs filled up, then
+//! remounted read-only) (default: all). Needs root (the
 //! Postgres cluster of its own runs as user `postgres`).
 
 use std::time::Duration;
 
 use talos_sso_tests::faults::scenarios::{self, Timing};
 
-const ALL: [&str; 5] = [
+const ALL: [&str; 6] = [
     "postgres-restart-fast",
     "postgres-restart-immediate",
     "server-sigkill",
     "replica-sigkill",
     "identity-outage",
+    "sqlite-disk",
 ];
 
 fn seconds(value: Option<String>, flag: &str) -> Result<Duration, String> {
@@ -75,6 +77,7 @@ fn main() -> std::process::ExitCode {
                 "postgres-restart-fast" => scenarios::postgres_restart("fast", timing).await,
                 "postgres-restart-immediate" => scenarios::postgres_restart("immediate", timing).await,
                 "server-sigkill" => scenarios::server_sigkill(timing).await,
+                "sqlite-disk" => scenarios::sqlite_disk(timing).await,
                 "identity-outage" => scenarios::identity_outage(Duration::from_secs(30)).await,
                 _ => scenarios::replica_sigkill(timing).await,
             };

@@ -32,7 +32,7 @@ pub fn free_port() -> Result<u16, String> {
     listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
-fn run(command: &mut Command) -> Result<String, String> {
+pub(crate) fn run(command: &mut Command) -> Result<String, String> {
     let output = command
         .stdin(Stdio::null())
         .output()
@@ -456,6 +456,14 @@ impl Load {
         lock(&self.log)
             .iter()
             .filter(|a| a.sent >= since && a.issued() && server.is_none_or(|s| a.server == s))
+            .count()
+    }
+
+    /// Requests sent at or after `since` that got no certificate.
+    pub fn refused_since(&self, since: Duration) -> usize {
+        lock(&self.log)
+            .iter()
+            .filter(|a| a.sent >= since && !a.issued())
             .count()
     }
 

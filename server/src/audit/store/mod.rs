@@ -412,10 +412,26 @@ impl AuditStore {
     /// database that stops answering fails the batch after
     /// [`WRITE_TIMEOUT`] (before the commit: nothing was written; during
     /// it: [`StoreError::CommitUnacknowledged`]).
+    ///
+    /// The connection of a batch that failed is closed, not put back: its
+    /// transaction may not have ended cleanly (SQLite that ran out of disk
+    /// leaves the driver believing a transaction is still open, and every
+    /// later batch on that connection would fail).
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+        // The same steps on either backend's connection type.
+        macro_rules! on_fresh_failure {
+            ($pool:expr, $begin:path) => {{
+                let mut connection = $pool.acquire().await?;
+                let result = append_in($begin(&mut connection), batch).await;
+                if result.is_err() {
+                    connection.close_on_drop();
+                }
+                result
+            }};
+        }
         match self {
-            AuditStore::Postgres(pool) => append_in(postgres::begin_chain(pool), batch).await,
-            AuditStore::Sqlite(pool) => append_in(sqlite::begin_chain(pool), batch).await,
+            AuditStore::Postgres(pool) => on_fresh_failure!(pool, postgres::begin_chain),
+            AuditStore::Sqlite(pool) => on_fresh_failure!(pool, sqlite::begin_chain),
         }
     }
 
@@ -427,8 +443,9 @@ impl AuditStore {
     pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
         // The same three statements on either backend's transaction type.
         macro_rules! hash_at_seq {
-            ($begin:expr) => {{
-                let mut tx = $begin.await?;
+            ($pool:expr, $begin:path) => {{
+                let mut connection = $pool.acquire().await?;
+                let mut tx = $begin(&mut connection).await?;
                 let hash: Option<String> = sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
                     .bind(record.seq)
                     .fetch_optional(&mut *tx)
@@ -438,8 +455,8 @@ impl AuditStore {
             }};
         }
         let hash = match self {
-            AuditStore::Postgres(pool) => hash_at_seq!(postgres::begin_chain(pool)),
-            AuditStore::Sqlite(pool) => hash_at_seq!(sqlite::begin_chain(pool)),
+            AuditStore::Postgres(pool) => hash_at_seq!(pool, postgres::begin_chain),
+            AuditStore::Sqlite(pool) => hash_at_seq!(pool, sqlite::begin_chain),
         };
         Ok(hash.as_deref() == Some(record.hash.as_str()))
     }
@@ -624,12 +641,12 @@ fn entry_blocks(
 /// list: every record of a run sees the same list, so a run's token claims
 /// go to the backend together, before the run's change is applied.
 /// The batch in `tx`, which holds the chain lock, then the commit.
-async fn append_in<DB: sqlx::Database>(
-    begin: impl Future<Output = Result<sqlx::Transaction<'static, DB>, StoreError>>,
+async fn append_in<'c, DB: sqlx::Database>(
+    begin: impl Future<Output = Result<sqlx::Transaction<'c, DB>, StoreError>>,
     batch: &[Append],
 ) -> Result<Vec<Appended>, StoreError>
 where
-    for<'c> sqlx::Transaction<'c, DB>: BatchTx,
+    for<'t> sqlx::Transaction<'t, DB>: BatchTx,
 {
     let silent = || StoreError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"));
     // Dropped on a timeout: the connection goes, the transaction with it.
