@@ -149,9 +149,15 @@ impl Drop for PostgresCluster {
     }
 }
 
-/// The `talos-sso-server` binary (built first when missing or stale).
+/// The `talos-sso-server` binary, built first when missing or stale (once
+/// per process: the scenarios of one test run share it).
 pub fn server_binary() -> Result<PathBuf, String> {
-    crate::quickstart::workspace_binary("talos-sso-server", "talos-sso-server", "talos-sso-server")
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            crate::quickstart::workspace_binary("talos-sso-server", "talos-sso-server", "talos-sso-server")
+        })
+        .clone()
 }
 
 /// The test configuration (see [`config_yaml`]) on a fixed port, written
