@@ -14,6 +14,12 @@ pub mod event {
     pub const CERTIFICATE_ISSUED: &str = "certificate.issued";
     pub const CERTIFICATE_DENIED: &str = "certificate.denied";
     pub const BREAK_GLASS_ISSUED: &str = "break_glass.issued";
+    /// A certificate whose `certificate.issued` (or `break_glass.issued`)
+    /// record was committed, but whose commit the server never saw
+    /// acknowledged (the connection to the database broke in the middle of
+    /// the commit): the request was refused with `audit_unavailable`, so the
+    /// certificate never left the server. Names the record it corrects.
+    pub const CERTIFICATE_UNDELIVERED: &str = "certificate.undelivered";
     /// An identity was added to or removed from the deny list.
     pub const DENY_ADDED: &str = "deny.added";
     pub const DENY_REMOVED: &str = "deny.removed";
@@ -29,10 +35,11 @@ pub mod event {
     pub const REFUSALS_AGGREGATED: &str = "refusals.aggregated";
 
     /// Every event a record can have (what an `event` filter may name).
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         CERTIFICATE_ISSUED,
         CERTIFICATE_DENIED,
         BREAK_GLASS_ISSUED,
+        CERTIFICATE_UNDELIVERED,
         DENY_ADDED,
         DENY_REMOVED,
         DENY_LISTED,

@@ -59,11 +59,20 @@ pub struct ClusterInfo {
 }
 
 /// `GET /readyz`: ready when the database answers and the identity
-/// providers' keys are fresh.
+/// providers' keys are fresh. `identity_provider_reachable` says whether
+/// the last fetch of every provider's keys succeeded; it does not make the
+/// server unready, since the cached keys keep serving.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Readiness {
     pub ready: bool,
     pub database: bool,
     pub identity_provider_keys_fresh: bool,
+    #[serde(default = "reachable_when_not_said")]
+    pub identity_provider_reachable: bool,
     pub clusters: usize,
+}
+
+/// Servers before `identity_provider_reachable` did not say.
+fn reachable_when_not_said() -> bool {
+    true
 }

@@ -395,6 +395,26 @@ impl TestEnv {
         self.server.app.config.clone()
     }
 
+    /// Ask the server for a certificate on `prod` with `token` and a fresh
+    /// key: the status and the JSON body.
+    pub async fn issue(&self, token: &str) -> (u16, serde_json::Value) {
+        let csr = talos_sso::key::ClientKey::generate()
+            .and_then(|k| k.csr_pem())
+            .expect("csr");
+        let response = self
+            .http
+            .post(format!("{}/v1/certificates", self.server.base_url))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"cluster": "prod", "csr": csr}))
+            .send()
+            .await
+            .expect("answer");
+        (
+            response.status().as_u16(),
+            response.json().await.unwrap_or(serde_json::Value::Null),
+        )
+    }
+
     /// A second server on the same database (replicas).
     pub async fn another_server(&self) -> TestServer {
         TestServer::start(self.config()).await

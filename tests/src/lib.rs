@@ -4,6 +4,7 @@
 //! - `talos_checker`: an apid/talosctl stand-in doing a real mTLS handshake.
 //! - `openssl`: a second opinion from the OpenSSL command line.
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
+//! - `faults`: fault injection against real processes (Postgres, the server).
 //! - `harness`: a real server on a fresh database, with the emulator.
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
@@ -12,6 +13,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 pub mod emulator;
+pub mod faults;
 pub mod harness;
 pub mod material;
 pub mod openssl;

@@ -616,16 +616,7 @@ async fn people_pick_an_account_on_a_page_when_not_automatic() {
 
 /// Ask the test server for a certificate on `prod` with `token`.
 async fn issue(env: &TestEnv, token: &str) -> (u16, serde_json::Value) {
-    let csr = talos_sso::key::ClientKey::generate().unwrap().csr_pem().unwrap();
-    let response = env
-        .http
-        .post(format!("{}/v1/certificates", env.server.base_url))
-        .bearer_auth(token)
-        .json(&json!({"cluster": "prod", "csr": csr}))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
+    env.issue(token).await
 }
 
 #[tokio::test]

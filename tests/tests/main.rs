@@ -9,6 +9,8 @@
 //! - `server`: the server end to end over HTTP, on Postgres and on SQLite:
 //!   every field of the audit record, every denial, outages, tampering,
 //!   replicas, break-glass.
+//! - `faults`: fault injection against real processes: Postgres restarted
+//!   under load, the server and a replica killed, a commit's answer lost.
 //! - `deploy`: the deployment material checked against the code.
 //! - `hostile`: hostile input against a running server (poisoned text,
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
@@ -22,6 +24,7 @@
 mod ca_sources;
 mod client_key;
 mod deploy;
+mod faults;
 mod hostile;
 mod identity;
 mod issuance;

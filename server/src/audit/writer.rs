@@ -4,17 +4,32 @@
 //! is answered only after the commit that holds its record, so the promise
 //! "no certificate before its audit record is durable" is kept, without one
 //! fsync per request.
+//!
+//! A commit the database never acknowledged (the connection broke in the
+//! middle of it) is read back: when its records are there, the requests
+//! are answered as committed; when they are not, refused. When the database
+//! cannot be asked within [`RESOLVE_WITHIN`], the requests are refused and
+//! the batch stays in doubt; once the database answers again, each
+//! certificate of an in-doubt batch that did get committed is followed by a
+//! `certificate.undelivered` record, so the trail never claims, unsaid, a
+//! certificate that nobody received.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::RecordExt;
 use super::store::{Append, Appended, AuditStore, StoreError};
+use super::{AuditRecord, RecordExt, StoredRecord, event, outcome};
 
 /// Most records in one transaction.
 pub const MAX_BATCH: usize = 256;
+
+/// How long the requests of an unacknowledged commit wait for the
+/// database to say whether it committed (well within the HTTP request
+/// timeout).
+pub const RESOLVE_WITHIN: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AuditError {
@@ -36,6 +51,8 @@ pub struct WriterStats {
     pub failures: AtomicU64,
     /// Records the database refused on their own (see [`write_one`]).
     pub refused: AtomicU64,
+    /// Commits that were not acknowledged (see the module comment).
+    pub unacknowledged: AtomicU64,
 }
 
 /// A handle to the writer task; cheap to clone.
@@ -56,7 +73,16 @@ impl AuditWriter {
         let task_stats = stats.clone();
         let task = tokio::spawn(async move {
             let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+            let mut in_doubt: Vec<Vec<Appended>> = Vec::new();
+            // Settling costs the batch that does it a read (at most
+            // RESOLVE_WITHIN); while the database cannot tell, not more
+            // often than this.
+            let mut next_settle = tokio::time::Instant::now();
             while let Some(first) = queue.recv().await {
+                if !in_doubt.is_empty() && tokio::time::Instant::now() >= next_settle {
+                    settle_in_doubt(&task_store, &mut in_doubt, &mut batch).await;
+                    next_settle = tokio::time::Instant::now() + RESOLVE_WITHIN;
+                }
                 batch.push(first);
                 while batch.len() < MAX_BATCH {
                     match queue.try_recv() {
@@ -64,7 +90,9 @@ impl AuditWriter {
                         Err(_) => break,
                     }
                 }
-                write(&task_store, &task_stats, &mut batch).await;
+                if let Some(doubt) = write(&task_store, &task_stats, &mut batch).await {
+                    in_doubt.push(doubt);
+                }
             }
         });
         (Self { jobs, store, stats }, task)
@@ -90,14 +118,32 @@ impl AuditWriter {
     }
 }
 
-async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) {
+/// Write `batch` and answer its jobs; an unacknowledged commit that could
+/// not be resolved comes back, to be settled later.
+async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) -> Option<Vec<Appended>> {
     let appends: Vec<Append> = batch.iter().map(|job| job.append.clone()).collect();
     match store.append_batch(&appends).await {
-        Ok(results) => {
-            stats.batches.fetch_add(1, Ordering::Relaxed);
-            stats.records.fetch_add(results.len() as u64, Ordering::Relaxed);
-            for (job, result) in batch.drain(..).zip(results) {
-                let _ = job.respond.send(Ok(result));
+        Ok(results) => answer_committed(stats, batch, results),
+        Err(StoreError::CommitUnacknowledged { reason, appended }) => {
+            stats.unacknowledged.fetch_add(1, Ordering::Relaxed);
+            match resolve(store, &appended).await {
+                Some(true) => {
+                    tracing::warn!(%reason, records = batch.len(),
+                        "audit commit not acknowledged; read back: committed");
+                    answer_committed(stats, batch, appended);
+                }
+                resolved => {
+                    stats.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(%reason, records = batch.len(), committed = ?resolved,
+                        "audit commit not acknowledged; the requests are refused with audit_unavailable");
+                    for job in batch.drain(..) {
+                        let _ = job.respond.send(Err(AuditError::Unavailable));
+                    }
+                    // Unknown: settled once the database answers again.
+                    if resolved.is_none() {
+                        return Some(appended);
+                    }
+                }
             }
         }
         Err(StoreError::Refused(reason)) => {
@@ -122,6 +168,104 @@ async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) {
             }
         }
     }
+    None
+}
+
+fn answer_committed(stats: &WriterStats, batch: &mut Vec<Job>, results: Vec<Appended>) {
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    stats.records.fetch_add(results.len() as u64, Ordering::Relaxed);
+    for (job, result) in batch.drain(..).zip(results) {
+        let _ = job.respond.send(Ok(result));
+    }
+}
+
+/// Whether an unacknowledged batch was committed: its last record is in
+/// the chain at its place (a batch commits whole or not at all). `None`
+/// when the database could not be asked within [`RESOLVE_WITHIN`].
+async fn resolve(store: &AuditStore, appended: &[Appended]) -> Option<bool> {
+    let last = appended.last()?.stored();
+    let deadline = tokio::time::Instant::now() + RESOLVE_WITHIN;
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, store.holds(last)).await;
+        match attempt {
+            Ok(Ok(held)) => return Some(held),
+            Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// For each in-doubt batch the database now answers for: when it was
+/// committed, queue a `certificate.undelivered` record for each of its
+/// certificates ahead of `batch`; either way it is settled. Batches the
+/// database still cannot answer for stay in doubt.
+async fn settle_in_doubt(store: &AuditStore, in_doubt: &mut Vec<Vec<Appended>>, batch: &mut Vec<Job>) {
+    let mut still = Vec::new();
+    for appended in in_doubt.drain(..) {
+        let Some(last) = appended.last().map(Appended::stored) else {
+            continue;
+        };
+        match tokio::time::timeout(RESOLVE_WITHIN, store.holds(last)).await {
+            Ok(Ok(true)) => {
+                for issued in appended.iter().filter_map(|a| match a {
+                    Appended::Recorded(stored) => Some(stored),
+                    _ => None,
+                }) {
+                    if issued.record.event == event::CERTIFICATE_ISSUED
+                        || issued.record.event == event::BREAK_GLASS_ISSUED
+                    {
+                        tracing::warn!(seq = issued.seq, serial = ?issued.record.serial,
+                            "an unacknowledged commit was committed; recording its certificate as undelivered");
+                        // Nobody waits for this answer.
+                        let (respond, _) = oneshot::channel();
+                        batch.push(Job {
+                            append: Append {
+                                record: undelivered(issued, time::OffsetDateTime::now_utc()),
+                                ..Default::default()
+                            },
+                            respond,
+                        });
+                    }
+                }
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(_)) | Err(_) => still.push(appended),
+        }
+    }
+    *in_doubt = still;
+}
+
+/// The record saying that the certificate `issued` names never left.
+fn undelivered(issued: &StoredRecord, now: time::OffsetDateTime) -> AuditRecord {
+    let original = &issued.record;
+    let mut record = AuditRecord::new(
+        event::CERTIFICATE_UNDELIVERED,
+        outcome::DENIED,
+        &original.request_id,
+        now,
+    );
+    record.reason_code = Some("audit_unavailable".into());
+    record.cluster = original.cluster.clone();
+    record.issuer = original.issuer.clone();
+    record.tenant = original.tenant.clone();
+    record.subject = original.subject.clone();
+    record.username = original.username.clone();
+    record.identity_verified = original.identity_verified;
+    record.roles_granted = original.roles_granted.clone();
+    record.serial = original.serial.clone();
+    record.certificate_sha256 = original.certificate_sha256.clone();
+    record.public_key_sha256 = original.public_key_sha256.clone();
+    record.not_before = original.not_before;
+    record.not_after = original.not_after;
+    record.client_ip = original.client_ip.clone();
+    record.details = serde_json::json!({
+        "recorded_seq": issued.seq,
+        "recorded_event": original.event,
+        "reason": "the commit of the record was not acknowledged; the request was refused and the certificate never left the server",
+    });
+    record
 }
 
 /// One record on its own (also what a one-off command commits through, see

@@ -147,7 +147,12 @@ impl Caller {
         let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
             Ok(verified) => verified,
             Err(error) => {
-                with_claimed_identity(record, app.authenticator.claimed(token));
+                match error.verified_identity() {
+                    // A valid token whose groups could not be resolved: an
+                    // authenticated decision, recorded in full.
+                    Some(verified) => with_identity(record, verified),
+                    None => with_claimed_identity(record, app.authenticator.claimed(token)),
+                }
                 tracing::info!(request_id = %self.request_id, code = error.code(), "token refused");
                 let error = ApiError::token(&error, app.clock.now());
                 return Err(deny(app, record.clone(), error).await);

@@ -110,7 +110,7 @@ impl ApiError {
     pub fn token(error: &AuthError, now: time::OffsetDateTime) -> Self {
         let server_time = || format_micros(now);
         let code = match error {
-            AuthError::OverageUnresolved(_) => ErrorCode::GroupsOverageUnresolved,
+            AuthError::OverageUnresolved { .. } => ErrorCode::GroupsOverageUnresolved,
             AuthError::Token(token) => match token {
                 TokenError::Malformed(_) => ErrorCode::TokenMalformed,
                 TokenError::AlgorithmNotAllowed(_) => ErrorCode::TokenAlgorithmNotAllowed,

@@ -37,6 +37,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>
         ready,
         database,
         identity_provider_keys_fresh: keys_fresh,
+        identity_provider_reachable: app.authenticator.providers_reachable(),
         clusters: app.clusters.len(),
     };
     (status, Json(readiness))

@@ -25,16 +25,29 @@ pub enum AuthError {
     Token(#[from] TokenError),
     #[error(
         "you are in too many groups for them to fit in the token, and the server could not look them up \
-         in Microsoft Graph ({0}); ask an administrator to configure identity.entra_graph, or to use app roles"
+         in Microsoft Graph ({reason}); ask an administrator to configure identity.entra_graph, or to use app roles"
     )]
-    OverageUnresolved(String),
+    OverageUnresolved {
+        reason: String,
+        /// The token itself passed every check: the refusal is recorded
+        /// with who it is about, as an authenticated decision.
+        identity: Box<VerifiedIdentity>,
+    },
 }
 
 impl AuthError {
     pub fn code(&self) -> &'static str {
         match self {
             AuthError::Token(e) => e.code(),
-            AuthError::OverageUnresolved(_) => "groups_overage_unresolved",
+            AuthError::OverageUnresolved { .. } => "groups_overage_unresolved",
+        }
+    }
+
+    /// Who the refused token is about, when the token itself was valid.
+    pub fn verified_identity(&self) -> Option<&VerifiedIdentity> {
+        match self {
+            AuthError::OverageUnresolved { identity, .. } => Some(identity),
+            AuthError::Token(_) => None,
         }
     }
 }
@@ -126,6 +139,11 @@ impl Authenticator {
     /// server out of rotation for the people who log in.
     pub fn keys_age(&self) -> Duration {
         self.login().provider().keys_age()
+    }
+
+    /// Whether every issuer's last key-set fetch succeeded.
+    pub fn providers_reachable(&self) -> bool {
+        self.issuers().all(|issuer| issuer.provider().reachable())
     }
 
     /// Re-read each issuer's discovery and keys every `period`, each on its

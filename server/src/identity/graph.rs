@@ -154,8 +154,18 @@ impl GraphClient {
         self.app_token().await.map(|_| ())
     }
 
-    /// Every group `oid` is a member of (transitively), from Graph.
+    /// Every group `oid` is a member of (transitively), from Graph. The
+    /// app token (when it must be fetched) and the lookup share one
+    /// `http_timeout`: two slow answers in a row must not add up to more
+    /// than the request may take.
     pub async fn member_groups(&self, oid: &str) -> Result<Vec<String>, GraphError> {
+        let within = self.settings.http_timeout;
+        tokio::time::timeout(within, self.fetch_member_groups(oid))
+            .await
+            .unwrap_or_else(|_| Err(GraphError::Unreachable(format!("no answer within {within:?}"))))
+    }
+
+    async fn fetch_member_groups(&self, oid: &str) -> Result<Vec<String>, GraphError> {
         if !is_object_id(oid) {
             return Err(GraphError::BadObjectId);
         }

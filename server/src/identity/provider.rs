@@ -93,10 +93,13 @@ pub struct Provider {
     /// Re-read by the background refresher, so a moved `jwks_uri` is followed.
     metadata: RwLock<ProviderMetadata>,
     keys: RwLock<Arc<KeySet>>,
-    /// When the last refresh was attempted (successful or not); `None`
+    /// When the last refresh attempt ended (successful or not); `None`
     /// until the first one after discovery. Held during a refresh, so
     /// concurrent callers wait for it and then use its result.
     last_refresh: tokio::sync::Mutex<Option<Instant>>,
+    /// Whether the last attempt to fetch the key set succeeded (for
+    /// `/readyz`: the cached keys still serve while the provider is down).
+    last_fetch_ok: std::sync::atomic::AtomicBool,
     min_refresh_interval: Duration,
     /// When a key set was last fetched successfully (for `/readyz`).
     keys_fetched_at: std::sync::Mutex<Instant>,
@@ -201,6 +204,7 @@ impl Provider {
             metadata: RwLock::new(metadata),
             keys: RwLock::new(Arc::new(keys)),
             last_refresh: tokio::sync::Mutex::new(None),
+            last_fetch_ok: std::sync::atomic::AtomicBool::new(true),
             min_refresh_interval: settings.min_refresh_interval,
             keys_fetched_at: std::sync::Mutex::new(Instant::now()),
             refreshes_ok: Default::default(),
@@ -265,6 +269,11 @@ impl Provider {
         )
     }
 
+    /// Whether the last attempt to fetch the key set succeeded.
+    pub fn reachable(&self) -> bool {
+        self.last_fetch_ok.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// How many usable keys the current key set holds.
     pub fn key_count(&self) -> usize {
         self.current_keys().len()
@@ -288,8 +297,9 @@ impl Provider {
     /// Fetch the key set now. On failure the previous set stays in use.
     pub async fn refresh_keys(&self) -> Result<usize, ProviderError> {
         let mut last = self.last_refresh.lock().await;
+        let result = self.fetch_and_store().await;
         *last = Some(Instant::now());
-        self.fetch_and_store().await
+        result
     }
 
     async fn fetch_and_store(&self) -> Result<usize, ProviderError> {
@@ -306,26 +316,35 @@ impl Provider {
                 }
                 self.refreshes_ok
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.last_fetch_ok
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(name = %self.name, keys = count, "identity provider keys refreshed");
                 Ok(count)
             }
             Err(error) => {
                 self.refreshes_failed
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.last_fetch_ok
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(name = %self.name, %error, "identity provider keys could not be refreshed; keeping the last good set");
                 Err(error)
             }
         }
     }
 
-    /// Refresh unless one was attempted within `min_refresh_interval`.
+    /// Refresh unless an attempt ended within `min_refresh_interval`, or
+    /// ended while this caller waited for it: callers that queue behind a
+    /// refresh use its result instead of each starting one of their own
+    /// (against a slow provider that would cost every waiter a full
+    /// timeout, one after the other).
     async fn refresh_if_allowed(&self) {
+        let asked = Instant::now();
         let mut last = self.last_refresh.lock().await;
-        if last.is_some_and(|at| at.elapsed() < self.min_refresh_interval) {
+        if last.is_some_and(|at| at >= asked || at.elapsed() < self.min_refresh_interval) {
             return;
         }
-        *last = Some(Instant::now());
         let _ = self.fetch_and_store().await;
+        *last = Some(Instant::now());
     }
 
     /// The current key set, for a token signed with `kid`: when the set

@@ -41,6 +41,11 @@ pub enum StoreError {
     /// are [`StoreError::Unavailable`].
     #[error("the audit database refused the write: {0}")]
     Refused(String),
+    /// The connection broke while the commit was under way: the records
+    /// may or may not be in the database. `appended` is what they would
+    /// be; [`AuditStore::holds`] tells which.
+    #[error("the audit database did not acknowledge the commit: {reason}")]
+    CommitUnacknowledged { reason: String, appended: Vec<Appended> },
     #[error("audit database migration failed: {0}")]
     Migration(String),
     #[error("the audit database holds an unreadable record: {0}")]
@@ -64,6 +69,12 @@ impl From<sqlx::Error> for StoreError {
         }
     }
 }
+
+/// Longest a batch may wait for the database before its commit, and
+/// again for the commit's answer: a database that stops answering (a
+/// network partition without resets) fails the batch instead of stalling
+/// every request behind it.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Pool settings.
 #[derive(Debug, Clone)]
@@ -397,12 +408,57 @@ impl AuditStore {
         on_pool!(self, pool => pool.close().await)
     }
 
-    /// Append records in one transaction; see the module comment.
+    /// Append records in one transaction; see the module comment. A
+    /// database that stops answering fails the batch after
+    /// [`WRITE_TIMEOUT`] (before the commit: nothing was written; during
+    /// it: [`StoreError::CommitUnacknowledged`]).
+    ///
+    /// The connection of a batch that failed is closed, not put back: its
+    /// transaction may not have ended cleanly (SQLite that ran out of disk
+    /// leaves the driver believing a transaction is still open, and every
+    /// later batch on that connection would fail).
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
-        match self {
-            AuditStore::Postgres(pool) => append_in(postgres::begin_chain(pool).await?, batch).await,
-            AuditStore::Sqlite(pool) => append_in(sqlite::begin_chain(pool).await?, batch).await,
+        // The same steps on either backend's connection type.
+        macro_rules! on_fresh_failure {
+            ($pool:expr, $begin:path) => {{
+                let mut connection = $pool.acquire().await?;
+                let result = append_in($begin(&mut connection), batch).await;
+                if result.is_err() {
+                    connection.close_on_drop();
+                }
+                result
+            }};
         }
+        match self {
+            AuditStore::Postgres(pool) => on_fresh_failure!(pool, postgres::begin_chain),
+            AuditStore::Sqlite(pool) => on_fresh_failure!(pool, sqlite::begin_chain),
+        }
+    }
+
+    /// Whether the chain holds `record` at its place (same `seq`, same
+    /// hash): how a commit that was not acknowledged is resolved. Read
+    /// under the chain lock, so that a transaction still committing on a
+    /// connection this server lost has finished, one way or the other,
+    /// before the answer is given.
+    pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
+        // The same three statements on either backend's transaction type.
+        macro_rules! hash_at_seq {
+            ($pool:expr, $begin:path) => {{
+                let mut connection = $pool.acquire().await?;
+                let mut tx = $begin(&mut connection).await?;
+                let hash: Option<String> = sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
+                    .bind(record.seq)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.rollback().await?;
+                hash
+            }};
+        }
+        let hash = match self {
+            AuditStore::Postgres(pool) => hash_at_seq!(pool, postgres::begin_chain),
+            AuditStore::Sqlite(pool) => hash_at_seq!(pool, sqlite::begin_chain),
+        };
+        Ok(hash.as_deref() == Some(record.hash.as_str()))
     }
 
     /// Up to `limit` records after `after_seq`, in order.
@@ -585,16 +641,36 @@ fn entry_blocks(
 /// list: every record of a run sees the same list, so a run's token claims
 /// go to the backend together, before the run's change is applied.
 /// The batch in `tx`, which holds the chain lock, then the commit.
-async fn append_in<DB: sqlx::Database>(
-    mut tx: sqlx::Transaction<'_, DB>,
+async fn append_in<'c, DB: sqlx::Database>(
+    begin: impl Future<Output = Result<sqlx::Transaction<'c, DB>, StoreError>>,
     batch: &[Append],
 ) -> Result<Vec<Appended>, StoreError>
 where
-    for<'c> sqlx::Transaction<'c, DB>: BatchTx,
+    for<'t> sqlx::Transaction<'t, DB>: BatchTx,
 {
-    let out = extend_chain(&mut tx, batch).await?;
-    tx.commit().await?;
-    Ok(out)
+    let silent = || StoreError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"));
+    // Dropped on a timeout: the connection goes, the transaction with it.
+    let (tx, out) = tokio::time::timeout(WRITE_TIMEOUT, async {
+        let mut tx = begin.await?;
+        let out = extend_chain(&mut tx, batch).await?;
+        Ok::<_, StoreError>((tx, out))
+    })
+    .await
+    .map_err(|_| silent())??;
+    let committed = tokio::time::timeout(WRITE_TIMEOUT, tx.commit())
+        .await
+        .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::Error::other(silent().to_string()))));
+    match committed {
+        Ok(()) => Ok(out),
+        // The database answered: it did not commit.
+        Err(error @ sqlx::Error::Database(_)) => Err(error.into()),
+        // No answer (connection cut, I/O error): the commit may have
+        // happened, only reading it back can tell.
+        Err(error) => Err(StoreError::CommitUnacknowledged {
+            reason: error.to_string(),
+            appended: out,
+        }),
+    }
 }
 
 async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {

@@ -5,8 +5,9 @@
 use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgDatabaseError, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::{
@@ -67,8 +68,10 @@ pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreErro
 }
 
 /// A transaction holding the advisory lock: replicas extend one chain.
-pub(super) async fn begin_chain(pool: &PgPool) -> Result<Transaction<'static, Postgres>, StoreError> {
-    let mut tx = pool.begin().await?;
+pub(super) async fn begin_chain(
+    connection: &mut PoolConnection<Postgres>,
+) -> Result<Transaction<'_, Postgres>, StoreError> {
+    let mut tx = connection.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(CHAIN_LOCK_KEY)
         .execute(&mut *tx)

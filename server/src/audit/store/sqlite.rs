@@ -9,11 +9,12 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteError, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Connection, Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 
 use super::{
@@ -92,8 +93,10 @@ pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, Store
 
 /// A `BEGIN IMMEDIATE` transaction: it holds the write lock from the
 /// start, so no other writer reads the same chain head.
-pub(super) async fn begin_chain(pool: &SqlitePool) -> Result<Transaction<'static, Sqlite>, StoreError> {
-    Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
+pub(super) async fn begin_chain(
+    connection: &mut PoolConnection<Sqlite>,
+) -> Result<Transaction<'_, Sqlite>, StoreError> {
+    Ok(connection.begin_with("BEGIN IMMEDIATE").await?)
 }
 
 impl BatchTx for Transaction<'_, Sqlite> {

@@ -178,13 +178,21 @@ impl Kind for Entra {
                 return Ok(verified);
             }
             let Some(graph) = &self.graph else {
-                return Err(AuthError::OverageUnresolved("Graph is not configured".into()));
+                return Err(AuthError::OverageUnresolved {
+                    reason: "Graph is not configured".into(),
+                    identity: Box::new(verified),
+                });
             };
-            verified.groups = graph
-                .member_groups(&verified.subject)
-                .await
-                .map_err(|e| AuthError::OverageUnresolved(e.to_string()))?;
-            Ok(verified)
+            match graph.member_groups(&verified.subject).await {
+                Ok(groups) => {
+                    verified.groups = groups;
+                    Ok(verified)
+                }
+                Err(error) => Err(AuthError::OverageUnresolved {
+                    reason: error.to_string(),
+                    identity: Box::new(verified),
+                }),
+            }
         })
     }
 

@@ -82,9 +82,10 @@ impl Kind for Oidc {
         verified: VerifiedIdentity,
     ) -> BoxFuture<'a, Result<VerifiedIdentity, AuthError>> {
         let answer = if entra::groups_overage(&verified.claims) {
-            Err(AuthError::OverageUnresolved(
-                "the issuer is configured as `kind: oidc`, which cannot look groups up".into(),
-            ))
+            Err(AuthError::OverageUnresolved {
+                reason: "the issuer is configured as `kind: oidc`, which cannot look groups up".into(),
+                identity: Box::new(verified),
+            })
         } else {
             Ok(verified)
         };
