@@ -267,6 +267,7 @@ async fn a_graph_lookup_takes_at_most_its_timeout_in_total() {
         graph_url: emulator.base_url.clone(),
         cache_ttl: Duration::from_secs(60),
         http_timeout: Duration::from_millis(1000),
+        extra_roots: Vec::new(),
     })
     .unwrap();
     emulator.set_faults(Faults {
