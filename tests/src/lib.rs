@@ -5,6 +5,7 @@
 //! - `openssl`: a second opinion from the OpenSSL command line.
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
 //! - `harness`: a real server on a fresh database, with the emulator.
+//! - `load`: the issuance request the load tools send, and their percentiles.
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
 
@@ -13,6 +14,7 @@
 
 pub mod emulator;
 pub mod harness;
+pub mod load;
 pub mod material;
 pub mod openssl;
 pub mod quickstart;

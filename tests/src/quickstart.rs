@@ -245,15 +245,22 @@ pub fn is_crate_variable(name: &OsStr) -> bool {
 }
 
 /// The `talos-sso` binary next to the running executable, built first (the
-/// quick start and the client benchmark drive the real CLI). cargo's own
-/// progress shows, so that the first build (minutes) is not a silent wait.
+/// quick start and the client benchmark drive the real CLI).
 pub fn client_binary() -> Result<PathBuf, String> {
+    workspace_binary("talos-sso", "talos-sso", "the talos-sso CLI")
+}
+
+/// The binary `bin` of the workspace package `package`, next to the running
+/// executable (same profile), built first; `what` names it in the message.
+/// cargo's own progress shows, so that the first build (minutes) is not a
+/// silent wait.
+pub fn workspace_binary(package: &str, bin: &str, what: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe.parent().ok_or("no directory for the current executable")?;
-    let client = dir.join("talos-sso");
+    let binary = dir.join(bin);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = std::process::Command::new(cargo);
-    build.args(["build", "-p", "talos-sso", "--bin", "talos-sso"]);
+    build.args(["build", "-p", package, "--bin", bin]);
     if dir.ends_with("release") {
         build.arg("--release");
     }
@@ -262,15 +269,15 @@ pub fn client_binary() -> Result<PathBuf, String> {
             build.env_remove(name);
         }
     }
-    eprintln!("Building the talos-sso CLI with cargo (minutes the first time, a second afterwards)…");
+    eprintln!("Building {what} with cargo (minutes the first time, a second afterwards)…");
     let status = build
         .stdin(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() || !client.exists() {
-        return Err(format!("could not build {}", client.display()));
+    if !status.success() || !binary.exists() {
+        return Err(format!("could not build {}", binary.display()));
     }
-    Ok(client)
+    Ok(binary)
 }
 
 /// One demo user's corner of the demo folder: the CLI runs with HOME, its
