@@ -6,8 +6,12 @@
 //! so a stall shows in the figures instead of lowering the rate quietly.
 //!
 //! ```sh
-//! cargo run --release -p talos-sso-tests --bin soak -- [--rate 1500] [--duration 10m] [--requests N]
+//! cargo run --release -p talos-sso-tests --bin soak -- [--rate 1500] [--duration 10m] [--requests N] [--milestone 100000] [--period 60s]
 //! ```
+//!
+//! `--requests` stops after that many requests even before `--duration`;
+//! `--milestone` prints the server's RSS when that many certificates have
+//! been issued; `--period` is the length of a row of the table.
 //!
 //! It prints the server's resident memory (VmRSS of its process) idle
 //! before load, at the start, every minute and at the end; per minute the
@@ -44,6 +48,8 @@ struct Options {
     rate: u32,
     duration: Duration,
     requests: Option<usize>,
+    /// Print the server's RSS once this many certificates were issued.
+    milestone: usize,
     /// The length of one row of the table.
     period: Duration,
 }
@@ -53,6 +59,7 @@ fn options() -> Result<Options, String> {
         rate: 1500,
         duration: Duration::from_secs(600),
         requests: None,
+        milestone: 100_000,
         period: Duration::from_secs(60),
     };
     let mut args = std::env::args().skip(1);
@@ -65,6 +72,7 @@ fn options() -> Result<Options, String> {
                     humantime::parse_duration(&value).map_err(|e| format!("--duration: {e}"))?
             }
             "--requests" => options.requests = Some(value.parse().map_err(|_| "--requests takes a number")?),
+            "--milestone" => options.milestone = value.parse().map_err(|_| "--milestone takes a number")?,
             "--period" => {
                 options.period = humantime::parse_duration(&value).map_err(|e| format!("--period: {e}"))?
             }
@@ -226,7 +234,12 @@ async fn soak(options: Options) -> Result<bool, String> {
     std::fs::write(
         &config,
         format!(
-            "{}log: {{ format: json }}\n",
+            // Plain HTTP is served behind a proxy that terminates TLS, and
+            // that proxy is trusted: here the load generator, one address,
+            // plays it. Without this line a stall that leaves more than
+            // `max_connections_per_address` (128) requests in flight has the
+            // further connections closed at once, by design.
+            "{}log: {{ format: json }}\nhttp: {{ trusted_proxies: [\"127.0.0.1/32\"] }}\n",
             config_yaml(&emulator, &work, &database.url)
         ),
     )
@@ -263,11 +276,15 @@ async fn soak(options: Options) -> Result<bool, String> {
 
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(512)
-        .timeout(Duration::from_secs(10))
+        // Longer than the server's own `http.request_timeout` (15 s): a
+        // slow request is the server's to answer (503), not ours to drop.
+        .timeout(Duration::from_secs(30))
         .build()
         .map_err(|e| e.to_string())?;
     let current = Arc::new(Mutex::new(Period::default()));
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let issued = Arc::new(AtomicUsize::new(0));
+    let mut milestone_seen = false;
     let started = Instant::now();
     let at_start = server.rss();
     println!("server RSS at start: {}", mib(at_start));
@@ -324,6 +341,15 @@ async fn soak(options: Options) -> Result<bool, String> {
 
     while sent < scheduled_total {
         let now = Instant::now();
+        if !milestone_seen && issued.load(Ordering::Relaxed) >= options.milestone {
+            milestone_seen = true;
+            println!(
+                "server RSS after {} certificates issued ({:.0} s): {}",
+                options.milestone,
+                started.elapsed().as_secs_f64(),
+                mib(server.rss())
+            );
+        }
         if now >= next_row {
             finish_row(row_started, most_in_flight, late, &mut rows, &mut totals);
             row_started = now;
@@ -347,6 +373,7 @@ async fn soak(options: Options) -> Result<bool, String> {
         let base_url = server.base_url.clone();
         let current = current.clone();
         let in_flight = in_flight.clone();
+        let issued = issued.clone();
         most_in_flight = most_in_flight.max(in_flight.fetch_add(1, Ordering::Relaxed) + 1);
         let n = sent;
         tokio::spawn(async move {
@@ -356,13 +383,14 @@ async fn soak(options: Options) -> Result<bool, String> {
                 let mut period = current.lock().unwrap();
                 match answer {
                     Ok(201) => {
+                        issued.fetch_add(1, Ordering::Relaxed);
                         period.created += 1;
                         period.latencies.push(latency);
                     }
                     Ok(status) => period.errors.push(status),
                     Err(error) => {
                         if period.errors.is_empty() {
-                            eprintln!("request {n}: no answer: {error}");
+                            eprintln!("request {n}: no answer: {error:?}");
                         }
                         period.errors.push(0);
                     }
@@ -389,24 +417,8 @@ async fn soak(options: Options) -> Result<bool, String> {
     println!("server RSS at the end: {}", mib(end));
     println!("load average at the end (1, 5, 15 min): {}", load_average());
 
-    // The chain as an operator checks it, with the real command.
-    let verify = tokio::process::Command::new(&binary)
-        .args(["audit", "verify", "--config"])
-        .arg(&server.config)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .map_err(|e| e.to_string())?;
-    let verify_out = String::from_utf8_lossy(&verify.stdout).trim().to_owned();
-    let chain_ok = verify.status.success() && verify_out.starts_with("audit chain intact");
-    println!(
-        "audit verify: {}{}",
-        verify_out,
-        String::from_utf8_lossy(&verify.stderr).trim()
-    );
-    let (rows_total, rows_issued) = audit_rows(&database).await;
-    println!("audit rows: {rows_total} ({rows_issued} certificate.issued) for {created} × 201");
     let warnings = server.warnings();
+    let config = server.config.clone();
     let stopped = server.stop().await;
     println!(
         "server stopped on SIGTERM: {stopped}; {} WARN/ERROR log lines after start",
@@ -415,6 +427,14 @@ async fn soak(options: Options) -> Result<bool, String> {
     for line in warnings.iter().take(5) {
         println!("  {line}");
     }
+    let chain_ok = verify_chain(&binary, &config).await?;
+    let (rows_total, rows_issued, database_size) = audit_rows(&database).await;
+    println!("audit rows: {rows_total} ({rows_issued} certificate.issued) for {created} × 201");
+    println!(
+        "database size: {} ({:.0} bytes per audit row; the trail and the replay guard's used tokens are kept)",
+        mib((database_size / 1024) as u64),
+        database_size as f64 / rows_total.max(1) as f64
+    );
     database.drop_now().await;
 
     // The warm-up is the first row; growth is judged from its end.
@@ -450,14 +470,44 @@ async fn soak(options: Options) -> Result<bool, String> {
     Ok(passed)
 }
 
-/// All rows of the trail, and the issuance rows among them.
-async fn audit_rows(database: &TestDatabase) -> (i64, i64) {
+/// The chain as an operator checks it, with the real command, once the
+/// server has stopped; up to three attempts, as an operator would retry
+/// when the database does not answer in time (each attempt is printed).
+async fn verify_chain(binary: &Path, config: &Path) -> Result<bool, String> {
+    for attempt in 1..=3 {
+        let verify = tokio::process::Command::new(binary)
+            .args(["audit", "verify", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .map_err(|e| e.to_string())?;
+        let out = String::from_utf8_lossy(&verify.stdout).trim().to_owned();
+        let err = String::from_utf8_lossy(&verify.stderr).trim().to_owned();
+        println!("audit verify (attempt {attempt}): {out}{err}");
+        if verify.status.success() {
+            return Ok(out.starts_with("audit chain intact"));
+        }
+        if err.contains("broken") {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    Ok(false)
+}
+
+/// All rows of the trail, the issuance rows among them, and the size of
+/// the database in bytes.
+async fn audit_rows(database: &TestDatabase) -> (i64, i64, i64) {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(&database.url)
         .await
         .expect("connect to the soak database");
-    sqlx::query_as("SELECT count(*), count(*) FILTER (WHERE event = 'certificate.issued') FROM audit_events")
-        .fetch_one(&mut conn)
-        .await
-        .expect("count audit rows")
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE event = 'certificate.issued'), \
+         pg_database_size(current_database()) FROM audit_events",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("count audit rows")
 }
