@@ -286,6 +286,19 @@ async fn soak(options: Options) -> Result<bool, String> {
     let issued = Arc::new(AtomicUsize::new(0));
     let mut milestone_seen = false;
     let started = Instant::now();
+    // Checked while sending and once more after the last answer (with
+    // `--requests`, the milestone may be the very last certificate).
+    let milestone = |seen: &mut bool| {
+        if !*seen && issued.load(Ordering::Relaxed) >= options.milestone {
+            *seen = true;
+            println!(
+                "server RSS after {} certificates issued ({:.0} s): {}",
+                options.milestone,
+                started.elapsed().as_secs_f64(),
+                mib(server.rss())
+            );
+        }
+    };
     let at_start = server.rss();
     println!("server RSS at start: {}", mib(at_start));
     println!();
@@ -341,15 +354,7 @@ async fn soak(options: Options) -> Result<bool, String> {
 
     while sent < scheduled_total {
         let now = Instant::now();
-        if !milestone_seen && issued.load(Ordering::Relaxed) >= options.milestone {
-            milestone_seen = true;
-            println!(
-                "server RSS after {} certificates issued ({:.0} s): {}",
-                options.milestone,
-                started.elapsed().as_secs_f64(),
-                mib(server.rss())
-            );
-        }
+        milestone(&mut milestone_seen);
         if now >= next_row {
             finish_row(row_started, most_in_flight, late, &mut rows, &mut totals);
             row_started = now;
@@ -404,6 +409,7 @@ async fn soak(options: Options) -> Result<bool, String> {
     while in_flight.load(Ordering::Relaxed) > 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    milestone(&mut milestone_seen);
     finish_row(row_started, most_in_flight, late, &mut rows, &mut totals);
     let elapsed = started.elapsed();
     let end = server.rss();
