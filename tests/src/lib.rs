@@ -6,6 +6,7 @@
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
 //! - `faults`: fault injection against real processes (Postgres, the server).
 //! - `harness`: a real server on a fresh database, with the emulator.
+//! - `load`: the issuance request the load tools send, and their percentiles.
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
 
@@ -15,6 +16,7 @@
 pub mod emulator;
 pub mod faults;
 pub mod harness;
+pub mod load;
 pub mod material;
 pub mod openssl;
 pub mod quickstart;

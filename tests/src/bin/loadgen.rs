@@ -17,12 +17,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use talos_sso::key::ClientKey;
 use talos_sso_server::certificate::{self, LeafRequest};
 use talos_sso_server::identity::jwks::KeySet;
-use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_tests::load;
 
 struct Options {
     requests: usize,
@@ -71,30 +69,8 @@ struct Run {
     failures: usize,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-async fn prepare(env: &TestEnv, count: usize) -> Vec<(String, String)> {
-    let users = ["bob@example.com", "carol@example.com"];
-    (0..count)
-        .map(|i| {
-            let token = env
-                .emulator
-                .token_for(users[i % 2], TokenKind::id())
-                .expect("token");
-            let csr = ClientKey::generate().and_then(|k| k.csr_pem()).expect("csr");
-            (token, csr)
-        })
-        .collect()
-}
-
 async fn fire(env: &TestEnv, work: Vec<(String, String)>, concurrency: usize) -> Run {
-    let url = format!("{}/v1/certificates", env.server.base_url);
+    let url = env.server.base_url.clone();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()
@@ -113,14 +89,9 @@ async fn fire(env: &TestEnv, work: Vec<(String, String)>, concurrency: usize) ->
                 let next = queue.lock().await.next();
                 let Some((token, csr)) = next else { break };
                 let t0 = Instant::now();
-                let ok = client
-                    .post(&url)
-                    .bearer_auth(token)
-                    .json(&json!({"cluster": "prod", "csr": csr}))
-                    .send()
+                let ok = load::issue(&client, &url, &token, &csr)
                     .await
-                    .map(|r| r.status().as_u16() == 201)
-                    .unwrap_or(false);
+                    .is_ok_and(|status| status == 201);
                 latencies.push(t0.elapsed());
                 if !ok {
                     failures += 1;
@@ -140,8 +111,8 @@ async fn fire(env: &TestEnv, work: Vec<(String, String)>, concurrency: usize) ->
     latencies.sort();
     Run {
         throughput: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50: percentile(&latencies, 0.50),
-        p99: percentile(&latencies, 0.99),
+        p50: load::percentile(&latencies, 0.50),
+        p99: load::percentile(&latencies, 0.99),
         failures,
     }
 }
@@ -161,7 +132,7 @@ async fn crypto_cost(env: &TestEnv) -> Duration {
     let keys = KeySet::from_json(&jwks).expect("key set");
     let rules = env.server.app.authenticator.login().rules();
     let cluster = &env.server.app.clusters["prod"];
-    let work = prepare(env, 500).await;
+    let work = load::prepare(&env.emulator, 500);
     let roles = vec!["os:operator".to_owned()];
     let now = time::OffsetDateTime::now_utc();
     let started = Instant::now();
@@ -180,11 +151,7 @@ async fn crypto_cost(env: &TestEnv) -> Duration {
 
 fn main() -> Result<(), String> {
     let options = options()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = load::runtime()?;
     runtime.block_on(async {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         println!("loadgen: {} requests per level, {cores} cores, server and load generator in one process", options.requests);
@@ -196,10 +163,10 @@ fn main() -> Result<(), String> {
             let cost = crypto_cost(&env).await;
             let floor = cores as f64 / cost.as_secs_f64();
             // Warm up connections, caches and the database.
-            let warm = prepare(&env, 200).await;
+            let warm = load::prepare(&env.emulator, 200);
             fire(&env, warm, 16).await;
             for &concurrency in &options.concurrency {
-                let work = prepare(&env, options.requests).await;
+                let work = load::prepare(&env.emulator, options.requests);
                 let run = fire(&env, work, concurrency).await;
                 println!(
                     "| {:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {:.2} |",

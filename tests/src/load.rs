@@ -1,0 +1,67 @@
+//! The request both load tools send (`loadgen`, closed loop, and `soak`,
+//! open loop): a fresh ID token per issuance (the replay guard lets a token
+//! mint one certificate), a CSR that may be made in advance and reused (the
+//! server does not refuse a key it has signed before), one
+//! `POST /v1/certificates`, the percentile of sorted latencies, and the
+//! tools' runtime.
+
+use std::time::Duration;
+
+use serde_json::json;
+use talos_sso::key::ClientKey;
+
+use crate::emulator::{EmulatorHandle, TokenKind};
+
+/// The demo users the load is spread over: both are on call in `prod`.
+pub const USERS: [&str; 2] = ["bob@example.com", "carol@example.com"];
+
+/// A new ID token (its own `uti`) for the `n`th request.
+pub fn token(emulator: &EmulatorHandle, n: usize) -> String {
+    emulator
+        .token_for(USERS[n % USERS.len()], TokenKind::id())
+        .expect("token for a demo user")
+}
+
+/// A CSR for a new Ed25519 key, as `talos-sso` makes.
+pub fn csr() -> String {
+    ClientKey::generate().and_then(|k| k.csr_pem()).expect("csr")
+}
+
+/// `count` (token, CSR) pairs, made before a clock starts.
+pub fn prepare(emulator: &EmulatorHandle, count: usize) -> Vec<(String, String)> {
+    (0..count).map(|n| (token(emulator, n), csr())).collect()
+}
+
+/// `POST {base_url}/v1/certificates` for the cluster `prod`; the status code.
+pub async fn issue(
+    client: &reqwest::Client,
+    base_url: &str,
+    token: &str,
+    csr: &str,
+) -> Result<u16, reqwest::Error> {
+    client
+        .post(format!("{base_url}/v1/certificates"))
+        .bearer_auth(token)
+        .json(&json!({"cluster": "prod", "csr": csr}))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+}
+
+/// The runtime of a load tool: two workers, as this machine has cores.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The `p` quantile (0..=1) of `sorted`, nearest rank; zero when empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
