@@ -71,6 +71,7 @@ fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, IssuerRules)> {
         username_claim: None,
         leeway: Duration::from_secs(300),
         entra_graph: None,
+        ca_file: None,
     })
     .ok()?;
     Some((format!("{input}.{}", B64.encode(sig)), keys, rules))
