@@ -5,6 +5,7 @@
 //! - `openssl`: a second opinion from the OpenSSL command line.
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
 //! - `harness`: a real server on a fresh database, with the emulator.
+//! - `real_op`: a real, certified OpenID Provider (oidc-provider, on Node.js).
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
 
@@ -16,5 +17,6 @@ pub mod harness;
 pub mod material;
 pub mod openssl;
 pub mod quickstart;
+pub mod real_op;
 pub mod talos_checker;
 pub mod tls_front;
