@@ -18,7 +18,7 @@
 //   and grants every scope and claim asked for. A request without it gets a
 //   403, so a login that should have been silent cannot pass unnoticed.
 //
-// Usage: node provider.mjs [--device-interval SECONDS]
+// Usage: node provider.mjs [--device-interval SECONDS] [--strict-offline-access]
 // It listens on 127.0.0.1 on a free port, prints `issuer <URL>` on stdout
 // once it serves, logs to stderr, and exits when its stdin closes (the test
 // that started it ended, however it ended).
@@ -60,6 +60,9 @@ function accountByUsername(username) {
 const args = process.argv.slice(2);
 const intervalAt = args.indexOf('--device-interval');
 const deviceInterval = intervalAt === -1 ? 5 : Number(args[intervalAt + 1]);
+// `--strict-offline-access`: oidc-provider's own rule for refresh tokens
+// (below), as a provider deployed with its defaults has it.
+const strictOfflineAccess = args.includes('--strict-offline-access');
 
 function signingKey() {
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
@@ -102,8 +105,9 @@ function configuration() {
     // issues a refresh token with every code, refresh tokens go to every
     // client allowed the grant; Dex and Okta need `offline_access`, which
     // the server's `identity.scopes` asks for.
-    async issueRefreshToken(_ctx, client) {
-      return client.grantTypeAllowed('refresh_token');
+    async issueRefreshToken(_ctx, client, code) {
+      return client.grantTypeAllowed('refresh_token')
+        && (!strictOfflineAccess || code.scopes.has('offline_access'));
     },
     async findAccount(_ctx, sub) {
       const account = ACCOUNTS[sub];

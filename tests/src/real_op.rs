@@ -110,14 +110,21 @@ pub struct RealOp {
 
 impl RealOp {
     /// Start the provider; `device_interval` is the polling interval it
-    /// announces for the device flow, in seconds.
-    pub async fn start(device_interval: u32) -> Self {
+    /// announces for the device flow, in seconds; `strict_offline_access`
+    /// keeps oidc-provider's own rule for refresh tokens (`offline_access`
+    /// granted, which needs `prompt=consent`) instead of Keycloak's (always).
+    pub async fn start(device_interval: u32, strict_offline_access: bool) -> Self {
         check_installed();
         let log = tempfile::NamedTempFile::new().expect("log file");
-        let mut child = Command::new("node")
+        let mut command = Command::new("node");
+        command
             .arg("provider.mjs")
             .arg("--device-interval")
-            .arg(device_interval.to_string())
+            .arg(device_interval.to_string());
+        if strict_offline_access {
+            command.arg("--strict-offline-access");
+        }
+        let mut child = command
             .current_dir(provider_dir())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -380,7 +387,11 @@ pub struct RealOpEnv {
 impl RealOpEnv {
     /// Provider and server; the CLI is to send `token`.
     pub async fn start(token: &str) -> Self {
-        let op = RealOp::start(1).await;
+        Self::start_with(RealOp::start(1, false).await, token).await
+    }
+
+    /// A server for a provider already started.
+    pub async fn start_with(op: RealOp, token: &str) -> Self {
         let work = Workdir::new();
         let config = Config::from_yaml(&config_yaml(&op, &work, token)).expect("server configuration");
         let server = TestServer::start(config).await;

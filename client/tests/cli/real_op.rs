@@ -4,7 +4,7 @@
 //! logins within one second with tokens that carry no `jti`, a person in no
 //! group, an auditor, and an access token the server cannot use.
 
-use talos_sso_tests::real_op::{AUDITOR_USER, NO_GROUP_USER, ONCALL_USER, RealOpEnv};
+use talos_sso_tests::real_op::{AUDITOR_USER, NO_GROUP_USER, ONCALL_USER, RealOp, RealOpEnv};
 use talos_sso_tests::talos_checker;
 
 use super::{Machine, context_fields, finish, wait_for_line};
@@ -65,6 +65,7 @@ async fn a_real_provider_browser_login_then_a_silent_refresh() {
     assert_eq!(code, 0, "{out}{err}\nprovider log: {}", env.op.log());
     assert!(out.contains("Logged in to prod as bob with os:operator"), "{out}");
     assert_eq!(roles(&machine), ["os:operator"]);
+    assert!(!err.contains("no refresh token"), "{err}");
     let (_, crt, _) = context_fields(&machine.talosconfig(), "prod");
 
     // Again, without a browser: the refresh token the provider issued for
@@ -286,5 +287,32 @@ async fn a_real_providers_opaque_access_token_is_named_as_such() {
     );
     assert!(!machine.talosconfig().exists());
     assert_eq!(records(&env).await.len(), 0, "nothing reached the server");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_issues_no_refresh_token_is_named_at_login() {
+    // oidc-provider's own rule: `offline_access` only with `prompt=consent`,
+    // which the CLI does not send, so no refresh token.
+    let env = RealOpEnv::start_with(RealOp::start(1, true).await, "id_token").await;
+    let machine = Machine::new();
+    let (code, out, err) = browser_login(&env, &machine, ONCALL_USER, &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains(
+            "Note: the identity provider issued no refresh token (scopes asked for: openid profile email \
+             groups offline_access), so the next login needs the browser again. Its operators can allow \
+             refresh tokens for this client (talos-sso's docs/providers say how, provider by provider).\n"
+        ),
+        "{err}"
+    );
+    // And so it is: the next login prints the browser URL again.
+    let (code, _, err) = machine.run(&["login", "--no-browser", "--timeout", "1s"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("{}/auth?", env.op.issuer)), "{err}");
+    assert!(
+        err.contains("the browser login did not finish within 1s"),
+        "{err}"
+    );
     env.finish().await;
 }
