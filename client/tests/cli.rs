@@ -15,6 +15,10 @@ use talos_sso_tests::talos_checker;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The same, against a real, certified OpenID Provider.
+#[path = "cli/real_op.rs"]
+mod real_op;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.

@@ -7,6 +7,8 @@
 //! - `faults`: fault injection against real processes (Postgres, the server).
 //! - `harness`: a real server on a fresh database, with the emulator.
 //! - `load`: the issuance request the load tools send, and their percentiles.
+//! - `real_op`: a real, certified OpenID Provider (oidc-provider, on Node.js).
+//! - `tls_front`: TLS from a private CA in front of a plain-HTTP test service.
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
 
@@ -20,5 +22,6 @@ pub mod load;
 pub mod material;
 pub mod openssl;
 pub mod quickstart;
+pub mod real_op;
 pub mod talos_checker;
 pub mod tls_front;

@@ -330,3 +330,92 @@ fn the_compose_stack_takes_the_user_from_variables_bash_lets_you_set() {
         "{readme}"
     );
 }
+
+/// The fenced `yaml` blocks of a Markdown page.
+fn yaml_blocks(page: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in page.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```yaml") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(current.is_none(), "a yaml block is not closed");
+    blocks
+}
+
+#[test]
+fn every_provider_pages_server_configuration_loads() {
+    let dir = repo().join("docs/providers");
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md") && !p.ends_with("README.md"))
+        .collect();
+    pages.sort();
+    let names: Vec<String> = pages
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "authentik",
+            "dex",
+            "entra-id",
+            "google-workspace",
+            "keycloak",
+            "okta"
+        ]
+    );
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut loaded = 0;
+        for block in yaml_blocks(&text) {
+            let value: Value = serde_yaml_ng::from_str(&block)
+                .unwrap_or_else(|e| panic!("{}: a yaml block does not parse: {e}\n{block}", page.display()));
+            // A server configuration names its identity provider; the other
+            // blocks are the provider's own settings (Dex's staticClients).
+            if value.get("identity").is_none() {
+                continue;
+            }
+            let config =
+                Config::from_yaml(&block).unwrap_or_else(|e| panic!("{}: {e}\n{block}", page.display()));
+            // The rules as the server checks them at start (role names,
+            // selectors), which needs no file.
+            for (name, cluster) in &config.clusters {
+                talos_sso_server::policy::ClusterPolicy::new(cluster.policy())
+                    .unwrap_or_else(|e| panic!("{}: cluster {name}: {e}", page.display()));
+            }
+            loaded += 1;
+        }
+        assert!(loaded >= 1, "{} has no server configuration", page.display());
+    }
+    // The index and the CLI's page link every provider page.
+    let index = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for name in &names {
+        assert!(
+            index.contains(&format!("]({name}.md)")),
+            "docs/providers/README.md: {name}"
+        );
+    }
+    let cli = std::fs::read_to_string(repo().join("docs/cli.md")).unwrap();
+    assert!(
+        cli.contains("](providers/README.md)"),
+        "docs/cli.md links the providers"
+    );
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    assert!(
+        readme.contains("](docs/providers/README.md)"),
+        "README.md links the providers"
+    );
+}

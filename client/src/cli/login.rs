@@ -185,11 +185,26 @@ async fn obtain_tokens(
         };
         crate::login::browser::login(provider, &options).await?
     };
-    if let Some(refresh_token) = &tokens.refresh_token {
-        cache::put(&key, refresh_token, &tokens.username).context("saving the token cache")?;
+    match &tokens.refresh_token {
+        Some(refresh_token) => {
+            cache::put(&key, refresh_token, &tokens.username).context("saving the token cache")?
+        }
+        // Otherwise every later login opens the browser again, and nobody
+        // would know why.
+        None => eprintln!("{}", no_refresh_token(provider)),
     }
     cache::remember_token(&key, &tokens.bearer).context("saving the token cache")?;
     Ok(tokens)
+}
+
+/// What a login says when the provider gave no refresh token.
+fn no_refresh_token(provider: &Provider) -> String {
+    format!(
+        "Note: the identity provider issued no refresh token (scopes asked for: {}), so the next login \
+         needs the browser again. Its operators can allow refresh tokens for this client \
+         (talos-sso's docs/providers say how, provider by provider).",
+        crate::display::escape(&provider.scopes.join(" "))
+    )
 }
 
 /// How long to wait before asking again for a token that came back
