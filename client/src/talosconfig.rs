@@ -88,16 +88,25 @@ fn read(path: &Path) -> Result<Option<Mapping>, TalosconfigError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io("read", path)(e)),
     };
-    let malformed = |reason: String| TalosconfigError::Malformed {
-        path: path.to_owned(),
-        reason,
-    };
+    parse(&text)
+        .map(Some)
+        .map_err(|reason| TalosconfigError::Malformed {
+            path: path.to_owned(),
+            reason,
+        })
+}
+
+/// The talosconfig in `text`, checked as far as this client relies on it
+/// (a mapping, `contexts` a mapping of mappings, `context` a string), or
+/// why it is not one. Public so that the merge can be exercised without a
+/// file (the fuzz targets).
+pub fn parse(text: &str) -> Result<Mapping, String> {
     if text.trim().is_empty() {
-        return Ok(Some(Mapping::new()));
+        return Ok(Mapping::new());
     }
-    let value: Value = serde_yaml_ng::from_str(&text).map_err(|e| malformed(e.to_string()))?;
+    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     let Value::Mapping(root) = value else {
-        return Err(malformed("the top level is not a mapping".into()));
+        return Err("the top level is not a mapping".into());
     };
     match root.get("contexts") {
         None | Some(Value::Null) => {}
@@ -106,22 +115,27 @@ fn read(path: &Path) -> Result<Option<Mapping>, TalosconfigError> {
                 .iter()
                 .find(|(_, v)| !matches!(v, Value::Mapping(_) | Value::Null))
             {
-                return Err(malformed(format!("context {name:?} is not a mapping")));
+                return Err(format!("context {name:?} is not a mapping"));
             }
         }
-        Some(_) => return Err(malformed("`contexts` is not a mapping".into())),
+        Some(_) => return Err("`contexts` is not a mapping".into()),
     }
     if root
         .get("context")
         .is_some_and(|c| !matches!(c, Value::String(_) | Value::Null))
     {
-        return Err(malformed("`context` is not a string".into()));
+        return Err("`context` is not a string".into());
     }
-    Ok(Some(root))
+    Ok(root)
+}
+
+/// The text written for `root`.
+pub fn encode(root: &Mapping) -> Result<String, serde_yaml_ng::Error> {
+    serde_yaml_ng::to_string(root)
 }
 
 fn write(path: &Path, root: &Mapping) -> Result<(), TalosconfigError> {
-    let text = serde_yaml_ng::to_string(root).map_err(|e| TalosconfigError::Io {
+    let text = encode(root).map_err(|e| TalosconfigError::Io {
         action: "encode",
         path: path.to_owned(),
         reason: e.to_string(),
@@ -147,21 +161,30 @@ pub fn upsert_context(
     let _lock = lock(path)?;
     let existing = read(path)?;
     let created_file = existing.is_none();
-    let mut root = existing.unwrap_or_default();
-    let contexts = match root.get_mut("contexts") {
-        Some(Value::Mapping(map)) => map,
-        _ => {
-            root.insert("contexts".into(), Value::Mapping(Mapping::new()));
-            match root.get_mut("contexts") {
-                Some(Value::Mapping(map)) => map,
-                _ => {
-                    return Err(TalosconfigError::Malformed {
-                        path: path.to_owned(),
-                        reason: "contexts".into(),
-                    });
-                }
-            }
-        }
+    let (root, merged) = merge(existing.unwrap_or_default(), name, entry, set_current);
+    write(path, &root)?;
+    Ok(WriteOutcome {
+        created_file,
+        replaced_context: merged.replaced_context,
+        current_context: merged.current_context,
+    })
+}
+
+/// What [`merge`] did to the talosconfig.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    pub replaced_context: bool,
+    pub current_context: Option<String>,
+}
+
+/// `root` (a talosconfig that passed [`parse`]) with context `name`
+/// created or replaced as [`upsert_context`] describes: the pure part of a
+/// login's write, public so that it can be exercised without a file.
+pub fn merge(mut root: Mapping, name: &str, entry: &ContextEntry, set_current: bool) -> (Mapping, Merged) {
+    // Replaced in place below: inserting an existing key keeps its position.
+    let mut contexts = match root.get("contexts") {
+        Some(Value::Mapping(map)) => map.clone(),
+        _ => Mapping::new(),
     };
     let replaced_context = contexts.contains_key(name);
     let mut context = match contexts.remove(name) {
@@ -178,6 +201,7 @@ pub fn upsert_context(
     context.insert("crt".into(), Value::String(STANDARD.encode(&entry.crt_pem)));
     context.insert("key".into(), Value::String(STANDARD.encode(&entry.key_pem)));
     contexts.insert(name.into(), Value::Mapping(context));
+    root.insert("contexts".into(), Value::Mapping(contexts));
     let has_current = root
         .get("context")
         .and_then(Value::as_str)
@@ -192,12 +216,13 @@ pub fn upsert_context(
         ordered.insert("context".into(), current);
     }
     ordered.extend(root);
-    write(path, &ordered)?;
-    Ok(WriteOutcome {
-        created_file,
-        replaced_context,
-        current_context,
-    })
+    (
+        ordered,
+        Merged {
+            replaced_context,
+            current_context,
+        },
+    )
 }
 
 /// Remove the named contexts (and nothing else). Returns those removed.

@@ -1,0 +1,133 @@
+//! `talosconfig`: an existing file and a new context through the client's
+//! `talosconfig::parse`, `merge` and `encode`, the steps of a login's write.
+//!
+//! Input: the existing file's text, a NUL, then bytes that `arbitrary`
+//! turns into the context name, whether to make it current, and the entry
+//! (endpoints, nodes, CA, certificate and key text).
+//!
+//! Properties: nothing panics; a file that parses is always written, and
+//! what is written parses again; every other context and every other
+//! top-level field come back unchanged in meaning; the new context holds
+//! the entry and keeps its own unknown fields; the current context changes
+//! only when asked or when there was none.
+
+use arbitrary::Unstructured;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_yaml_ng::{Mapping, Value};
+use talos_sso::talosconfig::{ContextEntry, encode, merge, parse};
+
+/// Values compared by meaning: as YAML text, so that `.nan` equals itself.
+fn same(a: &Value, b: &Value) -> bool {
+    serde_yaml_ng::to_string(a).ok() == serde_yaml_ng::to_string(b).ok()
+}
+
+fn contexts(root: &Mapping) -> Mapping {
+    match root.get("contexts") {
+        Some(Value::Mapping(map)) => map.clone(),
+        _ => Mapping::new(),
+    }
+}
+
+pub fn run(data: &[u8]) {
+    let parts = crate::input::parts(data, 2);
+    let text = crate::input::text(parts[0]);
+    let mut u = Unstructured::new(parts[1]);
+    let name: String = u.arbitrary().unwrap_or_default();
+    let name = if name.is_empty() { "prod".to_owned() } else { name };
+    let set_current: bool = u.arbitrary().unwrap_or_default();
+    let entry = ContextEntry {
+        endpoints: u.arbitrary().unwrap_or_else(|_| vec!["10.5.0.2".into()]),
+        nodes: u.arbitrary().unwrap_or_default(),
+        ca_pem: u.arbitrary().unwrap_or_default(),
+        crt_pem: u.arbitrary().unwrap_or_default(),
+        key_pem: u.arbitrary().unwrap_or_default(),
+    };
+
+    let Ok(before) = parse(&text) else { return };
+    let (after, merged) = merge(before.clone(), &name, &entry, set_current);
+    let written =
+        encode(&after).unwrap_or_else(|e| panic!("a talosconfig that parsed cannot be written: {e}"));
+    let reread =
+        parse(&written).unwrap_or_else(|e| panic!("what was written does not parse: {e}\n{written}"));
+
+    let key = Value::String(name.clone());
+    let old_contexts = contexts(&before);
+    let new_contexts = contexts(&reread);
+    assert_eq!(merged.replaced_context, old_contexts.contains_key(&key));
+    for (other, value) in &old_contexts {
+        if *other == key {
+            continue;
+        }
+        let kept = new_contexts
+            .get(other)
+            .unwrap_or_else(|| panic!("context {other:?} was lost"));
+        assert!(same(value, kept), "context {other:?} changed");
+    }
+    assert_eq!(
+        new_contexts.len(),
+        old_contexts.len() + usize::from(!merged.replaced_context),
+        "contexts were added or lost"
+    );
+    for (field, value) in &before {
+        if matches!(field.as_str(), Some("context" | "contexts")) {
+            continue;
+        }
+        let kept = reread
+            .get(field)
+            .unwrap_or_else(|| panic!("top-level field {field:?} was lost"));
+        assert!(same(value, kept), "top-level field {field:?} changed");
+    }
+
+    let Some(Value::Mapping(ours)) = new_contexts.get(&key) else {
+        panic!("the new context is not there");
+    };
+    let text_of = |field: &str| {
+        ours.get(field)
+            .and_then(Value::as_str)
+            .and_then(|b| STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    assert_eq!(text_of("ca").as_deref(), Some(entry.ca_pem.as_str()));
+    assert_eq!(text_of("crt").as_deref(), Some(entry.crt_pem.as_str()));
+    assert_eq!(text_of("key").as_deref(), Some(entry.key_pem.as_str()));
+    let list = |field: &str| -> Option<Vec<String>> {
+        ours.get(field)?
+            .as_sequence()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(list("endpoints"), Some(entry.endpoints.clone()));
+    if entry.nodes.is_empty() {
+        assert!(ours.get("nodes").is_none());
+    } else {
+        assert_eq!(list("nodes"), Some(entry.nodes.clone()));
+    }
+    if let Some(Value::Mapping(old)) = old_contexts.get(&key) {
+        for (field, value) in old {
+            if matches!(field.as_str(), Some("endpoints" | "nodes" | "ca" | "crt" | "key")) {
+                continue;
+            }
+            let kept = ours
+                .get(field)
+                .unwrap_or_else(|| panic!("field {field:?} of the replaced context was lost"));
+            assert!(
+                same(value, kept),
+                "field {field:?} of the replaced context changed"
+            );
+        }
+    }
+
+    let old_current = before
+        .get("context")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty());
+    let new_current = reread.get("context").and_then(Value::as_str);
+    let expected = match old_current {
+        Some(current) if !set_current => current,
+        _ => name.as_str(),
+    };
+    assert_eq!(new_current, Some(expected), "the current context is wrong");
+    assert_eq!(merged.current_context.as_deref(), Some(expected));
+}
