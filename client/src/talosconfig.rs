@@ -135,10 +135,12 @@ pub fn encode(root: &Mapping) -> Result<String, serde_yaml_ng::Error> {
 }
 
 fn write(path: &Path, root: &Mapping) -> Result<(), TalosconfigError> {
-    let text = encode(root).map_err(|e| TalosconfigError::Io {
-        action: "encode",
+    // What is written comes from a file that was read: if it cannot be
+    // encoded (a YAML tag on a mapping key), that file is one this client
+    // cannot keep unchanged in meaning.
+    let text = encode(root).map_err(|e| TalosconfigError::Malformed {
         path: path.to_owned(),
-        reason: e.to_string(),
+        reason: format!("it holds YAML this client cannot write back: {e}"),
     })?;
     files::write_atomic(path, text.as_bytes()).map_err(io("write", path))
 }
@@ -404,6 +406,22 @@ mod tests {
             );
             assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         }
+    }
+
+    /// Found by fuzzing (`fuzz/regressions/talosconfig/`): a mapping key
+    /// with a YAML tag parses but cannot be written back; the login then
+    /// failed with "cannot encode". It is a file this client cannot keep
+    /// unchanged in meaning, so it is refused as such, and left untouched.
+    #[test]
+    fn a_file_that_cannot_be_written_back_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let text = "context: other\ncontexts: {}\nfuture-top-level: {!x : 1}\n";
+        std::fs::write(&path, text).unwrap();
+        let error = upsert_context(&path, "prod", &entry("x"), false).unwrap_err();
+        assert!(matches!(error, TalosconfigError::Malformed { .. }), "{error}");
+        assert!(error.to_string().contains("cannot write back"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
     #[test]
