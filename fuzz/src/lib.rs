@@ -91,8 +91,11 @@ pub fn audit_encoding(data: &[u8]) {
     audit::run_encoding(data)
 }
 
+/// A target's checks: they panic on a finding.
+pub type Target = fn(&[u8]);
+
 /// Every target by its name (the name of its binary and corpus folder).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("csr", csr),
     ("token", token),
     ("jwks", jwks),
