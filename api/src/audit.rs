@@ -344,6 +344,27 @@ mod tests {
         assert_eq!(back, stored);
     }
 
+    /// Found by fuzzing (`fuzz/regressions/audit_encoding/`): serde_json's
+    /// default float parsing may be one unit in the last place off, so a
+    /// float in `details` read back (from `GET /v1/audit`, or from the
+    /// SQLite store, which keeps `details` as text) was another number, and
+    /// the record's hash no longer matched: a false "changed after it was
+    /// written". The `float_roundtrip` feature parses floats exactly.
+    #[test]
+    fn a_float_in_details_reads_back_exactly() {
+        let mut record = AuditRecord::new(
+            event::AUDIT_QUERY,
+            outcome::SUCCESS,
+            "r",
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        record.details = json!({"x": 3.632_698_987_798_045_4e276, "y": -2.386_515_182_878_852_3e32});
+        let text = serde_json::to_string(&record.details).unwrap();
+        let back: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.to_string(), text);
+        assert_eq!(back["x"].as_f64(), Some(3.632_698_987_798_045_4e276));
+    }
+
     #[test]
     fn a_denial_names_no_certificate() {
         let mut record = AuditRecord::new(

@@ -123,12 +123,20 @@ fn read(path: &Path) -> Result<Option<Mapping>, TalosconfigError> {
         )));
     }
     let text = String::from_utf8(bytes).map_err(|_| malformed("not UTF-8 text".into()))?;
+    parse(&text).map(Some).map_err(malformed)
+}
+
+/// The talosconfig in `text`, checked as far as this client relies on it
+/// (a mapping, `contexts` a mapping of mappings, `context` a string), or
+/// why it is not one. Public so that the merge can be exercised without a
+/// file (the fuzz targets).
+pub fn parse(text: &str) -> Result<Mapping, String> {
     if text.trim().is_empty() {
-        return Ok(Some(Mapping::new()));
+        return Ok(Mapping::new());
     }
-    let value: Value = serde_yaml_ng::from_str(&text).map_err(|e| malformed(e.to_string()))?;
+    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     let Value::Mapping(root) = value else {
-        return Err(malformed("the top level is not a mapping".into()));
+        return Err("the top level is not a mapping".into());
     };
     match root.get("contexts") {
         None | Some(Value::Null) => {}
@@ -137,25 +145,32 @@ fn read(path: &Path) -> Result<Option<Mapping>, TalosconfigError> {
                 .iter()
                 .find(|(_, v)| !matches!(v, Value::Mapping(_) | Value::Null))
             {
-                return Err(malformed(format!("context {name:?} is not a mapping")));
+                return Err(format!("context {name:?} is not a mapping"));
             }
         }
-        Some(_) => return Err(malformed("`contexts` is not a mapping".into())),
+        Some(_) => return Err("`contexts` is not a mapping".into()),
     }
     if root
         .get("context")
         .is_some_and(|c| !matches!(c, Value::String(_) | Value::Null))
     {
-        return Err(malformed("`context` is not a string".into()));
+        return Err("`context` is not a string".into());
     }
-    Ok(Some(root))
+    Ok(root)
+}
+
+/// The text written for `root`.
+pub fn encode(root: &Mapping) -> Result<String, serde_yaml_ng::Error> {
+    serde_yaml_ng::to_string(root)
 }
 
 fn write(path: &Path, root: &Mapping) -> Result<(), TalosconfigError> {
-    let text = serde_yaml_ng::to_string(root).map_err(|e| TalosconfigError::Io {
-        action: "encode",
+    // What is written comes from a file that was read: if it cannot be
+    // encoded (a YAML tag on a mapping key), that file is one this client
+    // cannot keep unchanged in meaning.
+    let text = encode(root).map_err(|e| TalosconfigError::Malformed {
         path: path.to_owned(),
-        reason: e.to_string(),
+        reason: format!("it holds YAML this client cannot write back: {e}"),
     })?;
     files::write_atomic(path, text.as_bytes()).map_err(io("write", path))
 }
@@ -192,21 +207,41 @@ pub fn upsert_context(
     let _lock = lock(path)?;
     let existing = read(path)?;
     let created_file = existing.is_none();
-    let mut root = existing.unwrap_or_default();
-    let contexts = match root.get_mut("contexts") {
-        Some(Value::Mapping(map)) => map,
-        _ => {
-            root.insert("contexts".into(), Value::Mapping(Mapping::new()));
-            match root.get_mut("contexts") {
-                Some(Value::Mapping(map)) => map,
-                _ => {
-                    return Err(TalosconfigError::Malformed {
-                        path: path.to_owned(),
-                        reason: "contexts".into(),
-                    });
-                }
-            }
-        }
+    let (root, merged) = merge(existing.unwrap_or_default(), name, entry, last_written, set_current);
+    write(path, &root)?;
+    Ok(WriteOutcome {
+        created_file,
+        replaced_context: merged.replaced_context,
+        current_context: merged.current_context,
+        kept_endpoints: merged.kept_endpoints,
+        kept_nodes: merged.kept_nodes,
+    })
+}
+
+/// What [`merge`] did to the talosconfig.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    pub replaced_context: bool,
+    pub current_context: Option<String>,
+    /// See [`WriteOutcome`].
+    pub kept_endpoints: bool,
+    pub kept_nodes: bool,
+}
+
+/// `root` (a talosconfig that passed [`parse`]) with context `name`
+/// created or replaced as [`upsert_context`] describes: the pure part of a
+/// login's write, public so that it can be exercised without a file.
+pub fn merge(
+    mut root: Mapping,
+    name: &str,
+    entry: &ContextEntry,
+    last_written: Option<&Targets>,
+    set_current: bool,
+) -> (Mapping, Merged) {
+    // Replaced in place below: inserting an existing key keeps its position.
+    let mut contexts = match root.get("contexts") {
+        Some(Value::Mapping(map)) => map.clone(),
+        _ => Mapping::new(),
     };
     let replaced_context = contexts.contains_key(name);
     let mut context = match contexts.remove(name) {
@@ -233,6 +268,7 @@ pub fn upsert_context(
     context.insert("crt".into(), Value::String(STANDARD.encode(&entry.crt_pem)));
     context.insert("key".into(), Value::String(STANDARD.encode(&entry.key_pem)));
     contexts.insert(name.into(), Value::Mapping(context));
+    root.insert("contexts".into(), Value::Mapping(contexts));
     let has_current = root
         .get("context")
         .and_then(Value::as_str)
@@ -247,14 +283,15 @@ pub fn upsert_context(
         ordered.insert("context".into(), current);
     }
     ordered.extend(root);
-    write(path, &ordered)?;
-    Ok(WriteOutcome {
-        created_file,
-        replaced_context,
-        current_context,
-        kept_endpoints,
-        kept_nodes,
-    })
+    (
+        ordered,
+        Merged {
+            replaced_context,
+            current_context,
+            kept_endpoints,
+            kept_nodes,
+        },
+    )
 }
 
 /// Remove the named contexts (and nothing else). Returns those removed.
@@ -501,6 +538,22 @@ mod tests {
             );
             assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         }
+    }
+
+    /// Found by fuzzing (`fuzz/regressions/talosconfig/`): a mapping key
+    /// with a YAML tag parses but cannot be written back; the login then
+    /// failed with "cannot encode". It is a file this client cannot keep
+    /// unchanged in meaning, so it is refused as such, and left untouched.
+    #[test]
+    fn a_file_that_cannot_be_written_back_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let text = "context: other\ncontexts: {}\nfuture-top-level: {!x : 1}\n";
+        std::fs::write(&path, text).unwrap();
+        let error = upsert_context(&path, "prod", &entry("x"), None, false).unwrap_err();
+        assert!(matches!(error, TalosconfigError::Malformed { .. }), "{error}");
+        assert!(error.to_string().contains("cannot write back"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
     #[test]

@@ -224,8 +224,17 @@ pub fn sign_leaf(
     if now < signer.not_before() || now >= ca_not_after {
         return Err(IssueError::CaNotValid);
     }
-    let not_before = now - request.clock_skew;
-    let not_after = std::cmp::min(now + request.ttl, ca_not_after);
+    // The TTL and the skew come from the configuration, which bounds
+    // neither: past the times this server can represent, the leaf starts
+    // at the epoch (where `x509_time` clamps anyway) or ends with its CA.
+    let not_before = time::Duration::try_from(request.clock_skew)
+        .ok()
+        .and_then(|skew| now.checked_sub(skew))
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    let not_after = time::Duration::try_from(request.ttl)
+        .ok()
+        .and_then(|ttl| now.checked_add(ttl))
+        .map_or(ca_not_after, |end| std::cmp::min(end, ca_not_after));
 
     let mut subject: Vec<_> = roles.iter().map(|r| (oid::ORGANIZATION, r.as_str())).collect();
     subject.push((oid::COMMON_NAME, username));
@@ -365,6 +374,51 @@ mod tests {
             Tag::Sequence,
             &[info, algorithm.to_der().unwrap(), signature.to_der().unwrap()].concat(),
         )
+    }
+
+    /// Found while writing the `csr` fuzz target, whose checks fail on the
+    /// inputs in `fuzz/regressions/csr/` (the fuzzer itself had not reached
+    /// them in 10 minutes): `now - clock_skew` and
+    /// `now + ttl` panicked past the year 9999, and neither is bounded by
+    /// the configuration (`clock_skew: 20000y`, or `max_ttl: 20000y` and a
+    /// request for that long): every issuance would have panicked.
+    #[test]
+    fn a_ttl_or_skew_past_the_representable_times_is_clamped_not_a_panic() {
+        let now = OffsetDateTime::from_unix_timestamp(1_796_126_400).unwrap();
+        let root = crate::ca::generate::new_root(
+            crate::ca::generate::NewKeyType::Ed25519,
+            "talos",
+            Duration::from_secs(3650 * 86_400),
+            now - Duration::from_secs(86_400),
+        )
+        .unwrap();
+        let ca =
+            CertificateAuthority::from_pem(&root.cert_pem, &root.key_pem, "test", Vec::new(), now).unwrap();
+        let key = Ed25519KeyPair::from_seed_unchecked(&[3; 32]).unwrap();
+        let spki = SubjectPublicKeyInfoOwned {
+            algorithm: AlgorithmIdentifierOwned {
+                oid: x509::oid::ED25519,
+                parameters: None,
+            },
+            subject_public_key: der::asn1::BitString::from_bytes(key.public_key().as_ref()).unwrap(),
+        };
+        let roles = ["os:reader".to_owned()];
+        let huge = Duration::from_secs(u64::MAX);
+        let leaf = |ttl, clock_skew| {
+            let request = LeafRequest {
+                username: "alice",
+                roles: &roles,
+                ttl,
+                clock_skew,
+            };
+            sign_leaf(&ca, &spki, &request, now).unwrap()
+        };
+        let long = leaf(huge, Duration::from_secs(300));
+        assert_eq!(long.not_after, ca.signer().not_after());
+        assert_eq!(long.not_before, now - Duration::from_secs(300));
+        let early = leaf(Duration::from_secs(300), huge);
+        assert_eq!(early.not_before, OffsetDateTime::UNIX_EPOCH);
+        assert_eq!(early.not_after, now + Duration::from_secs(300));
     }
 
     #[test]

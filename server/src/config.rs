@@ -618,20 +618,29 @@ impl Config {
         };
         let text = crate::text_file::read(path)
             .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+        Self::from_text_with_env(&text, format, env)
+    }
+
+    /// As [`Config::load_with_env`], for the text of a file in `format`
+    /// (YAML or TOML) already read: the whole loader but the file system.
+    pub fn from_text_with_env(
+        text: &str,
+        format: config::FileFormat,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         if format == config::FileFormat::Yaml {
             // The `config` crate's YAML loader copies an aliased node at
             // every use, so a few lines of nested aliases grow into
             // billions of nodes, and the memory with them. serde_yaml_ng
             // reads the text first: it bounds alias expansion.
-            serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text)
-                .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+            serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text).map_err(|e| ConfigError::Load(e.to_string()))?;
         }
         let overrides: std::collections::HashMap<String, String> = env
             .into_iter()
             .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
             .collect();
         let parse = |overrides: Option<std::collections::HashMap<String, String>>| {
-            let mut builder = config::Config::builder().add_source(config::File::from_str(&text, format));
+            let mut builder = config::Config::builder().add_source(config::File::from_str(text, format));
             if let Some(overrides) = overrides {
                 builder = builder.add_source(
                     config::Environment::with_prefix(ENV_PREFIX)

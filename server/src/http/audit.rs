@@ -22,14 +22,20 @@ use crate::audit::{event, outcome, text};
 /// Why a query parameter was refused: `(parameter, what is wrong)`.
 type ParamError = (&'static str, String);
 
-/// An RFC 3339 time, or a duration back from `now`; `None` when it is
-/// neither or falls outside the times this server can represent.
+/// An RFC 3339 time, or a duration back from `now`, in UTC; `None` when it
+/// is neither or falls outside the times this server can represent: the
+/// stores bind it in UTC, SQLite as the one text form of a time, which has
+/// years 0 to 9999 (an offset can move a time written within them outside).
 pub fn parse_when(text: &str, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
-    if let Ok(t) = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
-        return Some(t);
-    }
-    let back = humantime::parse_duration(text).ok()?;
-    now.checked_sub(time::Duration::try_from(back).ok()?)
+    let when = match time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+        Ok(t) => t,
+        Err(_) => {
+            let back = humantime::parse_duration(text).ok()?;
+            now.checked_sub(time::Duration::try_from(back).ok()?)?
+        }
+    };
+    when.checked_to_offset(time::UtcOffset::UTC)
+        .filter(|utc| (0..=9999).contains(&utc.year()))
 }
 
 fn bounded_int(name: &'static str, text: &str, min: i64, max: i64) -> Result<i64, ParamError> {
@@ -134,4 +140,33 @@ pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<
             reason: b.reason,
         }),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use talos_sso_api::audit::{format_micros, parse_micros};
+
+    /// Found by fuzzing (`fuzz/regressions/audit_query/`): a time whose UTC
+    /// form is outside years 0 to 9999 has no text form, yet it was bound
+    /// into the query (SQLite binds the text; Postgres encodes UTC).
+    /// `since=2101yr` gave year -75, written as `-075-...`, which does not
+    /// read back; `until=9999-12-31T23:59:59-01:00` is year 10000 in UTC,
+    /// and converting it panicked.
+    #[test]
+    fn query_times_without_a_utc_text_form_are_refused() {
+        let now = time::macros::datetime!(2026-12-01 12:00 UTC);
+        for text in ["2101yr", "9999-12-31T23:59:59-01:00", "0000-01-01T00:00:00+00:01"] {
+            assert_eq!(parse_when(text, now), None, "{text}");
+        }
+        for text in ["2000yr", "9999-12-31T23:59:59Z", "0000-01-01T00:00:00-01:00"] {
+            let t = parse_when(text, now).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(parse_micros(&format_micros(t)), Some(t), "{text}");
+        }
+        let query = AuditQuery {
+            until: Some("9999-12-31T23:59:59-01:00".into()),
+            ..AuditQuery::default()
+        };
+        assert_eq!(filter(&query, now).unwrap_err().0, "until");
+    }
 }

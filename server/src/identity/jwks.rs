@@ -102,8 +102,12 @@ impl KeySet {
             ("RSA", _) => {
                 let n = b64(jwk.n.as_ref())?;
                 let e = b64(jwk.e.as_ref())?;
-                let bits = n.len() * 8 - n.first().map_or(8, |b| b.leading_zeros() as usize);
-                (bits >= 2048).then_some(VerifyingKey::Rsa { n, e })
+                // Leading zero bytes carry no bits: a short modulus padded
+                // with them is still short, and an empty or all-zero one
+                // is no key at all.
+                let n = &n[n.iter().position(|b| *b != 0)?..];
+                let bits = n.len() * 8 - n.first().map_or(0, |b| b.leading_zeros() as usize);
+                (bits >= 2048).then(|| VerifyingKey::Rsa { n: n.to_vec(), e })
             }
             ("EC", Some("P-256")) => {
                 let (x, y) = (b64(jwk.x.as_ref())?, b64(jwk.y.as_ref())?);
@@ -166,6 +170,34 @@ mod tests {
         assert_eq!(set.get("good").unwrap().algorithm(), "RS256");
         assert_eq!(set.get("ed").unwrap().algorithm(), "EdDSA");
         assert!(set.get("secret").is_none() && set.get("hs").is_none() && set.get("small").is_none());
+    }
+
+    /// Found by fuzzing (`fuzz/regressions/jwks/`): an empty modulus made
+    /// the bit count underflow (a panic in debug builds; in release, a
+    /// huge count that let the key through), and leading zero bytes were
+    /// counted as bits, so a 2000-bit modulus passed for 2072 bits.
+    #[test]
+    fn an_empty_or_zero_padded_short_modulus_is_not_a_key() {
+        let short = URL_SAFE_NO_PAD.encode([[0u8; 10].as_slice(), &[0xC5u8; 250]].concat());
+        let zeros = URL_SAFE_NO_PAD.encode([0u8; 300]);
+        let padded = URL_SAFE_NO_PAD.encode([[0u8; 1].as_slice(), &[0xC5u8; 256]].concat());
+        let json = format!(
+            r#"{{"keys":[
+              {{"kty":"RSA","kid":"empty","n":"","e":"AQAB"}},
+              {{"kty":"RSA","kid":"short","n":"{short}","e":"AQAB"}},
+              {{"kty":"RSA","kid":"zeros","n":"{zeros}","e":"AQAB"}},
+              {{"kty":"RSA","kid":"padded","n":"{padded}","e":"AQAB"}}
+            ]}}"#
+        );
+        let set = KeySet::from_json(&json).unwrap();
+        assert_eq!(set.len(), 1);
+        assert_eq!(
+            set.get("padded"),
+            Some(&VerifyingKey::Rsa {
+                n: vec![0xC5; 256],
+                e: vec![1, 0, 1]
+            })
+        );
     }
 
     #[test]
