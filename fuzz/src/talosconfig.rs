@@ -145,15 +145,26 @@ pub fn run(data: &[u8]) {
     }
     // Only a value that was there, and not what the client last wrote, is kept.
     for (kept, field, last) in [
-        (merged.kept_endpoints, "endpoints", last_written.as_ref().map(|t| &t.endpoints)),
-        (merged.kept_nodes, "nodes", last_written.as_ref().map(|t| &t.nodes)),
+        (
+            merged.kept_endpoints,
+            "endpoints",
+            last_written.as_ref().map(|t| &t.endpoints),
+        ),
+        (
+            merged.kept_nodes,
+            "nodes",
+            last_written.as_ref().map(|t| &t.nodes),
+        ),
     ] {
         if kept {
             let before: Option<Vec<String>> = old_context
                 .get(field)
                 .and_then(Value::as_sequence)
                 .and_then(|s| s.iter().map(|v| v.as_str().map(str::to_owned)).collect());
-            assert!(last.is_none() || before.as_ref() != last, "{field}: what the client wrote was kept");
+            assert!(
+                last.is_none() || before.as_ref() != last,
+                "{field}: what the client wrote was kept"
+            );
         }
     }
     if let Some(Value::Mapping(old)) = old_contexts.get(&key) {
