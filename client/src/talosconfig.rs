@@ -207,7 +207,13 @@ pub fn upsert_context(
     let _lock = lock(path)?;
     let existing = read(path)?;
     let created_file = existing.is_none();
-    let (root, merged) = merge(existing.unwrap_or_default(), name, entry, last_written, set_current);
+    let (root, merged) = merge(
+        existing.unwrap_or_default(),
+        name,
+        entry,
+        last_written,
+        set_current,
+    );
     write(path, &root)?;
     Ok(WriteOutcome {
         created_file,

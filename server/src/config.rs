@@ -633,7 +633,8 @@ impl Config {
             // every use, so a few lines of nested aliases grow into
             // billions of nodes, and the memory with them. serde_yaml_ng
             // reads the text first: it bounds alias expansion.
-            serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text).map_err(|e| ConfigError::Load(e.to_string()))?;
+            serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text)
+                .map_err(|e| ConfigError::Load(e.to_string()))?;
         }
         let overrides: std::collections::HashMap<String, String> = env
             .into_iter()
