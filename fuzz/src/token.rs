@@ -51,6 +51,7 @@ fn issuer_config(name: &str, kind: &str, issuer: &str, tenants: &[&str]) -> Issu
         username_claim: None,
         leeway: LEEWAY,
         entra_graph: None,
+        ca_file: None,
     }
 }
 
