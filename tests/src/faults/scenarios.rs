@@ -3,6 +3,7 @@
 //! [`Report`] whose verdict is pass or fail; none of them panics on a
 //! broken expectation, so that every figure is still printed.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{
@@ -85,21 +86,67 @@ async fn check_everything(
     Ok(())
 }
 
+/// What the single-server scenarios start from: the server binary, an
+/// emulator, a work folder, one server on `database` (its configuration
+/// written as `server.yaml`) and clients issuing through it, warmed up
+/// (`WARM` certificates issued after `timing.before`).
+struct OneServer {
+    binary: PathBuf,
+    emulator: EmulatorHandle,
+    work: Workdir,
+    database_url: String,
+    config: PathBuf,
+    url: String,
+    server: ServerProcess,
+    load: Load,
+}
+
+impl OneServer {
+    /// `database`: the URL, given the work folder (which the SQLite
+    /// scenario mounts its file system in).
+    async fn start(
+        timing: &Timing,
+        database: impl FnOnce(&Workdir) -> Result<String, String>,
+    ) -> Result<Self, String> {
+        let binary = server_binary()?;
+        let emulator = EmulatorHandle::start(EmulatorConfig::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let work = Workdir::new();
+        let database_url = database(&work)?;
+        let (config, url) = write_server_config(&emulator, &work, &database_url, "server.yaml", |t| t)?;
+        let server = ServerProcess::spawn(&binary, &config, &url, Duration::from_secs(30)).await?;
+        let load = Load::start(&emulator, vec![url.clone()], timing.clients, CLIENT_TIMEOUT);
+        tokio::time::sleep(timing.before).await;
+        load.wait_issued(None, WARM, Duration::from_secs(30)).await;
+        Ok(Self {
+            binary,
+            emulator,
+            work,
+            database_url,
+            config,
+            url,
+            server,
+            load,
+        })
+    }
+}
+
 /// Scenario 1: Postgres restarted (`mode`: `fast` or `immediate`) while
 /// clients issue; the server process is never restarted.
 pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, String> {
     let mut report = Report::new(&format!("postgres-restart-{mode}"));
-    let binary = server_binary()?;
-    let emulator = EmulatorHandle::start(EmulatorConfig::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let work = Workdir::new();
     let postgres = blocking(PostgresCluster::start).await?;
-    let (config, url) = write_server_config(&emulator, &work, &postgres.url(), "server.yaml", |t| t)?;
-    let mut server = ServerProcess::spawn(&binary, &config, &url, Duration::from_secs(30)).await?;
-    let load = Load::start(&emulator, vec![url.clone()], timing.clients, CLIENT_TIMEOUT);
-    tokio::time::sleep(timing.before).await;
-    load.wait_issued(None, WARM, Duration::from_secs(30)).await;
+    let OneServer {
+        binary: _,
+        emulator: _emulator,
+        work: _work,
+        database_url: _,
+        config,
+        url,
+        mut server,
+        load,
+    } = OneServer::start(&timing, |_| Ok(postgres.url())).await?;
     let before = load.issued_since(Duration::ZERO, None);
     report.expect(
         before > 0,
@@ -174,17 +221,17 @@ pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, Stri
 /// on the same database and port.
 pub async fn server_sigkill(timing: Timing) -> Result<Report, String> {
     let mut report = Report::new("server-sigkill");
-    let binary = server_binary()?;
-    let emulator = EmulatorHandle::start(EmulatorConfig::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let work = Workdir::new();
     let postgres = blocking(PostgresCluster::start).await?;
-    let (config, url) = write_server_config(&emulator, &work, &postgres.url(), "server.yaml", |t| t)?;
-    let mut server = ServerProcess::spawn(&binary, &config, &url, Duration::from_secs(30)).await?;
-    let load = Load::start(&emulator, vec![url.clone()], timing.clients, CLIENT_TIMEOUT);
-    tokio::time::sleep(timing.before).await;
-    load.wait_issued(None, WARM, Duration::from_secs(30)).await;
+    let OneServer {
+        binary,
+        emulator: _emulator,
+        work: _work,
+        database_url: _,
+        config,
+        url,
+        mut server,
+        load,
+    } = OneServer::start(&timing, |_| Ok(postgres.url())).await?;
     let before = load.issued_since(Duration::ZERO, None);
     report.expect(
         before > 0,
@@ -636,18 +683,24 @@ fn fill(dir: &std::path::Path) -> Result<std::path::PathBuf, String> {
 /// access) returns, without a restart.
 pub async fn sqlite_disk(timing: Timing) -> Result<Report, String> {
     let mut report = Report::new("sqlite-disk");
-    let binary = server_binary()?;
-    let emulator = EmulatorHandle::start(EmulatorConfig::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let work = Workdir::new();
-    let tmpfs = Tmpfs::mount(&work.path().join("disk"), "16m")?;
-    let database_url = format!("sqlite://{}", tmpfs.path.join("audit.db").display());
-    let (config, url) = write_server_config(&emulator, &work, &database_url, "server.yaml", |t| t)?;
-    let mut server = ServerProcess::spawn(&binary, &config, &url, Duration::from_secs(30)).await?;
-    let load = Load::start(&emulator, vec![url.clone()], timing.clients, CLIENT_TIMEOUT);
-    tokio::time::sleep(timing.before).await;
-    load.wait_issued(None, WARM, Duration::from_secs(30)).await;
+    let mut mounted = None;
+    let OneServer {
+        binary,
+        emulator: _emulator,
+        work: _work,
+        database_url,
+        config,
+        url,
+        mut server,
+        load,
+    } = OneServer::start(&timing, |work| {
+        let tmpfs = Tmpfs::mount(&work.path().join("disk"), "16m")?;
+        let url = format!("sqlite://{}", tmpfs.path.join("audit.db").display());
+        mounted = Some(tmpfs);
+        Ok(url)
+    })
+    .await?;
+    let tmpfs = mounted.ok_or("the tmpfs was not mounted")?;
 
     // Full.
     let full_at = load.elapsed();
