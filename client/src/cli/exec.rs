@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 
 use super::login::{LOGIN_TIMEOUT, LoginArgs, LoginMethod, login};
 use super::select::LoginSelection;
@@ -23,30 +23,7 @@ pub(super) async fn exec(
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     let saved = state::load();
-    // The login the command means: the one the flags select, else the
-    // default cluster's. A cluster named but never logged in to is logged
-    // in to now, into the talosconfig and context asked for.
-    let chosen = select.select(&saved);
-    let (cluster, mut record) = match chosen.as_slice() {
-        [(name, record)] if select.is_narrowed() => ((*name).clone(), Some((*record).clone())),
-        [_, _, ..] if select.is_narrowed() => bail!(
-            "several logins match {}; name one with --cluster",
-            select.describe()
-        ),
-        _ => {
-            let cluster = select
-                .cluster
-                .clone()
-                .or(saved.default_cluster.clone())
-                .ok_or_else(|| anyhow!("no cluster yet: run `talos-sso login` first"))?;
-            let record = saved
-                .logins
-                .get(&cluster)
-                .cloned()
-                .filter(|r| select.matches(&cluster, r));
-            (cluster, record)
-        }
-    };
+    let (cluster, mut record) = select.one(&saved)?;
     let wanted_left = needed.map_or(MIN_LEFT, |n| n.as_secs().max(MIN_LEFT));
     let fresh_enough = record
         .as_ref()

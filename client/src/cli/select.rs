@@ -47,6 +47,34 @@ impl LoginSelection {
             .collect()
     }
 
+    /// The one login a command that acts on a single login means (`exec`):
+    /// the one the flags select, else the default cluster's. `None` for the
+    /// record when there is no such login yet: a cluster named but never
+    /// logged in to is logged in to then, into the talosconfig and context
+    /// asked for.
+    pub fn one(&self, saved: &ClientState) -> anyhow::Result<(String, Option<LoginRecord>)> {
+        match self.select(saved).as_slice() {
+            [(name, record)] if self.is_narrowed() => Ok(((*name).clone(), Some((*record).clone()))),
+            [_, _, ..] if self.is_narrowed() => anyhow::bail!(
+                "several logins match {}; name one with --cluster",
+                self.describe()
+            ),
+            _ => {
+                let cluster = self
+                    .cluster
+                    .clone()
+                    .or(saved.default_cluster.clone())
+                    .ok_or_else(|| anyhow::anyhow!("no cluster yet: run `talos-sso login` first"))?;
+                let record = saved
+                    .logins
+                    .get(&cluster)
+                    .filter(|r| self.matches(&cluster, r))
+                    .cloned();
+                Ok((cluster, record))
+            }
+        }
+    }
+
     /// The selection as the person wrote it, for "nothing matches" messages.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -123,5 +151,40 @@ mod tests {
         };
         assert!(names(&nothing).is_empty());
         assert_eq!(nothing.describe(), "cluster `prod`, context `lab-ctx`");
+    }
+
+    #[test]
+    fn one_login_is_the_selected_or_the_default_clusters_and_never_a_guess() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config");
+        let mut saved = ClientState::default();
+        let error = LoginSelection::default().one(&saved).unwrap_err().to_string();
+        assert_eq!(error, "no cluster yet: run `talos-sso login` first");
+        saved.default_cluster = Some("prod".into());
+        saved.logins.insert("prod".into(), record("ops", &file));
+        saved.logins.insert("lab".into(), record("ops", &file));
+        let (cluster, found) = LoginSelection::default().one(&saved).unwrap();
+        assert_eq!((cluster.as_str(), found.is_some()), ("prod", true));
+        // Both logins are written as context `ops` in one file.
+        let by_context = LoginSelection {
+            context: Some("ops".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            by_context.one(&saved).unwrap_err().to_string(),
+            "several logins match context `ops`; name one with --cluster"
+        );
+        // A cluster never logged in to: no record, to be logged in to.
+        let staging = LoginSelection {
+            cluster: Some("staging".into()),
+            ..Default::default()
+        };
+        assert_eq!(staging.one(&saved).unwrap(), ("staging".into(), None));
+        // The default cluster's login in another context than the one asked for.
+        let other_context = LoginSelection {
+            context: Some("elsewhere".into()),
+            ..Default::default()
+        };
+        assert_eq!(other_context.one(&saved).unwrap(), ("prod".into(), None));
     }
 }
