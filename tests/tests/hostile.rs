@@ -78,15 +78,8 @@ async fn fire(http: reqwest::Client, base: String, shot: Shot) -> (Shot, u16, Va
     for (name, value) in &shot.headers {
         request = request.header(*name, reqwest::header::HeaderValue::from_bytes(value).unwrap());
     }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let request_id = response
-        .headers()
-        .get("x-request-id")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body = response.json().await.unwrap_or(Value::Null);
-    (shot, status, body, request_id)
+    let answer = talos_sso_tests::harness::Answer::read(request.send().await.unwrap()).await;
+    (shot, answer.status, answer.body, answer.request_id)
 }
 
 /// Issue 9 item 1: text the database refuses (NUL), terminal escapes,

@@ -20,7 +20,7 @@ use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::cli::{Cli, run};
 use talos_sso_server::x509::{self, ParsedCertificate, oid};
 use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, TokenKind};
-use talos_sso_tests::harness::{Backend, TestEnv, Workdir, config_yaml};
+use talos_sso_tests::harness::{Answer, Backend, TestEnv, Workdir, config_yaml};
 use talos_sso_tests::material::{fixture, read_fixture, write_file};
 use time::OffsetDateTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,20 +29,6 @@ use clap::Parser;
 
 const BOB: &str = "bob@example.com";
 const BOB_OID: &str = "b2000000-0000-4000-8000-000000000002";
-
-/// What came back for one case.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    body: Value,
-    content_type: String,
-}
-
-impl Answer {
-    fn code(&self) -> Option<&str> {
-        self.body["code"].as_str()
-    }
-}
 
 /// The certificates issued so far, as the trail records them.
 async fn issued(env: &TestEnv) -> usize {
@@ -98,22 +84,7 @@ async fn post_raw(
     for (name, value) in headers {
         request = request.header(*name, reqwest::header::HeaderValue::from_bytes(value).unwrap());
     }
-    answer(request.send().await.unwrap()).await
-}
-
-async fn answer(response: reqwest::Response) -> Answer {
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body = response.json().await.unwrap_or(Value::Null);
-    Answer {
-        status,
-        body,
-        content_type,
-    }
+    Answer::read(request.send().await.unwrap()).await
 }
 
 fn b64(text: &str) -> String {
@@ -500,7 +471,7 @@ async fn authorization_and_other_headers() {
             .send()
             .await
             .unwrap();
-        assert_refused(label, &answer(response).await, 401, "token_malformed");
+        assert_refused(label, &Answer::read(response).await, 401, "token_malformed");
     }
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         (
@@ -536,7 +507,7 @@ async fn authorization_and_other_headers() {
         .await
         .unwrap();
     let sent_id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
-    let refused = answer(response).await;
+    let refused = Answer::read(response).await;
     assert_refused("X-Request-Id not well-formed", &refused, 401, "token_missing");
     assert!(
         sent_id.len() == 32 && sent_id.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -1020,7 +991,7 @@ async fn json_bodies_of_the_wrong_shape() {
                     .unwrap(),
             );
         }
-        let answer = answer(request.send().await.unwrap()).await;
+        let answer = Answer::read(request.send().await.unwrap()).await;
         assert_refused(label, &answer, status, code);
     }
     assert!(
@@ -1188,7 +1159,7 @@ async fn query_parameters_of_the_wrong_shape() {
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
-        let answer = answer(request.send().await.unwrap()).await;
+        let answer = Answer::read(request.send().await.unwrap()).await;
         match code {
             Some(code) => assert_refused(label, &answer, status, code),
             None => assert_eq!(answer.status, status, "{label}: {}", answer.body),

@@ -13,7 +13,7 @@ use talos_sso_server::cli::{Cli, run};
 use talos_sso_server::config::Config;
 use talos_sso_server::server::Server;
 use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, TokenKind};
-use talos_sso_tests::harness::{Backend, TestEnv, Workdir, config_yaml};
+use talos_sso_tests::harness::{Answer, Backend, TestEnv, Workdir, config_yaml};
 use talos_sso_tests::talos_checker;
 
 use clap::Parser;
@@ -48,13 +48,6 @@ on_both_stores!(
     the_deny_list_blocks_at_once_and_every_change_is_recorded,
 );
 
-struct Answer {
-    status: u16,
-    body: Value,
-    request_id: String,
-    content_type: String,
-}
-
 async fn post(env: &TestEnv, base_url: &str, token: Option<&str>, body: Value) -> Answer {
     let mut request = env
         .http
@@ -65,25 +58,7 @@ async fn post(env: &TestEnv, base_url: &str, token: Option<&str>, body: Value) -
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let request_id = response
-        .headers()
-        .get("x-request-id")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body = response.json().await.unwrap_or(Value::Null);
-    Answer {
-        status,
-        body,
-        request_id,
-        content_type,
-    }
+    Answer::read(request.send().await.unwrap()).await
 }
 
 fn body(csr: &str, roles: &[&str]) -> Value {
