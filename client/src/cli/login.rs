@@ -203,7 +203,7 @@ fn no_refresh_token(provider: &Provider) -> String {
         "Note: the identity provider issued no refresh token (scopes asked for: {}), so the next login \
          needs the browser again. Its operators can allow refresh tokens for this client \
          (talos-sso's docs/providers say how, provider by provider).",
-        crate::display::escape(&provider.scopes.join(" "))
+        crate::display::bounded(&provider.scopes.join(" "), SERVER_VALUES_CHARS)
     )
 }
 
@@ -313,24 +313,12 @@ pub async fn login_with(
         .and_then(|r| r.targets_written.clone());
     let written =
         talosconfig::upsert_context(&path, &context, &entry, last_written.as_ref(), args.set_current)?;
-    for (kept, field, command) in [
-        (written.kept_endpoints, "endpoints", "endpoint"),
-        (written.kept_nodes, "nodes", "node"),
+    for (kept, field, servers) in [
+        (written.kept_endpoints, "endpoints", &issued.endpoints),
+        (written.kept_nodes, "nodes", &issued.nodes),
     ] {
         if kept {
-            writeln!(
-                out,
-                "Kept the {field} you set in context `{}` (`talosctl config {command}`); the server's are {}.",
-                crate::display::escape(&context),
-                crate::display::escape(
-                    &if field == "endpoints" {
-                        &issued.endpoints
-                    } else {
-                        &issued.nodes
-                    }
-                    .join(", ")
-                )
-            )?;
+            writeln!(out, "{}", kept_line(field, &context, servers))?;
         }
     }
     let record = LoginRecord {
@@ -366,6 +354,21 @@ pub async fn login_with(
     let current = written.current_context.as_deref() == Some(context.as_str());
     writeln!(out, "{}", logged_in_line(&record, &cluster.name, left, current))?;
     Ok(record)
+}
+
+/// Longest list of the server's values shown in one line, in characters.
+const SERVER_VALUES_CHARS: usize = 300;
+
+/// What `login` says when it kept the person's `endpoints` or `nodes`
+/// (`field`) in `context`; `servers` are the server's values, escaped and
+/// bounded like everything the server sends.
+pub(super) fn kept_line(field: &str, context: &str, servers: &[String]) -> String {
+    let command = field.trim_end_matches('s');
+    format!(
+        "Kept the {field} you set in context `{}` (`talosctl config {command}`); the server's are {}.",
+        crate::display::bounded(context, SERVER_VALUES_CHARS),
+        crate::display::bounded(&servers.join(", "), SERVER_VALUES_CHARS)
+    )
 }
 
 /// What `exec --ttl` says about the certificate it asks for.

@@ -162,7 +162,7 @@ mod tests {
     use anyhow::anyhow;
 
     use super::deny::deny_entry_line;
-    use super::login::logged_in_line;
+    use super::login::{kept_line, logged_in_line, ttl_line};
     use super::status::{LoginStatus, status_line};
     use super::*;
     use crate::state::LoginRecord;
@@ -237,6 +237,8 @@ mod tests {
             status_line(&status),
             deny_entry_line(&entry),
             error_text(&error),
+            kept_line("nodes", hostile, &[hostile.to_owned()]),
+            ttl_line(hostile, 3600, 900),
         ] {
             no_hostile_characters(&line);
             assert!(!line.contains('\n'), "{line}");
@@ -250,6 +252,15 @@ mod tests {
             )
         );
         assert_eq!(error_text(&error), format!("while {shown}: problem {shown}"));
+        let many: Vec<String> = (0..1000)
+            .map(|n| format!("10.0.{}.{}", n / 256, n % 256))
+            .collect();
+        let kept = kept_line("endpoints", "prod", &many);
+        assert!(
+            kept.starts_with("Kept the endpoints you set in context `prod` (`talosctl config endpoint`)"),
+            "{kept}"
+        );
+        assert!(kept.chars().count() < 500 && kept.ends_with("…."), "{kept}");
     }
 
     /// Every subcommand and argument under `command` without a help text,

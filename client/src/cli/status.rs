@@ -128,7 +128,7 @@ pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow
     writeln!(
         out,
         "server: talos-sso-server {} (API {}) at {}",
-        crate::display::escape(&info.server_version),
+        crate::display::bounded(&info.server_version, 64),
         info.api_version,
         crate::display::escape(&server)
     )?;
