@@ -1,9 +1,27 @@
 //! Errors as RFC 9457 problem details (`application/problem+json`): every
 //! refusal has a stable `code`, its HTTP status, and the typed extra fields
 //! that let the CLI tell the person what to do (the roles they may have, the
-//! server's clock, when to try again).
+//! server's clock, when to try again). Also [`error_chain`], the one way
+//! both programs write an error with its causes on one line.
 
 use serde::{Deserialize, Serialize};
+
+/// `error` and each of its causes not already in the text before it,
+/// joined by `: ` (`error sending request: ... invalid peer certificate:
+/// UnknownIssuer`): the top line alone rarely says what to fix.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
 
 /// The media type of every error body.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
@@ -211,6 +229,34 @@ pub struct Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_names_each_cause_once() {
+        #[derive(Debug)]
+        struct Layer(&'static str, Option<Box<Layer>>);
+        impl std::fmt::Display for Layer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Layer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|l| l as _)
+            }
+        }
+        let error = Layer(
+            "error sending request",
+            Some(Box::new(Layer(
+                "tls: error sending request",
+                Some(Box::new(Layer("invalid peer certificate: UnknownIssuer", None))),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&error),
+            "error sending request: tls: error sending request: invalid peer certificate: UnknownIssuer"
+        );
+        assert_eq!(error_chain(&Layer("alone", None)), "alone");
+    }
     use serde_json::json;
 
     fn every_code() -> Vec<ErrorCode> {

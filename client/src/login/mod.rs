@@ -22,6 +22,7 @@ use openidconnect::{
     EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, ProviderMetadata, RefreshToken, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
+use talos_sso_api::error::error_chain;
 use talos_sso_api::{BearerToken, ServerInfo, issuer};
 use zeroize::Zeroizing;
 
@@ -302,21 +303,6 @@ fn token_claim(jwt: &str, name: &str) -> Option<String> {
         .ok()?;
     let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     claims.get(name)?.as_str().map(str::to_owned)
-}
-
-/// An error and its causes on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// A small progress indicator on stderr while `future` runs: a spinner with

@@ -129,7 +129,7 @@ impl GraphClient {
             .form(&form)
             .send()
             .await
-            .map_err(|e| GraphError::Unreachable(super::provider::error_chain(&e.without_url())))?;
+            .map_err(|e| GraphError::Unreachable(talos_sso_api::error::error_chain(&e.without_url())))?;
         let status = response.status();
         if status.as_u16() == 400 || status.as_u16() == 401 {
             return Err(GraphError::Unauthorized(status.as_u16()));
@@ -188,7 +188,7 @@ impl GraphClient {
             .json(&serde_json::json!({"securityEnabledOnly": false}))
             .send()
             .await
-            .map_err(|e| GraphError::Unreachable(super::provider::error_chain(&e.without_url())))?;
+            .map_err(|e| GraphError::Unreachable(talos_sso_api::error::error_chain(&e.without_url())))?;
         let status = response.status();
         if status.as_u16() == 401 || status.as_u16() == 403 {
             // The cached app token may have been revoked: fetch a new one next time.

@@ -115,7 +115,7 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderErro
         .await
         .map_err(|e| ProviderError::Unreachable {
             url: url.to_owned(),
-            reason: error_chain(&e.without_url()),
+            reason: talos_sso_api::error::error_chain(&e.without_url()),
         })?;
     let status = response.status();
     if !status.is_success() {
@@ -126,25 +126,8 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<String, ProviderErro
     }
     response.text().await.map_err(|e| ProviderError::Unreachable {
         url: url.to_owned(),
-        reason: error_chain(&e.without_url()),
+        reason: talos_sso_api::error::error_chain(&e.without_url()),
     })
-}
-
-/// An error with its causes (`error sending request: ... invalid peer
-/// certificate: UnknownIssuer`), since the top line alone rarely says what
-/// an operator must fix.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        let next_text = next.to_string();
-        if !text.contains(&next_text) {
-            text.push_str(": ");
-            text.push_str(&next_text);
-        }
-        cause = next.source();
-    }
-    text
 }
 
 /// The certificates of the PEM bundle at `path` (`identity.ca_file`), each
