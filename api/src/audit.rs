@@ -246,6 +246,10 @@ pub struct ChainStatus {
     pub verified: u64,
     pub last_seq: i64,
     pub first_broken: Option<BrokenLink>,
+    /// How far signed checkpoints vouch for the chain; absent when the
+    /// server signs none (`audit.checkpoints` not configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<crate::chain::CheckpointCoverage>,
 }
 
 /// Where the chain breaks, and why.
@@ -253,6 +257,11 @@ pub struct ChainStatus {
 pub struct BrokenLink {
     pub seq: i64,
     pub reason: String,
+    /// The signed checkpoint the trail contradicts, when that is how the
+    /// break was found (a record rewritten with every later hash
+    /// recomputed, or records removed from the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<crate::checkpoint::Checkpoint>,
 }
 
 pub fn truncate_to_micros(t: OffsetDateTime) -> OffsetDateTime {

@@ -112,6 +112,9 @@ pub enum ErrorCode {
     AlreadyDenied {
         audit_id: i64,
     },
+    /// The server signs no audit checkpoints (`audit.checkpoints` is not
+    /// configured), so it cannot sign one on request.
+    CheckpointsNotConfigured,
     /// The decision could not be recorded, so nothing happened.
     AuditUnavailable,
     InternalError,
@@ -160,6 +163,7 @@ impl ErrorCode {
             ErrorCode::SubjectRequired => "subject_required",
             ErrorCode::SubjectAmbiguous { .. } => "subject_ambiguous",
             ErrorCode::AlreadyDenied { .. } => "already_denied",
+            ErrorCode::CheckpointsNotConfigured => "checkpoints_not_configured",
             ErrorCode::AuditUnavailable => "audit_unavailable",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::Unknown => "unknown",
@@ -197,7 +201,9 @@ impl ErrorCode {
             | ErrorCode::IdentityDenied
             | ErrorCode::NotAnAuditor
             | ErrorCode::NotAnAdmin => 403,
-            ErrorCode::NotFound | ErrorCode::ClusterUnknown { .. } => 404,
+            ErrorCode::NotFound | ErrorCode::ClusterUnknown { .. } | ErrorCode::CheckpointsNotConfigured => {
+                404
+            }
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::BodyTooLarge => 413,

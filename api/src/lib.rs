@@ -1,10 +1,13 @@
 //! The talos-sso HTTP API, shared by the server and the CLI: the request and
 //! response body of every endpoint, the error codes with their typed extra
-//! fields, the header names, the audit filter. A change here is a change of
+//! fields, the header names, the audit filter, and the audit trail's
+//! proofs (`chain`, `checkpoint`), which the CLI checks without a server. A change here is a change of
 //! the contract between them; `API_VERSION` names it.
 
 pub mod audit;
 pub mod certificates;
+pub mod chain;
+pub mod checkpoint;
 pub mod deny;
 pub mod error;
 pub mod info;

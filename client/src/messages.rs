@@ -117,6 +117,7 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
         | ErrorCode::SubjectRequired
         | ErrorCode::SubjectAmbiguous { .. }
         | ErrorCode::AlreadyDenied { .. }
+        | ErrorCode::CheckpointsNotConfigured
         | ErrorCode::InternalError
         | ErrorCode::Unknown => format!("{detail} [{code}]"),
     };

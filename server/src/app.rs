@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use crate::audit::checkpoint::Checkpoints;
 use crate::audit::store::{AuditStore, StoreOptions};
 use crate::audit::writer::AuditWriter;
 use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
@@ -60,6 +61,8 @@ pub enum StartError {
     Provider(String),
     #[error("audit database: {0}")]
     Database(String),
+    #[error("audit checkpoints: {0}")]
+    Checkpoints(String),
     #[error("TLS certificate {} / key {}: {error}", .cert_file.display(), .key_file.display())]
     Tls {
         cert_file: std::path::PathBuf,
@@ -135,6 +138,8 @@ pub struct App {
     /// Unauthenticated and rate-limited refusals, counted per window.
     pub refusals: crate::refusals::Refusals,
     pub metrics: crate::metrics::Metrics,
+    /// Signed checkpoints of the trail, when `audit.checkpoints` is set.
+    pub checkpoints: Option<Arc<Checkpoints>>,
 }
 
 /// Tasks started with the app; [`crate::server::Server`] stops them at
@@ -146,6 +151,8 @@ pub struct Background {
     pub rate_limit_janitor: tokio::task::JoinHandle<()>,
     /// Closes each refusal window and records its counts.
     pub refusal_recorder: tokio::task::JoinHandle<()>,
+    /// Signs a checkpoint at each `audit.checkpoints.interval`.
+    pub checkpoint_signer: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Discover every issuer the configuration trusts and fetch their keys
@@ -207,6 +214,23 @@ impl App {
             .map(|issuer| issuer.provider().clone())
             .collect();
         let store = open_store(&config, config.database.migrate_on_start.unwrap_or(true)).await?;
+        if let Some(notice) = config.unsigned_trail_notice() {
+            tracing::warn!("{notice}");
+        }
+        let checkpoints = match &config.audit.checkpoints {
+            Some(settings) => {
+                let checkpoints =
+                    Checkpoints::open(settings).map_err(|e| StartError::Checkpoints(e.to_string()))?;
+                // The head found at start, signed: it also proves the key
+                // and the file work before the first request.
+                checkpoints
+                    .publish(&store, talos_sso_api::checkpoint::trigger::START, clock.now())
+                    .await
+                    .map_err(|e| StartError::Checkpoints(e.to_string()))?;
+                Some(Arc::new(checkpoints))
+            }
+            None => None,
+        };
         tracing::info!(
             store = store.kind(),
             clusters = clusters.len(),
@@ -220,6 +244,7 @@ impl App {
             jwks_refreshes: Box::new(move || {
                 crate::identity::provider::total_refresh_counts(providers.iter().map(AsRef::as_ref))
             }),
+            checkpoints: checkpoints.as_ref().map(|c| c.stats.clone()),
             ca_not_after: clusters
                 .iter()
                 .map(|(name, cluster)| (name.clone(), cluster.ca.signer().not_after().unix_timestamp()))
@@ -235,6 +260,7 @@ impl App {
             rate_limits,
             refusals,
             metrics,
+            checkpoints,
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
         let weak = Arc::downgrade(&app);
@@ -254,6 +280,17 @@ impl App {
                 app.record_refusals().await;
             }
         });
+        let checkpoint_signer = app.checkpoints.as_ref().map(|checkpoints| {
+            let weak = Arc::downgrade(&app);
+            let interval = checkpoints.interval();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(interval).await;
+                    let Some(app) = weak.upgrade() else { return };
+                    app.checkpoint_if_grown().await;
+                }
+            })
+        });
         Ok((
             app,
             Background {
@@ -261,8 +298,25 @@ impl App {
                 key_refresher,
                 rate_limit_janitor,
                 refusal_recorder,
+                checkpoint_signer,
             },
         ))
+    }
+
+    /// Sign the head when the trail grew since the last checkpoint; a
+    /// failure is logged and counted (`talos_sso_audit_checkpoint_failures`),
+    /// and the next interval tries again.
+    pub async fn checkpoint_if_grown(&self) {
+        let Some(checkpoints) = &self.checkpoints else {
+            return;
+        };
+        let trigger = talos_sso_api::checkpoint::trigger::INTERVAL;
+        if let Err(error) = checkpoints
+            .publish_if_grown(self.audit.store(), trigger, self.clock.now())
+            .await
+        {
+            tracing::error!(target: "talos_sso::audit::checkpoint", "no audit checkpoint signed: {error}");
+        }
     }
 
     /// Close the current refusal window and record its counts (also at

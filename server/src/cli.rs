@@ -1,5 +1,5 @@
 //! The `talos-sso-server` command line: `serve`, `check`, `migrate`,
-//! `audit verify`, `break-glass`, and the CA tools (`ca inspect`,
+//! `audit verify|checkpoint|new-key`, `break-glass`, and the CA tools (`ca inspect`,
 //! `ca intermediate`, `ca new`).
 //!
 //! `anyhow` stops here: commands turn domain errors into a message and an
@@ -15,6 +15,7 @@ use clap::{Args, Parser, Subcommand};
 use time::OffsetDateTime;
 
 use crate::app::{SystemClock, load_clusters, open_store};
+use crate::audit::checkpoint::{AuditKey, Checkpoints};
 use crate::break_glass::BreakGlassRequest;
 use crate::ca::generate::{self, NewKeyType};
 use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
@@ -87,11 +88,34 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Recompute the hash chain from the database and report the first
-    /// record that does not match.
+    /// record that does not match; with `audit.checkpoints` configured,
+    /// also every record a signed checkpoint names, and that none is
+    /// missing from the end.
     Verify {
         /// The configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
+        /// More checkpoint files to check against (other replicas' or a
+        /// copy kept elsewhere), besides the configured one.
+        #[arg(long = "checkpoints")]
+        checkpoints: Vec<PathBuf>,
+    },
+    /// Sign the chain head now and publish the checkpoint (file, log,
+    /// webhook), as the server does at each interval.
+    Checkpoint {
+        /// The configuration file (YAML or TOML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Create an audit signing key (Ed25519) for `audit.checkpoints.key_file`
+    /// and its public key, for whoever verifies checkpoints.
+    NewKey {
+        /// Where to write the private key, mode 0600 (must not exist).
+        #[arg(long)]
+        out_key: PathBuf,
+        /// Where to write the public key (must not exist).
+        #[arg(long)]
+        out_public: PathBuf,
     },
 }
 
@@ -287,6 +311,23 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             for warning in config.warnings() {
                 writeln!(out, "warning: {warning}")?;
             }
+            match &config.audit.checkpoints {
+                None => writeln!(
+                    out,
+                    "note: {}",
+                    config.unsigned_trail_notice().unwrap_or_default()
+                )?,
+                Some(settings) => {
+                    let keys = crate::audit::checkpoint::configured_keys(settings)?;
+                    writeln!(
+                        out,
+                        "audit checkpoints: signed every {} with key {}, appended to {}",
+                        humantime::format_duration(settings.interval),
+                        keys[0].key_id,
+                        settings.file.display()
+                    )?;
+                }
+            }
             open_store(&config, false)
                 .await?
                 .ping()
@@ -307,27 +348,51 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             store.close().await;
             Ok(())
         }
-        Command::Audit(AuditCommand::Verify { config }) => {
+        Command::Audit(AuditCommand::Verify { config, checkpoints }) => {
             let config = load_config(&config)?;
             let store = open_store(&config, false).await?;
-            let check = store.verify_chain().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let status = verify_on_host(&config, &store, &checkpoints).await;
             store.close().await;
-            match check.first_broken {
-                None => {
-                    writeln!(
-                        out,
-                        "audit chain intact: {} records verified (last seq {})",
-                        check.verified, check.last_seq
-                    )?;
-                    Ok(())
-                }
-                Some(broken) => bail!(
-                    "audit chain broken at record {}: {} ({} records before it verified)",
-                    broken.seq,
-                    broken.reason,
-                    check.verified
-                ),
-            }
+            let text = talos_sso_api::chain::describe(&status?).map_err(anyhow::Error::msg)?;
+            writeln!(out, "{text}")?;
+            Ok(())
+        }
+        Command::Audit(AuditCommand::Checkpoint { config }) => {
+            let config = load_config(&config)?;
+            let Some(settings) = &config.audit.checkpoints else {
+                bail!("audit.checkpoints is not configured: there is no audit key to sign with")
+            };
+            let checkpoints = Checkpoints::open(settings)?;
+            let store = open_store(&config, false).await?;
+            let signed = checkpoints
+                .publish(
+                    &store,
+                    talos_sso_api::checkpoint::trigger::COMMAND,
+                    OffsetDateTime::now_utc(),
+                )
+                .await;
+            store.close().await;
+            let signed = signed?;
+            writeln!(
+                out,
+                "checkpoint signed: record {} ({}), appended to {}",
+                signed.seq,
+                signed.hash,
+                checkpoints.file().display()
+            )?;
+            Ok(())
+        }
+        Command::Audit(AuditCommand::NewKey { out_key, out_public }) => {
+            let (key, private_pem, public_pem) = AuditKey::generate().map_err(anyhow::Error::msg)?;
+            write_new_files(&out_public, &public_pem, &out_key, &private_pem)?;
+            writeln!(
+                out,
+                "audit signing key written to {} (mode 0600), its public key to {}\nkey id {}",
+                out_key.display(),
+                out_public.display(),
+                key.public().key_id
+            )?;
+            Ok(())
         }
         Command::BreakGlass {
             config,
@@ -413,6 +478,46 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `audit verify` on the server host: the chain from the database, against
+/// the configured checkpoint file and `extra` ones (all checked with the
+/// configured keys). A checkpoint file that is not what was signed fails
+/// the verification, naming the file and line.
+async fn verify_on_host(
+    config: &Config,
+    store: &crate::audit::store::AuditStore,
+    extra: &[PathBuf],
+) -> anyhow::Result<talos_sso_api::audit::ChainStatus> {
+    let failed = |e: crate::audit::store::StoreError| anyhow::anyhow!("{e}");
+    let Some(settings) = &config.audit.checkpoints else {
+        if !extra.is_empty() {
+            bail!(
+                "--checkpoints needs audit.checkpoints in the configuration (its key checks the signatures)"
+            );
+        }
+        return Ok(store.verify_chain().await.map_err(failed)?.status());
+    };
+    let keys = crate::audit::checkpoint::configured_keys(settings)?;
+    let mut signed = Vec::new();
+    for path in std::iter::once(settings.file.clone()).chain(extra.iter().cloned()) {
+        match crate::audit::checkpoint::read_file(&path, &keys) {
+            Ok(found) => signed.extend(found),
+            Err(error) => {
+                let mut check = store
+                    .verify_chain_against(Some(Vec::new()))
+                    .await
+                    .map_err(failed)?;
+                check.fail_checkpoints(&error);
+                return Ok(check.status());
+            }
+        }
+    }
+    Ok(store
+        .verify_chain_against(Some(signed))
+        .await
+        .map_err(failed)?
+        .status())
 }
 
 /// Write a certificate (0644) and its key (0600); never overwrite either.

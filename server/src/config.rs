@@ -113,6 +113,39 @@ pub struct AuditConfig {
     /// aggregated (`crate::refusals`).
     #[serde(default)]
     pub refusals: crate::refusals::RefusalConfig,
+    /// Signed checkpoints of the chain head, published outside the
+    /// database (`crate::audit::checkpoint`); off when absent.
+    #[serde(default)]
+    pub checkpoints: Option<CheckpointConfig>,
+}
+
+/// The `audit.checkpoints` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// The Ed25519 signing key (PKCS#8 PEM, `PRIVATE KEY`), used for
+    /// nothing else; not readable by others, like every key.
+    pub key_file: PathBuf,
+    /// The checkpoint file: one JSON checkpoint per line, appended.
+    pub file: PathBuf,
+    /// How often the head is signed when the trail has grown.
+    #[serde(default = "default_checkpoint_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Where each checkpoint is also POSTed as JSON (`https://`, or
+    /// `http://` to this machine only).
+    #[serde(default)]
+    pub webhook_url: Option<String>,
+    /// The server's name in its checkpoints; default: the host name.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// Public keys of earlier signing keys (PEM), whose checkpoints are
+    /// still checked after a key rotation.
+    #[serde(default)]
+    pub previous_public_keys: Vec<PathBuf>,
+}
+
+fn default_checkpoint_interval() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_listen() -> SocketAddr {
@@ -703,6 +736,26 @@ impl Config {
             return Err(invalid("no clusters configured"));
         }
         self.http.check()?;
+        if let Some(checkpoints) = &self.audit.checkpoints {
+            if checkpoints.interval < Duration::from_secs(1) {
+                return Err(invalid("audit.checkpoints.interval must be at least 1s"));
+            }
+            if let Some(url) = &checkpoints.webhook_url {
+                let url = url::Url::parse(url)
+                    .map_err(|e| invalid(format!("audit.checkpoints.webhook_url: {e}")))?;
+                let loopback = match url.host() {
+                    Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+                    Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                    Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                    None => false,
+                };
+                if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+                    return Err(invalid(
+                        "audit.checkpoints.webhook_url must be https:// (http:// only to this machine)",
+                    ));
+                }
+            }
+        }
         if self.audit.refusals.window.is_zero() {
             return Err(invalid("audit.refusals.window must be above zero"));
         }
@@ -792,6 +845,15 @@ impl Config {
             ));
         }
         warnings
+    }
+
+    /// Said by `check` and at start when the trail is not signed: a choice
+    /// (homelab, evaluation), not a mistake, so not one of [`Self::warnings`].
+    pub fn unsigned_trail_notice(&self) -> Option<&'static str> {
+        self.audit.checkpoints.is_none().then_some(
+            "audit.checkpoints is not set: the audit trail is not signed, so whoever can write the database can \
+             rewrite it, or cut its end, unseen (docs/audit.md, \"Signed checkpoints\")",
+        )
     }
 
     /// Database URL with the password from `password_file`, or SQLite in

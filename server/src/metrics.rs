@@ -44,6 +44,9 @@ pub struct Sources {
     pub audit_write_failures: Box<dyn Fn() -> u64 + Send + Sync>,
     /// Identity provider key set refreshes so far: (succeeded, failed).
     pub jwks_refreshes: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    /// Audit checkpoints signed, failed, refused by the webhook, and the
+    /// last one's `seq` and time; `None` when none are signed.
+    pub checkpoints: Option<std::sync::Arc<crate::audit::checkpoint::CheckpointStats>>,
     /// Each cluster's signing CA expiry (Unix time), by cluster name: fixed
     /// once the CAs are loaded.
     pub ca_not_after: Vec<(String, i64)>,
@@ -82,6 +85,9 @@ impl Collector for Sources {
             };
             ConstCounter::new(count).encode(refreshes.encode_family(&labels)?)?;
         }
+        if let Some(stats) = &self.checkpoints {
+            encode_checkpoint_stats(stats, &mut encoder)?;
+        }
         if self.ca_not_after.is_empty() {
             return Ok(());
         }
@@ -99,6 +105,57 @@ impl Collector for Sources {
         }
         Ok(())
     }
+}
+
+fn encode_checkpoint_stats(
+    stats: &crate::audit::checkpoint::CheckpointStats,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (name, help, value) in [
+        (
+            "audit_checkpoints_signed",
+            "Audit checkpoints signed and published.",
+            &stats.signed,
+        ),
+        (
+            "audit_checkpoint_failures",
+            "Audit checkpoints that could not be signed or written (the head stays unsigned until the next).",
+            &stats.failures,
+        ),
+        (
+            "audit_checkpoint_webhook_failures",
+            "Audit checkpoints the webhook did not take.",
+            &stats.webhook_failures,
+        ),
+    ] {
+        ConstCounter::new(value.load(Relaxed)).encode(encoder.encode_descriptor(
+            name,
+            help,
+            None,
+            MetricType::Counter,
+        )?)?;
+    }
+    for (name, help, value) in [
+        (
+            "audit_checkpoint_last_seq",
+            "The last record the last audit checkpoint covers.",
+            &stats.last_seq,
+        ),
+        (
+            "audit_checkpoint_last_timestamp_seconds",
+            "When the last audit checkpoint was signed (Unix time).",
+            &stats.last_signed_at,
+        ),
+    ] {
+        ConstGauge::new(value.load(Relaxed)).encode(encoder.encode_descriptor(
+            name,
+            help,
+            None,
+            MetricType::Gauge,
+        )?)?;
+    }
+    Ok(())
 }
 
 #[derive(Debug)]
@@ -171,6 +228,7 @@ mod tests {
         let metrics = Metrics::with_sources(Sources {
             audit_write_failures: Box::new(|| 2),
             jwks_refreshes: Box::new(|| (3, 1)),
+            checkpoints: None,
             ca_not_after: vec![("prod".into(), 1_900_000_000), ("staging".into(), 1_800_000_000)],
         });
         metrics

@@ -8,7 +8,7 @@
 //! then stops in the order that loses nothing: no new connections, in-flight
 //! requests finish within `http.shutdown_grace`, the periodic tasks stop, the
 //! last refusal counts are recorded while the audit writer still takes
-//! records, and the writer drains.
+//! records, the writer drains, and the last checkpoint is signed.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -52,7 +52,8 @@ impl Tasks {
             &mut background.key_refresher,
             &mut background.rate_limit_janitor,
         ];
-        for task in periodic.into_iter().chain(self.tls_reloader.as_mut()) {
+        let optional = [self.tls_reloader.as_mut(), background.checkpoint_signer.as_mut()];
+        for task in periodic.into_iter().chain(optional.into_iter().flatten()) {
             task.abort();
             // Cancelled, or it had ended: either way it holds nothing now.
             let _ = task.await;
@@ -135,12 +136,24 @@ impl Server {
         // closed once, here, while the writer still takes its records.
         tasks.stop_periodic().await;
         app.record_refusals().await;
+        let last_checkpoint = app
+            .checkpoints
+            .clone()
+            .map(|checkpoints| (checkpoints, app.audit.store().clone(), app.clock.clone()));
         // The writer ends when its last handle is dropped, after writing
         // what is queued. No connection holds the app any more; a handle
         // taken with `app()` and still held keeps the writer for its holder.
         if let Some(app) = Arc::into_inner(app) {
             drop(app);
             let _ = tasks.background.audit_writer.await;
+        }
+        // Signed after the last record is committed: the trail as this
+        // server leaves it.
+        if let Some((checkpoints, store, clock)) = last_checkpoint {
+            let trigger = talos_sso_api::checkpoint::trigger::SHUTDOWN;
+            if let Err(error) = checkpoints.publish(&store, trigger, clock.now()).await {
+                tracing::error!(target: "talos_sso::audit::checkpoint", "no checkpoint signed at shutdown: {error}");
+            }
         }
         tracing::info!("stopped");
     }

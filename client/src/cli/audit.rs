@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use anyhow::{anyhow, bail};
+use anyhow::anyhow;
 use clap::{Args, Subcommand};
 
 use talos_sso_api::AuditQuery;
@@ -116,10 +116,23 @@ pub enum AuditCommand {
         #[command(flatten)]
         login: LoginMethod,
     },
-    /// Ask the server to recompute the hash chain.
+    /// Ask the server to recompute the hash chain (and check it against its
+    /// signed checkpoints); or, with --file, verify an export here, with no
+    /// server and no database.
     Verify {
+        /// An export (`audit export --output json`, the whole trail or from
+        /// some record on, unfiltered) to verify offline.
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+        /// Checkpoint files to check the export against (with --file).
+        #[arg(long = "checkpoints", requires = "file")]
+        checkpoints: Vec<std::path::PathBuf>,
+        /// The server's audit public key, PEM (with --checkpoints; repeat
+        /// for keys rotated out).
+        #[arg(long = "public-key", requires = "checkpoints")]
+        public_keys: Vec<std::path::PathBuf>,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(long, env = "TALOS_SSO_SERVER", conflicts_with = "file")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -163,27 +176,24 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             writeln!(out, "{}", record_json(&record, true)?)?;
             Ok(())
         }
-        AuditCommand::Verify { server, login } => {
+        AuditCommand::Verify {
+            file: Some(file),
+            checkpoints,
+            public_keys,
+            ..
+        } => {
+            let status = super::audit_verify::verify_export(&file, &checkpoints, &public_keys)?;
+            super::audit_verify::report(&status, out)
+        }
+        AuditCommand::Verify {
+            file: None,
+            server,
+            login,
+            ..
+        } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
             let chain = api.audit_verify(&tokens.bearer).await.map_err(explained)?;
-            if chain.intact {
-                writeln!(
-                    out,
-                    "audit chain intact: {} records verified (last seq {})",
-                    chain.verified, chain.last_seq
-                )?;
-                Ok(())
-            } else {
-                let (seq, reason) = chain
-                    .first_broken
-                    .map_or(("?".to_owned(), String::new()), |link| {
-                        (link.seq.to_string(), link.reason)
-                    });
-                bail!(
-                    "audit chain broken at record {seq}: {}",
-                    crate::display::escape(&reason)
-                )
-            }
+            super::audit_verify::report(&chain, out)
         }
     }
 }

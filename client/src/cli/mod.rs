@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 pub mod audit;
+mod audit_verify;
 pub mod deny;
 pub mod exec;
 pub mod login;

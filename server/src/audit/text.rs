@@ -123,7 +123,20 @@ fn clean_json_at(value: Value, depth: usize) -> Value {
                 .map(|(k, v)| (clean(&k, FIELD_CHARS), clean_json_at(v, depth + 1)))
                 .collect(),
         ),
+        // The canonical encoding reads numbers as doubles (RFC 8785): an
+        // integer beyond 2^53 would share its bytes, and so its hash, with
+        // a neighbour. Kept exactly, as text.
+        Value::Number(n) if is_unsafe_integer(&n) => Value::String(n.to_string()),
         other => other,
+    }
+}
+
+fn is_unsafe_integer(n: &serde_json::Number) -> bool {
+    let max = talos_sso_api::chain::MAX_SAFE_INTEGER;
+    match (n.as_u64(), n.as_i64()) {
+        (Some(u), _) => u > max,
+        (None, Some(i)) => i.unsigned_abs() > max,
+        (None, None) => false,
     }
 }
 
@@ -172,6 +185,20 @@ mod tests {
         assert_eq!(
             value,
             json!({"k\\u{0}": ["\\u{0}", {"deep": "x\\u{1b}"}], "n": 5})
+        );
+        assert_eq!(
+            clean_json(json!([
+                9_007_199_254_740_991_u64,
+                9_007_199_254_740_993_u64,
+                -9_007_199_254_740_993_i64,
+                0.5
+            ])),
+            json!([
+                9_007_199_254_740_991_u64,
+                "9007199254740993",
+                "-9007199254740993",
+                0.5
+            ])
         );
         let mut deep = json!("bottom");
         for _ in 0..20 {

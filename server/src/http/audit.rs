@@ -1,4 +1,5 @@
-//! `GET /v1/audit` and `GET /v1/audit/verify` (auditors). Reading the trail
+//! `GET /v1/audit`, `GET /v1/audit/verify` and `POST /v1/audit/checkpoint`
+//! (auditors). Reading the trail
 //! is itself recorded (`audit.query`) before the answer leaves. The query
 //! parameters ([`AuditQuery`]) are checked once the caller is known to be an
 //! auditor, so that nobody else learns anything from how they are refused.
@@ -16,8 +17,10 @@ use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
+use crate::audit::checkpoint::Checkpoints;
 use crate::audit::store::AuditFilter;
 use crate::audit::{event, outcome, text};
+use talos_sso_api::checkpoint::{Checkpoint, trigger};
 
 /// Why a query parameter was refused: `(parameter, what is wrong)`.
 type ParamError = (&'static str, String);
@@ -125,21 +128,58 @@ pub async fn list(
     Ok(Json(AuditPage { records, next_cursor }))
 }
 
-/// `GET /v1/audit/verify`: recompute the hash chain.
+/// `GET /v1/audit/verify`: recompute the hash chain, and check it against
+/// the signed checkpoints when the server signs them.
 pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<ChainStatus>, ApiError> {
     let details = json!({"action": "verify"});
     let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
     commit(&app, record, None).await?;
-    let check = app.audit.store().verify_chain().await?;
-    Ok(Json(ChainStatus {
-        intact: check.first_broken.is_none(),
-        verified: check.verified,
-        last_seq: check.last_seq,
-        first_broken: check.first_broken.map(|b| talos_sso_api::audit::BrokenLink {
-            seq: b.seq,
-            reason: b.reason,
-        }),
-    }))
+    Ok(Json(
+        verify_trail(app.audit.store(), app.checkpoints.as_deref()).await?,
+    ))
+}
+
+/// The chain recomputed from `store`, against the checkpoints of
+/// `checkpoints` when there are some: shared by the API and
+/// `talos-sso-server audit verify`.
+pub async fn verify_trail(
+    store: &crate::audit::store::AuditStore,
+    checkpoints: Option<&Checkpoints>,
+) -> Result<ChainStatus, crate::audit::store::StoreError> {
+    let Some(checkpoints) = checkpoints else {
+        return Ok(store.verify_chain().await?.status());
+    };
+    match checkpoints.read().await {
+        Ok(signed) => Ok(store.verify_chain_against(Some(signed)).await?.status()),
+        Err(error) => {
+            let mut check = store.verify_chain_against(Some(Vec::new())).await?;
+            check.fail_checkpoints(&error);
+            Ok(check.status())
+        }
+    }
+}
+
+/// `POST /v1/audit/checkpoint`: sign the head now (auditors). The request
+/// is recorded first, so the checkpoint covers its own record.
+pub async fn checkpoint(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<Checkpoint>, ApiError> {
+    let details = json!({"action": "checkpoint"});
+    let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    let Some(checkpoints) = &app.checkpoints else {
+        let error = ApiError::new(
+            talos_sso_api::ErrorCode::CheckpointsNotConfigured,
+            "this server signs no audit checkpoints: `audit.checkpoints` is not configured",
+        );
+        return Err(deny(&app, record, error).await);
+    };
+    commit(&app, record, None).await?;
+    let signed = checkpoints
+        .publish(app.audit.store(), trigger::REQUEST, app.clock.now())
+        .await
+        .map_err(|error| {
+            tracing::error!(target: "talos_sso::audit::checkpoint", "no checkpoint signed on request: {error}");
+            ApiError::audit_unavailable()
+        })?;
+    Ok(Json(signed))
 }
 
 #[cfg(test)]

@@ -166,6 +166,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/certificates", post(certificates::issue))
         .route("/v1/audit", get(audit::list))
         .route("/v1/audit/verify", get(audit::verify))
+        .route("/v1/audit/checkpoint", post(audit::checkpoint))
         .route("/v1/deny", get(deny::list).post(deny::add).delete(deny::remove))
         .route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))

@@ -518,9 +518,30 @@ impl AuditStore {
         }))
     }
 
+    /// The last record's `seq` and hash, as committed now; `(0,`
+    /// [`GENESIS_HASH`]`)` for an empty trail. What a checkpoint signs.
+    pub async fn head(&self) -> Result<(i64, String), StoreError> {
+        let head: Option<(i64, String)> =
+            on_pool!(self, pool => sqlx::query_as(HEAD_SQL).fetch_optional(pool).await?);
+        Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
+    }
+
     /// Recompute the whole chain; stops at the first broken link.
     pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
+        self.verify_chain_against(None).await
+    }
+
+    /// Recompute the whole chain and, when `checkpoints` are given (their
+    /// signatures checked), check each record they name against the hash
+    /// they signed, and that none names a record past the end.
+    pub async fn verify_chain_against(
+        &self,
+        checkpoints: Option<Vec<talos_sso_api::checkpoint::Checkpoint>>,
+    ) -> Result<ChainCheck, StoreError> {
         let mut check = ChainCheck::default();
+        if let Some(checkpoints) = checkpoints {
+            check = check.with_checkpoints(checkpoints);
+        }
         let mut after = 0;
         loop {
             let page = self.page(after, MAX_PAGE).await?;
@@ -533,6 +554,7 @@ impl AuditStore {
                 break;
             }
         }
+        check.finish();
         Ok(check)
     }
 }

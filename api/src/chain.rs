@@ -1,0 +1,517 @@
+//! The hash chain of the audit trail, as anyone can recompute it: the
+//! canonical encoding of a record, its hash, and the check of a run of
+//! records against each other and against signed checkpoints
+//! ([`crate::checkpoint`]). The server writes the chain with these
+//! functions, and the CLI verifies an export with them, without a server.
+//!
+//! Canonical encoding ([RFC 8785], the JSON Canonicalization Scheme): the
+//! record as a JSON object of every field except `hash` (`seq` and
+//! `prev_hash` included), absent values as `null`, times as RFC 3339 UTC
+//! with exactly six fractional digits; keys sorted by their UTF-16 code
+//! units, no whitespace, strings with only `"`, `\` and control characters
+//! escaped, numbers in their shortest ECMAScript form. `hash` is the
+//! lowercase hex SHA-256 of those bytes; `prev_hash` of the first record is
+//! 64 zeros. Every number the server writes is an integer of at most 2^53 in
+//! magnitude, so it reads back as itself in any JSON implementation
+//! (larger ones are kept as strings). docs/audit.md specifies the same, for
+//! people who implement it elsewhere.
+//!
+//! [RFC 8785]: https://www.rfc-editor.org/rfc/rfc8785
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::audit::{AuditRecord, BrokenLink, StoredRecord, format_micros};
+use crate::checkpoint::Checkpoint;
+
+/// `prev_hash` of the first record.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Largest integer magnitude a record may hold as a number: beyond it,
+/// RFC 8785 (which reads every number as an IEEE 754 double) would write
+/// two different integers as the same bytes.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// The bytes that are hashed for `record` at `seq` after `prev_hash`.
+pub fn canonical_encoding(seq: i64, record: &AuditRecord, prev_hash: &str) -> Vec<u8> {
+    let mut value = serde_json::to_value(record).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("seq".into(), json!(seq));
+        map.insert("prev_hash".into(), json!(prev_hash));
+    }
+    canonical_json(&value)
+}
+
+/// RFC 8785 bytes of `value`. Empty only for a value JSON cannot hold
+/// (a non-finite float), which no record or checkpoint has.
+pub fn canonical_json(value: &Value) -> Vec<u8> {
+    serde_json_canonicalizer::to_vec(value).unwrap_or_default()
+}
+
+/// Lowercase hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
+}
+
+pub fn record_hash(seq: i64, record: &AuditRecord, prev_hash: &str) -> String {
+    sha256_hex(&canonical_encoding(seq, record, prev_hash))
+}
+
+/// Place a record after (`prev_seq`, `prev_hash`).
+pub fn chain(prev_seq: i64, prev_hash: &str, record: AuditRecord) -> StoredRecord {
+    let seq = prev_seq + 1;
+    let hash = record_hash(seq, &record, prev_hash);
+    StoredRecord {
+        seq,
+        record,
+        prev_hash: prev_hash.to_owned(),
+        hash,
+    }
+}
+
+/// How far signed checkpoints vouch for a chain that was checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointCoverage {
+    /// Checkpoints whose record was found with the signed hash.
+    pub matched: u64,
+    /// The last of them: every record up to its `seq` is as it was when it
+    /// was signed.
+    pub last: Option<Checkpoint>,
+    /// Records after the last matched checkpoint, vouched for by the chain
+    /// alone until the next checkpoint is signed.
+    pub records_after_last: u64,
+    /// Checkpoints before the first record checked (an export that starts
+    /// later): they vouch for records that were not checked.
+    pub before_first: u64,
+}
+
+/// Where a chain check stands after some records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainCheck {
+    pub verified: u64,
+    pub last_seq: i64,
+    pub last_hash: String,
+    pub first_broken: Option<BrokenLink>,
+    /// Checkpoints not reached yet, by `seq`.
+    pending: VecDeque<Checkpoint>,
+    coverage: Option<CheckpointCoverage>,
+}
+
+impl Default for ChainCheck {
+    fn default() -> Self {
+        Self::after(0, GENESIS_HASH)
+    }
+}
+
+impl ChainCheck {
+    /// A check of records from `seq + 1` on, the record at `seq` having
+    /// `hash` (`0` and [`GENESIS_HASH`] for a whole trail).
+    pub fn after(seq: i64, hash: &str) -> Self {
+        Self {
+            verified: 0,
+            last_seq: seq,
+            last_hash: hash.to_owned(),
+            first_broken: None,
+            pending: VecDeque::new(),
+            coverage: None,
+        }
+    }
+
+    /// Also check every record a checkpoint names against the hash it
+    /// signed (their signatures are checked already: [`crate::checkpoint`]).
+    /// A checkpoint at the starting point must sign its hash.
+    pub fn with_checkpoints(mut self, mut checkpoints: Vec<Checkpoint>) -> Self {
+        checkpoints.sort_by_key(|c| c.seq);
+        let mut coverage = CheckpointCoverage {
+            matched: 0,
+            last: None,
+            records_after_last: 0,
+            before_first: 0,
+        };
+        for checkpoint in checkpoints {
+            if checkpoint.seq < self.last_seq {
+                coverage.before_first += 1;
+            } else if checkpoint.seq == self.last_seq {
+                if checkpoint.hash == self.last_hash {
+                    coverage.matched += 1;
+                    coverage.last = Some(checkpoint);
+                } else if self.first_broken.is_none() {
+                    self.first_broken = Some(mismatch(&checkpoint, coverage.last.as_ref(), self.last_seq));
+                }
+            } else {
+                self.pending.push_back(checkpoint);
+            }
+        }
+        self.coverage = Some(coverage);
+        self
+    }
+
+    /// Check the next record; stops counting at the first broken link.
+    pub fn feed(&mut self, stored: &StoredRecord) {
+        if self.first_broken.is_some() {
+            return;
+        }
+        let broken = if stored.seq != self.last_seq + 1 {
+            Some(format!(
+                "expected record {} next, found {}: records are missing",
+                self.last_seq + 1,
+                stored.seq
+            ))
+        } else if stored.prev_hash != self.last_hash {
+            Some("its prev_hash is not the hash of the record before it".to_owned())
+        } else if record_hash(stored.seq, &stored.record, &stored.prev_hash) != stored.hash {
+            Some("its content does not match its hash: it was changed after it was written".to_owned())
+        } else {
+            None
+        };
+        if let Some(reason) = broken {
+            self.first_broken = Some(BrokenLink {
+                seq: stored.seq,
+                reason,
+                checkpoint: None,
+            });
+            return;
+        }
+        self.verified += 1;
+        self.last_seq = stored.seq;
+        self.last_hash = stored.hash.clone();
+        let Some(coverage) = self.coverage.as_mut() else {
+            return;
+        };
+        coverage.records_after_last += 1;
+        while self.pending.front().is_some_and(|c| c.seq == stored.seq) {
+            let Some(checkpoint) = self.pending.pop_front() else {
+                break;
+            };
+            if checkpoint.hash != stored.hash {
+                self.first_broken = Some(mismatch(&checkpoint, coverage.last.as_ref(), stored.seq));
+                return;
+            }
+            coverage.matched += 1;
+            coverage.records_after_last = 0;
+            coverage.last = Some(checkpoint);
+        }
+    }
+
+    /// The end of the records: a checkpoint beyond the last one means
+    /// records were removed from the end of the trail.
+    pub fn finish(&mut self) {
+        if self.first_broken.is_some() {
+            return;
+        }
+        if let Some(checkpoint) = self.pending.iter().max_by_key(|c| c.seq) {
+            self.first_broken = Some(BrokenLink {
+                seq: self.last_seq + 1,
+                reason: format!(
+                    "records {} to {} are missing: the trail ends at record {}, but a checkpoint signed by {} \
+                     at {} covers {} records",
+                    self.last_seq + 1,
+                    checkpoint.seq,
+                    self.last_seq,
+                    checkpoint.server,
+                    format_micros(checkpoint.signed_at),
+                    checkpoint.seq,
+                ),
+                checkpoint: Some(checkpoint.clone()),
+            });
+        }
+    }
+
+    /// How far checkpoints vouch for what was checked; `None` when the
+    /// check had none.
+    pub fn coverage(&self) -> Option<&CheckpointCoverage> {
+        self.coverage.as_ref()
+    }
+}
+
+impl ChainCheck {
+    /// The answer of `GET /v1/audit/verify` for this finished check.
+    pub fn status(&self) -> crate::audit::ChainStatus {
+        crate::audit::ChainStatus {
+            intact: self.first_broken.is_none(),
+            verified: self.verified,
+            last_seq: self.last_seq,
+            first_broken: self.first_broken.clone(),
+            checkpoints: self.coverage.clone(),
+        }
+    }
+
+    /// Mark the check as failed because the checkpoints themselves could
+    /// not be read or did not verify (a changed or forged checkpoint file),
+    /// unless the chain broke first.
+    pub fn fail_checkpoints(&mut self, error: &crate::checkpoint::CheckpointError) {
+        if self.first_broken.is_none() {
+            self.first_broken = Some(BrokenLink {
+                seq: error.seq().unwrap_or(0),
+                reason: format!("the checkpoints cannot be trusted: {error}"),
+                checkpoint: None,
+            });
+        }
+    }
+}
+
+/// What `audit verify` prints for `status`: `Ok` with the lines for an
+/// intact chain, `Err` with the sentence naming the break. Text from the
+/// trail or the checkpoints is as found: the caller escapes it for where it
+/// goes.
+pub fn describe(status: &crate::audit::ChainStatus) -> Result<String, String> {
+    if let Some(broken) = &status.first_broken {
+        return Err(format!(
+            "audit chain broken at record {}: {} ({} records before it verified)",
+            broken.seq, broken.reason, status.verified
+        ));
+    }
+    let mut text = format!(
+        "audit chain intact: {} records verified (last seq {})",
+        status.verified, status.last_seq
+    );
+    match &status.checkpoints {
+        None => text.push_str(
+            "\nno signed checkpoints: the chain alone cannot show a trail rewritten from some record on, or its \
+             newest records removed",
+        ),
+        Some(CheckpointCoverage { last: None, .. }) => {
+            text.push_str("\nno signed checkpoint covers these records yet")
+        }
+        Some(CheckpointCoverage {
+            matched,
+            last: Some(last),
+            records_after_last,
+            before_first,
+        }) => {
+            text.push_str(&format!(
+                "\nlast signed checkpoint covered: record {} (signed by {} at {}, {}), {} checkpoints matched",
+                last.seq,
+                last.server,
+                format_micros(last.signed_at),
+                last.trigger,
+                matched
+            ));
+            if *records_after_last > 0 {
+                text.push_str(&format!(
+                    "\n{records_after_last} records after it are not covered by a checkpoint yet"
+                ));
+            }
+            if *before_first > 0 {
+                text.push_str(&format!(
+                    "\n{before_first} checkpoints name records before the first one checked, and were not used"
+                ));
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// The record at `seq` does not have the hash `checkpoint` signed: some
+/// record after the previous matched checkpoint was changed, and every
+/// hash after it recomputed (otherwise the chain itself would break).
+fn mismatch(checkpoint: &Checkpoint, previous: Option<&Checkpoint>, seq: i64) -> BrokenLink {
+    let from = previous.map_or(1, |p| p.seq + 1);
+    BrokenLink {
+        seq,
+        reason: format!(
+            "record {seq} does not have the hash the checkpoint signed by {} at {} gives it: a record from {from} \
+             to {seq} was changed after that checkpoint was signed, and the hashes after it recomputed",
+            checkpoint.server,
+            format_micros(checkpoint.signed_at),
+        ),
+        checkpoint: Some(checkpoint.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{event, outcome};
+    use crate::checkpoint::{CHECKPOINT_TYPE, trigger};
+    use time::macros::datetime;
+
+    fn record(n: u32) -> AuditRecord {
+        let mut r = AuditRecord::new(
+            event::CERTIFICATE_ISSUED,
+            outcome::SUCCESS,
+            &format!("req-{n}"),
+            datetime!(2026-11-29 10:00:00.123456789 UTC),
+        );
+        r.cluster = Some("prod".into());
+        r.roles_granted = vec!["os:admin".into()];
+        r.details = json!({"zeta": 1, "alpha": {"b": 2, "a": 1}});
+        r
+    }
+
+    fn trail(n: u32) -> Vec<StoredRecord> {
+        let mut stored: Vec<StoredRecord> = Vec::new();
+        for i in 0..n {
+            let (seq, hash) = stored
+                .last()
+                .map_or((0, GENESIS_HASH.to_owned()), |s| (s.seq, s.hash.clone()));
+            stored.push(chain(seq, &hash, record(i)));
+        }
+        stored
+    }
+
+    fn check(records: &[StoredRecord], checkpoints: Option<Vec<Checkpoint>>) -> ChainCheck {
+        let mut c = ChainCheck::default();
+        if let Some(checkpoints) = checkpoints {
+            c = c.with_checkpoints(checkpoints);
+        }
+        records.iter().for_each(|r| c.feed(r));
+        c.finish();
+        c
+    }
+
+    /// A checkpoint as the chain check sees it (signatures are checked
+    /// when the file is read, in `checkpoint`).
+    fn checkpoint_of(record: &StoredRecord) -> Checkpoint {
+        Checkpoint {
+            kind: CHECKPOINT_TYPE.into(),
+            server: "talos-sso-1".into(),
+            seq: record.seq,
+            hash: record.hash.clone(),
+            signed_at: datetime!(2026-11-29 10:05 UTC),
+            trigger: trigger::INTERVAL.into(),
+            key_id: "k".into(),
+            signature: String::new(),
+        }
+    }
+
+    #[test]
+    fn canonical_encoding_is_sorted_compact_and_microsecond() {
+        let text = String::from_utf8(canonical_encoding(7, &record(1), GENESIS_HASH)).unwrap();
+        assert!(text.starts_with(r#"{"certificate_sha256":null,"client_ip":null,"client_version":null,"cluster":"prod","details":{"alpha":{"a":1,"b":2},"zeta":1},"event":"certificate.issued""#), "{text}");
+        assert!(
+            text.contains(r#""occurred_at":"2026-11-29T10:00:00.123456Z""#),
+            "{text}"
+        );
+        assert!(text.contains(r#""seq":7"#) && !text.contains(' '));
+    }
+
+    #[test]
+    fn the_chain_names_the_first_broken_record() {
+        let mut stored = Vec::new();
+        let (mut seq, mut hash) = (0, GENESIS_HASH.to_owned());
+        for n in 0..5 {
+            let s = chain(seq, &hash, record(n));
+            seq = s.seq;
+            hash = s.hash.clone();
+            stored.push(s);
+        }
+        let check = |records: &[StoredRecord]| {
+            let mut c = ChainCheck::default();
+            records.iter().for_each(|r| c.feed(r));
+            c
+        };
+        assert_eq!(check(&stored).verified, 5);
+        assert!(check(&stored).first_broken.is_none());
+
+        let mut tampered = stored.clone();
+        tampered[2].record.roles_granted = vec!["os:reader".into()];
+        let c = check(&tampered);
+        assert_eq!((c.verified, c.first_broken.unwrap().seq), (2, 3));
+
+        let mut missing = stored.clone();
+        missing.remove(1);
+        assert_eq!(check(&missing).first_broken.unwrap().seq, 3);
+
+        let mut rehashed = stored.clone();
+        rehashed[3].record.username = Some("mallory".into());
+        rehashed[3].hash = record_hash(4, &rehashed[3].record, &rehashed[3].prev_hash);
+        // Re-hashing the changed record breaks the link to the next one.
+        assert_eq!(check(&rehashed).first_broken.unwrap().seq, 5);
+    }
+
+    /// The record of docs/audit.md ("A record"), written by an earlier
+    /// release whose encoding sorted keys by byte and used serde_json's
+    /// number form: RFC 8785 gives the same bytes for every record the
+    /// server writes (ASCII keys, integers), so its hash still holds.
+    #[test]
+    fn the_hash_of_a_record_written_before_rfc_8785_still_holds() {
+        let text = r#"{"seq":1,"occurred_at":"2026-12-01T10:26:10.879455Z","request_id":"67f5316605316e69bc79cb85af12b429","event":"certificate.issued","outcome":"success","reason_code":null,"cluster":"demo","issuer":"http://127.0.0.1:8400/5b1a0c2e-7d3f-4e8a-9b6c-1f2e3d4c5b6a/v2.0","tenant":"5b1a0c2e-7d3f-4e8a-9b6c-1f2e3d4c5b6a","subject":"b2000000-0000-4000-8000-000000000002","username":"bob@example.com","identity_verified":true,"groups_evaluated":["3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a02"],"roles_requested":[],"roles_granted":["os:operator"],"serial":"6896cf96ffdb782fd30c2e3b42bd0d31","certificate_sha256":"828ac87938cd28cc495f89e7a5a0808a2a8e98c5ee883168fec1d6fb1beb9380","public_key_sha256":"6cbd194e856482a6e2f780051d90fcb405afe459992bf1bde81fec985f0210bf","not_before":"2026-12-01T10:21:10.000000Z","not_after":"2026-12-01T10:31:10.000000Z","client_ip":"127.0.0.1","user_agent":"talos-sso/0.1.0","client_version":"0.1.0","token_id":"mEffh1CcBrQ5ZGlHjCJ50Q","token_issued_at":"2026-12-01T10:21:10.000000Z","details":{},"prev_hash":"0000000000000000000000000000000000000000000000000000000000000000","hash":"828e9b2eb5542a732ce732d0c72c21a7a9b559191f66c6cf681101b984ac7a61"}"#;
+        let stored: StoredRecord = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            record_hash(stored.seq, &stored.record, &stored.prev_hash),
+            stored.hash
+        );
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_and_numbers_take_their_shortest_form() {
+        let mut r = record(1);
+        // U+1F600 sorts after U+FF61 by UTF-8 bytes, before it by UTF-16
+        // code units (a surrogate pair, D83D DE00).
+        r.details = json!({"\u{1F600}": 1, "\u{FF61}": 2, "big": 9_007_199_254_740_991_u64, "f": 1e21});
+        let text = String::from_utf8(canonical_encoding(1, &r, GENESIS_HASH)).unwrap();
+        assert!(
+            text.contains(
+                "\"details\":{\"big\":9007199254740991,\"f\":1e+21,\"\u{1F600}\":1,\"\u{FF61}\":2}"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn checkpoints_catch_a_rewritten_record_and_a_cut_tail() {
+        let stored = trail(10);
+        let signed = vec![checkpoint_of(&stored[3]), checkpoint_of(&stored[6])];
+        let good = check(&stored, Some(signed.clone()));
+        assert_eq!((good.verified, &good.first_broken), (10, &None));
+        let coverage = good.coverage().unwrap();
+        assert_eq!(
+            (
+                coverage.matched,
+                coverage.last.as_ref().map(|c| c.seq),
+                coverage.records_after_last
+            ),
+            (2, Some(7), 3)
+        );
+
+        // Record 6 rewritten and every hash from it recomputed: the chain
+        // alone is intact, the checkpoint of record 7 is not matched.
+        let mut rewritten = stored[..5].to_vec();
+        for original in &stored[5..] {
+            let mut r = original.record.clone();
+            if original.seq == 6 {
+                r.roles_granted = vec!["os:reader".into()];
+            }
+            let last = rewritten.last().unwrap();
+            rewritten.push(chain(last.seq, &last.hash.clone(), r));
+        }
+        assert_eq!(check(&rewritten, None).first_broken, None);
+        let broken = check(&rewritten, Some(signed.clone())).first_broken.unwrap();
+        assert_eq!(
+            (broken.seq, broken.checkpoint.as_ref().map(|c| c.seq)),
+            (7, Some(7))
+        );
+        assert!(
+            broken.reason.contains("a record from 5 to 7 was changed"),
+            "{}",
+            broken.reason
+        );
+
+        // The newest four records removed: only the checkpoint shows it.
+        assert_eq!(check(&stored[..6], None).first_broken, None);
+        let broken = check(&stored[..6], Some(signed)).first_broken.unwrap();
+        assert_eq!(broken.seq, 7);
+        assert!(
+            broken.reason.starts_with("records 7 to 7 are missing"),
+            "{}",
+            broken.reason
+        );
+
+        // An export that starts later: earlier checkpoints are counted, not checked.
+        let mut later = ChainCheck::after(stored[4].seq, &stored[4].hash).with_checkpoints(vec![
+            checkpoint_of(&stored[1]),
+            checkpoint_of(&stored[4]),
+            checkpoint_of(&stored[8]),
+        ]);
+        stored[5..].iter().for_each(|r| later.feed(r));
+        later.finish();
+        let coverage = later.coverage().unwrap();
+        assert_eq!(
+            (&later.first_broken, coverage.matched, coverage.before_first),
+            (&None, 2, 1)
+        );
+    }
+}

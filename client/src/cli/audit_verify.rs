@@ -1,0 +1,121 @@
+//! `audit verify --file EXPORT [--checkpoints FILE --public-key FILE]`: an
+//! export of the trail checked here, with no server and no database: every
+//! record's hash recomputed from its content (RFC 8785, SHA-256), every
+//! link to the record before it, and, with checkpoints, every record a
+//! signed checkpoint names, and that none names a record past the end.
+//! Also how both forms of `audit verify` report.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use talos_sso_api::audit::{ChainStatus, StoredRecord};
+use talos_sso_api::chain::{ChainCheck, describe};
+use talos_sso_api::checkpoint::{CheckpointKey, read_checkpoints};
+
+/// Longest line of an export read: a record is bounded by the server (a
+/// few KiB); a longer line is not one of its records.
+const MAX_RECORD_LINE: u64 = 1024 * 1024;
+
+/// Largest public key file read.
+const MAX_KEY_FILE: u64 = 64 * 1024;
+
+/// Verify the export at `file`, against the checkpoints of `checkpoint_files`
+/// checked with `public_keys`.
+pub(super) fn verify_export(
+    file: &Path,
+    checkpoint_files: &[PathBuf],
+    public_keys: &[PathBuf],
+) -> anyhow::Result<ChainStatus> {
+    if !checkpoint_files.is_empty() && public_keys.is_empty() {
+        bail!("--checkpoints needs --public-key: the server's audit public key checks their signatures");
+    }
+    let keys = public_keys
+        .iter()
+        .map(|path| {
+            let text = read_bounded(path, MAX_KEY_FILE)?;
+            Ok(CheckpointKey::from_pem(&text, &path.display().to_string())?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut checkpoints = Vec::new();
+    for path in checkpoint_files {
+        let origin = path.display().to_string();
+        let reader = std::fs::File::open(path).with_context(|| format!("cannot open {origin}"))?;
+        checkpoints.extend(read_checkpoints(std::io::BufReader::new(reader), &origin, &keys)?);
+    }
+
+    let origin = file.display().to_string();
+    let mut reader =
+        std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("cannot open {origin}"))?);
+    let mut check: Option<ChainCheck> = None;
+    let mut pending = Some(checkpoints);
+    let mut line = Vec::new();
+    for number in 1.. {
+        line.clear();
+        let read = std::io::Read::take(&mut reader, MAX_RECORD_LINE + 1)
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("cannot read {origin}"))?;
+        if read == 0 {
+            break;
+        }
+        if line.len() as u64 > MAX_RECORD_LINE {
+            bail!("{origin}, line {number}: longer than {MAX_RECORD_LINE} bytes, not a record of the trail");
+        }
+        let text =
+            std::str::from_utf8(&line).with_context(|| format!("{origin}, line {number}: not UTF-8"))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let record: StoredRecord = serde_json::from_str(text.trim()).with_context(|| {
+            format!("{origin}, line {number}: not an audit record (export with `--output json`)")
+        })?;
+        let check = check.get_or_insert_with(|| {
+            // An export from some record on: its first `prev_hash` is taken
+            // as given; checkpoints vouch for it when one names a record
+            // from there on.
+            let start = ChainCheck::after(record.seq - 1, &record.prev_hash);
+            match pending.take() {
+                Some(signed) if !checkpoint_files.is_empty() => start.with_checkpoints(signed),
+                _ => start,
+            }
+        });
+        check.feed(&record);
+    }
+    let Some(mut check) = check else {
+        bail!("{origin} holds no records");
+    };
+    check.finish();
+    Ok(check.status())
+}
+
+fn read_bounded(path: &Path, max: u64) -> anyhow::Result<String> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?,
+            max,
+        ),
+        &mut text,
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(text)
+}
+
+/// Print `status` as `audit verify` reports it; an error (exit 1) when the
+/// chain is broken. Everything that came from the trail, the checkpoints
+/// or the server is escaped before it reaches the terminal.
+pub(super) fn report(status: &ChainStatus, out: &mut dyn Write) -> anyhow::Result<()> {
+    let escaped = |text: String| -> String {
+        text.lines()
+            .map(crate::display::escape)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match describe(status) {
+        Ok(text) => {
+            writeln!(out, "{}", escaped(text))?;
+            Ok(())
+        }
+        Err(text) => bail!("{}", escaped(text)),
+    }
+}
