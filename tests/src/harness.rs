@@ -431,6 +431,16 @@ impl TestEnv {
         self.server.app.config.clone()
     }
 
+    /// What `GET /metrics` answers.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.server.base_url))
+            .send()
+            .await;
+        response.expect("metrics").text().await.expect("metrics text")
+    }
+
     /// Ask the server for a certificate on `prod` with `token` and a fresh
     /// key: the status and the JSON body.
     pub async fn issue(&self, token: &str) -> (u16, serde_json::Value) {
@@ -462,4 +472,77 @@ impl TestEnv {
             db.drop_now().await;
         }
     }
+}
+
+/// An audit signing key, its public key and a checkpoint file, in a folder
+/// of their own: what `audit.checkpoints` needs.
+#[derive(Debug)]
+pub struct CheckpointFiles {
+    dir: tempfile::TempDir,
+    pub key: PathBuf,
+    pub public_key: PathBuf,
+    pub file: PathBuf,
+}
+
+impl Default for CheckpointFiles {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CheckpointFiles {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (_, private_pem, public_pem) =
+            talos_sso_server::audit::checkpoint::AuditKey::generate().expect("audit key");
+        let key = write_file(dir.path(), "audit-signing.key", &private_pem, 0o600);
+        let public_key = write_file(dir.path(), "audit-signing.pub", &public_pem, 0o644);
+        let file = dir.path().join("checkpoints.jsonl");
+        Self {
+            dir,
+            key,
+            public_key,
+            file,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `yaml` with an `audit.checkpoints` section using these files, signed
+    /// every `interval` by a server named `server_name`.
+    pub fn configure(&self, yaml: &str, interval: &str, server_name: &str) -> String {
+        format!(
+            "{yaml}\naudit:\n  checkpoints:\n    key_file: \"{}\"\n    file: \"{}\"\n    interval: {interval}\n    \
+             server_name: {server_name}\n",
+            self.key.display(),
+            self.file.display()
+        )
+    }
+
+    /// The checkpoints in the file, in order, read as they are (no
+    /// signature checked).
+    pub fn read(&self) -> Vec<talos_sso_api::checkpoint::Checkpoint> {
+        std::fs::read_to_string(&self.file)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("a checkpoint line"))
+            .collect()
+    }
+}
+
+/// Run `talos-sso-server ARGS` in this process: what it printed, or that
+/// followed by the error.
+pub async fn server_cli(args: &[&str]) -> Result<String, String> {
+    use clap::Parser;
+    let cli = talos_sso_server::cli::Cli::try_parse_from(
+        std::iter::once("talos-sso-server").chain(args.iter().copied()),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let result = talos_sso_server::cli::run(cli, &mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    result.map(|_| text.clone()).map_err(|e| format!("{text}{e:#}"))
 }

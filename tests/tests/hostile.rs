@@ -17,26 +17,6 @@ use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use super::*;
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::$name(Backend::Postgres).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$name(Backend::Sqlite).await;
-                }
-            }
-        )*
-    };
-}
-
 on_both_stores!(poisoned_requests_fail_alone_while_honest_ones_issue);
 
 const BOB_OID: &str = "b2000000-0000-4000-8000-000000000002";
@@ -632,15 +612,7 @@ async fn metric_labels_never_come_from_the_request() {
             .await
             .unwrap();
     }
-    let text = env
-        .http
-        .get(format!("{}/metrics", env.server.base_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = env.metrics().await;
     let mut denied: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("talos_sso_requests_denied_total{"))

@@ -17,11 +17,36 @@
 //!   deny list's edges).
 //! - `matrix`: the hostile-input matrix of docs/reliability.md: every bad
 //!   input by group, each with its exact status and code, nothing issued.
+//! - `checkpoints`: signed audit checkpoints, and what they catch that the
+//!   hash chain alone cannot (a rewritten trail, a cut end).
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+/// Each named test function, run once against each audit store:
+/// `<module>::<name>::postgres` and `<module>::<name>::sqlite`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use super::*;
+
+                #[tokio::test]
+                async fn postgres() {
+                    super::$name(Backend::Postgres).await;
+                }
+
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$name(Backend::Sqlite).await;
+                }
+            }
+        )*
+    };
+}
+
 mod ca_sources;
+mod checkpoints;
 mod client_key;
 mod deploy;
 mod faults;

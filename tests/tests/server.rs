@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use talos_sso::key::ClientKey;
 use talos_sso_server::app::{SystemClock, open_store};
 use talos_sso_server::audit::{GENESIS_HASH, StoredRecord};
-use talos_sso_server::cli::{Cli, run};
+use talos_sso_server::cli::Cli;
 use talos_sso_server::config::Config;
 use talos_sso_server::server::Server;
 use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, TokenKind};
@@ -17,28 +17,6 @@ use talos_sso_tests::harness::{Answer, Backend, TestEnv, Workdir, config_yaml};
 use talos_sso_tests::talos_checker;
 
 use clap::Parser;
-
-/// Each named test function, run once against each audit store:
-/// `server::<name>::postgres` and `server::<name>::sqlite`.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use super::*;
-
-                #[tokio::test]
-                async fn postgres() {
-                    super::$name(Backend::Postgres).await;
-                }
-
-                #[tokio::test]
-                async fn sqlite() {
-                    super::$name(Backend::Sqlite).await;
-                }
-            }
-        )*
-    };
-}
 
 on_both_stores!(
     issues_a_certificate_talos_accepts_and_records_every_field,
@@ -403,11 +381,7 @@ fn write_config(env: &TestEnv) -> std::path::PathBuf {
 }
 
 async fn cli(args: &[&str]) -> Result<String, String> {
-    let cli = Cli::try_parse_from(std::iter::once("talos-sso-server").chain(args.iter().copied())).unwrap();
-    let mut out = Vec::new();
-    let result = run(cli, &mut out).await;
-    let text = String::from_utf8(out).unwrap();
-    result.map(|_| text.clone()).map_err(|e| format!("{text}{e:#}"))
+    talos_sso_tests::harness::server_cli(args).await
 }
 
 async fn tampering_is_named_by_audit_verify(backend: Backend) {
