@@ -1513,3 +1513,170 @@ async fn version_warns_when_the_server_speaks_another_api() {
     );
     served.abort();
 }
+
+/// `talos-sso audit verify --file` and `tests/audit-verify.py` on one
+/// export: what each exited with and printed.
+async fn verify_both(
+    machine: &Machine,
+    export: &Path,
+    checkpoints: &str,
+    public_key: &str,
+) -> ((i32, String, String), (Option<i32>, String)) {
+    let path = export.to_str().unwrap();
+    let cli = machine
+        .run(&[
+            "audit",
+            "verify",
+            "--file",
+            path,
+            "--checkpoints",
+            checkpoints,
+            "--public-key",
+            public_key,
+        ])
+        .await;
+    let script = tokio::process::Command::new("python3")
+        .args([
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/audit-verify.py"),
+            path,
+            "--checkpoints",
+            checkpoints,
+            "--public-key",
+            public_key,
+        ])
+        .output()
+        .await
+        .unwrap();
+    (
+        cli,
+        (
+            script.status.code(),
+            String::from_utf8_lossy(&script.stdout).into_owned(),
+        ),
+    )
+}
+
+/// An export verified with no server: by `talos-sso audit verify --file`,
+/// and by `tests/audit-verify.py`, an implementation of docs/audit.md that
+/// shares no code with talos-sso. Both accept the export as exported, and
+/// both refuse it rewritten (with every later hash recomputed) or cut short.
+async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backend: Backend) {
+    use talos_sso_tests::harness::CheckpointFiles;
+    let files = CheckpointFiles::new();
+    let env = TestEnv::start_with(backend, |yaml| files.configure(&yaml, "1h", "talos-sso-test-1")).await;
+    let bob = Machine::new();
+    let (code, out) = browser_login(&env, &bob, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    let sam = auditor(&env).await;
+    // A checkpoint over what there is now, on request.
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/audit/checkpoint", env.server.base_url))
+        .bearer_auth(
+            env.emulator
+                .token_for("sam@example.com", talos_sso_tests::emulator::TokenKind::id())
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let signed: talos_sso_api::checkpoint::Checkpoint = answer.json().await.unwrap();
+    let (code, exported, err) = sam.run(&["audit", "export", "--output", "json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let export = files.path().join("export.jsonl");
+    std::fs::write(&export, &exported).unwrap();
+
+    let (checkpoints, public_key) = (files.file.to_str().unwrap(), files.public_key.to_str().unwrap());
+    let ((code, out, err), (script_code, script_out)) =
+        verify_both(&sam, &export, checkpoints, public_key).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let total = exported.lines().count();
+    assert!(
+        out.contains(&format!("audit chain intact: {total} records verified")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("last signed checkpoint covered: record {}", signed.seq)),
+        "{out}"
+    );
+    assert_eq!(script_code, Some(0), "{script_out}");
+    assert!(
+        script_out.starts_with(&format!(
+            "intact: {total} records (last seq {total}), 2 checkpoints matched, last at record {}",
+            signed.seq
+        )),
+        "{script_out}"
+    );
+
+    // Record 1 (bob's certificate) rewritten, and every hash after it
+    // recomputed: consistent in itself, contradicted by the checkpoint.
+    let mut records: Vec<talos_sso_api::audit::StoredRecord> = exported
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    records[0].record.roles_granted = vec!["os:admin".into()];
+    let mut rewritten = Vec::new();
+    let (mut seq, mut hash) = (0, talos_sso_api::chain::GENESIS_HASH.to_owned());
+    for stored in &records {
+        let next = talos_sso_api::chain::chain(seq, &hash, stored.record.clone());
+        (seq, hash) = (next.seq, next.hash.clone());
+        rewritten.push(serde_json::to_string(&next).unwrap());
+    }
+    let tampered = files.path().join("tampered.jsonl");
+    std::fs::write(&tampered, rewritten.join("\n") + "\n").unwrap();
+    let ((code, _, err), (script_code, script_out)) =
+        verify_both(&sam, &tampered, checkpoints, public_key).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("audit chain broken at record {}", signed.seq))
+            && err.contains("a record from 1 to"),
+        "{err}"
+    );
+    assert_eq!(script_code, Some(1), "{script_out}");
+    assert!(
+        script_out.starts_with(&format!(
+            "broken at record {}: does not have the hash its signed checkpoint",
+            signed.seq
+        )),
+        "{script_out}"
+    );
+
+    // The newest records cut off, up to before the checkpoint's.
+    let cut = files.path().join("cut.jsonl");
+    let kept: Vec<&str> = exported.lines().take(signed.seq as usize - 1).collect();
+    std::fs::write(&cut, kept.join("\n") + "\n").unwrap();
+    let ((code, _, err), (script_code, script_out)) = verify_both(&sam, &cut, checkpoints, public_key).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("are missing"), "{err}");
+    assert_eq!(script_code, Some(1));
+    assert!(script_out.contains("are missing"), "{script_out}");
+
+    // One byte of one record changed, hash left alone: both name the record.
+    let changed = files.path().join("changed.jsonl");
+    std::fs::write(
+        &changed,
+        exported.replacen("bob@example.com", "bob@example.org", 1),
+    )
+    .unwrap();
+    let ((code, _, err), (_, script_out)) = verify_both(&sam, &changed, checkpoints, public_key).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("audit chain broken at record 1: its content does not match its hash"),
+        "{err}"
+    );
+    assert!(
+        script_out.starts_with("broken at record 1: its content does not match its hash"),
+        "{script_out}"
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_verifies_offline_on_postgres() {
+    an_export_verifies_offline_with_the_cli_and_an_independent_script(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_verifies_offline_on_sqlite() {
+    an_export_verifies_offline_with_the_cli_and_an_independent_script(Backend::Sqlite).await;
+}

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Verify a talos-sso audit export and its signed checkpoints, written from
+the specification in docs/audit.md ("The hash chain", "Signed checkpoints")
+alone: RFC 8785 canonical JSON, SHA-256, Ed25519 (checked by the openssl
+command). It shares no code with talos-sso, so that the specification, the
+server and the CLI cannot drift apart unnoticed.
+
+    audit-verify.py EXPORT [--checkpoints FILE ... --public-key PEM ...]
+
+Prints "intact: ..." and exits 0, or "broken at record N: ..." and exits 1.
+Only the Python standard library and the openssl command are needed.
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+GENESIS = "0" * 64
+MAX_SAFE = 2**53 - 1
+CHECKPOINT_TYPE = "talos-sso.audit.checkpoint.v1"
+
+
+class Broken(Exception):
+    def __init__(self, seq, reason):
+        super().__init__(f"broken at record {seq}: {reason}")
+
+
+def jcs(value):
+    """RFC 8785 for the values an audit record or a checkpoint holds."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE:
+            raise ValueError(f"integer {value} is beyond 2^53: not an I-JSON number")
+        return str(value)
+    if isinstance(value, float):
+        # The server writes integers only; RFC 8785's number form for other
+        # doubles (ECMAScript's Number.prototype.toString) is not needed.
+        if value.is_integer() and abs(value) <= MAX_SAFE:
+            return str(int(value))
+        raise ValueError(f"number {value!r}: the server writes integers only")
+    if isinstance(value, str):
+        out = ['"']
+        for ch in value:
+            code = ord(ch)
+            if ch == '"':
+                out.append('\\"')
+            elif ch == "\\":
+                out.append("\\\\")
+            elif ch == "\b":
+                out.append("\\b")
+            elif ch == "\t":
+                out.append("\\t")
+            elif ch == "\n":
+                out.append("\\n")
+            elif ch == "\f":
+                out.append("\\f")
+            elif ch == "\r":
+                out.append("\\r")
+            elif code < 0x20:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+    if isinstance(value, list):
+        return "[" + ",".join(jcs(v) for v in value) + "]"
+    if isinstance(value, dict):
+        # Keys sorted by their UTF-16 code units.
+        keys = sorted(value, key=lambda k: k.encode("utf-16-be"))
+        return "{" + ",".join(jcs(k) + ":" + jcs(value[k]) for k in keys) + "}"
+    raise ValueError(f"{type(value).__name__} is not JSON")
+
+
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def public_key(path):
+    """(key_id, path) of a PEM public key: key_id is the SHA-256 of its DER."""
+    with open(path, encoding="ascii") as f:
+        lines = f.read().split("\n")
+    start = lines.index("-----BEGIN PUBLIC KEY-----")
+    end = lines.index("-----END PUBLIC KEY-----")
+    der = base64.b64decode("".join(lines[start + 1 : end]))
+    return sha256_hex(der), path
+
+
+def signature_verifies(pem_path, message, signature_hex):
+    with tempfile.TemporaryDirectory() as tmp:
+        msg, sig = os.path.join(tmp, "msg"), os.path.join(tmp, "sig")
+        with open(msg, "wb") as f:
+            f.write(message)
+        with open(sig, "wb") as f:
+            f.write(bytes.fromhex(signature_hex))
+        result = subprocess.run(
+            ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", pem_path, "-rawin", "-in", msg, "-sigfile", sig],
+            capture_output=True,
+        )
+        return result.returncode == 0
+
+
+def read_checkpoints(paths, keys):
+    checkpoints = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                checkpoint = json.loads(line)
+                if checkpoint.get("type") != CHECKPOINT_TYPE:
+                    raise Broken(0, f"{path}, line {number}: not a checkpoint")
+                key = keys.get(checkpoint["key_id"])
+                if key is None:
+                    raise Broken(checkpoint["seq"], f"{path}, line {number}: signed by an unknown key")
+                signed = {k: v for k, v in checkpoint.items() if k != "signature"}
+                if not signature_verifies(key, jcs(signed).encode("utf-8"), checkpoint["signature"]):
+                    raise Broken(checkpoint["seq"], f"{path}, line {number}: the signature does not verify")
+                checkpoints.append(checkpoint)
+    return sorted(checkpoints, key=lambda c: c["seq"])
+
+
+def verify(export, checkpoint_paths, key_paths):
+    keys = dict(public_key(p) for p in key_paths)
+    checkpoints = read_checkpoints(checkpoint_paths, keys)
+    by_seq = {}
+    for checkpoint in checkpoints:
+        by_seq.setdefault(checkpoint["seq"], []).append(checkpoint)
+    last_seq, last_hash, count, matched, last_matched = None, None, 0, 0, None
+    with open(export, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            seq = record["seq"]
+            if last_seq is None:
+                # An export from some record on: its first prev_hash is taken as given.
+                last_seq, last_hash = seq - 1, record["prev_hash"]
+                for checkpoint in by_seq.get(last_seq, []):
+                    if checkpoint["hash"] != last_hash:
+                        raise Broken(last_seq, "does not match its signed checkpoint")
+                    matched, last_matched = matched + 1, last_seq
+            if seq != last_seq + 1:
+                raise Broken(seq, f"expected record {last_seq + 1}: records are missing")
+            if record["prev_hash"] != last_hash:
+                raise Broken(seq, "its prev_hash is not the hash of the record before it")
+            content = {k: v for k, v in record.items() if k != "hash"}
+            if sha256_hex(jcs(content).encode("utf-8")) != record["hash"]:
+                raise Broken(seq, "its content does not match its hash")
+            for checkpoint in by_seq.get(seq, []):
+                if checkpoint["hash"] != record["hash"]:
+                    raise Broken(seq, "does not have the hash its signed checkpoint gives it")
+                matched += 1
+                last_matched = seq
+            last_seq, last_hash, count = seq, record["hash"], count + 1
+    if last_seq is None:
+        raise Broken(0, "the export holds no records")
+    beyond = [c["seq"] for c in checkpoints if c["seq"] > last_seq]
+    if beyond:
+        raise Broken(last_seq + 1, f"records {last_seq + 1} to {max(beyond)} are missing (signed in a checkpoint)")
+    return count, last_seq, matched, last_matched
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("export")
+    parser.add_argument("--checkpoints", action="append", default=[])
+    parser.add_argument("--public-key", action="append", default=[])
+    args = parser.parse_args()
+    try:
+        count, last_seq, matched, last_matched = verify(args.export, args.checkpoints, args.public_key)
+    except Broken as broken:
+        print(broken)
+        return 1
+    print(f"intact: {count} records (last seq {last_seq}), {matched} checkpoints matched, last at record {last_matched}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
