@@ -282,12 +282,12 @@ pub fn describe(status: &crate::audit::ChainStatus) -> Result<String, String> {
             before_first,
         }) => {
             text.push_str(&format!(
-                "\nlast signed checkpoint covered: record {} (signed by {} at {}, {}), {} checkpoints matched",
+                "\nlast signed checkpoint covered: record {} (signed by {} at {}, {}), {matched} checkpoint{} matched",
                 last.seq,
                 last.server,
                 format_micros(last.signed_at),
                 last.trigger,
-                matched
+                if *matched == 1 { "" } else { "s" },
             ));
             if *records_after_last > 0 {
                 text.push_str(&format!(

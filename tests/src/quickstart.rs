@@ -208,6 +208,9 @@ policy_examples:
   - {{ description: "admins must ask for os:admin", cluster: demo, groups: ["{GROUP_PLATFORM_ADMINS}"], expect_denied: role_required }}
 auditors: {{ groups: ["{GROUP_SECURITY}"] }}
 admins: {{ groups: ["{GROUP_PLATFORM_ADMINS}"] }}
+# The chain head, signed with the audit key and kept outside the database.
+audit:
+  checkpoints: {{ key_file: "{data}/audit-signing.key", file: "{data}/checkpoints.jsonl", interval: 1m }}
 "#,
         data = dir.display(),
         issuer = emulator.issuer(),
@@ -679,6 +682,13 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     let ca_cert = write_file(&dir, "talos-ca.crt", &ca.cert_pem, 0o644);
     let ca_key = write_file(&dir, "talos-ca.key", &ca.key_pem, 0o600);
     say(&format!("   {}", ca_cert.display()));
+    let (_, audit_key, audit_public) = talos_sso_server::audit::checkpoint::AuditKey::generate()?;
+    write_file(&dir, "audit-signing.key", &audit_key, 0o600);
+    let audit_public = write_file(&dir, "audit-signing.pub", &audit_public, 0o644);
+    say(&format!(
+        "   {} (signs the audit checkpoints)",
+        audit_public.display()
+    ));
 
     say("3. talos-sso-server with the embedded SQLite audit store");
     let config_path = dir.join("server.yaml");

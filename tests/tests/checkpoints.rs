@@ -397,3 +397,85 @@ async fn the_log_carries_each_checkpoint() {
     assert_eq!((in_log.seq, in_log.trigger.as_str()), (1, trigger::COMMAND));
     env.finish().await;
 }
+
+/// `audit new-key` writes a key OpenSSL reads (PKCS#8 v1) and the public
+/// key OpenSSL derives from it; a key OpenSSL made is an audit key too.
+#[tokio::test]
+async fn audit_keys_are_made_and_read_like_openssl_makes_and_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = (dir.path().join("audit.key"), dir.path().join("audit.pub"));
+    let args = [
+        "audit",
+        "new-key",
+        "--out-key",
+        key.to_str().unwrap(),
+        "--out-public",
+        public.to_str().unwrap(),
+    ];
+    let made = server_cli(&args).await.unwrap();
+    assert!(made.contains("(mode 0600)"), "{made}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(server_cli(&args).await.unwrap_err().contains("already exists"));
+    let derived = std::process::Command::new("openssl")
+        .args(["pkey", "-in", key.to_str().unwrap(), "-pubout"])
+        .output()
+        .unwrap();
+    assert!(
+        derived.status.success(),
+        "{}",
+        String::from_utf8_lossy(&derived.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(derived.stdout).unwrap(),
+        std::fs::read_to_string(&public).unwrap()
+    );
+
+    let openssl_key = dir.path().join("openssl.key");
+    let status = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "ed25519",
+            "-out",
+            openssl_key.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::set_permissions(&openssl_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let loaded = talos_sso_server::audit::checkpoint::AuditKey::load(&openssl_key).unwrap();
+    let checkpoint = loaded.sign(
+        "s",
+        1,
+        &"ab".repeat(32),
+        time::OffsetDateTime::now_utc(),
+        "command",
+    );
+    // OpenSSL checks the signature over the documented bytes.
+    let (message, signature) = (dir.path().join("message"), dir.path().join("signature"));
+    std::fs::write(&message, checkpoint.signed_bytes()).unwrap();
+    std::fs::write(&signature, hex::decode(&checkpoint.signature).unwrap()).unwrap();
+    let verified = std::process::Command::new("openssl")
+        .args([
+            "pkeyutl",
+            "-verify",
+            "-inkey",
+            openssl_key.to_str().unwrap(),
+            "-rawin",
+            "-in",
+        ])
+        .arg(&message)
+        .arg("-sigfile")
+        .arg(&signature)
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+}
