@@ -26,27 +26,31 @@ struct Split {
 }
 
 impl Split {
-    async fn create() -> Self {
+    /// The database and the roles' names; the roles do not exist yet.
+    async fn names() -> Self {
         let database = TestDatabase::create().await;
-        let owner = format!("{}_owner", database.name);
-        let runtime = format!("{}_app", database.name);
-        // As the compose init script does: the owner owns the database (so
-        // it may create in its public schema), the runtime role only logs in.
-        database
-            .superuser(&format!(
-                "CREATE ROLE {owner} LOGIN; CREATE ROLE {runtime} LOGIN; \
-                 ALTER DATABASE {} OWNER TO {owner};",
-                database.name
-            ))
-            .await
-            .unwrap();
         Self {
+            owner: format!("{}_owner", database.name),
+            runtime: format!("{}_app", database.name),
             database,
-            owner,
-            runtime,
             emulator: EmulatorHandle::start(EmulatorConfig::default()).await.unwrap(),
             work: Workdir::new(),
         }
+    }
+
+    async fn create() -> Self {
+        let split = Self::names().await;
+        // As the compose role script does: the owner owns the database (so
+        // it may create in its public schema), the runtime role only logs in.
+        split
+            .database
+            .superuser(&format!(
+                "CREATE ROLE {0} LOGIN; CREATE ROLE {1} LOGIN; ALTER DATABASE {2} OWNER TO {0};",
+                split.owner, split.runtime, split.database.name
+            ))
+            .await
+            .unwrap();
+        split
     }
 
     /// A server configuration connecting as `role`; `migrate_on_start` as given.
@@ -475,4 +479,77 @@ async fn the_runtime_role_flag_refuses_a_role_that_is_missing_or_more_than_a_run
     );
     drop((owner, runtime));
     split.drop(&[&member]).await;
+}
+
+#[tokio::test]
+async fn the_compose_role_script_makes_the_roles_migrate_expects() {
+    let split = Split::names().await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/compose/postgres-roles.sh");
+    let owner_password =
+        talos_sso_tests::material::write_file(split.work.path(), "owner-pw", "owner's\n", 0o600);
+    let runtime_password =
+        talos_sso_tests::material::write_file(split.work.path(), "app-pw", "app pw\n", 0o600);
+    let admin = url::Url::parse(&split.database.url).unwrap();
+    let run_script = || {
+        std::process::Command::new("sh")
+            .arg(script)
+            .env("PGHOST", admin.host_str().unwrap())
+            .env("PGPORT", admin.port().unwrap_or(5432).to_string())
+            .env("PGUSER", admin.username())
+            .env("PGPASSWORD", admin.password().unwrap_or_default())
+            .env("PGDATABASE", &split.database.name)
+            .env("TALOS_SSO_OWNER_ROLE", &split.owner)
+            .env("TALOS_SSO_RUNTIME_ROLE", &split.runtime)
+            .env("TALOS_SSO_OWNER_PASSWORD_FILE", &owner_password)
+            .env("TALOS_SSO_RUNTIME_PASSWORD_FILE", &runtime_password)
+            .output()
+            .expect("sh and psql")
+    };
+    // Twice: the second run finds the roles and sets their passwords again.
+    for _ in 0..2 {
+        let output = run_script();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut admin_connection = sqlx::PgConnection::connect(&split.database.url).await.unwrap();
+    let roles: Vec<(String, bool, bool, bool, bool)> = sqlx::query_as(
+        "SELECT rolname::text, rolsuper, rolcreaterole, rolinherit, rolpassword LIKE 'SCRAM-SHA-256$%' \
+         FROM pg_authid WHERE rolname = ANY($1) ORDER BY rolname",
+    )
+    .bind([&split.runtime, &split.owner])
+    .fetch_all(&mut admin_connection)
+    .await
+    .unwrap();
+    assert_eq!(
+        roles,
+        [
+            (split.runtime.clone(), false, false, false, true),
+            (split.owner.clone(), false, false, true, true)
+        ]
+    );
+    let database_owner: String = sqlx::query_scalar(
+        "SELECT pg_get_userbyid(datdba)::text FROM pg_database WHERE datname = current_database()",
+    )
+    .fetch_one(&mut admin_connection)
+    .await
+    .unwrap();
+    assert_eq!(database_owner, split.owner);
+    drop(admin_connection);
+    // What the script made is what `migrate --runtime-role` needs.
+    let granted = split.migrate(&split.runtime).await.unwrap();
+    assert!(
+        granted.contains(&format!("runtime role {} may:", split.runtime)),
+        "{granted}"
+    );
+
+    // A missing password file stops it before it connects.
+    std::fs::remove_file(&runtime_password).unwrap();
+    let output = run_script();
+    assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("is missing or empty"), "{error}");
+    split.drop(&[]).await;
 }
