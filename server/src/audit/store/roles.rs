@@ -53,6 +53,11 @@ const GRANT_LOCK_KEY: i64 = 0x7461_6c6f_7352_4f4c;
 /// Longest role name Postgres keeps (NAMEDATALEN - 1).
 const MAX_ROLE_NAME_BYTES: usize = 63;
 
+/// One table's owner, as the grant checks it: the table, its owner (none:
+/// it is missing), whether the connected role has the owner's rights,
+/// whether the runtime role does.
+type OwnerRow = (String, Option<String>, Option<bool>, Option<bool>);
+
 /// What the connected role may do to the schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemaAuthority {
@@ -215,7 +220,7 @@ impl AuditStore {
 
         // Ours to grant: every table is the connected role's.
         let tables: Vec<String> = expected.keys().cloned().collect();
-        let owners: Vec<(String, Option<String>, Option<bool>, Option<bool>)> = sqlx::query_as(
+        let owners: Vec<OwnerRow> = sqlx::query_as(
             "SELECT t, pg_get_userbyid(c.relowner)::text, pg_has_role(current_user, c.relowner, 'USAGE'), \
                     pg_has_role($2, c.relowner, 'MEMBER') \
              FROM unnest($1::text[]) AS t LEFT JOIN pg_class c ON c.oid = to_regclass(t)",
