@@ -389,7 +389,7 @@ async fn the_runtime_role_flag_refuses_a_role_that_is_missing_or_more_than_a_run
     assert!(!audit_exists().await, "a refused role changes nothing");
     let error = split.migrate(&split.owner).await.unwrap_err();
     assert!(
-        error.contains("is the role this command connects as, the schema owner"),
+        error.contains("is the role this command connects as: connect as the schema owner"),
         "{error}"
     );
     let error = split.migrate("postgres").await.unwrap_err();
@@ -430,6 +430,27 @@ async fn the_runtime_role_flag_refuses_a_role_that_is_missing_or_more_than_a_run
     assert!(still);
     sqlx::raw_sql("REVOKE UPDATE ON used_tokens FROM PUBLIC; REVOKE TRUNCATE ON audit_events FROM PUBLIC")
         .execute(&mut owner)
+        .await
+        .unwrap();
+    // Through a role it may `SET ROLE` to, even without inheriting from it.
+    let editor = format!("{}_editor", split.database.name);
+    split
+        .database
+        .superuser(&format!(
+            "CREATE ROLE {editor} NOLOGIN; ALTER ROLE {runtime} NOINHERIT; GRANT {editor} TO {runtime}; \
+             GRANT DELETE ON audit_events TO {editor};",
+            runtime = split.runtime
+        ))
+        .await
+        .unwrap();
+    let error = split.migrate(&split.runtime).await.unwrap_err();
+    assert!(error.contains("could also DELETE audit_events"), "{error}");
+    split
+        .database
+        .superuser(&format!(
+            "REVOKE {editor} FROM {}; DROP OWNED BY {editor}; DROP ROLE {editor}",
+            split.runtime
+        ))
         .await
         .unwrap();
 

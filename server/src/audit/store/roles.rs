@@ -295,7 +295,9 @@ impl AuditStore {
                 .await?;
         }
 
-        // What the role holds now, from whatever source.
+        // What the role holds now, from whatever source: directly, through
+        // PUBLIC, or through any role it is a member of (with or without
+        // INHERIT, since it may `SET ROLE` to it).
         let maintain: bool =
             sqlx::query_scalar("SELECT current_setting('server_version_num')::int >= 170000")
                 .fetch_one(&mut *tx)
@@ -305,10 +307,11 @@ impl AuditStore {
             privileges.push("MAINTAIN");
         }
         let held: Vec<(String, String)> = sqlx::query_as(
-            "SELECT c.oid::regclass::text, p.privilege \
-             FROM pg_class c CROSS JOIN unnest($2::text[]) AS p(privilege) \
+            "SELECT DISTINCT c.oid::regclass::text, p.privilege \
+             FROM pg_class c CROSS JOIN unnest($2::text[]) AS p(privilege) CROSS JOIN pg_roles r \
              WHERE c.relnamespace = to_regnamespace(quote_ident(current_schema())) \
-               AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND has_table_privilege($1, c.oid, p.privilege) \
+               AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND pg_has_role($1, r.oid, 'MEMBER') \
+               AND has_table_privilege(r.oid, c.oid, p.privilege) \
              ORDER BY 1, 2",
         )
         .bind(role)
@@ -317,8 +320,9 @@ impl AuditStore {
         .await?;
         let mut extra = excess(&held, &expected);
         let (schema_create, database_create): (bool, bool) = sqlx::query_as(
-            "SELECT has_schema_privilege($1, current_schema(), 'CREATE'), \
-                    has_database_privilege($1, current_database(), 'CREATE')",
+            "SELECT coalesce(bool_or(has_schema_privilege(r.oid, current_schema(), 'CREATE')), false), \
+                    coalesce(bool_or(has_database_privilege(r.oid, current_database(), 'CREATE')), false) \
+             FROM pg_roles r WHERE pg_has_role($1, r.oid, 'MEMBER')",
         )
         .bind(role)
         .fetch_one(&mut *tx)
@@ -361,7 +365,7 @@ async fn runtime_role(pool: &PgPool, role: &str) -> Result<String, RoleError> {
         return Err(RoleError::Unknown(shown(role)));
     };
     let why = if is_current {
-        "is the role this command connects as, the schema owner"
+        "is the role this command connects as: connect as the schema owner and name the server's role"
     } else if superuser {
         "is a superuser"
     } else if create_role {
