@@ -365,6 +365,17 @@ async fn a_server_that_may_not_migrate_says_what_to_run() {
         error.contains("run `talos-sso-server migrate --config <this configuration>` as the schema owner"),
         "{error}"
     );
+    // Once migrated, the same configuration starts.
+    let sqlite_config = split.work.path().join("sqlite.yaml");
+    std::fs::write(&sqlite_config, &text).unwrap();
+    cli(&["migrate", "--config", sqlite_config.to_str().unwrap()])
+        .await
+        .unwrap();
+    let server = TestServer::start(Config::from_yaml(&text).unwrap()).await;
+    let store = server.app.audit.store().clone();
+    assert_eq!(store.unapplied_migrations().await.unwrap(), []);
+    server.stop().await;
+    store.close().await;
     split.drop(&[]).await;
 }
 
