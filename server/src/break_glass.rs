@@ -16,7 +16,7 @@ use ring::rand::SystemRandom;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::app::{Cluster, StartError, load_clusters, open_store};
+use crate::app::{Cluster, StartError, load_clusters, open_serving_store};
 use crate::audit::{AuditRecord, event, outcome};
 use crate::ca::generate::{NewKeyType, generate_key};
 use crate::config::Config;
@@ -197,7 +197,7 @@ pub async fn run(
         ttl: request.ttl,
         public_key: &public_key,
     };
-    let store = open_store(config, config.database.migrate_on_start.unwrap_or(true)).await?;
+    let store = open_serving_store(config).await?;
     let metrics = Metrics::new();
     let issuance = Issuance {
         clusters: &clusters,

@@ -14,8 +14,11 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use time::OffsetDateTime;
 
-use crate::app::{SystemClock, load_clusters, open_store};
+use crate::app::{
+    SystemClock, load_clusters, migrate_store, open_store, owner_warning, require_current_schema,
+};
 use crate::audit::checkpoint::{AuditKey, Checkpoints};
+use crate::audit::store::AuditStore;
 use crate::break_glass::BreakGlassRequest;
 use crate::ca::generate::{self, NewKeyType};
 use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
@@ -48,11 +51,17 @@ pub enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Create or upgrade the audit database schema.
+    /// Create or upgrade the audit database schema, connected as its owner.
     Migrate {
-        /// The configuration file (YAML or TOML).
+        /// The configuration file (YAML or TOML); its database role owns the schema.
         #[arg(long)]
         config: PathBuf,
+        /// The Postgres role the server runs as: granted exactly what it
+        /// needs (SELECT and INSERT; DELETE on deny_list; SELECT on every
+        /// view) and checked to hold nothing more. Run again after every
+        /// upgrade.
+        #[arg(long, value_name = "ROLE")]
+        runtime_role: Option<String>,
     },
     /// Work with the audit trail.
     #[command(subcommand)]
@@ -284,6 +293,28 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `migrate`: a runtime role is checked before anything changes, granted
+/// after the schema is current.
+async fn migrate(
+    store: &AuditStore,
+    runtime_role: Option<&str>,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    if let Some(role) = runtime_role {
+        store.check_runtime_role(role).await?;
+    }
+    migrate_store(store).await?;
+    writeln!(out, "audit database ({}) is up to date", store.kind())?;
+    if let Some(role) = runtime_role {
+        let grants = store.grant_runtime_role(role).await?;
+        writeln!(out, "runtime role {} may:", grants.role)?;
+        for line in &grants.granted {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    Ok(())
+}
+
 /// Run a command; the returned error is printed by `main` and exits 1.
 pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     let now = OffsetDateTime::now_utc();
@@ -328,12 +359,19 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                     )?;
                 }
             }
-            open_store(&config, false)
-                .await?
+            let store = open_store(&config, false).await?;
+            store
                 .ping()
                 .await
                 .map_err(|e| anyhow::anyhow!("audit database: {e}"))?;
             writeln!(out, "audit database: reachable")?;
+            if config.database.migrate_on_start == Some(false) {
+                require_current_schema(&store).await?;
+                writeln!(out, "audit database: schema current")?;
+            }
+            if let Some(warning) = owner_warning(&store).await? {
+                writeln!(out, "warning: audit database: {warning}")?;
+            }
             // The identity issuers, as `serve` will meet them at start.
             let authenticator = crate::app::authenticator(&config, Vec::new()).await?;
             for line in authenticator.check().await.map_err(anyhow::Error::msg)? {
@@ -341,12 +379,12 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Migrate { config } => {
+        Command::Migrate { config, runtime_role } => {
             let config = load_config(&config)?;
-            let store = open_store(&config, true).await?;
-            writeln!(out, "audit database ({}) is up to date", store.kind())?;
+            let store = open_store(&config, false).await?;
+            let result = migrate(&store, runtime_role.as_deref(), out).await;
             store.close().await;
-            Ok(())
+            result
         }
         Command::Audit(AuditCommand::Verify { config, checkpoints }) => {
             let config = load_config(&config)?;

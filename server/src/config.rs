@@ -189,7 +189,8 @@ pub struct DatabaseConfig {
     /// answering 503 `audit_unavailable`.
     #[serde(default, deserialize_with = "optional_duration")]
     pub acquire_timeout: Option<Duration>,
-    /// Run migrations at start (default true).
+    /// Run migrations at start (default true). When false, start only if
+    /// every embedded migration is applied: a runtime role may not migrate.
     #[serde(default)]
     pub migrate_on_start: Option<bool>,
 }

@@ -62,6 +62,14 @@ impl TestDatabase {
         }
     }
 
+    /// This database's URL as `role` connects to it (trust authentication).
+    pub fn url_as(&self, role: &str) -> String {
+        let mut url = url::Url::parse(&self.url).expect("database URL");
+        url.set_username(role).expect("a URL with a host");
+        url.set_password(None).expect("a URL with a host");
+        url.to_string()
+    }
+
     /// Run SQL as the administrator (superuser) against this database.
     pub async fn superuser(&self, sql: &str) -> Result<u64, sqlx::Error> {
         let mut conn = sqlx::PgConnection::connect(&self.url).await?;
@@ -107,26 +115,44 @@ impl TestDatabase {
     }
 }
 
-/// Databases of test runs that died before cleaning up (older than an hour).
+/// Drop a role a test created, once the databases it has objects in are gone.
+pub async fn drop_role(name: &str) {
+    let mut admin = admin_connection().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE IF EXISTS {name}")))
+        .execute(&mut admin)
+        .await
+        .unwrap_or_else(|e| panic!("drop role {name}: {e}"));
+}
+
+/// Databases of test runs that died before cleaning up (older than an hour),
+/// then the roles named after them (`<database>_<purpose>`).
 async fn drop_stale_databases(admin: &mut sqlx::PgConnection) {
     let cutoff = OffsetDateTime::now_utc().unix_timestamp() - 3600;
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'talos\\_sso\\_t\\_%'")
+    for (catalog, drop) in [
+        (
+            "SELECT datname::text FROM pg_database WHERE datname LIKE 'talos\\_sso\\_t\\_%'",
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)",
+        ),
+        (
+            "SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'talos\\_sso\\_t\\_%'",
+            "DROP ROLE IF EXISTS {name}",
+        ),
+    ] {
+        let names: Vec<String> = sqlx::query_scalar(catalog)
             .fetch_all(&mut *admin)
             .await
             .unwrap_or_default();
-    for name in names {
-        let created = name
-            .split('_')
-            .nth(3)
-            .and_then(|t| t.parse::<i64>().ok())
-            .unwrap_or(0);
-        if created < cutoff {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut *admin)
-            .await;
+        for name in names {
+            let created = name
+                .split('_')
+                .nth(3)
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or(0);
+            if created < cutoff {
+                let _ = sqlx::query(sqlx::AssertSqlSafe(drop.replace("{name}", &name)))
+                    .execute(&mut *admin)
+                    .await;
+            }
         }
     }
 }

@@ -60,6 +60,57 @@ fn env_pairs(list: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The arguments of a command line, as strings.
+fn strings(list: &Value) -> Vec<String> {
+    list.as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The user a database URL connects as.
+fn database_user(url: &str) -> String {
+    url::Url::parse(url).unwrap().username().to_owned()
+}
+
+/// A `migrate` command line: it parses with the server's own command line
+/// and names the runtime role, the role the configuration at `config`
+/// connects as, without migrating at start; the owner's connection (that
+/// configuration with the `env` overrides, as `migrate` loads it) is another
+/// role, with a password file. The owner's configuration.
+fn assert_migrates_for(args: &[String], config: &Path, env: Vec<(String, String)>) -> Config {
+    Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args.iter().cloned())).unwrap();
+    assert_eq!(args[0], "migrate", "{args:?}");
+    let role = args
+        .iter()
+        .position(|a| a == "--runtime-role")
+        .map(|i| args[i + 1].clone())
+        .unwrap_or_else(|| panic!("no --runtime-role: {args:?}"));
+    let runtime = Config::load_with_env(config, Vec::new()).unwrap();
+    assert_eq!(
+        database_user(runtime.database.url.as_deref().unwrap()),
+        role,
+        "{}: the server connects as the runtime role",
+        config.display()
+    );
+    assert_eq!(
+        runtime.database.migrate_on_start,
+        Some(false),
+        "{}",
+        config.display()
+    );
+    let owner = Config::load_with_env(config, env).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+    let owner_role = database_user(owner.database.url.as_deref().unwrap());
+    assert!(
+        !owner_role.is_empty() && owner_role != role,
+        "owner {owner_role}, runtime {role}"
+    );
+    assert_ne!(owner.database.password_file, runtime.database.password_file);
+    assert!(owner.database.password_file.is_some());
+    owner
+}
+
 #[test]
 fn kustomize_base_and_overlay_hold_together() {
     let base = repo().join("deploy/kubernetes/base");
@@ -141,6 +192,57 @@ fn kustomize_base_and_overlay_hold_together() {
         .map(|a| a.as_str().unwrap().to_owned())
         .collect();
     Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args)).unwrap();
+
+    // The migration Job: as the owner, with the owner's secret, which the
+    // server's pods never mount; the runtime role's grants.
+    let job = &documents(&base.join("migrate-job.yaml"))[0];
+    assert_eq!(job["kind"], "Job");
+    let job_pod = &job["spec"]["template"]["spec"];
+    assert_eq!(job_pod["securityContext"]["runAsNonRoot"], true);
+    let migrate = &job_pod["containers"][0];
+    assert_eq!(migrate["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(migrate["securityContext"]["allowPrivilegeEscalation"], false);
+    assert!(migrate.get("ports").is_none(), "the Service must not select it");
+    let owner = assert_migrates_for(
+        &strings(&migrate["args"]),
+        &base.join("config.yaml"),
+        env_pairs(migrate["env"].as_sequence().unwrap()),
+    );
+    let secrets = |pod: &Value| -> Vec<(String, String)> {
+        let volumes = pod["volumes"].as_sequence().unwrap();
+        pod["containers"][0]["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|m| {
+                let volume = volumes.iter().find(|v| v["name"] == m["name"])?;
+                Some((
+                    m["mountPath"].as_str()?.to_owned(),
+                    volume["secret"]["secretName"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    let owner_password = owner.database.password_file.unwrap();
+    let (_, owner_secret) = secrets(job_pod)
+        .into_iter()
+        .find(|(mount, _)| owner_password.starts_with(mount))
+        .unwrap_or_else(|| panic!("{} is not under a secret mount", owner_password.display()));
+    assert!(
+        secrets(pod).iter().all(|(_, name)| *name != owner_secret),
+        "the server's pods mount the owner's secret {owner_secret}"
+    );
+    let overlay_text = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
+    assert!(
+        overlay_text.contains(&format!("create secret generic {owner_secret} ")),
+        "the overlay says how to create {owner_secret}"
+    );
+    let overlay_config = overlay.join("config.yaml");
+    let overlay_runtime = Config::load_with_env(&overlay_config, Vec::new()).unwrap();
+    assert_eq!(
+        overlay_runtime.database.url, config.database.url,
+        "the overlay's server connects as the runtime role the Job grants"
+    );
 }
 
 #[tokio::test]
@@ -182,10 +284,10 @@ fn dockerfile_and_compose_match_the_code() {
 
     let compose = &documents(&repo().join("docker-compose.yml"))[0];
     let services = &compose["services"];
-    for name in ["postgres", "emulator", "server"] {
+    for name in ["postgres", "roles", "migrate", "emulator", "server"] {
         assert!(services.get(name).is_some(), "service {name}");
     }
-    for name in ["emulator", "server"] {
+    for name in ["emulator", "migrate", "server"] {
         let build = &services[name]["build"];
         assert!(repo().join(build["dockerfile"].as_str().unwrap()).exists());
         assert!(dockerfile.contains(&format!("AS {}", build["target"].as_str().unwrap())));
@@ -234,6 +336,83 @@ fn dockerfile_and_compose_match_the_code() {
         .map(|a| a.as_str().unwrap().to_owned())
         .collect();
     Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(command)).unwrap();
+
+    // The role split: `roles` makes the owner and the runtime role, then
+    // `migrate` runs as the owner, then the server as the runtime role.
+    let completed = |service: &str, after: &str| {
+        assert_eq!(
+            services[service]["depends_on"][after]["condition"], "service_completed_successfully",
+            "{service} waits for {after}"
+        );
+    };
+    completed("migrate", "roles");
+    completed("server", "migrate");
+    let migrate = &services["migrate"];
+    let migrate_env: Vec<(String, String)> = migrate["environment"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.as_str().unwrap().to_owned()))
+        .collect();
+    let owner = assert_migrates_for(&strings(&migrate["command"]), &config_file, migrate_env);
+    let secret_of = |path: &Path| {
+        path.strip_prefix("/run/secrets")
+            .unwrap_or_else(|_| panic!("{} is not a secret", path.display()))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let owner_secret = secret_of(&owner.database.password_file.unwrap());
+    let runtime_secret = secret_of(&config.database.password_file.clone().unwrap());
+    let has = |service: &str, secret: &str| {
+        services[service]["secrets"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|s| s == secret)
+    };
+    assert!(has("migrate", &owner_secret) && has("server", &runtime_secret));
+    assert!(
+        !has("server", &owner_secret),
+        "the server holds the owner's password"
+    );
+    assert!(has("roles", &owner_secret) && has("roles", &runtime_secret));
+    // The roles the script makes are the ones the configurations name.
+    let roles = &services["roles"];
+    let script = repo().join(compose["configs"]["postgres_roles"]["file"].as_str().unwrap());
+    let script = std::fs::read_to_string(script).unwrap();
+    for (variable, role, secret) in [
+        (
+            "TALOS_SSO_OWNER",
+            database_user(owner.database.url.as_deref().unwrap()),
+            &owner_secret,
+        ),
+        (
+            "TALOS_SSO_RUNTIME",
+            database_user(config.database.url.as_deref().unwrap()),
+            &runtime_secret,
+        ),
+    ] {
+        assert!(
+            script.contains(&format!("${{{variable}_ROLE:={role}}}")),
+            "{variable}: {role}"
+        );
+        assert!(
+            script.contains(&format!("${{{variable}_PASSWORD_FILE:=/run/secrets/{secret}}}")),
+            "{variable}: {secret}"
+        );
+    }
+    assert_eq!(
+        roles["user"], services["server"]["user"],
+        "the secret files are yours"
+    );
+    let readme = std::fs::read_to_string(repo().join("deploy/compose/README.md")).unwrap();
+    for secret in compose["secrets"].as_mapping().unwrap().keys() {
+        let name = secret.as_str().unwrap();
+        let file = compose["secrets"][name]["file"].as_str().unwrap();
+        let file = file.rsplit('/').next().unwrap();
+        assert!(readme.contains(file), "deploy/compose/README.md makes {file}");
+    }
 }
 
 #[test]
@@ -274,6 +453,59 @@ fn systemd_unit_and_talos_example_match_the_code() {
         .filter_map(|pair| pair.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect();
     load_with(&systemd_config, env);
+    // SQLite migrates at start: no roles, the file's permissions are the boundary.
+    assert_eq!(config.database.url, None);
+    assert_ne!(config.database.migrate_on_start, Some(false));
+
+    // Postgres: the server as the runtime role; a unit of its own migrates as
+    // the owner, with the owner's password loaded for it alone.
+    let postgres_config = repo().join("deploy/systemd/config-postgres.yaml");
+    let migrate_unit =
+        std::fs::read_to_string(repo().join("deploy/systemd/talos-sso-server-migrate.service")).unwrap();
+    assert!(migrate_unit.contains("Type=oneshot") && migrate_unit.contains("DynamicUser=yes"));
+    let migrate_args: Vec<String> = migrate_unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart=/usr/local/bin/talos-sso-server "))
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let migrate_env: Vec<(String, String)> = migrate_unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment="))
+        .unwrap()
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect();
+    let owner = assert_migrates_for(&migrate_args, &postgres_config, migrate_env);
+    let credential = |path: PathBuf, unit_name: &str| {
+        let name = path
+            .strip_prefix(format!("/run/credentials/{unit_name}/"))
+            .unwrap_or_else(|_| panic!("{} is not a credential of {unit_name}", path.display()))
+            .to_str()
+            .unwrap()
+            .to_owned();
+        format!("LoadCredential={name}:")
+    };
+    let owner_credential = credential(
+        owner.database.password_file.unwrap(),
+        "talos-sso-server-migrate.service",
+    );
+    assert!(migrate_unit.contains(&owner_credential), "{owner_credential}");
+    assert!(
+        !unit.contains(&owner_credential),
+        "the server loads the owner's password"
+    );
+    let runtime = Config::load_with_env(&postgres_config, Vec::new()).unwrap();
+    let runtime_credential = credential(
+        runtime.database.password_file.unwrap(),
+        "talos-sso-server.service",
+    );
+    assert!(unit.contains(&runtime_credential), "{runtime_credential}");
+    assert!(
+        !unit.contains("ExecStartPre=/usr/local/bin/talos-sso-server migrate"),
+        "the server's unit does not migrate"
+    );
 
     let talos = documents(&repo().join("deploy/talos/extension-service.yaml"));
     assert_eq!(talos[0]["kind"], "ExtensionServiceConfig");

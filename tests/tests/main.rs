@@ -12,6 +12,9 @@
 //! - `faults`: fault injection against real processes: Postgres restarted
 //!   under load, the server and a replica killed, a commit's answer lost.
 //! - `deploy`: the deployment material checked against the code.
+//! - `roles`: the owner / runtime role split on Postgres: what the server's
+//!   role may do, what it is refused, and what a server that may not
+//!   migrate says.
 //! - `hostile`: hostile input against a running server (poisoned text,
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
 //!   deny list's edges).
@@ -55,4 +58,5 @@ mod identity;
 mod issuance;
 mod matrix;
 mod quickstart;
+mod roles;
 mod server;

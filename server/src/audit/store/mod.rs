@@ -16,8 +16,13 @@
 //! connection, transaction and lock, its statements, how its rows decode and
 //! which of its errors blame the data. `BatchTx` is the seam between the
 //! two: a backend is handed each step of a batch whole.
+//!
+//! `schema` says whether the embedded migrations are all applied; `roles`,
+//! who may change the schema and what the server's runtime role is granted.
 
 mod postgres;
+pub mod roles;
+pub mod schema;
 mod sqlite;
 
 use std::time::Duration;
