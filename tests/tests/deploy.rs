@@ -168,10 +168,13 @@ fn kustomize_base_and_overlay_hold_together() {
         .map(|m| m["mountPath"].as_str().unwrap())
         .collect();
     let cluster = &config.clusters["prod"];
+    let checkpoints = config.audit.checkpoints.clone().expect("the base signs checkpoints");
     for file in [
         cluster.ca.cert_file.clone().unwrap(),
         config.tls.clone().unwrap().key_file,
         config.database.password_file.clone().unwrap(),
+        checkpoints.key_file,
+        checkpoints.file,
     ] {
         assert!(
             mounts.iter().any(|m| file.starts_with(m)),
@@ -377,6 +380,17 @@ fn dockerfile_and_compose_match_the_code() {
         "the server holds the owner's password"
     );
     assert!(has("roles", &owner_secret) && has("roles", &runtime_secret));
+    // The server signs checkpoints with a key it holds, into a folder it
+    // can write (the rest of its filesystem is read-only).
+    let checkpoints = config.audit.checkpoints.clone().expect("compose signs checkpoints");
+    assert!(has("server", &secret_of(&checkpoints.key_file)));
+    let writable: Vec<String> = strings(&services["server"]["volumes"]);
+    assert!(
+        writable
+            .iter()
+            .any(|v| v.ends_with(&format!(":{}", checkpoints.file.parent().unwrap().display()))),
+        "{writable:?}"
+    );
     // The roles the script makes are the ones the configurations name.
     let roles = &services["roles"];
     let script = repo().join(compose["configs"]["postgres_roles"]["file"].as_str().unwrap());
@@ -443,6 +457,7 @@ fn systemd_unit_and_talos_example_match_the_code() {
     for file in [
         config.clusters["homelab"].ca.key_file.clone().unwrap(),
         config.tls.clone().unwrap().key_file,
+        config.audit.checkpoints.clone().expect("checkpoints").key_file,
     ] {
         let name = file.file_name().unwrap().to_str().unwrap().to_owned();
         assert!(unit.contains(&format!("LoadCredential={name}:")), "{name}");
