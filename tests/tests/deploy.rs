@@ -168,7 +168,11 @@ fn kustomize_base_and_overlay_hold_together() {
         .map(|m| m["mountPath"].as_str().unwrap())
         .collect();
     let cluster = &config.clusters["prod"];
-    let checkpoints = config.audit.checkpoints.clone().expect("the base signs checkpoints");
+    let checkpoints = config
+        .audit
+        .checkpoints
+        .clone()
+        .expect("the base signs checkpoints");
     for file in [
         cluster.ca.cert_file.clone().unwrap(),
         config.tls.clone().unwrap().key_file,
@@ -382,7 +386,11 @@ fn dockerfile_and_compose_match_the_code() {
     assert!(has("roles", &owner_secret) && has("roles", &runtime_secret));
     // The server signs checkpoints with a key it holds, into a folder it
     // can write (the rest of its filesystem is read-only).
-    let checkpoints = config.audit.checkpoints.clone().expect("compose signs checkpoints");
+    let checkpoints = config
+        .audit
+        .checkpoints
+        .clone()
+        .expect("compose signs checkpoints");
     assert!(has("server", &secret_of(&checkpoints.key_file)));
     let writable: Vec<String> = strings(&services["server"]["volumes"]);
     assert!(
