@@ -479,3 +479,30 @@ async fn audit_keys_are_made_and_read_like_openssl_makes_and_reads_them() {
         String::from_utf8_lossy(&verified.stdout)
     );
 }
+
+/// A server without `audit.checkpoints` says so: `verify` reports no
+/// coverage and the CLI says what that leaves open; a checkpoint asked for
+/// is refused with its own code, and the refusal recorded.
+#[tokio::test]
+async fn a_server_without_checkpoints_says_so() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    issue(&env, 1).await;
+    let refused = sign_now(&env, "sam@example.com").await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (404, Some("checkpoints_not_configured"))
+    );
+    let last = records(&env).await.pop().unwrap();
+    assert_eq!(
+        (last.record.event.as_str(), last.record.reason_code.as_deref()),
+        ("audit.query", Some("checkpoints_not_configured"))
+    );
+    let status = verify_api(&env).await;
+    assert!(status.intact && status.checkpoints.is_none(), "{status:?}");
+    let text = talos_sso_api::chain::describe(&status).unwrap();
+    assert!(
+        text.contains("no signed checkpoints: the chain alone cannot show"),
+        "{text}"
+    );
+    env.finish().await;
+}
