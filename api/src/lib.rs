@@ -7,6 +7,7 @@ pub mod audit;
 pub mod certificates;
 pub mod deny;
 pub mod error;
+pub mod feed;
 pub mod info;
 pub mod issuer;
 

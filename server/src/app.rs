@@ -135,6 +135,8 @@ pub struct App {
     /// Unauthenticated and rate-limited refusals, counted per window.
     pub refusals: crate::refusals::Refusals,
     pub metrics: crate::metrics::Metrics,
+    /// The audit streams running (`GET /v1/audit/stream`).
+    pub feeds: crate::http::feed::Feeds,
 }
 
 /// Tasks started with the app; [`crate::server::Server`] stops them at
@@ -226,6 +228,7 @@ impl App {
                 .collect(),
         });
         let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
+        let config_feed = config.audit.feed.clone();
         let app = Arc::new(Self {
             config,
             clusters,
@@ -235,6 +238,7 @@ impl App {
             rate_limits,
             refusals,
             metrics,
+            feeds: crate::http::feed::Feeds::new(&config_feed),
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
         let weak = Arc::downgrade(&app);

@@ -109,6 +109,9 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
+    /// Streams of the trail for a SIEM (`GET /v1/audit/stream`).
+    #[serde(default)]
+    pub feed: crate::http::feed::FeedConfig,
     /// How refusals of unauthenticated and rate-limited requests are
     /// aggregated (`crate::refusals`).
     #[serde(default)]
@@ -442,13 +445,20 @@ fn default_skew() -> Duration {
     crate::certificate::DEFAULT_CLOCK_SKEW
 }
 
+/// Who `auditors` or `admins` are: people (groups, app roles) and
+/// applications (app roles, client ids), all of the login issuer.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupList {
     #[serde(default)]
     pub groups: Vec<String>,
+    /// App roles (`roles`), of a person or of an application's own token.
     #[serde(default)]
     pub app_roles: Vec<String>,
+    /// Client ids (`azp`/`appid`) of applications whose own tokens (client
+    /// credentials) are let in, whatever their app roles; never a person.
+    #[serde(default)]
+    pub client_ids: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -703,6 +713,7 @@ impl Config {
             return Err(invalid("no clusters configured"));
         }
         self.http.check()?;
+        self.audit.feed.check().map_err(invalid)?;
         if self.audit.refusals.window.is_zero() {
             return Err(invalid("audit.refusals.window must be above zero"));
         }

@@ -9,6 +9,9 @@
 //! - `server`: the server end to end over HTTP, on Postgres and on SQLite:
 //!   every field of the audit record, every denial, outages, tampering,
 //!   replicas, break-glass.
+//! - `feed`: feeds for a SIEM: service principals reading and following
+//!   the trail, the follow stream's backlog, wake-ups, heartbeats, record,
+//!   end at token expiry and cap, on Postgres and on SQLite.
 //! - `faults`: fault injection against real processes: Postgres restarted
 //!   under load, the server and a replica killed, a commit's answer lost.
 //! - `deploy`: the deployment material checked against the code.
@@ -21,10 +24,34 @@
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+/// Each named test function, run once against each audit store:
+/// `<module>::<name>::postgres` and `<module>::<name>::sqlite` (the module
+/// must import `Backend`).
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use super::*;
+
+                #[tokio::test]
+                async fn postgres() {
+                    super::$name(Backend::Postgres).await;
+                }
+
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$name(Backend::Sqlite).await;
+                }
+            }
+        )*
+    };
+}
+
 mod ca_sources;
 mod client_key;
 mod deploy;
 mod faults;
+mod feed;
 mod hostile;
 mod identity;
 mod issuance;

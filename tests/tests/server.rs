@@ -18,28 +18,6 @@ use talos_sso_tests::talos_checker;
 
 use clap::Parser;
 
-/// Each named test function, run once against each audit store:
-/// `server::<name>::postgres` and `server::<name>::sqlite`.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use super::*;
-
-                #[tokio::test]
-                async fn postgres() {
-                    super::$name(Backend::Postgres).await;
-                }
-
-                #[tokio::test]
-                async fn sqlite() {
-                    super::$name(Backend::Sqlite).await;
-                }
-            }
-        )*
-    };
-}
-
 on_both_stores!(
     issues_a_certificate_talos_accepts_and_records_every_field,
     every_denial_has_its_code_one_audit_row_and_no_certificate,

@@ -64,7 +64,7 @@ impl Kind for Oidc {
             return Err(TokenError::TenantNotAllowed(tid.to_owned()));
         }
         let subject = string_claim(claims, "sub").ok_or(TokenError::SubjectMissing("sub"))?;
-        principal(claims, None, subject, self.username_claim.as_deref())
+        principal(claims, None, subject, self.username_claim.as_deref(), None)
     }
 
     fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
