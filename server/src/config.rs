@@ -969,6 +969,36 @@ clusters:
         assert!(generic.warnings()[0].contains("add the line `kind: oidc`"));
     }
 
+    #[test]
+    fn audit_feeds_and_application_auditors_are_configured_and_checked() {
+        let config = Config::from_yaml(&format!(
+            "{MINIMAL}auditors: {{ app_roles: [Talos.Auditor], client_ids: [siem] }}\n{}",
+            "audit: { feed: { max_streams: 2, heartbeat: 5s, poll_interval: 1s } }\n"
+        ))
+        .unwrap();
+        assert_eq!(config.auditors.client_ids, ["siem"]);
+        assert_eq!(config.audit.feed.max_streams, 2);
+        assert_eq!(config.audit.feed.heartbeat, Duration::from_secs(5));
+        let defaults = Config::from_yaml(MINIMAL).unwrap().audit.feed;
+        assert_eq!(
+            (defaults.max_streams, defaults.heartbeat, defaults.poll_interval),
+            (16, Duration::from_secs(15), Duration::from_secs(5))
+        );
+        for (feed, expected) in [
+            ("max_streams: 0", "audit.feed.max_streams must be at least 1"),
+            ("heartbeat: 0s", "must be above zero"),
+            ("poll_interval: 0s", "must be above zero"),
+            ("streams: 3", "unknown field `streams`"),
+        ] {
+            let text = format!("{MINIMAL}audit: {{ feed: {{ {feed} }} }}\n");
+            let error = Config::from_yaml(&text).unwrap_err().to_string();
+            assert!(
+                error.contains(expected),
+                "{feed}: expected {expected:?} in {error}"
+            );
+        }
+    }
+
     /// `MINIMAL` with one trusted issuer, written as `entry` (YAML flow map).
     fn with_trusted(entry: &str) -> String {
         MINIMAL.replace(

@@ -931,5 +931,16 @@ default_roles: [os:reader]
             policy.decide(&person, &[]).unwrap().granted,
             ["os:admin", "os:etcd:backup", "os:reader"]
         );
+        // An example may stand for an application.
+        let example = |application: bool| PolicyExample {
+            description: "the collector".into(),
+            subject: "another-app".into(),
+            app_roles: vec!["Talos.Reader".into()],
+            application,
+            expect_denied: Some("no_matching_rule".into()),
+            ..PolicyExample::default()
+        };
+        assert_eq!(policy.check_example(&example(true)), Ok(()));
+        assert!(policy.check_example(&example(false)).is_err());
     }
 }
