@@ -364,6 +364,23 @@ async fn a_stream_ends_when_its_token_expires_and_streams_are_capped(backend: Ba
     let mut stream = Stream::open(&env, &base, &short, "cursor=0").await.unwrap();
     stream.until("audit.query", Some(SIEM_CLIENT_ID)).await;
 
+    // A token past its `exp` but within the leeway reads pages, yet opens no
+    // stream that would end at once: it is refused, and recorded.
+    let lapsed = env
+        .emulator
+        .app_token_with(SIEM_CLIENT_ID, json!({"exp": now - 10}))
+        .unwrap();
+    let refused = Stream::open(&env, &base, &lapsed, "").await.err().unwrap();
+    assert_eq!((refused.status, refused.code()), (401, Some("token_expired")));
+    let page = env
+        .http
+        .get(format!("{base}/v1/audit?limit=1"))
+        .bearer_auth(&lapsed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+
     // One stream at a time here: the second is refused while it runs.
     let siem = client_credentials(&env, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET).await;
     let refused = Stream::open(&env, &base, &siem, "").await.err().unwrap();

@@ -116,11 +116,6 @@ impl Feeds {
         self.stopping.send_replace(true);
         self.slots.close();
     }
-
-    /// Streams running now.
-    pub fn running(&self, config: &FeedConfig) -> usize {
-        config.max_streams.saturating_sub(self.slots.available_permits())
-    }
 }
 
 /// Lines waiting to be sent; a slow reader holds the stream back here.
@@ -150,6 +145,19 @@ pub async fn stream(
             return Err(deny(&app, record, error).await);
         }
     };
+    // A token past its `exp` (still within the leeway) would open a stream
+    // that ends at once, and a client that reconnects with it would add a
+    // record each time: it gets the refusal a client waits on instead.
+    let left: Duration = (verified.expires_at - app.clock.now())
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    if left.is_zero() {
+        let error = ApiError::token(
+            &crate::identity::authenticator::AuthError::Token(crate::identity::token::TokenError::Expired),
+            app.clock.now(),
+        );
+        return Err(deny(&app, record, error).await);
+    }
     let Ok(slot) = app.feeds.slots.clone().try_acquire_owned() else {
         let error = ApiError::rate_limited(
             RETRY_STREAM,
@@ -158,9 +166,6 @@ pub async fn stream(
         return Err(deny(&app, record, error).await);
     };
     commit(&app, record, None).await?;
-    let left = (verified.expires_at - app.clock.now())
-        .try_into()
-        .unwrap_or(Duration::ZERO);
     let (lines, queue) = mpsc::channel(QUEUED_LINES);
     let follower = Follower {
         _slot: slot,
