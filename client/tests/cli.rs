@@ -97,6 +97,24 @@ async fn wait_for_line(
     (found, seen, rest)
 }
 
+/// The child's stdout, line by line.
+fn stdout_lines(child: &mut Child) -> tokio::io::Lines<BufReader<tokio::process::ChildStdout>> {
+    BufReader::new(child.stdout.take().unwrap()).lines()
+}
+
+/// The next line of a command that goes on (`audit export --follow`), as
+/// JSON, within 30 seconds.
+async fn next_json_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> serde_json::Value {
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("a line within 30 s")
+        .unwrap()
+        .expect("the command goes on");
+    serde_json::from_str(&line).unwrap()
+}
+
 async fn finish(child: Child) -> (i32, String) {
     let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
@@ -1583,15 +1601,8 @@ async fn audit_export_follow_prints_new_records_and_goes_on_with_a_fresh_token()
         .env("TALOS_SSO_TOKEN_FILE", &token_file)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next_record = async || -> serde_json::Value {
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("a record within 30 s")
-            .unwrap()
-            .expect("the command goes on");
-        serde_json::from_str(&line).unwrap()
-    };
+    let mut lines = stdout_lines(&mut child);
+    let mut next_record = async || next_json_line(&mut lines).await;
     let backlog = next_record().await;
     assert_eq!(backlog["username"], "bob@example.com");
     assert_eq!(issue("carol@example.com").await, 201);

@@ -12,7 +12,7 @@ use talos_sso_tests::emulator::{
     OTHER_APP_CLIENT_ID, OTHER_APP_CLIENT_SECRET, SERVER_APP_ID, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET,
     TENANT_ID, TokenKind,
 };
-use talos_sso_tests::harness::{Answer, Backend, TestEnv};
+use talos_sso_tests::harness::{Answer, Backend, TestEnv, json_of};
 
 on_both_stores!(
     a_follow_stream_sends_the_backlog_then_each_new_record_and_is_recorded_once,
@@ -44,21 +44,17 @@ async fn records(env: &TestEnv) -> Vec<StoredRecord> {
 
 /// A token of the application's own, through the client credentials grant.
 async fn client_credentials(env: &TestEnv, client_id: &str, secret: &str) -> String {
-    let answer: Value = env
-        .http
-        .post(format!("{}/{TENANT_ID}/oauth2/v2.0/token", env.emulator.base_url))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", client_id),
-            ("client_secret", secret),
-            ("scope", &format!("api://{SERVER_APP_ID}/.default")),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = json_of(
+        env.http
+            .post(format!("{}/{TENANT_ID}/oauth2/v2.0/token", env.emulator.base_url))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", client_id),
+                ("client_secret", secret),
+                ("scope", &format!("api://{SERVER_APP_ID}/.default")),
+            ]),
+    )
+    .await;
     answer["access_token"]
         .as_str()
         .unwrap_or_else(|| panic!("{answer}"))
