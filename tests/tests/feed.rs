@@ -406,5 +406,18 @@ async fn a_stream_ends_when_its_token_expires_and_streams_are_capped(backend: Ba
         cursor.to_string()
     );
     drop(again);
+
+    // A server that shuts down ends its streams, saying so, rather than
+    // holding its shutdown until they are cut.
+    let replica = env.another_server().await;
+    let mut on_replica = Stream::open(&env, &replica.base_url, &siem, "").await.unwrap();
+    on_replica.until("audit.query", Some(SIEM_CLIENT_ID)).await;
+    let stopping = tokio::spawn(replica.stop());
+    let mut last = None;
+    while let Some(line) = on_replica.line().await {
+        last = Some(line);
+    }
+    assert_eq!(last.unwrap()["end"], "shutting_down");
+    stopping.await.unwrap();
     env.finish().await;
 }
