@@ -10,6 +10,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod deny;
 pub mod error;
+pub mod feed;
 pub mod info;
 pub mod issuer;
 

@@ -11,6 +11,8 @@ use talos_sso_api::{
     DenyRemoved, DenyRequest, ErrorCode, IssuedCertificate, Problem, ServerInfo,
 };
 
+use talos_sso_api::feed::{STREAM_PATH, StreamLine};
+
 use crate::connection::{ConnectionError, Peer};
 use crate::trust::ExtraRoots;
 
@@ -97,7 +99,59 @@ pub(crate) fn problem(status: u16, text: &str) -> Option<ApiError> {
 #[derive(Debug, Clone)]
 pub struct ApiClient {
     http: reqwest::Client,
+    /// For answers that last (the audit stream): no overall timeout, but
+    /// one on each read, longer than the server's heartbeat.
+    streaming: reqwest::Client,
     base: String,
+}
+
+/// Longest wait for the next bytes of the audit stream: several of the
+/// server's heartbeats (15 seconds by default).
+pub const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Longest line of the audit stream read (a record is a few KiB).
+const MAX_STREAM_LINE: usize = 4 * 1024 * 1024;
+
+/// An open `GET /v1/audit/stream`, read a line at a time.
+#[derive(Debug)]
+pub struct AuditStream {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+    base: String,
+}
+
+impl AuditStream {
+    /// The next line; `None` when the connection ended (after the server's
+    /// last line, or cut).
+    pub async fn next_line(&mut self) -> Result<Option<StreamLine>, ApiError> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return serde_json::from_slice(&line)
+                    .map(Some)
+                    .map_err(|_| ApiError::Unexpected {
+                        status: 200,
+                        snippet: String::from_utf8_lossy(&line)
+                            .chars()
+                            .take(SNIPPET_LIMIT)
+                            .collect(),
+                    });
+            }
+            if self.buffer.len() > MAX_STREAM_LINE {
+                return Err(ApiError::Unexpected {
+                    status: 200,
+                    snippet: format!("a line longer than {MAX_STREAM_LINE} bytes"),
+                });
+            }
+            let chunk = self.response.chunk().await.map_err(|e| {
+                ApiError::Unreachable(ConnectionError::from_error(Peer::Server, &self.base, &e))
+            })?;
+            match chunk {
+                Some(bytes) => self.buffer.extend_from_slice(&bytes),
+                None => return Ok(None),
+            }
+        }
+    }
 }
 
 impl ApiClient {
@@ -118,13 +172,21 @@ impl ApiClient {
         roots: Option<&ExtraRoots>,
     ) -> Result<Self, ApiError> {
         ConnectionError::check_address(Peer::Server, server).map_err(ApiError::Unreachable)?;
-        let http = ExtraRoots::apply(roots, reqwest::Client::builder())
-            .timeout(timeout)
-            .user_agent(concat!("talos-sso/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ApiError::Unreachable(ConnectionError::from_error(Peer::Server, server, &e)))?;
+        let built = |builder: reqwest::ClientBuilder| {
+            ExtraRoots::apply(roots, builder)
+                .user_agent(concat!("talos-sso/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| ApiError::Unreachable(ConnectionError::from_error(Peer::Server, server, &e)))
+        };
+        let http = built(reqwest::Client::builder().timeout(timeout))?;
+        let streaming = built(
+            reqwest::Client::builder()
+                .connect_timeout(timeout)
+                .read_timeout(STREAM_READ_TIMEOUT),
+        )?;
         Ok(Self {
             http,
+            streaming,
             base: server.trim_end_matches('/').to_owned(),
         })
     }
@@ -164,6 +226,31 @@ impl ApiClient {
     pub async fn audit(&self, token: &str, query: &AuditQuery) -> Result<AuditPage, ApiError> {
         let request = self.request(reqwest::Method::GET, "/v1/audit").query(query);
         self.call(request.bearer_auth(token)).await
+    }
+
+    /// `GET /v1/audit/stream` for `query` (its `cursor` included): the
+    /// stream once the server accepted it, else its problem.
+    pub async fn audit_stream(&self, token: &str, query: &AuditQuery) -> Result<AuditStream, ApiError> {
+        let request = self
+            .streaming
+            .get(format!("{}{STREAM_PATH}", self.base))
+            .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
+            .query(query)
+            .bearer_auth(token);
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return Ok(AuditStream {
+                response,
+                buffer: Vec::new(),
+                base: self.base.clone(),
+            });
+        }
+        let text = response.text().await.map_err(|e| self.unreachable(e))?;
+        Err(problem(status, &text).unwrap_or_else(|| ApiError::Unexpected {
+            status,
+            snippet: text.chars().take(SNIPPET_LIMIT).collect(),
+        }))
     }
 
     /// `GET /v1/audit/verify`.

@@ -97,6 +97,24 @@ async fn wait_for_line(
     (found, seen, rest)
 }
 
+/// The child's stdout, line by line.
+fn stdout_lines(child: &mut Child) -> tokio::io::Lines<BufReader<tokio::process::ChildStdout>> {
+    BufReader::new(child.stdout.take().unwrap()).lines()
+}
+
+/// The next line of a command that goes on (`audit export --follow`), as
+/// JSON, within 30 seconds.
+async fn next_json_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> serde_json::Value {
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("a line within 30 s")
+        .unwrap()
+        .expect("the command goes on");
+    serde_json::from_str(&line).unwrap()
+}
+
 async fn finish(child: Child) -> (i32, String) {
     let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
@@ -1679,4 +1697,144 @@ async fn an_export_verifies_offline_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_verifies_offline_on_sqlite() {
     an_export_verifies_offline_with_the_cli_and_an_independent_script(Backend::Sqlite).await;
+}
+
+/// A SIEM's collector: `audit export --follow` with a service principal's
+/// token from a token file prints the records committed after it started,
+/// and when the token expires, reconnects with the file's fresh token and
+/// goes on after the last record it printed. `--output ecs` maps records to
+/// the Elastic Common Schema.
+#[tokio::test]
+async fn audit_export_follow_prints_new_records_and_goes_on_with_a_fresh_token() {
+    use talos_sso_tests::emulator::{SIEM_CLIENT_ID, TokenKind};
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        yaml.replace(
+            "auditors: { groups: [",
+            "auditors: { app_roles: [Talos.Auditor], groups: [",
+        ) + "\naudit: { feed: { heartbeat: 300ms, poll_interval: 300ms } }\n"
+    })
+    .await;
+    let owned = env;
+    let env = &owned;
+    let issue = |user: &str| {
+        let token = env.emulator.token_for(user, TokenKind::id()).unwrap();
+        async move { env.issue(&token).await.0 }
+    };
+    assert_eq!(issue("bob@example.com").await, 201, "the backlog");
+    let collector = Machine::new();
+    let token_file = collector.home.path().join("siem.token");
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let short = env
+        .emulator
+        .app_token_with(SIEM_CLIENT_ID, serde_json::json!({"exp": now + 4}))
+        .unwrap();
+    std::fs::write(&token_file, format!("{short}\n")).unwrap();
+    let file = token_file.to_str().unwrap();
+    let base = &env.server.base_url;
+
+    // Without --follow, ECS: every record, mapped.
+    let (code, ecs, err) = collector
+        .run(&[
+            "audit",
+            "export",
+            "--server",
+            base,
+            "--token-file",
+            file,
+            "--output",
+            "ecs",
+        ])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let first: serde_json::Value = serde_json::from_str(ecs.lines().next().unwrap()).unwrap();
+    assert_eq!(first["event"]["action"], "certificate.issued");
+    assert_eq!(first["event"]["outcome"], "success");
+    assert_eq!(first["user"]["name"], "bob@example.com");
+    assert_eq!(
+        first["tls"]["client"]["x509"]["subject"]["organization"],
+        serde_json::json!(["os:operator"])
+    );
+
+    let mut child = collector
+        .command(&[
+            "audit",
+            "export",
+            "--follow",
+            "--event",
+            "certificate.issued",
+            "--server",
+            base,
+        ])
+        .env("TALOS_SSO_TOKEN_FILE", &token_file)
+        .spawn()
+        .unwrap();
+    let mut lines = stdout_lines(&mut child);
+    let mut next_record = async || next_json_line(&mut lines).await;
+    let backlog = next_record().await;
+    assert_eq!(backlog["username"], "bob@example.com");
+    assert_eq!(issue("carol@example.com").await, 201);
+    let after_start = next_record().await;
+    assert_eq!(after_start["username"], "carol@example.com");
+
+    // The short token ends the stream; the file has a fresh one by then.
+    let fresh = env
+        .emulator
+        .app_token_with(SIEM_CLIENT_ID, serde_json::json!({}))
+        .unwrap();
+    std::fs::write(&token_file, fresh).unwrap();
+    while time::OffsetDateTime::now_utc().unix_timestamp() <= now + 5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(issue("bob@example.com").await, 201);
+    let after_reconnect = next_record().await;
+    assert_eq!(after_reconnect["username"], "bob@example.com");
+    assert!(
+        after_reconnect["seq"].as_i64() > after_start["seq"].as_i64(),
+        "nothing printed twice: {after_reconnect}"
+    );
+    child.kill().await.unwrap();
+    let streams = env
+        .server
+        .app
+        .audit
+        .store()
+        .page(0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.record.details["action"] == "follow" && r.record.outcome == "success")
+        .count();
+    assert_eq!(
+        streams, 2,
+        "one record per stream: before and after the token's expiry"
+    );
+    owned.finish().await;
+}
+
+#[tokio::test]
+async fn a_token_file_is_for_reading_the_trail_not_for_logging_in() {
+    let machine = Machine::new();
+    let file = machine.home.path().join("token");
+    std::fs::write(&file, "").unwrap();
+    let file = file.to_str().unwrap();
+    let (code, _, err) = machine
+        .run(&["login", "--server", "http://127.0.0.1:9", "--token-file", file])
+        .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--token-file (or TALOS_SSO_TOKEN_FILE) is for the `audit` and `deny` commands"),
+        "{err}"
+    );
+    let (code, _, err) = machine
+        .run(&[
+            "audit",
+            "list",
+            "--server",
+            "http://127.0.0.1:9",
+            "--token-file",
+            file,
+        ])
+        .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("is empty; write the bearer token into it"), "{err}");
 }

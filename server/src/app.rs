@@ -141,6 +141,8 @@ pub struct App {
     pub metrics: crate::metrics::Metrics,
     /// Signed checkpoints of the trail, when `audit.checkpoints` is set.
     pub checkpoints: Option<Arc<Checkpoints>>,
+    /// The audit streams running (`GET /v1/audit/stream`).
+    pub feeds: crate::http::feed::Feeds,
 }
 
 /// Tasks started with the app; [`crate::server::Server`] stops them at
@@ -317,6 +319,7 @@ impl App {
                 .collect(),
         });
         let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
+        let config_feed = config.audit.feed.clone();
         let app = Arc::new(Self {
             config,
             clusters,
@@ -327,6 +330,7 @@ impl App {
             refusals,
             metrics,
             checkpoints,
+            feeds: crate::http::feed::Feeds::new(&config_feed),
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
         let weak = Arc::downgrade(&app);

@@ -109,6 +109,9 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
+    /// Streams of the trail for a SIEM (`GET /v1/audit/stream`).
+    #[serde(default)]
+    pub feed: crate::http::feed::FeedConfig,
     /// How refusals of unauthenticated and rate-limited requests are
     /// aggregated (`crate::refusals`).
     #[serde(default)]
@@ -476,13 +479,20 @@ fn default_skew() -> Duration {
     crate::certificate::DEFAULT_CLOCK_SKEW
 }
 
+/// Who `auditors` or `admins` are: people (groups, app roles) and
+/// applications (app roles, client ids), all of the login issuer.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupList {
     #[serde(default)]
     pub groups: Vec<String>,
+    /// App roles (`roles`), of a person or of an application's own token.
     #[serde(default)]
     pub app_roles: Vec<String>,
+    /// Client ids (`azp`/`appid`) of applications whose own tokens (client
+    /// credentials) are let in, whatever their app roles; never a person.
+    #[serde(default)]
+    pub client_ids: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -757,6 +767,7 @@ impl Config {
                 }
             }
         }
+        self.audit.feed.check().map_err(invalid)?;
         if self.audit.refusals.window.is_zero() {
             return Err(invalid("audit.refusals.window must be above zero"));
         }
@@ -1019,6 +1030,36 @@ clusters:
         let generic = Config::from_yaml(&generic).unwrap();
         assert_eq!(generic.identity.login_issuer().kind, "oidc");
         assert!(generic.warnings()[0].contains("add the line `kind: oidc`"));
+    }
+
+    #[test]
+    fn audit_feeds_and_application_auditors_are_configured_and_checked() {
+        let config = Config::from_yaml(&format!(
+            "{MINIMAL}auditors: {{ app_roles: [Talos.Auditor], client_ids: [siem] }}\n{}",
+            "audit: { feed: { max_streams: 2, heartbeat: 5s, poll_interval: 1s } }\n"
+        ))
+        .unwrap();
+        assert_eq!(config.auditors.client_ids, ["siem"]);
+        assert_eq!(config.audit.feed.max_streams, 2);
+        assert_eq!(config.audit.feed.heartbeat, Duration::from_secs(5));
+        let defaults = Config::from_yaml(MINIMAL).unwrap().audit.feed;
+        assert_eq!(
+            (defaults.max_streams, defaults.heartbeat, defaults.poll_interval),
+            (16, Duration::from_secs(15), Duration::from_secs(5))
+        );
+        for (feed, expected) in [
+            ("max_streams: 0", "audit.feed.max_streams must be at least 1"),
+            ("heartbeat: 0s", "must be above zero"),
+            ("poll_interval: 0s", "must be above zero"),
+            ("streams: 3", "unknown field `streams`"),
+        ] {
+            let text = format!("{MINIMAL}audit: {{ feed: {{ {feed} }} }}\n");
+            let error = Config::from_yaml(&text).unwrap_err().to_string();
+            assert!(
+                error.contains(expected),
+                "{feed}: expected {expected:?} in {error}"
+            );
+        }
     }
 
     /// `MINIMAL` with one trusted issuer, written as `entry` (YAML flow map).

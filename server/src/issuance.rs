@@ -127,6 +127,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             groups: identity.groups.clone(),
             app_roles: identity.app_roles.clone(),
             raw: identity.claims.clone(),
+            application: identity.application.is_some(),
         };
         let granted = match cluster.policy.decide(&claims, &request.roles) {
             Ok(decision) => decision.granted,

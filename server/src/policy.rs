@@ -14,6 +14,9 @@
 //! - Asked-for roles must each be entitled. Without a request, the cluster's
 //!   `default_roles` that are entitled are granted (so `os:admin` can require
 //!   asking for it), else every entitled role.
+//! - An application's own token (client credentials) is matched only by
+//!   rules that name it in `users`: deny by default, whatever app roles or
+//!   groups it carries.
 //! - `os:impersonator` is effectively admin on Talos (it can claim any role
 //!   per request); a rule may only grant it when the cluster sets
 //!   `allow_impersonator`.
@@ -101,6 +104,10 @@ pub struct Claims {
     pub app_roles: Vec<String>,
     /// Every claim of the token, for `claims` selectors.
     pub raw: serde_json::Map<String, serde_json::Value>,
+    /// The token is an application's own (client credentials), not a
+    /// person's: only a rule that names it in `users` judges it, so that
+    /// an app role or a group shared with people grants it nothing.
+    pub application: bool,
 }
 
 /// A configuration mistake in a cluster's rules.
@@ -245,9 +252,12 @@ impl ClusterPolicy {
     pub fn decide(&self, claims: &Claims, requested: &[String]) -> Result<Decision, Denial> {
         let entitled = self.entitled(claims);
         if entitled.is_empty() {
-            return Err(Denial::NoMatchingRule {
-                would_grant: self.selectors(),
-            });
+            let would_grant = if claims.application {
+                vec![format!("a rule naming application {} in `users`", claims.subject)]
+            } else {
+                self.selectors()
+            };
+            return Err(Denial::NoMatchingRule { would_grant });
         }
         let granted: BTreeSet<String> = if requested.is_empty() {
             if self.config.default_roles.is_empty() {
@@ -317,6 +327,10 @@ pub struct PolicyExample {
     /// Other claims, for `claims` selectors.
     #[serde(default)]
     pub claims: serde_json::Map<String, serde_json::Value>,
+    /// The example stands for an application's own token (client
+    /// credentials) rather than a person's.
+    #[serde(default)]
+    pub application: bool,
     /// Roles asked for (`--role`); empty means the defaults.
     #[serde(default)]
     pub request: Vec<String>,
@@ -344,6 +358,7 @@ impl ClusterPolicy {
             groups: example.groups.clone(),
             app_roles: example.app_roles.clone(),
             raw: example.claims.clone(),
+            application: example.application,
         };
         let mut expected_roles = example.expect_roles.clone();
         if let Some(roles) = expected_roles.as_mut() {
@@ -396,7 +411,7 @@ fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
     } else {
         rule.issuers.contains(&claims.issuer_name)
     };
-    if !issuer {
+    if !issuer || (claims.application && rule.users.is_empty()) {
         return false;
     }
     let groups = rule.groups.is_empty()
@@ -522,6 +537,7 @@ mod tests {
             groups: strings(groups),
             app_roles: strings(app_roles),
             raw,
+            application: false,
         }
     }
 
@@ -870,5 +886,61 @@ default_roles: [os:reader]
             ..Default::default()
         };
         assert!(policy.check_example(&both).unwrap_err().contains("exactly one"));
+    }
+
+    #[test]
+    fn an_application_is_granted_only_by_a_rule_that_names_it() {
+        let app_oid = "5e000000-0000-4000-8000-0000000000a1";
+        let named = Rule {
+            users: vec![app_oid.into()],
+            roles: vec!["os:etcd:backup".into()],
+            ..Rule::default()
+        };
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&[ADMINS], &[], &["os:admin"]),
+                rule(&[], &["Talos.Reader"], &["os:reader"]),
+                named,
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        // The group and the app role match a person, never an application.
+        let app = |subject: &str| Claims {
+            subject: subject.into(),
+            application: true,
+            ..person("siem-client-id", &[ADMINS], &["Talos.Reader"], "t")
+        };
+        let refused = policy.decide(&app("another-app"), &[]).unwrap_err();
+        assert_eq!(refused.code(), "no_matching_rule");
+        assert_eq!(
+            refused,
+            Denial::NoMatchingRule {
+                would_grant: vec!["a rule naming application another-app in `users`".into()]
+            }
+        );
+        assert_eq!(
+            policy.decide(&app(app_oid), &[]).unwrap().granted,
+            ["os:etcd:backup"]
+        );
+        let person = Claims {
+            subject: app_oid.into(),
+            ..person("p", &[ADMINS], &["Talos.Reader"], "t")
+        };
+        assert_eq!(
+            policy.decide(&person, &[]).unwrap().granted,
+            ["os:admin", "os:etcd:backup", "os:reader"]
+        );
+        // An example may stand for an application.
+        let example = |application: bool| PolicyExample {
+            description: "the collector".into(),
+            subject: "another-app".into(),
+            app_roles: vec!["Talos.Reader".into()],
+            application,
+            expect_denied: Some("no_matching_rule".into()),
+            ..PolicyExample::default()
+        };
+        assert_eq!(policy.check_example(&example(true)), Ok(()));
+        assert!(policy.check_example(&example(false)).is_err());
     }
 }

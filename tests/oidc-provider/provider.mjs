@@ -13,6 +13,11 @@
 //   loopback redirect `http://localhost/callback` admits any port (RFC
 //   8252), refresh tokens for `offline_access` (rotated at each use, as
 //   oidc-provider does for public clients), the device flow.
+// - One confidential client for a SIEM's collector: the client credentials
+//   grant, for the resource `urn:talos-sso` (RFC 8707), whose access
+//   tokens are JWTs as RFC 9068 writes them (`aud: talos-sso`, `client_id`,
+//   `sub` the client). The CLI asks for no resource, so its tokens stay as
+//   they were.
 // - Sign-in without a person: the interaction route signs in the account
 //   named by the `x-test-login` request header (the tests' browser sends it)
 //   and grants every scope and claim asked for. A request without it gets a
@@ -28,8 +33,9 @@ import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 
 let Provider;
+let errors;
 try {
-  ({ default: Provider } = await import('oidc-provider'));
+  ({ default: Provider, errors } = await import('oidc-provider'));
 } catch (error) {
   console.error(
     `oidc-provider is not installed (${error.code || error.message}): run \`npm ci\` in ${fileURLToPath(new URL('.', import.meta.url))}`,
@@ -38,6 +44,9 @@ try {
 }
 
 const CLIENT_ID = 'talos-sso-cli';
+const COLLECTOR_ID = 'siem-collector';
+const COLLECTOR_SECRET = 'siem-collector-secret';
+const API_RESOURCE = 'urn:talos-sso';
 
 // The people: one on call, one in no group, one auditor. Subjects are
 // opaque ids, as Keycloak's (UUIDs) and Dex's are; usernames are names.
@@ -81,6 +90,14 @@ function configuration() {
       redirect_uris: ['http://localhost/callback'],
       grant_types: ['authorization_code', 'refresh_token', 'urn:ietf:params:oauth:grant-type:device_code'],
       response_types: ['code'],
+    }, {
+      client_id: COLLECTOR_ID,
+      client_secret: COLLECTOR_SECRET,
+      client_name: 'SIEM collector',
+      token_endpoint_auth_method: 'client_secret_post',
+      redirect_uris: [],
+      grant_types: ['client_credentials'],
+      response_types: [],
     }],
     jwks: { keys: [signingKey()] },
     cookies: { keys: [randomBytes(32).toString('hex')] },
@@ -97,6 +114,18 @@ function configuration() {
       devInteractions: { enabled: false },
       deviceFlow: { enabled: true },
       revocation: { enabled: true },
+      clientCredentials: { enabled: true },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: (_ctx, client) => (client.clientId === COLLECTOR_ID ? API_RESOURCE : undefined),
+        useGrantedResource: () => false,
+        getResourceServerInfo(_ctx, resource) {
+          if (resource !== API_RESOURCE) throw new errors.InvalidTarget();
+          return {
+            scope: 'audit', audience: 'talos-sso', accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } },
+          };
+        },
+      },
     },
     // oidc-provider follows OIDC Core 1.0 section 11 to the letter: it drops
     // `offline_access` from an authorization request without

@@ -308,6 +308,18 @@ rate_limits: {{ per_identity_per_minute: 0, per_address_per_minute: 0 }}
     )
 }
 
+/// Send `request` and read its answer as JSON (for calls to the identity
+/// providers, whose answers the tests take apart themselves).
+pub async fn json_of(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("a JSON answer")
+}
+
 /// An HTTP answer as the tests read it.
 #[derive(Debug)]
 pub struct Answer {

@@ -2,7 +2,9 @@
 //! panva's `oidc-provider` from npm, run with Node.js from
 //! `tests/oidc-provider/` (`provider.mjs` says how it is set up: a `groups`
 //! scope, opaque access tokens, ID tokens without `jti`, PKCE, a public
-//! native client with a loopback redirect, refresh tokens, the device flow).
+//! native client with a loopback redirect, refresh tokens, the device flow;
+//! a confidential collector client with the client credentials grant and
+//! RFC 9068 JWT access tokens).
 //!
 //! This module owns starting it (a free port, a bounded wait for it to
 //! serve, killed when dropped), a talos-sso server configured for it, and
@@ -30,6 +32,11 @@ pub const CLIENT_ID: &str = "talos-sso-cli";
 pub const ONCALL_USER: &str = "bob";
 /// In no group at all: no `groups` claim.
 pub const NO_GROUP_USER: &str = "dave";
+/// A SIEM's collector: a confidential client with the client credentials
+/// grant, whose JWT access tokens (RFC 9068) are for the audience
+/// `talos-sso`; in `auditors` by its client id.
+pub const COLLECTOR_ID: &str = "siem-collector";
+pub const COLLECTOR_SECRET: &str = "siem-collector-secret";
 /// In `auditors`: reads the audit trail, no role on `prod`.
 pub const AUDITOR_USER: &str = "sam";
 pub const GROUP_ONCALL: &str = "oncall";
@@ -342,8 +349,9 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
 }
 
 /// The talos-sso server configuration for the provider: one cluster
-/// `prod` where on-call operates, the auditors group reads the trail, and
-/// `token` (`id_token` or `access_token`) is what the CLI sends.
+/// `prod` where on-call operates, the auditors group and the collector read
+/// the trail, and `token` (`id_token` or `access_token`) is what the CLI
+/// sends.
 pub fn config_yaml(op: &RealOp, work: &Workdir, token: &str) -> String {
     format!(
         r#"
@@ -355,6 +363,7 @@ identity:
   kind: oidc
   issuer: "{issuer}"
   client_id: "{CLIENT_ID}"
+  audiences: ["{CLIENT_ID}", talos-sso]
   scopes: [openid, profile, email, groups, offline_access]
   token: {token}
   username_claim: preferred_username
@@ -366,7 +375,7 @@ clusters:
     nodes: ["127.0.0.1"]
     rules:
       - {{ groups: ["{GROUP_ONCALL}"], roles: [os:operator] }}
-auditors: {{ groups: ["{GROUP_AUDITORS}"] }}
+auditors: {{ groups: ["{GROUP_AUDITORS}"], client_ids: ["{COLLECTOR_ID}"] }}
 rate_limits: {{ per_identity_per_minute: 0, per_address_per_minute: 0 }}
 "#,
         data_dir = work.path().display(),

@@ -533,6 +533,7 @@ mod service {
             issued_at: None,
             expires_at: time::OffsetDateTime::now_utc() + time::Duration::minutes(5),
             claims: Default::default(),
+            application: None,
         }
     }
 

@@ -9,6 +9,9 @@
 //! - `server`: the server end to end over HTTP, on Postgres and on SQLite:
 //!   every field of the audit record, every denial, outages, tampering,
 //!   replicas, break-glass.
+//! - `feed`: feeds for a SIEM: service principals reading and following
+//!   the trail, the follow stream's backlog, wake-ups, heartbeats, record,
+//!   end at token expiry and cap, on Postgres and on SQLite.
 //! - `faults`: fault injection against real processes: Postgres restarted
 //!   under load, the server and a replica killed, a commit's answer lost.
 //! - `deploy`: the deployment material checked against the code.
@@ -27,7 +30,8 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 /// Each named test function, run once against each audit store:
-/// `<module>::<name>::postgres` and `<module>::<name>::sqlite`.
+/// `<module>::<name>::postgres` and `<module>::<name>::sqlite` (the module
+/// must import `Backend`).
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         $(
@@ -53,6 +57,7 @@ mod checkpoints;
 mod client_key;
 mod deploy;
 mod faults;
+mod feed;
 mod hostile;
 mod identity;
 mod issuance;

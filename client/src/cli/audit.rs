@@ -57,7 +57,7 @@ fn alternatives(values: &[&str]) -> String {
 
 impl AuditFilterArgs {
     /// The filter as `GET /v1/audit` takes it, from the first page on.
-    fn query(&self) -> AuditQuery {
+    pub(super) fn query(&self) -> AuditQuery {
         AuditQuery {
             since: self.since.clone(),
             until: self.until.clone(),
@@ -103,13 +103,23 @@ pub enum AuditCommand {
         #[command(flatten)]
         login: LoginMethod,
     },
-    /// Every matching record, all pages, as JSON lines or CSV.
+    /// Every matching record, all pages, as JSON lines or CSV; with
+    /// --follow, then each new record as it is committed, until stopped.
     Export {
         #[command(flatten)]
         filter: AuditFilterArgs,
-        /// JSON lines (the default) or CSV for tools, or a table for people.
+        /// JSON lines (the default), ECS JSON lines (Elastic Common Schema)
+        /// or CSV for tools, or a table for people.
         #[arg(long, value_enum, default_value = "json")]
         output: AuditOutput,
+        /// Keep going: print records as they are committed, reconnecting
+        /// with a fresh token (and the last record's seq) when the server
+        /// ends the stream, e.g. when the token expires.
+        #[arg(long)]
+        follow: bool,
+        /// Start after this record (its seq): what a collector printed last.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..), default_value = "0")]
+        cursor: i64,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
@@ -149,16 +159,26 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            print_matching(&api, &tokens.bearer, &filter, limit, output, out).await
+            print_matching(&api, &tokens.bearer, &filter, 0, limit, output, out).await
         }
         AuditCommand::Export {
             filter,
             output,
+            follow: true,
+            cursor,
+            server,
+            login,
+        } => super::follow::follow(server.as_deref(), &login, &filter.query(), cursor, output, out).await,
+        AuditCommand::Export {
+            filter,
+            output,
+            follow: false,
+            cursor,
             server,
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            print_matching(&api, &tokens.bearer, &filter, u64::MAX, output, out).await
+            print_matching(&api, &tokens.bearer, &filter, cursor, u64::MAX, output, out).await
         }
         AuditCommand::Show { seq, server, login } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
@@ -198,17 +218,18 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
     }
 }
 
-/// The records `filter` matches, oldest first, at most `limit` of them:
-/// page after page, each printed as it comes (the heading once).
+/// The records `filter` matches after the record `cursor`, oldest first,
+/// at most `limit` of them: page after page, each printed as it comes (the
+/// heading once).
 async fn print_matching(
     api: &ApiClient,
     token: &str,
     filter: &AuditFilterArgs,
+    mut cursor: i64,
     limit: u64,
     output: AuditOutput,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let mut cursor = 0;
     let mut shown = 0;
     let mut first = true;
     loop {

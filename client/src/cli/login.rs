@@ -114,6 +114,41 @@ pub struct LoginMethod {
     /// http://localhost:PORT/callback (with --keyboard: 8000 unless given).
     #[arg(long)]
     pub callback_port: Option<u16>,
+    /// Send the bearer token in this file instead of logging in (`audit`
+    /// and `deny` commands): a service principal's own token, kept fresh by
+    /// whatever obtains it; read again at each reconnection of `--follow`.
+    #[arg(long, env = "TALOS_SSO_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Largest token file read (tokens are a few KiB).
+const MAX_TOKEN_FILE: u64 = 64 * 1024;
+
+/// The bearer token in `path`: one line of printable ASCII (a JWT), the
+/// surrounding whitespace ignored. Never shown in an error.
+pub(super) fn token_from_file(path: &Path) -> anyhow::Result<Tokens> {
+    use std::io::Read;
+    let shown = path.display();
+    let file = std::fs::File::open(path).with_context(|| format!("reading the token file {shown}"))?;
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading the token file {shown}"))?;
+    if text.len() as u64 > MAX_TOKEN_FILE {
+        bail!("the token file {shown} is larger than {MAX_TOKEN_FILE} bytes: it holds no token");
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        bail!("the token file {shown} is empty; write the bearer token into it");
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!("the token file {shown} holds more than one token, or text that is no token");
+    }
+    Ok(Tokens {
+        bearer: zeroize::Zeroizing::new(token.to_owned()),
+        refresh_token: None,
+        username: String::new(),
+    })
 }
 
 /// How long a command that logs in again waits for the browser.
@@ -255,6 +290,12 @@ pub async fn login_with(
     opener: Option<Opener>,
     out: &mut dyn Write,
 ) -> anyhow::Result<LoginRecord> {
+    if args.method.token_file.is_some() {
+        bail!(
+            "--token-file (or TALOS_SSO_TOKEN_FILE) is for the `audit` and `deny` commands; \
+             a certificate is for a person who logs in"
+        );
+    }
     let saved = state::load();
     let server = args.server.clone().or(saved.server.clone()).ok_or_else(|| {
         anyhow!("no server yet: run `talos-sso login --server https://talos-sso.example.com` once")
@@ -478,6 +519,9 @@ pub(super) async fn authenticated(
         .ok_or_else(|| anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once"))?;
     let trust = trusted(&saved, &server, None, None)?;
     let api = ApiClient::trusting(&server, trust.server.as_ref())?;
+    if let Some(path) = &login.token_file {
+        return Ok((api, token_from_file(path)?));
+    }
     let info = api.info().await.map_err(explained)?;
     let provider = Provider::discover(&info, trust.provider.as_ref()).await?;
     let tokens = obtain_tokens(&provider, &server, login, LOGIN_TIMEOUT, Some(system_opener())).await?;

@@ -8,8 +8,9 @@
 //! - `status`: what each login holds, read back from the talosconfig.
 //! - `exec`: a command run with a fresh certificate.
 //! - `audit`: `audit list|show|export|verify` (auditors).
+//! - `follow`: `audit export --follow`, the trail as it grows.
 //! - `deny`: `deny add|remove|list` (administrators).
-//! - `output`: audit records as a table, CSV and JSON lines.
+//! - `output`: audit records as a table, CSV, JSON lines and ECS JSON lines.
 
 use std::process::ExitCode;
 
@@ -19,6 +20,7 @@ pub mod audit;
 mod audit_verify;
 pub mod deny;
 pub mod exec;
+mod follow;
 pub mod login;
 pub mod output;
 pub mod select;

@@ -16,6 +16,8 @@ pub enum AuditOutput {
     Table,
     Json,
     Csv,
+    /// JSON lines in the Elastic Common Schema (`talos_sso_api::feed`).
+    Ecs,
 }
 
 /// The CSV export's columns, by the names of the record's fields.
@@ -123,6 +125,16 @@ pub(super) fn print_records(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     match output {
+        AuditOutput::Ecs => {
+            for record in records {
+                let document = talos_sso_api::feed::ecs_document(record, None);
+                writeln!(
+                    out,
+                    "{}",
+                    crate::display::json(&serde_json::to_string(&document)?)
+                )?;
+            }
+        }
         AuditOutput::Json => {
             for record in records {
                 writeln!(out, "{}", record_json(record, false)?)?;
@@ -413,7 +425,12 @@ mod tests {
     fn a_closed_pipe_stays_one_in_every_output() {
         // A full page: more than any writer buffers before it writes.
         let records = vec![typed(&ordinary_record()); 1000];
-        for output in [AuditOutput::Table, AuditOutput::Json, AuditOutput::Csv] {
+        for output in [
+            AuditOutput::Table,
+            AuditOutput::Json,
+            AuditOutput::Csv,
+            AuditOutput::Ecs,
+        ] {
             let error = print_records(&records, output, true, &mut ClosedPipe).unwrap_err();
             assert!(crate::cli::closed_pipe(&error), "{output:?}: {error:?}");
         }

@@ -2,12 +2,13 @@
 //! provider (oidc-provider, set up as Keycloak and Dex usually are; see
 //! `talos_sso_tests::real_op`): browser and device logins, silent refresh,
 //! logins within one second with tokens that carry no `jti`, a person in no
-//! group, an auditor, and an access token the server cannot use.
+//! group, an auditor, an access token the server cannot use, and a SIEM's
+//! collector with a token of its own (client credentials).
 
 use talos_sso_tests::real_op::{AUDITOR_USER, NO_GROUP_USER, ONCALL_USER, RealOp, RealOpEnv};
 use talos_sso_tests::talos_checker;
 
-use super::{Machine, context_fields, finish, wait_for_line};
+use super::{Machine, context_fields, finish, next_json_line, stdout_lines, wait_for_line};
 
 /// `login --no-browser` (and `extra`), with `user` signing in at the
 /// provider in the test's browser. Returns the exit code, stdout, stderr.
@@ -314,5 +315,85 @@ async fn a_provider_that_issues_no_refresh_token_is_named_at_login() {
         err.contains("the browser login did not finish within 1s"),
         "{err}"
     );
+    env.finish().await;
+}
+
+/// A SIEM's collector with the real provider's client credentials grant:
+/// its RFC 9068 access token (`client_id`, `sub` the client) is verified
+/// like any, makes it an auditor by its client id, follows the trail
+/// through the CLI with `--token-file`, and gets no certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_providers_client_credentials_token_follows_the_trail_and_gets_no_certificate() {
+    use talos_sso_tests::harness::json_of;
+    use talos_sso_tests::real_op::{COLLECTOR_ID, COLLECTOR_SECRET};
+    let env = RealOpEnv::start("id_token").await;
+    let http = reqwest::Client::new();
+    let discovery = json_of(http.get(format!("{}/.well-known/openid-configuration", env.op.issuer))).await;
+    let answer = json_of(http.post(discovery["token_endpoint"].as_str().unwrap()).form(&[
+        ("grant_type", "client_credentials"),
+        ("client_id", COLLECTOR_ID),
+        ("client_secret", COLLECTOR_SECRET),
+        ("resource", "urn:talos-sso"),
+        ("scope", "audit"),
+    ]))
+    .await;
+    let token = answer["access_token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}\nprovider log: {}", env.op.log()))
+        .to_owned();
+    let base = env.server.base_url.clone();
+
+    // No certificate for an application.
+    let csr = talos_sso::key::ClientKey::generate()
+        .and_then(|k| k.csr_pem())
+        .unwrap();
+    let refused = json_of(
+        http.post(format!("{base}/v1/certificates"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"cluster": "prod", "csr": csr})),
+    )
+    .await;
+    assert_eq!(refused["code"], "no_matching_rule", "{refused}");
+
+    // The CLI follows the trail with the collector's token from a file.
+    let collector = Machine::new();
+    let token_file = collector.home.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let mut child = collector
+        .command(&[
+            "audit",
+            "export",
+            "--follow",
+            "--server",
+            &base,
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    let mut lines = stdout_lines(&mut child);
+    let denied = next_json_line(&mut lines).await;
+    assert_eq!(
+        (
+            denied["event"].as_str(),
+            denied["reason_code"].as_str(),
+            denied["username"].as_str(),
+            denied["subject"].as_str(),
+            denied["identity_verified"].as_bool(),
+        ),
+        (
+            Some("certificate.denied"),
+            Some("no_matching_rule"),
+            Some(COLLECTOR_ID),
+            Some(COLLECTOR_ID),
+            Some(true)
+        )
+    );
+    let followed = next_json_line(&mut lines).await;
+    assert_eq!(
+        (followed["event"].as_str(), followed["details"]["action"].as_str()),
+        (Some("audit.query"), Some("follow"))
+    );
+    child.kill().await.unwrap();
     env.finish().await;
 }

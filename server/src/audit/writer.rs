@@ -13,12 +13,16 @@
 //! certificate of an in-doubt batch that did get committed is followed by a
 //! `certificate.undelivered` record, so the trail never claims, unsaid, a
 //! certificate that nobody received.
+//!
+//! After each commit the writer publishes the highest sequence number it
+//! committed ([`AuditWriter::committed`]), so that followers of the trail
+//! (`GET /v1/audit/stream`) wake up at once instead of polling.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::store::{Append, Appended, AuditStore, StoreError};
 use super::{AuditRecord, RecordExt, StoredRecord, event, outcome};
@@ -61,6 +65,27 @@ pub struct AuditWriter {
     jobs: mpsc::Sender<Job>,
     store: AuditStore,
     stats: Arc<WriterStats>,
+    /// The highest sequence number this writer committed (0 before any).
+    committed: watch::Receiver<i64>,
+}
+
+/// Where the writer publishes what it committed.
+#[derive(Debug)]
+struct Published(watch::Sender<i64>);
+
+impl Published {
+    /// Every record up to `results`' highest seq is committed: say so.
+    fn committed(&self, results: &[Appended]) {
+        if let Some(seq) = results.iter().map(|a| a.stored().seq).max() {
+            self.0.send_if_modified(|head| {
+                let newer = seq > *head;
+                if newer {
+                    *head = seq;
+                }
+                newer
+            });
+        }
+    }
 }
 
 impl AuditWriter {
@@ -69,6 +94,8 @@ impl AuditWriter {
     pub fn start(store: AuditStore) -> (Self, tokio::task::JoinHandle<()>) {
         let (jobs, mut queue) = mpsc::channel::<Job>(MAX_BATCH * 16);
         let stats = Arc::new(WriterStats::default());
+        let (published, committed) = watch::channel(0);
+        let published = Published(published);
         let task_store = store.clone();
         let task_stats = stats.clone();
         let task = tokio::spawn(async move {
@@ -90,12 +117,24 @@ impl AuditWriter {
                         Err(_) => break,
                     }
                 }
-                if let Some(doubt) = write(&task_store, &task_stats, &mut batch).await {
+                if let Some(doubt) = write(&task_store, &task_stats, &published, &mut batch).await {
                     in_doubt.push(doubt);
                 }
             }
         });
-        (Self { jobs, store, stats }, task)
+        let writer = Self {
+            jobs,
+            store,
+            stats,
+            committed,
+        };
+        (writer, task)
+    }
+
+    /// The highest sequence number this writer committed, updated after
+    /// each commit (records other replicas commit are not seen here).
+    pub fn committed(&self) -> watch::Receiver<i64> {
+        self.committed.clone()
     }
 
     /// Append one record and wait until it is committed.
@@ -120,16 +159,25 @@ impl AuditWriter {
 
 /// Write `batch` and answer its jobs; an unacknowledged commit that could
 /// not be resolved comes back, to be settled later.
-async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) -> Option<Vec<Appended>> {
+async fn write(
+    store: &AuditStore,
+    stats: &WriterStats,
+    published: &Published,
+    batch: &mut Vec<Job>,
+) -> Option<Vec<Appended>> {
     let appends: Vec<Append> = batch.iter().map(|job| job.append.clone()).collect();
     match store.append_batch(&appends).await {
-        Ok(results) => answer_committed(stats, batch, results),
+        Ok(results) => {
+            published.committed(&results);
+            answer_committed(stats, batch, results);
+        }
         Err(StoreError::CommitUnacknowledged { reason, appended }) => {
             stats.unacknowledged.fetch_add(1, Ordering::Relaxed);
             match resolve(store, &appended).await {
                 Some(true) => {
                     tracing::warn!(%reason, records = batch.len(),
                         "audit commit not acknowledged; read back: committed");
+                    published.committed(&appended);
                     answer_committed(stats, batch, appended);
                 }
                 resolved => {
@@ -157,6 +205,9 @@ async fn write(store: &AuditStore, stats: &WriterStats, batch: &mut Vec<Job>) ->
                 } else {
                     write_one(store, stats, job.append).await
                 };
+                if let Ok(appended) = &result {
+                    published.committed(std::slice::from_ref(appended));
+                }
                 let _ = job.respond.send(result);
             }
         }

@@ -4,6 +4,7 @@
 //!
 //! - `certificates`: `POST /v1/certificates`, through [`crate::issuance`];
 //! - `audit`: `GET /v1/audit` and `/v1/audit/verify` (auditors);
+//! - `feed`: `GET /v1/audit/stream` (auditors): the trail as it grows;
 //! - `deny`: `/v1/deny` (admins);
 //! - `status`: `/v1/info`, `/healthz`, `/readyz`, `/metrics`, not found;
 //! - `caller`: what is known of a caller before and after authentication,
@@ -18,6 +19,7 @@ pub mod caller;
 pub mod certificates;
 pub mod deny;
 pub mod error;
+pub mod feed;
 pub mod privileged;
 pub mod serve;
 pub mod status;
@@ -167,6 +169,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/audit", get(audit::list))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/audit/checkpoint", post(audit::checkpoint))
+        .route(talos_sso_api::feed::STREAM_PATH, get(feed::stream))
         .route("/v1/deny", get(deny::list).post(deny::add).delete(deny::remove))
         .route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))

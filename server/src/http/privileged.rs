@@ -20,15 +20,23 @@ pub enum Privilege {
     Admin,
 }
 
-/// Auditors and admins are people of the login issuer: a trusted issuer
-/// (workloads, another directory) can assert any group or role name.
-fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
+/// Auditors and admins are people, or applications (their own tokens,
+/// client credentials), of the login issuer: a trusted issuer (workloads,
+/// another directory) can assert any group or role name. An application is
+/// in by an app role or by its client id; a person never by a client id.
+pub(super) fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
     if !verified.from_login_issuer() {
         return false;
     }
-    list.groups
-        .iter()
-        .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
+    let by_client_id = verified
+        .application
+        .as_ref()
+        .is_some_and(|client_id| list.client_ids.iter().any(|c| c.eq_ignore_ascii_case(client_id)));
+    by_client_id
+        || list
+            .groups
+            .iter()
+            .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
         || list.app_roles.iter().any(|r| verified.app_roles.contains(r))
 }
 
@@ -56,12 +64,14 @@ pub async fn authorize(
         Privilege::Auditor => (
             &app.config.auditors,
             ErrorCode::NotAnAuditor,
-            "reading the audit trail needs membership in one of the `auditors` groups or app roles",
+            "reading the audit trail needs membership in one of the `auditors` groups or app roles \
+             (or, for an application, one of its client ids)",
         ),
         Privilege::Admin => (
             &app.config.admins,
             ErrorCode::NotAnAdmin,
-            "changing the deny list needs membership in one of the `admins` groups or app roles",
+            "changing the deny list needs membership in one of the `admins` groups or app roles \
+             (or, for an application, one of its client ids)",
         ),
     };
     if !is_member(list, &verified) {
@@ -103,5 +113,57 @@ pub async fn commit(
         Appended::Recorded(stored) => Ok(stored),
         Appended::Denied(_) => Err(identity_denied()),
         Appended::Replayed(_) => Err(ApiError::audit_unavailable()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GroupList;
+
+    fn caller(application: Option<&str>, app_roles: &[&str], groups: &[&str]) -> VerifiedIdentity {
+        VerifiedIdentity {
+            issuer_name: crate::config::LOGIN_ISSUER.into(),
+            issuer: "https://login.example/t/v2.0".into(),
+            tenant: Some("t".into()),
+            subject: "oid-1".into(),
+            username: application.unwrap_or("sam@example.com").into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            app_roles: app_roles.iter().map(|r| r.to_string()).collect(),
+            token_id: None,
+            signed_sha256: "00".repeat(32),
+            issued_at: None,
+            expires_at: time::OffsetDateTime::UNIX_EPOCH,
+            claims: Default::default(),
+            application: application.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn applications_are_auditors_by_client_id_or_app_role_and_people_never_by_client_id() {
+        let auditors = GroupList {
+            groups: vec!["security".into()],
+            app_roles: vec!["Talos.Auditor".into()],
+            client_ids: vec!["SIEM-client".into()],
+        };
+        assert!(is_member(&auditors, &caller(Some("siem-client"), &[], &[])));
+        assert!(is_member(
+            &auditors,
+            &caller(Some("other"), &["Talos.Auditor"], &[])
+        ));
+        assert!(!is_member(
+            &auditors,
+            &caller(Some("other"), &["Talos.Reader"], &[])
+        ));
+        // A person whose username happens to be a client id is no application.
+        assert!(!is_member(&auditors, &caller(None, &[], &[])));
+        let mut named = caller(None, &[], &[]);
+        named.username = "siem-client".into();
+        assert!(!is_member(&auditors, &named));
+        assert!(is_member(&auditors, &caller(None, &[], &["SECURITY"])));
+        // Another issuer's tokens are never auditors.
+        let mut workload = caller(Some("siem-client"), &["Talos.Auditor"], &[]);
+        workload.issuer_name = "ci".into();
+        assert!(!is_member(&auditors, &workload));
     }
 }

@@ -14,8 +14,12 @@
 //!   (IPv6: /64; trusted proxies exempt): further ones are closed at once;
 //! - HTTP/2: at most `http2_max_concurrent_streams` streams per connection,
 //!   and hyper's defences against reset floods;
-//! - at shutdown, no new connections; open ones finish their requests
-//!   within `shutdown_grace`, then the remaining ones are closed.
+//! - a request counts as in flight until its answer's body has been sent,
+//!   so that a long answer (an audit stream) does not look idle, while the
+//!   request timeout covers only the handler, up to the answer's head;
+//! - at shutdown, no new connections; audit streams are told to end; open
+//!   connections finish their requests within `shutdown_grace`, then the
+//!   remaining ones are closed.
 //!
 //! The TLS certificate and key are reloaded when their files change.
 
@@ -172,6 +176,33 @@ impl Activity {
 /// One request in flight; counted out when dropped (answered or abandoned).
 struct InFlight(Arc<Activity>);
 
+/// An answer's body that keeps its request in flight until it is sent (or
+/// dropped with the connection).
+struct InFlightBody {
+    body: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for InFlightBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
@@ -244,6 +275,7 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()>,
 ) {
     let http = Arc::new(app.config.http.clone());
+    let feeds_of = app.clone();
     let router = super::router(app);
     let builder = Arc::new(connection_builder(&http));
     let slots = Arc::new(Semaphore::new(http.max_connections));
@@ -295,6 +327,7 @@ pub(crate) async fn run(
         });
     }
     drop(listener);
+    feeds_of.feeds.shut_down();
     let _ = stop.send(true);
     let all = u32::try_from(http.max_connections).unwrap_or(u32::MAX);
     if tokio::time::timeout(http.shutdown_grace, slots.acquire_many(all))
@@ -345,7 +378,10 @@ impl Connection {
                     .oneshot(request)
                     .await
                     .unwrap_or_else(|never| match never {});
-                drop(in_flight);
+                let response = response.map(|body| InFlightBody {
+                    body,
+                    _in_flight: in_flight,
+                });
                 Ok::<_, Infallible>(response)
             }
         });

@@ -58,6 +58,10 @@ pub struct VerifiedIdentity {
     pub expires_at: OffsetDateTime,
     /// Every claim, for policy `claims` selectors and the audit trail.
     pub claims: Map<String, Value>,
+    /// An application's own token (client credentials): its client id.
+    /// `None` for a person. Applications get no certificate unless a rule
+    /// names them (`policy`), and read the trail only as `auditors` allow.
+    pub application: Option<String>,
 }
 
 /// Longest token id used as a replay key as it is; longer ones are hashed.
@@ -78,6 +82,7 @@ impl VerifiedIdentity {
             issued_at: signed.issued_at,
             expires_at: signed.expires_at,
             claims: signed.claims,
+            application: principal.application,
         }
     }
 
@@ -181,6 +186,7 @@ mod tests {
             issued_at: None,
             expires_at: OffsetDateTime::UNIX_EPOCH,
             claims: Default::default(),
+            application: None,
         }
     }
 }

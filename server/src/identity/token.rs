@@ -12,7 +12,9 @@
 //! 4. `exp` and `nbf` with leeway, `iat` not in the future;
 //! 5. `iss` accepted by the issuer (its kind decides);
 //! 6. `aud` among the accepted audiences; `azp`/`appid`, when present, equal
-//!    to the CLI's client id.
+//!    to the CLI's client id, except in an application's own token (client
+//!    credentials: the issuer's kind tells), where they name that
+//!    application, which `auditors`/`admins` then judge.
 //!
 //! Each failure has a stable code ([`TokenError::code`]), the kinds' own
 //! refusals included.
@@ -239,12 +241,15 @@ impl<'a> Jwt<'a> {
 
     /// Verify the signature with `keys` and the shared checks under
     /// `rules` at `now`; `accepts_issuer` is the issuer's kind deciding on
-    /// `iss` (given the other claims, for tenant templates).
+    /// `iss` (given the other claims, for tenant templates), and
+    /// `application_token` whether the token is an application's own
+    /// (app-only), whose `azp`/`appid` names that application.
     pub fn verify(
         self,
         keys: &KeySet,
         rules: &TokenRules,
         accepts_issuer: &dyn Fn(&str, &Claims) -> bool,
+        application_token: &dyn Fn(&Claims) -> bool,
         now: OffsetDateTime,
     ) -> Result<SignedToken, TokenError> {
         let key = keys
@@ -301,7 +306,7 @@ impl<'a> Jwt<'a> {
         if !audiences.iter().any(|aud| rules.audiences.contains(aud)) {
             return Err(TokenError::WrongAudience);
         }
-        if let Some(client_id) = &rules.client_id {
+        if let Some(client_id) = rules.client_id.as_ref().filter(|_| !application_token(&claims)) {
             for name in ["azp", "appid"] {
                 if string_claim(&claims, name).is_some_and(|v| v != client_id) {
                     return Err(TokenError::WrongClient);
@@ -334,6 +339,10 @@ mod tests {
         }
     }
 
+    fn no_application(_claims: &Claims) -> bool {
+        false
+    }
+
     fn entra_issuer(iss: &str, _claims: &Claims) -> bool {
         iss == format!("https://login.microsoftonline.com/{TENANT}/v2.0")
     }
@@ -344,7 +353,7 @@ mod tests {
         rules: &TokenRules,
         now: OffsetDateTime,
     ) -> Result<SignedToken, TokenError> {
-        Jwt::parse(token)?.verify(keys, rules, &entra_issuer, now)
+        Jwt::parse(token)?.verify(keys, rules, &entra_issuer, &no_application, now)
     }
 
     fn code(s: &Signers, token: &str, rules: &TokenRules, now: i64) -> &'static str {
@@ -494,7 +503,8 @@ mod tests {
         let jwt = Jwt::parse(&signed).unwrap();
         assert!(jwt.unverified_claims().is_none());
         assert_eq!(
-            jwt.verify(&s.keys, &rules(), &entra_issuer, at(NOW)).unwrap_err(),
+            jwt.verify(&s.keys, &rules(), &entra_issuer, &no_application, at(NOW))
+                .unwrap_err(),
             TokenError::Malformed("payload")
         );
         let (input, _) = signed.rsplit_once('.').unwrap();

@@ -140,10 +140,56 @@ pub fn demo_users() -> Vec<TestUser> {
     ]
 }
 
+/// An application registered in the tenant that gets tokens of its own
+/// (client credentials), as a SIEM's collector does.
+#[derive(Debug, Clone)]
+pub struct TestApplication {
+    /// The application (client) id: `azp` / `appid` of its tokens.
+    pub client_id: String,
+    pub client_secret: String,
+    /// Its service principal's object id: `oid` and `sub` of its tokens.
+    pub object_id: String,
+    /// App roles assigned to it on the server's API.
+    pub app_roles: Vec<String>,
+}
+
+/// The client id of the demo SIEM collector (app role `Talos.Auditor`).
+pub const SIEM_CLIENT_ID: &str = "5e1e0000-0000-4000-8000-00000000c011";
+/// Its secret.
+pub const SIEM_CLIENT_SECRET: &str = "emulator-siem-secret";
+/// A registered application with no app role on the server's API, but the
+/// `Talos.Reader` role people get certificates by.
+pub const OTHER_APP_CLIENT_ID: &str = "0a1e0000-0000-4000-8000-00000000a990";
+pub const OTHER_APP_CLIENT_SECRET: &str = "emulator-other-secret";
+
+/// The demo applications: the SIEM collector and another application.
+pub fn demo_applications() -> Vec<TestApplication> {
+    vec![
+        TestApplication {
+            client_id: SIEM_CLIENT_ID.into(),
+            client_secret: SIEM_CLIENT_SECRET.into(),
+            object_id: "5e1e5e1e-0000-4000-8000-0000000005a1".into(),
+            app_roles: vec!["Talos.Auditor".into()],
+        },
+        TestApplication {
+            client_id: OTHER_APP_CLIENT_ID.into(),
+            client_secret: OTHER_APP_CLIENT_SECRET.into(),
+            object_id: "0a1e0a1e-0000-4000-8000-0000000005a2".into(),
+            app_roles: vec!["Talos.Reader".into()],
+        },
+    ]
+}
+
 /// How an emulator instance behaves.
 #[derive(Debug, Clone)]
 pub struct EmulatorConfig {
     pub users: Vec<TestUser>,
+    /// Applications that may use the client credentials grant.
+    pub applications: Vec<TestApplication>,
+    /// Whether app-only tokens carry `idtyp: app` (the optional claim the
+    /// API's registration may ask for); without it they are told by `oid`
+    /// equal to `sub`.
+    pub app_token_idtyp: bool,
     /// Polling interval announced for the device flow, in seconds.
     pub device_interval: u64,
     /// Lifetime of a device code.
@@ -167,6 +213,8 @@ impl Default for EmulatorConfig {
     fn default() -> Self {
         Self {
             users: demo_users(),
+            applications: demo_applications(),
+            app_token_idtyp: true,
             device_interval: 5,
             device_expires_in: Duration::from_secs(900),
             access_token_version: 2,
@@ -443,15 +491,7 @@ impl EmulatorHandle {
         let state = self.state();
         let user = state.user(username)?.clone();
         let mut claims = tokens::claims(&state, &user, &kind);
-        if let (Some(claims), Some(patch)) = (claims.as_object_mut(), patch.as_object()) {
-            for (name, value) in patch {
-                if value.is_null() {
-                    claims.remove(name);
-                } else {
-                    claims.insert(name.clone(), value.clone());
-                }
-            }
-        }
+        patched(&mut claims, &patch);
         Some(claims)
     }
 
@@ -476,8 +516,37 @@ impl EmulatorHandle {
             .map(|k| ring::signature::KeyPair::public_key(&k.pair).as_ref().to_vec())
     }
 
+    /// An app-only token of the application `client_id` for the server's
+    /// API, as the client credentials grant answers, with `patch` applied
+    /// as in [`Self::token_with`].
+    pub fn app_token_with(&self, client_id: &str, patch: serde_json::Value) -> Option<String> {
+        let state = self.state();
+        let application = state
+            .config
+            .applications
+            .iter()
+            .find(|a| a.client_id == client_id)?
+            .clone();
+        let mut claims = tokens::app_claims(&state, &application, SERVER_APP_ID);
+        patched(&mut claims, &patch);
+        tokens::sign(&state, &claims, state.config.access_token_version == 1).ok()
+    }
+
     pub fn users(&self) -> Vec<TestUser> {
         self.state().config.users.clone()
+    }
+}
+
+/// `claims` with each claim of `patch` set, or removed where it is `null`.
+fn patched(claims: &mut serde_json::Value, patch: &serde_json::Value) {
+    if let (Some(claims), Some(patch)) = (claims.as_object_mut(), patch.as_object()) {
+        for (name, value) in patch {
+            if value.is_null() {
+                claims.remove(name);
+            } else {
+                claims.insert(name.clone(), value.clone());
+            }
+        }
     }
 }
 

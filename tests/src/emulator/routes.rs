@@ -459,29 +459,73 @@ async fn token(
             poll_device(&mut s, &get("device_code"), &get("client_id"))
         }
         "client_credentials" => {
-            if get("client_id") != SERVER_APP_ID || get("client_secret") != SERVER_APP_SECRET {
-                return oauth_error(
-                    StatusCode::UNAUTHORIZED,
-                    "invalid_client",
-                    "AADSTS7000215: Invalid client secret provided.",
-                );
-            }
-            match tokens::graph_app_token(&s) {
-                Ok(token) => {
-                    s.graph_tokens.push(token.clone());
-                    json_response(
-                        StatusCode::OK,
-                        json!({"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token}),
-                    )
-                }
-                Err(e) => oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &e),
-            }
+            client_credentials(&mut s, &get("client_id"), &get("client_secret"), &get("scope"))
         }
         other => oauth_error(
             StatusCode::BAD_REQUEST,
             "unsupported_grant_type",
             &format!("AADSTS70003: grant type `{other}` is not supported"),
         ),
+    }
+}
+
+/// The client credentials grant: the server's own app gets Graph tokens;
+/// a registered application gets a token of its own for the API its
+/// `scope` names (`<app id or api://app id>/.default`, as Entra requires).
+fn client_credentials(s: &mut State, client_id: &str, secret: &str, scope: &str) -> Response {
+    let invalid_client = || {
+        oauth_error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_client",
+            "AADSTS7000215: Invalid client secret provided.",
+        )
+    };
+    if client_id == SERVER_APP_ID {
+        if secret != SERVER_APP_SECRET {
+            return invalid_client();
+        }
+        return match tokens::graph_app_token(s) {
+            Ok(token) => {
+                s.graph_tokens.push(token.clone());
+                json_response(
+                    StatusCode::OK,
+                    json!({"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token}),
+                )
+            }
+            Err(e) => oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &e),
+        };
+    }
+    let Some(application) = s
+        .config
+        .applications
+        .iter()
+        .find(|a| a.client_id == client_id && a.client_secret == secret)
+        .cloned()
+    else {
+        return invalid_client();
+    };
+    let Some(resource) = scope.strip_suffix("/.default") else {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_scope",
+            "AADSTS1002012: The provided value for scope is not valid. Client credential flows must have a scope value with /.default suffixed to the resource identifier (application ID URI).",
+        );
+    };
+    let resource = resource.strip_prefix("api://").unwrap_or(resource);
+    if resource != SERVER_APP_ID {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_resource",
+            "AADSTS500011: The resource principal was not found in the tenant.",
+        );
+    }
+    let claims = tokens::app_claims(s, &application, resource);
+    match tokens::sign(s, &claims, s.config.access_token_version == 1) {
+        Ok(token) => json_response(
+            StatusCode::OK,
+            json!({"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token}),
+        ),
+        Err(e) => oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &e),
     }
 }
 

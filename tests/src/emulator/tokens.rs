@@ -7,7 +7,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature;
 use serde_json::{Value, json};
 
-use super::{CLI_CLIENT_ID, SERVER_APP_ID, State, TENANT_ID, TestUser};
+use super::{CLI_CLIENT_ID, SERVER_APP_ID, State, TENANT_ID, TestApplication, TestUser};
 
 /// Which token to mint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +156,43 @@ pub(crate) fn sign_with_header(state: &State, header: &Value, claims: &Value) ->
 pub(crate) fn mint(state: &State, user: &TestUser, kind: TokenKind) -> Result<String, String> {
     let claims = claims(state, user, &kind);
     sign(state, &claims, kind.is_v1())
+}
+
+/// The claims of an application's own token for the API `resource` (an app
+/// id), as Entra writes them for the client credentials grant: no `scp`, no
+/// username claims, `oid` and `sub` the service principal's object id, the
+/// app roles assigned to it in `roles`; v2 names the client in `azp`, v1 in
+/// `appid`. `idtyp: app` only when the emulator is configured to add it.
+pub(crate) fn app_claims(state: &State, application: &TestApplication, resource: &str) -> Value {
+    let iat = state.now() - 300;
+    let base = &state.base_url;
+    let v1 = state.config.access_token_version == 1;
+    let mut claims = json!({
+        "aud": if v1 { format!("api://{resource}") } else { resource.to_owned() },
+        "iss": if v1 { format!("{base}/sts/{TENANT_ID}/") } else { format!("{base}/{TENANT_ID}/v2.0") },
+        "iat": iat, "nbf": iat, "exp": iat + 3900,
+        "tid": TENANT_ID,
+        "oid": application.object_id,
+        "sub": application.object_id,
+        "idp": if v1 { format!("https://sts.windows.net/{TENANT_ID}/") } else { format!("{base}/{TENANT_ID}/v2.0") },
+        "uti": random_id(16),
+        "ver": if v1 { "1.0" } else { "2.0" },
+    });
+    let object = claims.as_object_mut().expect("object");
+    if v1 {
+        object.insert("appid".into(), json!(application.client_id));
+        object.insert("appidacr".into(), json!("1"));
+    } else {
+        object.insert("azp".into(), json!(application.client_id));
+        object.insert("azpacr".into(), json!("1"));
+    }
+    if !application.app_roles.is_empty() {
+        object.insert("roles".into(), json!(application.app_roles));
+    }
+    if state.config.app_token_idtyp {
+        object.insert("idtyp".into(), json!("app"));
+    }
+    claims
 }
 
 /// The app-only token the server gets for Graph (client credentials).

@@ -9,6 +9,10 @@
 //! - `tid` is required and must be in `allowed_tenants`; the consumer tenant
 //!   (personal Microsoft accounts) is no exception.
 //! - The person is (`tid`, `oid`); the token id is `uti`.
+//! - An application's own token (client credentials: no `scp`, and
+//!   `idtyp: app`, or without `idtyp` an `oid` equal to `sub`, Microsoft's
+//!   documented test) is about its service principal: `oid` is the service
+//!   principal's object id, its name its client id (`azp`, v1 `appid`).
 //! - Groups come from `groups`, or, when the token says they did not fit
 //!   (`_claim_names.groups`, `hasgroups`: overage), from Microsoft Graph with
 //!   the server's own credentials (`identity::graph`); the URL inside the
@@ -125,6 +129,26 @@ pub(super) fn groups_overage(claims: &Claims) -> bool {
             .unwrap_or(false)
 }
 
+/// The client id of an application's own token (client credentials), or
+/// `None` for a person's token. A delegated token always has `scp`; an
+/// app-only one never does, and carries `idtyp: app` when the API asks for
+/// that optional claim, else an `oid` equal to its `sub` (for people `sub`
+/// is pairwise and never the `oid`). Without a client id it is no
+/// application's token.
+fn application_client(claims: &Claims) -> Option<&str> {
+    if claims.contains_key("scp") {
+        return None;
+    }
+    let app_only = match claims.get("idtyp") {
+        Some(idtyp) => idtyp.as_str() == Some("app"),
+        None => string_claim(claims, "oid").is_some_and(|oid| string_claim(claims, "sub") == Some(oid)),
+    };
+    if !app_only {
+        return None;
+    }
+    string_claim(claims, "azp").or_else(|| string_claim(claims, "appid"))
+}
+
 #[derive(Debug)]
 struct Entra {
     /// Accepted `iss` forms; `{tenantid}` stands for an allowed `tid`.
@@ -156,7 +180,18 @@ impl Kind for Entra {
             return Err(TokenError::TenantNotAllowed(tid.chars().take(64).collect()));
         }
         let subject = string_claim(claims, "oid").ok_or(TokenError::SubjectMissing("oid"))?;
-        principal(claims, Some(tid), subject, self.username_claim.as_deref())
+        let application = application_client(claims);
+        principal(
+            claims,
+            Some(tid),
+            subject,
+            self.username_claim.as_deref(),
+            application,
+        )
+    }
+
+    fn application_token(&self, claims: &Claims) -> bool {
+        application_client(claims).is_some()
     }
 
     fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
@@ -416,5 +451,81 @@ mod tests {
                 token_id: Some("j-1".into()),
             }
         );
+    }
+
+    /// A client-credentials token as Entra writes it for a service
+    /// principal: no `scp`, no username claims, `oid` and `sub` the service
+    /// principal's object id, `azp` its client id.
+    fn app_claims() -> Value {
+        json!({
+            "aud": "11111111-1111-1111-1111-111111111111",
+            "iss": format!("https://login.microsoftonline.com/{TENANT}/v2.0"),
+            "iat": NOW - 300, "nbf": NOW - 300, "exp": NOW - 300 + 3900,
+            "tid": TENANT, "oid": "5e000000-0000-4000-8000-0000000000a1",
+            "sub": "5e000000-0000-4000-8000-0000000000a1", "azp": "siem-client-id", "azpacr": "1",
+            "idtyp": "app", "roles": ["Talos.Auditor"], "uti": "uti-app", "ver": "2.0"
+        })
+    }
+
+    #[test]
+    fn an_application_token_is_told_from_a_persons_and_named_by_its_client_id() {
+        let s = signers();
+        let mut config = entra_config();
+        config.client_id = Some("the-cli".into());
+        config.audiences = vec!["11111111-1111-1111-1111-111111111111".into()];
+        config.username_claim = Some("preferred_username".into());
+        let r = rules(&config);
+        let with = |patch: Value| sign(&s, "RS256", "rsa", &patched(app_claims(), patch));
+        // With `idtyp`, without it (oid = sub), and v1 (`appid`).
+        for token in [
+            with(json!({})),
+            with(json!({"idtyp": null})),
+            with(
+                json!({"azp": null, "azpacr": null, "appid": "siem-client-id", "ver": "1.0",
+                        "iss": format!("https://sts.windows.net/{TENANT}/")}),
+            ),
+        ] {
+            let verified = r.verify(&token, &s.keys, at(NOW)).unwrap();
+            assert_eq!(verified.application.as_deref(), Some("siem-client-id"));
+            assert_eq!(verified.subject, "5e000000-0000-4000-8000-0000000000a1");
+            assert_eq!(verified.username, "siem-client-id", "no username claim is needed");
+            assert_eq!(verified.app_roles, ["Talos.Auditor"]);
+        }
+        // Anything with a person behind it keeps the CLI's client check.
+        for (patch, why) in [
+            (json!({"scp": "access"}), "delegated: scp"),
+            (json!({"idtyp": "user"}), "idtyp user"),
+            (json!({"idtyp": null, "sub": "pairwise"}), "oid is not sub"),
+        ] {
+            assert_eq!(code(&s, &with(patch), &r, NOW), "token_client_invalid", "{why}");
+        }
+        // The shared checks apply to applications exactly as to people.
+        assert_eq!(
+            code(&s, &with(json!({"aud": "api://another"})), &r, NOW),
+            "token_audience_invalid"
+        );
+        assert_eq!(
+            code(
+                &s,
+                &with(json!({"tid": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"})),
+                &r,
+                NOW
+            ),
+            "token_issuer_invalid"
+        );
+        assert_eq!(
+            code(&s, &with(json!({})), &r, NOW - 300 + 3900 + 301),
+            "token_expired"
+        );
+        let person = sign(
+            &s,
+            "RS256",
+            "rsa",
+            &patched(
+                entra_claims(),
+                json!({"aud": "11111111-1111-1111-1111-111111111111"}),
+            ),
+        );
+        assert_eq!(r.verify(&person, &s.keys, at(NOW)).unwrap().application, None);
     }
 }

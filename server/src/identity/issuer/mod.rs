@@ -56,6 +56,14 @@ pub trait Kind: Send + Sync + std::fmt::Debug {
     /// passed, and who it is about.
     fn identify(&self, claims: &Claims) -> Result<Principal, TokenError>;
 
+    /// Whether a token whose signature and shared checks passed is an
+    /// application's own (client credentials, no person behind it). Such a
+    /// token's `azp`/`appid` names the application, not the CLI. None by
+    /// default: a kind that cannot tell says no.
+    fn application_token(&self, _claims: &Claims) -> bool {
+        false
+    }
+
     /// Who a token that failed verification claims to be, for its record.
     fn claimed(&self, claims: &Claims) -> ClaimedIdentity;
 
@@ -87,6 +95,9 @@ pub struct Principal {
     pub token_id: Option<String>,
     pub groups: Vec<String>,
     pub app_roles: Vec<String>,
+    /// For an application's own token (client credentials): its client id
+    /// (`azp`/`appid`). `None` for a person.
+    pub application: Option<String>,
 }
 
 /// One kind, as the configuration names it.
@@ -197,6 +208,7 @@ impl IssuerRules {
             keys,
             &self.token,
             &|iss, claims| self.kind.accepts(iss, claims),
+            &|claims| self.kind.application_token(claims),
             now,
         )?;
         let principal = self.kind.identify(&signed.claims)?;
@@ -325,25 +337,31 @@ fn claim_text(claims: &Claims, name: &str) -> Option<String> {
     claims.get(name).and_then(Value::as_str).map(clean_field)
 }
 
-/// The username a refused token claims: `preferred_username`, `upn`, `email`.
 /// Who a verified token is about, once its kind has found the subject (and
 /// the tenant): the username, the token id (`uti`, else `jti`), the groups
-/// and app roles of its claims.
+/// and app roles of its claims. An application (`application`, its client
+/// id) has no username claim: its client id is its name.
 fn principal(
     claims: &Claims,
     tenant: Option<&str>,
     subject: &str,
     username_claim: Option<&str>,
+    application: Option<&str>,
 ) -> Result<Principal, TokenError> {
+    let username = match application {
+        Some(client_id) => client_id.to_owned(),
+        None => username(claims, username_claim, subject)?,
+    };
     Ok(Principal {
         tenant: tenant.map(str::to_owned),
-        username: username(claims, username_claim, subject)?,
+        username,
         subject: subject.to_owned(),
         token_id: string_claim(claims, "uti")
             .or_else(|| string_claim(claims, "jti"))
             .map(str::to_owned),
         groups: string_list(claims, "groups"),
         app_roles: string_list(claims, "roles"),
+        application: application.map(str::to_owned),
     })
 }
 

@@ -1,5 +1,6 @@
 //! Any OpenID Connect provider as an issuer: `iss` exactly one of the
-//! configured issuers, the person is `sub`, the token id `uti` or `jti`,
+//! configured issuers, the person is `sub` (an application's own token, as
+//! RFC 9068 writes it, is its `client_id`), the token id `uti` or `jti`,
 //! groups from `groups` and app roles from `roles`. No tenants; a token of
 //! Entra's personal-account tenant is refused, and one whose groups did not
 //! fit in it (Entra's overage markers) is refused rather than judged
@@ -46,6 +47,17 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
     }))
 }
 
+/// The client id of an application's own token, as RFC 9068 writes one
+/// for the client credentials grant: `client_id`, and a `sub` that is that
+/// client (or none). A person's token names them in `sub`.
+fn application_client(claims: &Claims) -> Option<&str> {
+    let client_id = string_claim(claims, "client_id")?;
+    match string_claim(claims, "sub") {
+        None => Some(client_id),
+        Some(sub) => (sub == client_id).then_some(client_id),
+    }
+}
+
 #[derive(Debug)]
 struct Oidc {
     issuers: Vec<String>,
@@ -63,8 +75,15 @@ impl Kind for Oidc {
         {
             return Err(TokenError::TenantNotAllowed(tid.to_owned()));
         }
-        let subject = string_claim(claims, "sub").ok_or(TokenError::SubjectMissing("sub"))?;
-        principal(claims, None, subject, self.username_claim.as_deref())
+        let application = application_client(claims);
+        let subject = string_claim(claims, "sub")
+            .or(application)
+            .ok_or(TokenError::SubjectMissing("sub"))?;
+        principal(claims, None, subject, self.username_claim.as_deref(), application)
+    }
+
+    fn application_token(&self, claims: &Claims) -> bool {
+        application_client(claims).is_some()
     }
 
     fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
@@ -267,5 +286,42 @@ mod tests {
         let mut template = oidc_config(None);
         template.additional_issuers = vec!["https://login.microsoftonline.com/{tenantid}/v2.0".into()];
         assert!(accepted_issuers(&template).unwrap_err().contains("multi-tenant"));
+    }
+
+    #[test]
+    fn an_rfc_9068_client_credentials_token_is_an_application() {
+        let s = signers();
+        let mut config = oidc_config(Some("email"));
+        config.client_id = Some("talos-sso-cli".into());
+        let rules = rules(&config);
+        for patch in [
+            json!({"sub": "collector", "client_id": "collector"}),
+            json!({"sub": null, "client_id": "collector"}),
+        ] {
+            let token = sign(&s, "ES256", "ec", &claims(patch));
+            let verified = rules.verify(&token, &s.keys, at(NOW)).unwrap();
+            assert_eq!(verified.application.as_deref(), Some("collector"));
+            assert_eq!(
+                (verified.subject.as_str(), verified.username.as_str()),
+                ("collector", "collector"),
+                "no username claim is needed"
+            );
+        }
+        // A person's token through a client names the person in `sub`.
+        let person = sign(
+            &s,
+            "ES256",
+            "ec",
+            &claims(json!({"client_id": "collector", "email": "bob@example.com", "email_verified": true})),
+        );
+        let verified = rules.verify(&person, &s.keys, at(NOW)).unwrap();
+        assert_eq!((verified.application, verified.subject.as_str()), (None, "u-1"));
+        let delegated = sign(
+            &s,
+            "ES256",
+            "ec",
+            &claims(json!({"azp": "another-app", "email": "b@x", "email_verified": true})),
+        );
+        assert_eq!(code(&s, &delegated, &rules, NOW), "token_client_invalid");
     }
 }

@@ -1,0 +1,320 @@
+//! `GET /v1/audit/stream` (auditors): the trail as it grows, for a SIEM.
+//!
+//! One `audit.query` record (`action: follow`, the filter) is committed
+//! when a stream starts, never one per record or heartbeat: following the
+//! trail does not grow it. The answer is JSON lines
+//! (`talos_sso_api::feed::StreamLine`): the records after the cursor that
+//! match the filter, then each new one as it commits, a heartbeat when
+//! nothing else was sent for `audit.feed.heartbeat`, and a last line saying
+//! why the server ended the stream. It ends when the caller's token
+//! expires, so a revoked auditor stops within a token lifetime; the client
+//! reconnects with a fresh token and the last cursor.
+//!
+//! New records are noticed at once when this replica commits them (the
+//! writer publishes its head), and within `audit.feed.poll_interval` when
+//! another replica does. At most `audit.feed.max_streams` streams run at
+//! once. The request timeout covers the start (authentication, the record)
+//! only; the serve loop counts a stream in flight until its body ends, so
+//! the idle timeout does not cut it either.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use talos_sso_api::AuditQuery;
+use talos_sso_api::audit::{MAX_PAGE, format_micros};
+use talos_sso_api::feed::{Heartbeat, STREAM_CONTENT_TYPE, StreamEnd, StreamLine, end};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use super::audit::filter;
+use super::caller::{Caller, deny};
+use super::error::ApiError;
+use super::privileged::{Privilege, authorize, commit};
+use super::{QueryParams, query_or_400};
+use crate::app::App;
+use crate::audit::store::AuditFilter;
+use crate::audit::{event, text};
+
+/// The `audit.feed` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedConfig {
+    /// Streams served at once; further ones are refused (`rate_limited`).
+    #[serde(default = "default_max_streams")]
+    pub max_streams: usize,
+    /// A heartbeat line after this long without any other, so that
+    /// proxies do not close a quiet stream.
+    #[serde(default = "default_heartbeat", deserialize_with = "crate::config::duration")]
+    pub heartbeat: Duration,
+    /// How often a stream looks for records that other replicas committed
+    /// (this replica's own wake it at once).
+    #[serde(
+        default = "default_poll_interval",
+        deserialize_with = "crate::config::duration"
+    )]
+    pub poll_interval: Duration,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        Self {
+            max_streams: default_max_streams(),
+            heartbeat: default_heartbeat(),
+            poll_interval: default_poll_interval(),
+        }
+    }
+}
+
+fn default_max_streams() -> usize {
+    16
+}
+fn default_heartbeat() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl FeedConfig {
+    /// What is wrong with the section, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        if self.max_streams == 0 || self.max_streams > Semaphore::MAX_PERMITS {
+            return Err("audit.feed.max_streams must be at least 1".into());
+        }
+        if self.heartbeat.is_zero() || self.poll_interval.is_zero() {
+            return Err("audit.feed.heartbeat and audit.feed.poll_interval must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// The streams of one server: how many may run, and the signal that ends
+/// them all at shutdown.
+#[derive(Debug)]
+pub struct Feeds {
+    slots: Arc<Semaphore>,
+    stopping: watch::Sender<bool>,
+}
+
+impl Feeds {
+    pub fn new(config: &FeedConfig) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(config.max_streams)),
+            stopping: watch::Sender::new(false),
+        }
+    }
+
+    /// End every stream (each says `shutting_down`), and refuse new ones.
+    pub fn shut_down(&self) {
+        self.stopping.send_replace(true);
+        self.slots.close();
+    }
+}
+
+/// Lines waiting to be sent; a slow reader holds the stream back here.
+const QUEUED_LINES: usize = 64;
+
+/// How long a refused stream is told to wait.
+const RETRY_STREAM: Duration = Duration::from_secs(30);
+
+/// `GET /v1/audit/stream`.
+pub async fn stream(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    query: QueryParams<AuditQuery>,
+) -> Result<Response, ApiError> {
+    let query = query_or_400(query)?.map(text::clean_field);
+    let details = json!({"action": "follow", "filter": query});
+    let (verified, record) =
+        authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    if query.limit.is_some() {
+        let error = ApiError::request_invalid("`limit` is for pages; a stream has no end", Some("limit"));
+        return Err(deny(&app, record, error).await);
+    }
+    let filter = match filter(&query, app.clock.now()) {
+        Ok(filter) => filter,
+        Err((parameter, detail)) => {
+            let error = ApiError::request_invalid(detail, Some(parameter));
+            return Err(deny(&app, record, error).await);
+        }
+    };
+    // A token past its `exp` (still within the leeway) would open a stream
+    // that ends at once, and a client that reconnects with it would add a
+    // record each time: it gets the refusal a client waits on instead.
+    let left: Duration = (verified.expires_at - app.clock.now())
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    if left.is_zero() {
+        let error = ApiError::token(
+            &crate::identity::authenticator::AuthError::Token(crate::identity::token::TokenError::Expired),
+            app.clock.now(),
+        );
+        return Err(deny(&app, record, error).await);
+    }
+    let Ok(slot) = app.feeds.slots.clone().try_acquire_owned() else {
+        let error = ApiError::rate_limited(
+            RETRY_STREAM,
+            "every client: this server serves its most audit streams",
+        );
+        return Err(deny(&app, record, error).await);
+    };
+    commit(&app, record, None).await?;
+    let (lines, queue) = mpsc::channel(QUEUED_LINES);
+    let follower = Follower {
+        _slot: slot,
+        app: app.clone(),
+        filter,
+        lines,
+        ends_at: tokio::time::Instant::now() + left,
+    };
+    tokio::spawn(follower.run());
+    let mut response = Body::new(Lines(queue)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(STREAM_CONTENT_TYPE),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Proxies that buffer answers (nginx) would hold the lines back.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// The body of a stream: the lines its follower sends, until it drops its
+/// end of the channel.
+struct Lines(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for Lines {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|line| line.map(|bytes| Ok(hyper::body::Frame::data(bytes))))
+    }
+}
+
+/// One stream's task: reads the trail after its cursor and sends what
+/// matches. Ends when the reader goes away, the token expires, the trail
+/// cannot be read or the server shuts down.
+struct Follower {
+    /// Counted among `max_streams` until the task ends; declared before
+    /// `lines`, so that it is free again before the reader sees the end.
+    _slot: OwnedSemaphorePermit,
+    app: Arc<App>,
+    filter: AuditFilter,
+    lines: mpsc::Sender<Bytes>,
+    ends_at: tokio::time::Instant,
+}
+
+/// Why a follower stops.
+enum Stop {
+    /// The reader went away: nobody to tell.
+    Gone,
+    /// Ended by the server, saying why in a last line.
+    Ended(&'static str),
+}
+
+impl Follower {
+    async fn run(mut self) {
+        let mut committed = self.app.audit.committed();
+        let mut stopping = self.app.feeds.stopping.subscribe();
+        let feed = self.app.config.audit.feed.clone();
+        let mut last_sent = tokio::time::Instant::now();
+        let stop = loop {
+            match self.send_new(&mut committed, &mut last_sent).await {
+                Ok(()) => {}
+                Err(stop) => break stop,
+            }
+            if tokio::time::Instant::now() >= self.ends_at {
+                break Stop::Ended(end::TOKEN_EXPIRED);
+            }
+            let heartbeat_at = last_sent + feed.heartbeat;
+            let wake_at = heartbeat_at.min(tokio::time::Instant::now() + feed.poll_interval);
+            tokio::select! {
+                changed = committed.changed() => {
+                    if changed.is_err() {
+                        break Stop::Ended(end::SHUTTING_DOWN);
+                    }
+                }
+                () = tokio::time::sleep_until(wake_at) => {}
+                () = tokio::time::sleep_until(self.ends_at) => break Stop::Ended(end::TOKEN_EXPIRED),
+                _ = stopping.wait_for(|stop| *stop) => break Stop::Ended(end::SHUTTING_DOWN),
+                () = self.lines.closed() => break Stop::Gone,
+            }
+            if tokio::time::Instant::now() >= heartbeat_at {
+                let line = StreamLine::Heartbeat(Heartbeat {
+                    heartbeat: format_micros(self.app.clock.now()),
+                    cursor: self.filter.after_seq,
+                });
+                if self.send(&line).await.is_err() {
+                    break Stop::Gone;
+                }
+                last_sent = tokio::time::Instant::now();
+            }
+        };
+        if let Stop::Ended(reason) = stop {
+            let line = StreamLine::End(StreamEnd {
+                end: reason.to_owned(),
+                cursor: self.filter.after_seq,
+            });
+            let _ = self.send(&line).await;
+        }
+    }
+
+    /// Send every matching record after the cursor, page by page, and move
+    /// the cursor past what was read: to the last record sent, or, when the
+    /// trail has no more, to the head this replica had committed before
+    /// the read (every record up to it was committed, and so was read).
+    async fn send_new(
+        &mut self,
+        committed: &mut watch::Receiver<i64>,
+        last_sent: &mut tokio::time::Instant,
+    ) -> Result<(), Stop> {
+        loop {
+            if tokio::time::Instant::now() >= self.ends_at {
+                return Ok(());
+            }
+            let head = *committed.borrow_and_update();
+            let page = AuditFilter {
+                limit: MAX_PAGE,
+                ..self.filter.clone()
+            };
+            let records = match self.app.audit.store().query(&page).await {
+                Ok(records) => records,
+                Err(error) => {
+                    tracing::warn!(%error, "an audit stream could not read the trail; ending it");
+                    return Err(Stop::Ended(end::AUDIT_UNAVAILABLE));
+                }
+            };
+            let full = records.len() as i64 >= page.limit;
+            for record in records {
+                let seq = record.seq;
+                self.send(&StreamLine::Record(Box::new(record)))
+                    .await
+                    .map_err(|()| Stop::Gone)?;
+                self.filter.after_seq = seq;
+                *last_sent = tokio::time::Instant::now();
+            }
+            if !full {
+                self.filter.after_seq = self.filter.after_seq.max(head);
+                return Ok(());
+            }
+        }
+    }
+
+    async fn send(&self, line: &StreamLine) -> Result<(), ()> {
+        self.lines.send(Bytes::from(line.to_line())).await.map_err(|_| ())
+    }
+}
