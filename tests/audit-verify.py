@@ -5,7 +5,10 @@ alone: RFC 8785 canonical JSON, SHA-256, Ed25519 (checked by the openssl
 command). It shares no code with talos-sso, so that the specification, the
 server and the CLI cannot drift apart unnoticed.
 
-    audit-verify.py EXPORT [--checkpoints FILE ... --public-key PEM ...]
+    audit-verify.py EXPORT [--from SEQ] [--checkpoints FILE ... --public-key PEM ...]
+
+The export must start at record 1 (prev_hash 64 zeros) unless --from names
+its first record; then the records before it are not checked.
 
 Prints "intact: ..." and exits 0, or "broken at record N: ..." and exits 1.
 Only the Python standard library and the openssl command are needed.
@@ -85,14 +88,28 @@ def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
 
+# SubjectPublicKeyInfo of an Ed25519 key (RFC 8410): this prefix, then 32 bytes.
+ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
+
+
 def public_key(path):
-    """(key_id, path) of a PEM public key: key_id is the SHA-256 of its DER."""
+    """(key_id, path) of a PEM Ed25519 public key: key_id is the SHA-256 of its DER."""
     with open(path, encoding="ascii") as f:
         lines = f.read().split("\n")
     start = lines.index("-----BEGIN PUBLIC KEY-----")
     end = lines.index("-----END PUBLIC KEY-----")
     der = base64.b64decode("".join(lines[start + 1 : end]))
+    if len(der) != 44 or not der.startswith(ED25519_SPKI_PREFIX):
+        raise ValueError(f"{path} is not an Ed25519 public key")
     return sha256_hex(der), path
+
+
+def is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_hex(value, length):
+    return isinstance(value, str) and len(value) == length and all(c in "0123456789abcdef" for c in value)
 
 
 def signature_verifies(pem_path, message, signature_hex):
@@ -117,7 +134,13 @@ def read_checkpoints(paths, keys):
                 if not line.strip():
                     continue
                 checkpoint = json.loads(line)
-                if checkpoint.get("type") != CHECKPOINT_TYPE:
+                if (
+                    not isinstance(checkpoint, dict)
+                    or checkpoint.get("type") != CHECKPOINT_TYPE
+                    or not is_int(checkpoint.get("seq"))
+                    or not is_hex(checkpoint.get("hash"), 64)
+                    or not is_hex(checkpoint.get("signature"), 128)
+                ):
                     raise Broken(0, f"{path}, line {number}: not a checkpoint")
                 key = keys.get(checkpoint["key_id"])
                 if key is None:
@@ -129,7 +152,7 @@ def read_checkpoints(paths, keys):
     return sorted(checkpoints, key=lambda c: c["seq"])
 
 
-def verify(export, checkpoint_paths, key_paths):
+def verify(export, first, checkpoint_paths, key_paths):
     keys = dict(public_key(p) for p in key_paths)
     checkpoints = read_checkpoints(checkpoint_paths, keys)
     by_seq = {}
@@ -141,10 +164,15 @@ def verify(export, checkpoint_paths, key_paths):
             if not line.strip():
                 continue
             record = json.loads(line)
+            if not isinstance(record, dict) or not is_int(record.get("seq")) or not is_hex(record.get("hash"), 64):
+                raise Broken(0, "a line is not an audit record")
             seq = record["seq"]
             if last_seq is None:
-                # An export from some record on: its first prev_hash is taken as given.
-                last_seq, last_hash = seq - 1, record["prev_hash"]
+                if seq != first:
+                    raise Broken(seq, f"the export starts at record {seq}, not {first} (see --from)")
+                # From record 1, the chain starts at 64 zeros; from --from,
+                # the first prev_hash is taken as given.
+                last_seq, last_hash = seq - 1, GENESIS if first == 1 else record["prev_hash"]
                 for checkpoint in by_seq.get(last_seq, []):
                     if checkpoint["hash"] != last_hash:
                         raise Broken(last_seq, "does not match its signed checkpoint")
@@ -173,13 +201,20 @@ def verify(export, checkpoint_paths, key_paths):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("export")
+    parser.add_argument("--from", dest="first", type=int, default=1)
     parser.add_argument("--checkpoints", action="append", default=[])
     parser.add_argument("--public-key", action="append", default=[])
     args = parser.parse_args()
+    if args.checkpoints and not args.public_key:
+        parser.error("--checkpoints needs --public-key")
     try:
-        count, last_seq, matched, last_matched = verify(args.export, args.checkpoints, args.public_key)
+        count, last_seq, matched, last_matched = verify(args.export, args.first, args.checkpoints, args.public_key)
     except Broken as broken:
         print(broken)
+        return 1
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        # A file that is not what it should be is a failed verification.
+        print(f"broken at record 0: {error}")
         return 1
     print(f"intact: {count} records (last seq {last_seq}), {matched} checkpoints matched, last at record {last_matched}")
     return 0

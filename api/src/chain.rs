@@ -50,6 +50,22 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
     serde_json_canonicalizer::to_vec(value).unwrap_or_default()
 }
 
+/// Whether `raw`, a record as read from an export line, is exactly the
+/// record `stored` was decoded into: the same canonical bytes once `hash`
+/// is set aside. A field the record type does not have, or a time in
+/// another form than the one the hash covers (an offset, more digits),
+/// decodes to a record whose hash may still hold, while the line says
+/// something else: such a line is not the server's.
+pub fn is_canonical_form(raw: &Value, stored: &StoredRecord) -> bool {
+    let mut raw = raw.clone();
+    let hash = match &mut raw {
+        Value::Object(map) => map.remove("hash"),
+        _ => return false,
+    };
+    hash.as_ref().and_then(Value::as_str) == Some(stored.hash.as_str())
+        && canonical_json(&raw) == canonical_encoding(stored.seq, &stored.record, &stored.prev_hash)
+}
+
 /// Lowercase hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
@@ -272,8 +288,15 @@ pub fn describe(status: &crate::audit::ChainStatus) -> Result<String, String> {
             "\nno signed checkpoints: the chain alone cannot show a trail rewritten from some record on, or its \
              newest records removed",
         ),
-        Some(CheckpointCoverage { last: None, .. }) => {
-            text.push_str("\nno signed checkpoint covers these records yet")
+        Some(CheckpointCoverage {
+            last: None, before_first, ..
+        }) => {
+            text.push_str("\nno signed checkpoint covers these records yet");
+            if *before_first > 0 {
+                text.push_str(&format!(
+                    "\n{before_first} checkpoints name records before the first one checked, and were not used"
+                ));
+            }
         }
         Some(CheckpointCoverage {
             matched,

@@ -216,7 +216,7 @@ pub fn read_checkpoints(
         let malformed = |reason: String| CheckpointError::Malformed {
             origin: origin.to_owned(),
             line: line_number,
-            reason,
+            reason: printable(&reason),
         };
         if line.len() > MAX_LINE {
             return Err(malformed(format!("longer than {MAX_LINE} bytes")));
@@ -225,8 +225,17 @@ pub fn read_checkpoints(
         if text.trim().is_empty() {
             continue;
         }
+        let raw: Value = serde_json::from_str(text.trim()).map_err(|e| malformed(e.to_string()))?;
         let checkpoint: Checkpoint =
-            serde_json::from_str(text.trim()).map_err(|e| malformed(e.to_string()))?;
+            serde_json::from_value(raw.clone()).map_err(|e| malformed(e.to_string()))?;
+        // The signature is checked over the bytes rebuilt from the parsed
+        // checkpoint: the line must be that checkpoint exactly (a time
+        // with an offset would verify, and say another time).
+        if canonical_json(&raw) != canonical_json(&serde_json::to_value(&checkpoint).unwrap_or(Value::Null)) {
+            return Err(malformed(
+                "not in the form the server writes (a time with an offset or more digits?)".into(),
+            ));
+        }
         if checkpoint.kind != CHECKPOINT_TYPE {
             return Err(malformed(format!("its type is not {CHECKPOINT_TYPE}")));
         }
@@ -237,7 +246,7 @@ pub fn read_checkpoints(
                 origin: origin.to_owned(),
                 line: line_number,
                 seq: checkpoint.seq,
-                key_id: checkpoint.key_id.clone(),
+                key_id: printable(&checkpoint.key_id),
             })?;
         if !key.verifies(&checkpoint.signed_bytes(), &checkpoint.signature) {
             return Err(CheckpointError::BadSignature {
@@ -248,6 +257,23 @@ pub fn read_checkpoints(
         }
         checkpoints.push(checkpoint);
     }
+}
+
+/// Text from a checkpoint file as an error may quote it: escaped as Rust
+/// escapes text for debugging (control, format and other invisible
+/// characters), at most 128 characters; the file is not the server's until
+/// its signature is checked.
+fn printable(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(128)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if text.chars().count() > 128 {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -323,6 +349,23 @@ mod tests {
         assert!(matches!(
             read_checkpoints(lines[0].as_bytes(), "c.jsonl", &[other]),
             Err(CheckpointError::UnknownKey { line: 1, seq: 1, .. })
+        ));
+
+        // What an error quotes of an unsigned line reaches no terminal raw.
+        let hostile = lines[0].replace(&key.key_id, "\\u001b[2J\\u202e");
+        let error = read_checkpoints(hostile.as_bytes(), "c.jsonl", std::slice::from_ref(&key))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("\\u{1b}[2J\\u{202e}") && !error.contains('\u{1b}'),
+            "{error:?}"
+        );
+        // A signed line rewritten with an offset time is another text of
+        // the same signed bytes: refused.
+        let offset = lines[0].replace("1970-01-01T00:00:00.000000Z", "1970-01-01T01:00:00.000000+01:00");
+        assert!(matches!(
+            read_checkpoints(offset.as_bytes(), "c.jsonl", std::slice::from_ref(&key)),
+            Err(CheckpointError::Malformed { line: 1, .. })
         ));
 
         for (bad, line) in [

@@ -1669,6 +1669,62 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
     assert_eq!(script_code, Some(1));
     assert!(script_out.contains("are missing"), "{script_out}");
 
+    // The first record left out (as if deleted from the database): an
+    // export must start at record 1, unless --from says where it starts.
+    let headless = files.path().join("headless.jsonl");
+    std::fs::write(
+        &headless,
+        exported.lines().skip(1).collect::<Vec<_>>().join("\n") + "\n",
+    )
+    .unwrap();
+    let ((code, _, err), (script_code, script_out)) =
+        verify_both(&sam, &headless, checkpoints, public_key).await;
+    assert_eq!((code, script_code), (1, Some(1)), "{err}{script_out}");
+    assert!(err.contains("starts at record 2, not 1"), "{err}");
+    assert!(
+        script_out.contains("the export starts at record 2, not 1"),
+        "{script_out}"
+    );
+    let path = headless.to_str().unwrap();
+    let (code, out, err) = sam
+        .run(&[
+            "audit",
+            "verify",
+            "--file",
+            path,
+            "--from",
+            "2",
+            "--checkpoints",
+            checkpoints,
+            "--public-key",
+            public_key,
+        ])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("records 1 to 1 are not in the export: they were not checked here (--from 2)"),
+        "{out}"
+    );
+
+    // A field the record type does not have, added to a covered record:
+    // its typed hash would hold, the line is not the server's.
+    let extended = files.path().join("extended.jsonl");
+    std::fs::write(
+        &extended,
+        exported.replacen("\"seq\":1,", "\"seq\":1,\"approved_by\":\"ciso\",", 1),
+    )
+    .unwrap();
+    let ((code, _, err), (_, script_out)) = verify_both(&sam, &extended, checkpoints, public_key).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("record 1 is not in the form the server writes"),
+        "{err}"
+    );
+    assert!(
+        script_out.starts_with("broken at record 1: its content does not match its hash"),
+        "{script_out}"
+    );
+
     // One byte of one record changed, hash left alone: both name the record.
     let changed = files.path().join("changed.jsonl");
     std::fs::write(

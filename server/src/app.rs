@@ -289,8 +289,41 @@ impl App {
             Some(settings) => {
                 let checkpoints =
                     Checkpoints::open(settings).map_err(|e| StartError::Checkpoints(e.to_string()))?;
+                // The audit key is a key of its own: a CA key is held by
+                // everyone who administers the cluster.
+                if let Some(cluster) = clusters.values().find(|c| {
+                    use der::Encode;
+                    c.ca.signer()
+                        .spki()
+                        .to_der()
+                        .ok()
+                        .map(|d| talos_sso_api::chain::sha256_hex(&d))
+                        == Some(checkpoints.key_id().to_owned())
+                }) {
+                    return Err(StartError::Checkpoints(format!(
+                        "audit.checkpoints.key_file is the CA key of cluster `{}`: the audit key must be a key of \
+                         its own (talos-sso-server audit new-key)",
+                        cluster.name
+                    )));
+                }
+                if checkpoints.last().await.is_none() {
+                    let (seq, _) = store
+                        .head()
+                        .await
+                        .map_err(|e| StartError::Database(e.to_string()))?;
+                    if seq > 0 {
+                        tracing::warn!(
+                            target: "talos_sso::audit::checkpoint",
+                            "the checkpoint file {} holds no checkpoint, while the trail holds {seq} records: they are \
+                             signed from now on as they are, so check them against any older copy of the checkpoints \
+                             (audit verify --checkpoints)",
+                            checkpoints.file().display()
+                        );
+                    }
+                }
                 // The head found at start, signed: it also proves the key
-                // and the file work before the first request.
+                // and the file work before the first request, and that the
+                // trail still holds what the file's last checkpoint signed.
                 checkpoints
                     .publish(&store, talos_sso_api::checkpoint::trigger::START, clock.now())
                     .await

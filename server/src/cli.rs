@@ -391,8 +391,16 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             let store = open_store(&config, false).await?;
             let status = verify_on_host(&config, &store, &checkpoints).await;
             store.close().await;
-            let text = talos_sso_api::chain::describe(&status?).map_err(anyhow::Error::msg)?;
-            writeln!(out, "{text}")?;
+            // The reasons quote the trail and the checkpoint files: escaped
+            // for the terminal, line by line.
+            let escape = |text: String| {
+                text.lines()
+                    .map(|l| crate::audit::text::clean(l, 1 << 20))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            let text = talos_sso_api::chain::describe(&status?).map_err(|e| anyhow::anyhow!(escape(e)))?;
+            writeln!(out, "{}", escape(text))?;
             Ok(())
         }
         Command::Audit(AuditCommand::Checkpoint { config }) => {

@@ -19,6 +19,7 @@ on_both_stores!(
     a_record_rewritten_with_every_later_hash_recomputed_is_named,
     records_removed_from_the_end_are_named,
     a_checkpoint_changed_or_signed_by_another_key_fails_verification,
+    the_server_signs_nothing_over_a_contradicted_trail,
 );
 
 async fn start(backend: Backend, files: &CheckpointFiles, interval: &str, extra: &str) -> TestEnv {
@@ -504,5 +505,104 @@ async fn a_server_without_checkpoints_says_so() {
         text.contains("no signed checkpoints: the chain alone cannot show"),
         "{text}"
     );
+    env.finish().await;
+}
+
+/// The server never signs over a trail that no longer holds what its
+/// last checkpoint signed: at start it refuses to start, at run time it
+/// refuses to sign (counted). A checkpoint file cut short while written,
+/// or an audit key that is a CA key, stop it at start too.
+async fn the_server_signs_nothing_over_a_contradicted_trail(backend: Backend) {
+    let files = CheckpointFiles::new();
+    let env = start(backend, &files, "1h", "").await;
+    issue(&env, 3).await;
+    assert_eq!(sign_now(&env, "sam@example.com").await.status, 200); // covers 1..=4
+    rewrite_from(&env, 2).await;
+    // At run time: refused, counted, nothing appended.
+    let lines = files.read().len();
+    let refused = sign_now(&env, "sam@example.com").await;
+    assert_eq!((refused.status, refused.code()), (503, Some("audit_unavailable")));
+    assert_eq!(files.read().len(), lines);
+    assert!(
+        env.metrics()
+            .await
+            .contains("talos_sso_audit_checkpoint_failures_total 1"),
+        "{}",
+        env.metrics().await
+    );
+    // At start: refused, naming the checkpoint.
+    let config = env.config();
+    let error =
+        talos_sso_server::server::Server::bind(config.clone(), Arc::new(talos_sso_server::app::SystemClock))
+            .await
+            .unwrap_err()
+            .to_string();
+    assert!(
+        error.contains(
+            "the audit trail contradicts the last checkpoint (record 4, signed by talos-sso-test-1"
+        ),
+        "{error}"
+    );
+
+    // A last line cut short (a crash while it was written).
+    let text = std::fs::read_to_string(&files.file).unwrap();
+    std::fs::write(&files.file, &text[..text.len() - 10]).unwrap();
+    let error =
+        talos_sso_server::server::Server::bind(config.clone(), Arc::new(talos_sso_server::app::SystemClock))
+            .await
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("its last line is cut short at byte"), "{error}");
+
+    // The CA key as the audit key.
+    let mut with_ca_key = config;
+    let ca_key = std::fs::read_to_string(&env.work.ca_key).unwrap();
+    let pkcs8 = ca_key.replace("ED25519 PRIVATE KEY", "PRIVATE KEY");
+    let key_path = files.path().join("ca-as-audit.key");
+    std::fs::write(&key_path, pkcs8).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let checkpoints = with_ca_key.audit.checkpoints.as_mut().unwrap();
+    checkpoints.key_file = key_path;
+    checkpoints.file = files.path().join("fresh.jsonl");
+    let error =
+        talos_sso_server::server::Server::bind(with_ca_key, Arc::new(talos_sso_server::app::SystemClock))
+            .await
+            .unwrap_err()
+            .to_string();
+    assert!(
+        error.contains("audit.checkpoints.key_file is the CA key of cluster `prod`"),
+        "{error}"
+    );
+    env.finish().await;
+}
+
+/// SQLite keeps times, lists and details as text: another text of the
+/// same value (a time with an offset, a duplicate key) keeps the hash while
+/// SQL and readers of the table see something else. Such a row is refused
+/// as corrupt, and verify fails.
+#[tokio::test]
+async fn sqlite_rows_in_another_text_form_are_refused() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    issue(&env, 2).await;
+    let store = env.server.app.audit.store();
+    for (tamper, expected, undo) in [
+        (
+            "UPDATE audit_events SET occurred_at = replace(occurred_at, 'Z', '+00:00') WHERE seq = 1",
+            "occurred_at",
+            "UPDATE audit_events SET occurred_at = replace(occurred_at, '+00:00', 'Z') WHERE seq = 1",
+        ),
+        (
+            "UPDATE audit_events SET details = '{\"reason\":\"x\",\"reason\":\"y\"}' WHERE seq = 2",
+            "details: not in the form the server writes",
+            "UPDATE audit_events SET details = '{}' WHERE seq = 2",
+        ),
+    ] {
+        as_owner(&env, tamper).await;
+        let error = store.verify_chain().await.unwrap_err().to_string();
+        assert!(error.contains(expected), "{error}");
+        as_owner(&env, undo).await;
+        assert_eq!(store.verify_chain().await.unwrap().first_broken, None);
+    }
     env.finish().await;
 }

@@ -134,6 +134,10 @@ pub enum AuditCommand {
         /// some record on, unfiltered) to verify offline.
         #[arg(long)]
         file: Option<std::path::PathBuf>,
+        /// The first record of an export that does not start at record 1
+        /// (with --file): the records before it are not checked.
+        #[arg(long, requires = "file", value_parser = clap::value_parser!(i64).range(1..))]
+        from: Option<i64>,
         /// Checkpoint files to check the export against (with --file).
         #[arg(long = "checkpoints", requires = "file")]
         checkpoints: Vec<std::path::PathBuf>,
@@ -198,11 +202,19 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
         }
         AuditCommand::Verify {
             file: Some(file),
+            from,
             checkpoints,
             public_keys,
             ..
         } => {
-            let status = super::audit_verify::verify_export(&file, &checkpoints, &public_keys)?;
+            let status = super::audit_verify::verify_export(&file, from, &checkpoints, &public_keys)?;
+            if let Some(from) = from.filter(|f| *f > 1) {
+                writeln!(
+                    out,
+                    "records 1 to {} are not in the export: they were not checked here (--from {from})",
+                    from - 1
+                )?;
+            }
             super::audit_verify::report(&status, out)
         }
         AuditCommand::Verify {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use talos_sso_api::audit::{ChainStatus, StoredRecord};
-use talos_sso_api::chain::{ChainCheck, describe};
+use talos_sso_api::chain::{ChainCheck, describe, is_canonical_form};
 use talos_sso_api::checkpoint::{CheckpointKey, read_checkpoints};
 
 /// Longest line of an export read: a record is bounded by the server (a
@@ -24,6 +24,7 @@ const MAX_KEY_FILE: u64 = 64 * 1024;
 /// checked with `public_keys`.
 pub(super) fn verify_export(
     file: &Path,
+    from: Option<i64>,
     checkpoint_files: &[PathBuf],
     public_keys: &[PathBuf],
 ) -> anyhow::Result<ChainStatus> {
@@ -48,7 +49,7 @@ pub(super) fn verify_export(
     let mut reader =
         std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("cannot open {origin}"))?);
     let mut check: Option<ChainCheck> = None;
-    let mut pending = Some(checkpoints);
+    let mut pending = (!checkpoint_files.is_empty()).then_some(checkpoints);
     let mut line = Vec::new();
     for number in 1.. {
         line.clear();
@@ -66,26 +67,61 @@ pub(super) fn verify_export(
         if text.trim().is_empty() {
             continue;
         }
-        let record: StoredRecord = serde_json::from_str(text.trim()).with_context(|| {
-            format!("{origin}, line {number}: not an audit record (export with `--output json`)")
-        })?;
-        let check = check.get_or_insert_with(|| {
-            // An export from some record on: its first `prev_hash` is taken
-            // as given; checkpoints vouch for it when one names a record
-            // from there on.
-            let start = ChainCheck::after(record.seq - 1, &record.prev_hash);
-            match pending.take() {
-                Some(signed) if !checkpoint_files.is_empty() => start.with_checkpoints(signed),
-                _ => start,
-            }
-        });
-        check.feed(&record);
+        let not_a_record =
+            || format!("{origin}, line {number}: not an audit record (export with `--output json`)");
+        let raw: serde_json::Value = serde_json::from_str(text.trim()).with_context(not_a_record)?;
+        let record: StoredRecord = serde_json::from_value(raw.clone()).with_context(not_a_record)?;
+        if !is_canonical_form(&raw, &record) {
+            bail!(
+                "{origin}, line {number}: record {} is not in the form the server writes (a field the record \
+                 does not have, or a time in another form): the line was changed after export",
+                record.seq
+            );
+        }
+        if check.is_none() {
+            let start = start_of(&record, from, &origin)?;
+            check = Some(match pending.take() {
+                Some(signed) => start.with_checkpoints(signed),
+                None => start,
+            });
+        }
+        if let Some(check) = check.as_mut() {
+            check.feed(&record);
+        }
     }
     let Some(mut check) = check else {
         bail!("{origin} holds no records");
     };
     check.finish();
     Ok(check.status())
+}
+
+/// Where the check of an export starts. An export must start at record 1,
+/// after the 64 zeros, unless `--from SEQ` says where it starts: then its
+/// first `prev_hash` is taken as given, and the report says so. (Otherwise
+/// an export that leaves out the first records, or makes up a trail of its
+/// own, would verify.)
+fn start_of(first: &StoredRecord, from: Option<i64>, origin: &str) -> anyhow::Result<ChainCheck> {
+    let expected = from.unwrap_or(1);
+    if first.seq != expected {
+        bail!(
+            "{origin} starts at record {}, not {expected}: {}",
+            first.seq,
+            if from.is_some() {
+                "--from names the first record of the export"
+            } else {
+                "an export to verify starts at record 1 (or name its first record with --from)"
+            }
+        );
+    }
+    match first.seq.checked_sub(1) {
+        Some(0) => Ok(ChainCheck::default()),
+        Some(before) if before > 0 => Ok(ChainCheck::after(before, &first.prev_hash)),
+        _ => bail!(
+            "{origin}: record {} is not a record of a trail (they start at 1)",
+            first.seq
+        ),
+    }
 }
 
 fn read_bounded(path: &Path, max: u64) -> anyhow::Result<String> {

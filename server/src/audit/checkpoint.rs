@@ -43,6 +43,15 @@ pub enum CheckpointSetupError {
     PreviousKey(CheckpointError),
     #[error("audit.checkpoints.webhook_url: {0}")]
     Webhook(String),
+    #[error(
+        "audit.checkpoints.file {}: its last line is cut short at byte {offset} (a crash or a full disk while it \
+         was written); nothing is appended to it: move it aside, keep it for verification (`audit verify \
+         --checkpoints`), and start again",
+        .path.display()
+    )]
+    Torn { path: PathBuf, offset: u64 },
+    #[error("audit.checkpoints.file: {0}")]
+    LastUnreadable(CheckpointError),
 }
 
 /// Why a checkpoint was not published.
@@ -52,6 +61,17 @@ pub enum PublishError {
     Store(#[from] StoreError),
     #[error("the checkpoint file {} could not be written: {reason}", .path.display())]
     File { path: PathBuf, reason: String },
+    /// The trail no longer holds what the last checkpoint signed: nothing
+    /// is signed over it.
+    #[error(
+        "the audit trail contradicts the last checkpoint (record {seq}, signed by {server} at {signed_at}): the \
+         trail was changed or cut; nothing is signed over it. Run `talos-sso-server audit verify` and investigate"
+    )]
+    Contradicted {
+        seq: i64,
+        server: String,
+        signed_at: String,
+    },
 }
 
 /// The audit signing key: Ed25519, PKCS#8 PEM (v1 as OpenSSL writes it,
@@ -195,9 +215,10 @@ pub struct Checkpoints {
     interval: Duration,
     previous_keys: Vec<CheckpointKey>,
     webhook: Option<(reqwest::Client, url::Url)>,
-    /// The head last signed; held while a checkpoint is written, so that
-    /// lines never interleave and come in order.
-    last: tokio::sync::Mutex<Option<(i64, String)>>,
+    /// The last checkpoint written (this process's, else the file's last
+    /// line); held while a checkpoint is written, so that lines never
+    /// interleave and come in order.
+    last: tokio::sync::Mutex<Option<Checkpoint>>,
     pub stats: Arc<CheckpointStats>,
 }
 
@@ -211,6 +232,10 @@ impl Checkpoints {
             path: config.file.clone(),
             reason: e.to_string(),
         })?;
+        let keys: Vec<CheckpointKey> = std::iter::once(key.public().clone())
+            .chain(previous_keys.iter().cloned())
+            .collect();
+        let last = last_checkpoint(&config.file, &keys)?;
         let webhook = match &config.webhook_url {
             Some(url) => Some((
                 reqwest::Client::builder()
@@ -229,9 +254,19 @@ impl Checkpoints {
             interval: config.interval,
             previous_keys,
             webhook,
-            last: tokio::sync::Mutex::new(None),
+            last: tokio::sync::Mutex::new(last),
             stats: Arc::default(),
         })
+    }
+
+    /// The last checkpoint written, if any (at start: the file's last).
+    pub async fn last(&self) -> Option<Checkpoint> {
+        self.last.lock().await.clone()
+    }
+
+    /// Hex SHA-256 of the audit key's SubjectPublicKeyInfo DER.
+    pub fn key_id(&self) -> &str {
+        &self.key.public().key_id
     }
 
     pub fn interval(&self) -> Duration {
@@ -274,7 +309,10 @@ impl Checkpoints {
     ) -> Result<Option<Checkpoint>, PublishError> {
         let mut last = self.last.lock().await;
         let head = store.head().await?;
-        if last.as_ref() == Some(&head) {
+        if last
+            .as_ref()
+            .is_some_and(|l| (l.seq, &l.hash) == (head.0, &head.1))
+        {
             return Ok(None);
         }
         let result = self.publish_locked(&mut last, store, trigger, now).await;
@@ -286,12 +324,24 @@ impl Checkpoints {
 
     async fn publish_locked(
         &self,
-        last: &mut Option<(i64, String)>,
+        last: &mut Option<Checkpoint>,
         store: &AuditStore,
         trigger: &str,
         now: OffsetDateTime,
     ) -> Result<Checkpoint, PublishError> {
         let (seq, hash) = store.head().await?;
+        // Never sign over a trail that no longer holds what was signed:
+        // the new checkpoint would bless the change.
+        if let Some(previous) = last.as_ref().filter(|p| p.seq > 0) {
+            let held = store.hash_at(previous.seq).await?;
+            if held.as_deref() != Some(previous.hash.as_str()) || seq < previous.seq {
+                return Err(PublishError::Contradicted {
+                    seq: previous.seq,
+                    server: previous.server.clone(),
+                    signed_at: super::format_micros(previous.signed_at),
+                });
+            }
+        }
         let checkpoint = self.key.sign(&self.server, seq, &hash, now, trigger);
         let line = checkpoint.to_line();
         let path = self.file.clone();
@@ -303,7 +353,7 @@ impl Checkpoints {
             path: self.file.clone(),
             reason: e.to_string(),
         })?;
-        *last = Some((seq, hash));
+        *last = Some(checkpoint.clone());
         self.stats.signed.fetch_add(1, Ordering::Relaxed);
         self.stats.last_seq.store(seq, Ordering::Relaxed);
         self.stats
@@ -384,6 +434,39 @@ async fn post(client: &reqwest::Client, url: &url::Url, checkpoint: &Checkpoint,
         seq = checkpoint.seq,
         "the checkpoint webhook did not take the checkpoint: {failure}"
     );
+}
+
+/// The last checkpoint of the file (its signature checked), read from its
+/// end; `None` for an empty file. A file whose last line has no newline was
+/// cut short while written: appending would weld the next checkpoint to
+/// it, so it is refused.
+fn last_checkpoint(path: &Path, keys: &[CheckpointKey]) -> Result<Option<Checkpoint>, CheckpointSetupError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let unreadable = |e: std::io::Error| CheckpointSetupError::File {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    let mut file = std::fs::File::open(path).map_err(unreadable)?;
+    let len = file.metadata().map_err(unreadable)?.len();
+    let tail_start = len.saturating_sub(2 * talos_sso_api::checkpoint::MAX_LINE as u64);
+    file.seek(SeekFrom::Start(tail_start)).map_err(unreadable)?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).map_err(unreadable)?;
+    if tail.is_empty() {
+        return Ok(None);
+    }
+    if tail.last() != Some(&b'\n') {
+        return Err(CheckpointSetupError::Torn {
+            path: path.to_owned(),
+            offset: len,
+        });
+    }
+    let body = &tail[..tail.len() - 1];
+    let last_line = body.rsplit(|b| *b == b'\n').next().unwrap_or(body);
+    let origin = format!("{} (last line)", path.display());
+    let mut read =
+        read_checkpoints(last_line, &origin, keys).map_err(CheckpointSetupError::LastUnreadable)?;
+    Ok(read.pop())
 }
 
 fn open_for_append(path: &Path) -> std::io::Result<std::fs::File> {

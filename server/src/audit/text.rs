@@ -125,8 +125,10 @@ fn clean_json_at(value: Value, depth: usize) -> Value {
         ),
         // The canonical encoding reads numbers as doubles (RFC 8785): an
         // integer beyond 2^53 would share its bytes, and so its hash, with
-        // a neighbour. Kept exactly, as text.
-        Value::Number(n) if is_unsafe_integer(&n) => Value::String(n.to_string()),
+        // a neighbour. Kept exactly, as text; and so are fractions, so that
+        // every number in a record is an integer any JSON reader and any
+        // verifier writes alike (docs/audit.md, "The hash chain").
+        Value::Number(n) if n.is_f64() || is_unsafe_integer(&n) => Value::String(n.to_string()),
         other => other,
     }
 }
@@ -197,7 +199,7 @@ mod tests {
                 9_007_199_254_740_991_u64,
                 "9007199254740993",
                 "-9007199254740993",
-                0.5
+                "0.5"
             ])
         );
         let mut deep = json!("bottom");

@@ -531,6 +531,14 @@ impl AuditStore {
         Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
     }
 
+    /// The hash of the record at `seq`, if there is one.
+    pub async fn hash_at(&self, seq: i64) -> Result<Option<String>, StoreError> {
+        on_pool!(self, pool => Ok(sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
+            .bind(seq)
+            .fetch_optional(pool)
+            .await?))
+    }
+
     /// Recompute the whole chain; stops at the first broken link.
     pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
         self.verify_chain_against(None).await

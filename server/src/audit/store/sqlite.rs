@@ -175,23 +175,51 @@ fn json_list(items: &[String]) -> String {
 }
 
 impl RecordRow for SqliteRow {
+    // Each column must read back in exactly the form the server writes:
+    // the hash covers the decoded record, so another text of the same
+    // value (a time with an offset, a JSON object with a duplicate key)
+    // would keep the hash while SQL comparisons and readers of the table
+    // see something else.
     fn time(&self, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
         let text: Option<String> = self.try_get(column)?;
         text.map(|t| {
-            parse_micros(&t).ok_or_else(|| StoreError::Corrupt(format!("{column}: `{t}` is not a time")))
+            parse_micros(&t)
+                .filter(|parsed| format_micros(*parsed) == t)
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("{column}: `{}` is not a time in its one form", clean(&t)))
+                })
         })
         .transpose()
     }
 
     fn list(&self, column: &str) -> Result<Vec<String>, StoreError> {
         let text: String = self.try_get(column)?;
-        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+        let list: Vec<String> =
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))?;
+        if json_list(&list) != text {
+            return Err(StoreError::Corrupt(format!(
+                "{column}: not in the form the server writes"
+            )));
+        }
+        Ok(list)
     }
 
     fn details(&self) -> Result<Value, StoreError> {
         let text: String = self.try_get("details")?;
-        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("details: {e}")))
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("details: {e}")))?;
+        if serde_json::to_string(&value).ok().as_deref() != Some(text.as_str()) {
+            return Err(StoreError::Corrupt(
+                "details: not in the form the server writes (a duplicate key, spaces, another number form)"
+                    .into(),
+            ));
+        }
+        Ok(value)
     }
+}
+
+fn clean(text: &str) -> String {
+    crate::audit::text::clean(text, crate::audit::text::FIELD_CHARS)
 }
 
 #[cfg(test)]
