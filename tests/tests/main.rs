@@ -19,8 +19,11 @@
 //!   input by group, each with its exact status and code, nothing issued.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
+//! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
+//!   against a seeded trail on both stores.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod audit_sql;
 mod ca_sources;
 mod client_key;
 mod deploy;
