@@ -113,6 +113,49 @@ fn doc_queries() -> Vec<DocQuery> {
     queries
 }
 
+/// The views the section's table lists, each with the columns it names
+/// (text in parentheses explains a column and is not one).
+fn documented_views() -> Vec<(String, Vec<String>)> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/audit.md")).unwrap();
+    let section = &page[page.find(SECTION).expect("docs/audit.md has no SQL section")..];
+    let ticked = |text: &str| -> Vec<String> {
+        let mut plain = String::new();
+        let mut depth = 0;
+        for c in text.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ if depth == 0 => plain.push(c),
+                _ => {}
+            }
+        }
+        plain.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    };
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `audit_"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let view = ticked(cells[0]).remove(0);
+            (view, ticked(cells[2]))
+        })
+        .collect()
+}
+
+/// Which records each view holds.
+fn in_view(view: &str, r: &StoredRecord) -> bool {
+    let event = r.record.event.as_str();
+    match view {
+        "audit_issued" | "issued_certificates" => is_issued(r),
+        "audit_denied" | "denied_requests" => r.record.outcome == "denied",
+        "audit_deny_changes" => event == "deny.added" || event == "deny.removed",
+        "audit_reads" => event == "audit.query",
+        "audit_undelivered" => event == "certificate.undelivered",
+        "audit_break_glass" => event == "break_glass.issued",
+        other => panic!("docs/audit.md lists a view this test does not know: {other}"),
+    }
+}
+
 /// The rows of `sql`, each as a JSON object by column name.
 async fn run(store: &AuditStore, sql: &str) -> Vec<BTreeMap<String, Value>> {
     let object = |v: Value| match v {
@@ -396,6 +439,25 @@ async fn documented_queries_answer_what_the_records_say(backend: Backend) {
             answers[0].rows.len(),
             query.sql
         );
+    }
+    // Each view has the columns the page lists, and the records it says.
+    let views = documented_views();
+    assert_eq!(views.len(), 6, "{views:?}");
+    for (view, columns) in views
+        .into_iter()
+        .chain(["issued_certificates", "denied_requests"].map(|v| (v.to_owned(), Vec::new())))
+    {
+        let listed = if columns.is_empty() {
+            "*".to_owned()
+        } else {
+            columns.join(", ")
+        };
+        let rows = run(&seeded.store, &format!("SELECT {listed} FROM {view}")).await;
+        let want = seeded.records.iter().filter(|r| in_view(&view, r)).count();
+        assert_eq!(rows.len(), want, "{view}");
+        if let Some(row) = rows.first() {
+            assert!(columns.iter().all(|c| row.contains_key(c)), "{view}: {row:?}");
+        }
     }
     seeded.finish().await;
 }
