@@ -339,7 +339,8 @@ impl RecordQuery {
         // the window (600 ms and more on a million). An expression of
         // `seq` (the same order, the same cursor) is no index's key: they
         // find the matches through the indexes of the other conditions
-        // instead, and sort only those.
+        // instead, and sort only those; by their `seq` alone, which an
+        // index may hold, so that only the page's records are read whole.
         let far_bound = match order {
             Order::OldestFirst => filter.since.is_some(),
             Order::NewestFirst { .. } => filter.until.is_some(),
@@ -383,11 +384,18 @@ impl RecordQuery {
             Order::OldestFirst => "",
             Order::NewestFirst { .. } => " DESC",
         };
-        let sql = format!(
-            "SELECT {COLUMNS} FROM audit_events WHERE {} ORDER BY {key}{direction} LIMIT ${}",
-            conditions.join(" AND "),
-            binds.len()
-        );
+        let (conditions, limit) = (conditions.join(" AND "), binds.len());
+        let sql = if far_bound {
+            format!(
+                "SELECT {COLUMNS} FROM audit_events WHERE seq IN \
+                 (SELECT seq FROM audit_events WHERE {conditions} ORDER BY {key}{direction} LIMIT ${limit}) \
+                 ORDER BY seq{direction}"
+            )
+        } else {
+            format!(
+                "SELECT {COLUMNS} FROM audit_events WHERE {conditions} ORDER BY seq{direction} LIMIT ${limit}"
+            )
+        };
         Self { sql, binds }
     }
 }
@@ -945,7 +953,7 @@ mod tests {
         (
             "postgres",
             4,
-            "b39a395c7b87cb0a9ae9a48c182726f9017ce0bf0583a28304a027a1943ae5aaf96f30bbd9a261240b4902fcd93b1d3b",
+            "262342d27681cd4d940e0ed73de7387443bf45b5f151d3967085aaf4572886460273eb35a3dc20b5da5950fad29862f4",
         ),
         (
             "sqlite",
@@ -1076,7 +1084,8 @@ mod tests {
         let tail = |sql: String| sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned();
         assert_eq!(
             tail(sql(&since, Order::OldestFirst)),
-            " WHERE seq + 0 > $1 AND occurred_at >= $2 ORDER BY seq + 0 LIMIT $3"
+            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND occurred_at >= $2 \
+             ORDER BY seq + 0 LIMIT $3) ORDER BY seq"
         );
         assert_eq!(
             tail(sql(&until, Order::OldestFirst)),
@@ -1084,7 +1093,8 @@ mod tests {
         );
         assert_eq!(
             tail(sql(&until, newest)),
-            " WHERE seq + 0 > $1 AND seq + 0 < $2 AND occurred_at < $3 ORDER BY seq + 0 DESC LIMIT $4"
+            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND seq + 0 < $2 \
+             AND occurred_at < $3 ORDER BY seq + 0 DESC LIMIT $4) ORDER BY seq DESC"
         );
         assert_eq!(
             tail(sql(&since, newest)),
