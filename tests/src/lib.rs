@@ -11,10 +11,12 @@
 //! - `tls_front`: TLS from a private CA in front of a plain-HTTP test service.
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
+//! - `audit_seed`: a large, realistic, made-up audit trail (seeding, SQL checks).
 
 // The harness is test code: failing loudly on a broken fixture is the point.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+pub mod audit_seed;
 pub mod emulator;
 pub mod faults;
 pub mod harness;

@@ -65,3 +65,15 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
 }
+
+/// The tools' command line as `--flag value` pairs, in order; a flag
+/// without its value is an error.
+pub fn flag_pairs() -> Result<Vec<(String, String)>, String> {
+    let mut args = std::env::args().skip(1);
+    let mut pairs = Vec::new();
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        pairs.push((flag, value));
+    }
+    Ok(pairs)
+}

@@ -27,6 +27,8 @@
 //!   hash chain alone cannot (a rewritten trail, a cut end).
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
+//! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
+//!   against a seeded trail on both stores.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 /// Each named test function, run once against each audit store:
@@ -52,6 +54,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod audit_sql;
 mod ca_sources;
 mod checkpoints;
 mod client_key;

@@ -334,14 +334,35 @@ impl RecordQuery {
     }
 
     /// `role_condition(n)` is the backend's test that placeholder `n` is a
-    /// granted or requested role.
-    fn matching(filter: &AuditFilter, role_condition: fn(usize) -> String) -> Self {
-        let mut conditions = vec!["seq > $1".to_owned()];
+    /// granted or requested role. Oldest first, unless `order` says otherwise.
+    fn matching(filter: &AuditFilter, role_condition: fn(usize) -> String, order: Order) -> Self {
+        // `seq` follows time. With a time bound on the far side of the scan
+        // (`since` when reading forward, `until` when reading back), the
+        // matches sit at the other end of the trail, but the planners
+        // (Postgres and SQLite) take them to be spread evenly along `seq`
+        // and walk its index from the cursor, reading every record before
+        // the window (600 ms and more on a million). An expression of
+        // `seq` (the same order, the same cursor) is no index's key: they
+        // find the matches through the indexes of the other conditions
+        // instead, and sort only those; by their `seq` alone, which an
+        // index may hold, so that only the page's records are read whole.
+        let far_bound = match order {
+            Order::OldestFirst => filter.since.is_some(),
+            Order::NewestFirst { .. } => filter.until.is_some(),
+        };
+        let key = if far_bound { "seq + 0" } else { "seq" };
+        let mut conditions = vec![format!("{key} > $1")];
         let mut binds = vec![Bind::Int(filter.after_seq)];
         let mut add = |condition: &dyn Fn(usize) -> String, bind: Bind| {
             binds.push(bind);
             conditions.push(condition(binds.len()));
         };
+        if let Order::NewestFirst {
+            before_seq: Some(before),
+        } = order
+        {
+            add(&|n| format!("{key} < ${n}"), Bind::Int(before));
+        }
         if let Some(since) = filter.since {
             add(&|n| format!("occurred_at >= ${n}"), Bind::Time(since));
         }
@@ -364,13 +385,34 @@ impl RecordQuery {
             add(&role_condition, Bind::Text(role.clone()));
         }
         binds.push(Bind::Int(filter.limit.clamp(1, MAX_PAGE)));
-        let sql = format!(
-            "SELECT {COLUMNS} FROM audit_events WHERE {} ORDER BY seq LIMIT ${}",
-            conditions.join(" AND "),
-            binds.len()
-        );
+        let direction = match order {
+            Order::OldestFirst => "",
+            Order::NewestFirst { .. } => " DESC",
+        };
+        let (conditions, limit) = (conditions.join(" AND "), binds.len());
+        let sql = if far_bound {
+            format!(
+                "SELECT {COLUMNS} FROM audit_events WHERE seq IN \
+                 (SELECT seq FROM audit_events WHERE {conditions} ORDER BY {key}{direction} LIMIT ${limit}) \
+                 ORDER BY seq{direction}"
+            )
+        } else {
+            format!(
+                "SELECT {COLUMNS} FROM audit_events WHERE {conditions} ORDER BY seq{direction} LIMIT ${limit}"
+            )
+        };
         Self { sql, binds }
     }
+}
+
+/// Which way a query reads the trail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// As `GET /v1/audit` serves it: a cursor moves forward.
+    OldestFirst,
+    /// As a console shows it: a cursor moves back, from `before_seq`
+    /// (`None`: from the newest record).
+    NewestFirst { before_seq: Option<i64> },
 }
 
 impl AuditStore {
@@ -473,11 +515,27 @@ impl AuditStore {
 
     /// Records matching `filter`, oldest first, after `filter.after_seq`.
     pub async fn query(&self, filter: &AuditFilter) -> Result<Vec<StoredRecord>, StoreError> {
+        self.matching(filter, Order::OldestFirst).await
+    }
+
+    /// Records matching `filter`, newest first, before `before_seq` (from
+    /// the newest when `None`) and after `filter.after_seq`: the order in
+    /// which a console pages back through the trail.
+    pub async fn query_newest_first(
+        &self,
+        filter: &AuditFilter,
+        before_seq: Option<i64>,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        self.matching(filter, Order::NewestFirst { before_seq }).await
+    }
+
+    async fn matching(&self, filter: &AuditFilter, order: Order) -> Result<Vec<StoredRecord>, StoreError> {
         let role_condition = match self {
             AuditStore::Postgres(_) => postgres::role_condition,
             AuditStore::Sqlite(_) => sqlite::role_condition,
         };
-        self.records(RecordQuery::matching(filter, role_condition)).await
+        self.records(RecordQuery::matching(filter, role_condition, order))
+            .await
     }
 
     async fn records(&self, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
@@ -911,7 +969,7 @@ mod tests {
     /// as databases already hold them: sqlx refuses to start on a database
     /// whose applied migration has another checksum, so a released file
     /// must never change. A new migration is a new file, added here.
-    const RELEASED: [(&str, i64, &str); 6] = [
+    const RELEASED: [(&str, i64, &str); 8] = [
         (
             "postgres",
             1,
@@ -928,6 +986,11 @@ mod tests {
             "35d405881a73908be9da9a953e689b062095079ef356572cad41e1993d27326ed7dcdf43a11ee23144dd8b23ce1dae7d",
         ),
         (
+            "postgres",
+            4,
+            "262342d27681cd4d940e0ed73de7387443bf45b5f151d3967085aaf4572886460273eb35a3dc20b5da5950fad29862f4",
+        ),
+        (
             "sqlite",
             1,
             "a02634cc71f4b5b805f22b2a14d25fdadfad0023d7cb2118bab1ab578f6af037703582c6b6ed281a50ea2e6cfa51e4ef",
@@ -941,6 +1004,11 @@ mod tests {
             "sqlite",
             3,
             "35d405881a73908be9da9a953e689b062095079ef356572cad41e1993d27326ed7dcdf43a11ee23144dd8b23ce1dae7d",
+        ),
+        (
+            "sqlite",
+            4,
+            "fd45065a50b4ace8119ff4612259b01906ed5c0fc11afe5bc8a9f5ec810d41b734026c2bc8f172f7593414e275804e60",
         ),
     ];
 
@@ -1032,6 +1100,41 @@ mod tests {
             .execute(&mut admin)
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn only_a_time_bound_at_the_far_end_orders_by_an_expression_of_seq() {
+        let role = |n: usize| format!("role = ${n}");
+        let at = Some(OffsetDateTime::UNIX_EPOCH);
+        let since = AuditFilter {
+            since: at,
+            ..Default::default()
+        };
+        let until = AuditFilter {
+            until: at,
+            ..Default::default()
+        };
+        let newest = Order::NewestFirst { before_seq: Some(9) };
+        let sql = |filter: &AuditFilter, order| RecordQuery::matching(filter, role, order).sql;
+        let tail = |sql: String| sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned();
+        assert_eq!(
+            tail(sql(&since, Order::OldestFirst)),
+            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND occurred_at >= $2 \
+             ORDER BY seq + 0 LIMIT $3) ORDER BY seq"
+        );
+        assert_eq!(
+            tail(sql(&until, Order::OldestFirst)),
+            " WHERE seq > $1 AND occurred_at < $2 ORDER BY seq LIMIT $3"
+        );
+        assert_eq!(
+            tail(sql(&until, newest)),
+            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND seq + 0 < $2 \
+             AND occurred_at < $3 ORDER BY seq + 0 DESC LIMIT $4) ORDER BY seq DESC"
+        );
+        assert_eq!(
+            tail(sql(&since, newest)),
+            " WHERE seq > $1 AND seq < $2 AND occurred_at >= $3 ORDER BY seq DESC LIMIT $4"
+        );
     }
 
     /// A backend in memory that notes each call it gets.

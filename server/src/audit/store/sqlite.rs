@@ -60,12 +60,17 @@ fn result_code_blames_the_data(code: &str) -> bool {
 }
 
 /// A role filter for placeholder `$n`: granted or requested (lists are
-/// JSON arrays).
+/// JSON arrays). No index can serve it; the text search for the quoted
+/// role is a cheap first sieve (most records hold none of it), `json_each`
+/// the exact test.
 pub(super) fn role_condition(n: usize) -> String {
-    format!(
-        "(EXISTS (SELECT 1 FROM json_each(roles_granted) WHERE value = ${n}) \
-         OR EXISTS (SELECT 1 FROM json_each(roles_requested) WHERE value = ${n}))"
-    )
+    let listed = |column: &str| {
+        format!(
+            "(instr({column}, json_quote(${n})) > 0 \
+             AND EXISTS (SELECT 1 FROM json_each({column}) WHERE value = ${n}))"
+        )
+    };
+    format!("({} OR {})", listed("roles_granted"), listed("roles_requested"))
 }
 
 pub(super) async fn records(pool: &SqlitePool, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
