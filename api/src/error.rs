@@ -117,6 +117,9 @@ pub enum ErrorCode {
     CheckpointsNotConfigured,
     /// The decision could not be recorded, so nothing happened.
     AuditUnavailable,
+    /// The CA's key is in a hardware security module that cannot sign right
+    /// now; nothing was issued, and the server retries by itself.
+    SigningUnavailable,
     InternalError,
     /// A code this build does not know (a newer server).
     #[serde(other)]
@@ -165,6 +168,7 @@ impl ErrorCode {
             ErrorCode::AlreadyDenied { .. } => "already_denied",
             ErrorCode::CheckpointsNotConfigured => "checkpoints_not_configured",
             ErrorCode::AuditUnavailable => "audit_unavailable",
+            ErrorCode::SigningUnavailable => "signing_unavailable",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::Unknown => "unknown",
         }
@@ -210,7 +214,7 @@ impl ErrorCode {
             ErrorCode::SubjectAmbiguous { .. } | ErrorCode::AlreadyDenied { .. } => 409,
             ErrorCode::RateLimited { .. } => 429,
             ErrorCode::InternalError | ErrorCode::Unknown => 500,
-            ErrorCode::AuditUnavailable => 503,
+            ErrorCode::AuditUnavailable | ErrorCode::SigningUnavailable => 503,
         }
     }
 }
@@ -311,6 +315,7 @@ mod tests {
             ErrorCode::SubjectAmbiguous { subjects: list() },
             ErrorCode::AlreadyDenied { audit_id: 4 },
             ErrorCode::AuditUnavailable,
+            ErrorCode::SigningUnavailable,
             ErrorCode::InternalError,
         ]
     }

@@ -70,9 +70,12 @@ pub struct Readiness {
     #[serde(default = "reachable_when_not_said")]
     pub identity_provider_reachable: bool,
     pub clusters: usize,
+    /// Every cluster's CA can sign (a key in a PKCS#11 token signed a probe).
+    #[serde(default = "reachable_when_not_said")]
+    pub signing: bool,
 }
 
-/// Servers before `identity_provider_reachable` did not say.
+/// Servers before `identity_provider_reachable` (and `signing`) did not say.
 fn reachable_when_not_said() -> bool {
     true
 }

@@ -98,6 +98,11 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
             "the server cannot record decisions right now (its audit database is down), so it issues nothing; try again in a minute"
                 .into()
         }
+        ErrorCode::SigningUnavailable => {
+            "the server cannot reach its CA signing key (a hardware security module) right now, so it issues nothing; \
+             it reconnects by itself: try again in a minute, and tell the platform team if it lasts"
+                .into()
+        }
         ErrorCode::CsrInvalid { .. } => format!("the server refused the certificate request ({detail}); please report this"),
         ErrorCode::NotAnAuditor => {
             "reading the audit trail is for the security team; ask to be added to one of the server's `auditors` groups".into()
@@ -191,6 +196,11 @@ mod tests {
                 "it has: lab, prod",
             ),
             ("audit_unavailable", json!({}), "audit database is down"),
+            (
+                "signing_unavailable",
+                json!({}),
+                "cannot reach its CA signing key",
+            ),
             (
                 "csr_invalid",
                 json!({"reason": "csr_malformed"}),

@@ -91,7 +91,7 @@ pub enum Command {
     },
     /// Work with Talos CA material.
     #[command(subcommand)]
-    Ca(CaCommand),
+    Ca(Box<CaCommand>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -166,6 +166,32 @@ pub enum CaCommand {
         #[arg(long, default_value = "talos-sso intermediate CA")]
         common_name: String,
     },
+    /// Sign, with the Talos root, the certificate of an intermediate whose
+    /// key was generated inside a PKCS#11 token (`pkcs11-tool --keypairgen`):
+    /// only its public key leaves the token. Use the certificate file as the
+    /// cluster's `ca.cert_file`, next to `ca.pkcs11`.
+    IntermediateForToken {
+        #[command(flatten)]
+        source: CaSourceArgs,
+        /// How long the intermediate is valid (e.g. 90d, 1y); never past the root.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        validity: Duration,
+        /// The PKCS#11 module holding the intermediate's key.
+        #[arg(long)]
+        token_module: PathBuf,
+        /// The token's label.
+        #[arg(long)]
+        token_label: String,
+        /// The label of the key pair on the token (its public key is read).
+        #[arg(long)]
+        token_key_label: String,
+        /// Where to write the certificate, followed by the root (must not exist).
+        #[arg(long)]
+        out_cert: PathBuf,
+        /// Common name of the intermediate's subject.
+        #[arg(long, default_value = "talos-sso intermediate CA")]
+        common_name: String,
+    },
     /// Create a new self-signed Talos-style CA (for evaluation clusters and
     /// demos; production clusters use the CA Talos generated).
     New {
@@ -203,11 +229,23 @@ impl From<KeyTypeArg> for NewKeyType {
 #[group(required = true, multiple = true)]
 pub struct CaSourceArgs {
     /// PEM certificate (signer first, then its issuers up to the Talos root).
-    #[arg(long, requires = "key_file", conflicts_with_all = ["secrets_bundle", "machine_config"])]
+    #[arg(long, conflicts_with_all = ["secrets_bundle", "machine_config"])]
     pub cert_file: Option<PathBuf>,
     /// PEM private key matching --cert-file.
-    #[arg(long, requires = "cert_file")]
+    #[arg(long, requires = "cert_file", conflicts_with = "pkcs11_module")]
     pub key_file: Option<PathBuf>,
+    /// PKCS#11 module holding the key of --cert-file (with the other --pkcs11-* flags).
+    #[arg(long, requires_all = ["cert_file", "pkcs11_token_label", "pkcs11_key_label", "pkcs11_pin_file"])]
+    pub pkcs11_module: Option<PathBuf>,
+    /// Label of the PKCS#11 token.
+    #[arg(long, requires = "pkcs11_module")]
+    pub pkcs11_token_label: Option<String>,
+    /// Label of the private key on the token.
+    #[arg(long, requires = "pkcs11_module")]
+    pub pkcs11_key_label: Option<String>,
+    /// File holding the token's user PIN (mode 0600).
+    #[arg(long, requires = "pkcs11_module")]
+    pub pkcs11_pin_file: Option<PathBuf>,
     /// A `talosctl gen secrets` bundle (uses certs.os).
     #[arg(long, conflicts_with = "machine_config")]
     pub secrets_bundle: Option<PathBuf>,
@@ -230,10 +268,23 @@ impl CaSourceArgs {
             key_file: self.key_file.clone(),
             secrets_bundle: self.secrets_bundle.clone(),
             machine_config: self.machine_config.clone(),
+            pkcs11: self.pkcs11_source(),
             allow_insecure_key_permissions: self.allow_insecure_key_permissions,
         };
         keys.source().map_err(|_| {
-            anyhow::anyhow!("give exactly one CA source: --cert-file with --key-file, --secrets-bundle, or --machine-config")
+            anyhow::anyhow!(
+                "give exactly one CA source: --cert-file with --key-file or with the --pkcs11-* flags, \
+                 --secrets-bundle, or --machine-config"
+            )
+        })
+    }
+
+    fn pkcs11_source(&self) -> Option<crate::ca::Pkcs11Source> {
+        Some(crate::ca::Pkcs11Source {
+            module: self.pkcs11_module.clone()?,
+            token_label: self.pkcs11_token_label.clone()?,
+            key_label: self.pkcs11_key_label.clone()?,
+            pin_file: self.pkcs11_pin_file.clone()?,
         })
     }
 
@@ -334,6 +385,9 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                     cluster.ca.summary(now).days_left,
                     cluster.config.rules.len()
                 )?;
+                if let Some(token) = cluster.ca.token() {
+                    writeln!(out, "cluster {name}: key in {token}")?;
+                }
             }
             writeln!(out, "policy examples: {} passed", config.policy_examples.len())?;
             for (cluster, warning) in &warnings {
@@ -468,10 +522,20 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Ca(CaCommand::Inspect { source }) => {
+        Command::Ca(ca) => run_ca(*ca, now, out),
+    }
+}
+
+/// The `ca` commands: reading, checking and making CA material.
+fn run_ca(command: CaCommand, now: OffsetDateTime, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    match command {
+        CaCommand::Inspect { source } => {
             let ca = source.load(now)?;
             writeln!(out, "{}", source.source()?)?;
             writeln!(out, "{}", ca.summary(now))?;
+            if let Some(token) = ca.token() {
+                writeln!(out, "key:         {token}")?;
+            }
             if ca.is_intermediate() {
                 writeln!(out, "mode:        intermediate; Talos root:")?;
                 writeln!(out, "{}", CaSummary::of(ca.root(), now))?;
@@ -481,7 +545,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Ca(CaCommand::Intermediate {
+        CaCommand::Intermediate {
             source,
             validity,
             output:
@@ -491,7 +555,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                     key_type,
                 },
             common_name,
-        }) => {
+        } => {
             let root = source.load(now)?;
             if root.is_intermediate() {
                 bail!("`ca intermediate` needs the Talos root CA material, not an intermediate");
@@ -507,7 +571,44 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
             writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
             Ok(())
         }
-        Command::Ca(CaCommand::New {
+        CaCommand::IntermediateForToken {
+            source,
+            validity,
+            token_module,
+            token_label,
+            token_key_label,
+            out_cert,
+            common_name,
+        } => {
+            let root = source.load(now)?;
+            if root.is_intermediate() {
+                bail!("`ca intermediate-for-token` needs the Talos root CA material, not an intermediate");
+            }
+            if out_cert.exists() {
+                bail!("{} already exists; refusing to overwrite it", out_cert.display());
+            }
+            // No PIN: the public key is readable without logging in.
+            let token = crate::ca::Pkcs11Source {
+                module: token_module,
+                token_label,
+                key_label: token_key_label,
+                pin_file: PathBuf::new(),
+            };
+            let spki = crate::pkcs11::token_public_key(&token)
+                .map_err(|e| anyhow::anyhow!("refused [{}]: {e}", e.code()))?;
+            let (cert, cert_pem) =
+                generate::intermediate_certificate(&root, &spki, &common_name, validity, now)?;
+            write_new_file(&out_cert, &cert_pem, 0o644)?;
+            writeln!(
+                out,
+                "wrote {} (intermediate, then the Talos root) for {}",
+                out_cert.display(),
+                token.describe()
+            )?;
+            writeln!(out, "{}", CaSummary::of(&cert, now))?;
+            Ok(())
+        }
+        CaCommand::New {
             output:
                 NewCaOutput {
                     out_cert,
@@ -516,7 +617,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                 },
             organization,
             validity,
-        }) => {
+        } => {
             let ca = generate::new_root(key_type.into(), &organization, validity, now)?;
             write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
             writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;

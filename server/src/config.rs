@@ -400,6 +400,9 @@ pub struct CaConfig {
     pub secrets_bundle: Option<PathBuf>,
     #[serde(default)]
     pub machine_config: Option<PathBuf>,
+    /// The key inside a PKCS#11 token (with `cert_file`, without `key_file`).
+    #[serde(default)]
+    pub pkcs11: Option<crate::ca::Pkcs11Source>,
     /// Accept a CA key file readable by group or others (loudly logged).
     #[serde(default)]
     pub allow_insecure_key_permissions: bool,
@@ -412,10 +415,12 @@ impl CaConfig {
             self.key_file.as_ref(),
             self.secrets_bundle.as_ref(),
             self.machine_config.as_ref(),
+            self.pkcs11.as_ref(),
         )
         .ok_or_else(|| {
             invalid(
-                "a cluster's `ca` needs exactly one of: cert_file + key_file, secrets_bundle, machine_config",
+                "a cluster's `ca` needs exactly one of: cert_file + key_file, cert_file + pkcs11, \
+                 secrets_bundle, machine_config",
             )
         })
     }
@@ -931,6 +936,53 @@ clusters:
     rules:
       - { groups: ["g-admins"], roles: [os:admin] }
 "#;
+
+    #[test]
+    fn a_ca_key_in_a_pkcs11_token_is_a_source_of_its_own() {
+        let pkcs11 = "cert_file: /etc/talos-sso/intermediate.crt, pkcs11: { module: /usr/lib/softhsm/libsofthsm2.so, \
+                      token_label: talos-ca, key_label: talos-sso-intermediate, pin_file: /etc/talos-sso/talos-ca.pin }";
+        let config =
+            Config::from_yaml(&MINIMAL.replace("secrets_bundle: /etc/talos-sso/prod-secrets.yaml", pkcs11))
+                .unwrap();
+        let source = config.clusters["prod"].ca.source().unwrap();
+        let CaSource::Pkcs11 { cert_file, pkcs11 } = source else {
+            panic!("{source:?}");
+        };
+        assert_eq!(cert_file, PathBuf::from("/etc/talos-sso/intermediate.crt"));
+        assert_eq!(
+            (pkcs11.token_label.as_str(), pkcs11.key_label.as_str()),
+            ("talos-ca", "talos-sso-intermediate")
+        );
+        assert_eq!(pkcs11.pin_file, PathBuf::from("/etc/talos-sso/talos-ca.pin"));
+        // A key file and a token at once, a token without the certificate,
+        // and an unknown key in `pkcs11` are refused.
+        let both = pkcs11_yaml_with(&format!("key_file: /k, {}", pkcs11_text()));
+        assert!(
+            Config::from_yaml(&both)
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+        let no_cert =
+            pkcs11_yaml_with(&pkcs11_text().replace("cert_file: /etc/talos-sso/intermediate.crt, ", ""));
+        assert!(
+            Config::from_yaml(&no_cert)
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+        let typo = pkcs11_yaml_with(&pkcs11_text().replace("pin_file", "pin"));
+        assert!(Config::from_yaml(&typo).is_err());
+    }
+
+    fn pkcs11_text() -> String {
+        "cert_file: /etc/talos-sso/intermediate.crt, pkcs11: { module: /m.so, token_label: t, key_label: k, pin_file: /p }"
+            .into()
+    }
+
+    fn pkcs11_yaml_with(ca: &str) -> String {
+        MINIMAL.replace("secrets_bundle: /etc/talos-sso/prod-secrets.yaml", ca)
+    }
 
     #[test]
     fn minimal_config_gets_defaults() {

@@ -21,6 +21,7 @@ use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequ
 use crate::identity::VerifiedIdentity;
 use crate::metrics::Metrics;
 use crate::policy::{Claims, Denial};
+use crate::x509::X509Error;
 
 /// What a person asks for (the body of `POST /v1/certificates`).
 pub use talos_sso_api::CertificateRequest;
@@ -42,6 +43,11 @@ pub enum IssuanceError {
     /// Signing failed for a reason that is the server's, not the caller's.
     #[error("signing failed: {0}")]
     Signing(IssueError),
+    /// The cluster's CA key is in a PKCS#11 token that cannot sign now.
+    #[error(
+        "the CA's signing key cannot be reached right now ({0}), so nothing was issued; try again shortly"
+    )]
+    SigningUnavailable(crate::pkcs11::Pkcs11Error),
     #[error("you are blocked from new certificates on this server (deny list); ask the platform team")]
     IdentityDenied,
     #[error("this token was already used for a certificate; log in again for a new one")]
@@ -60,6 +66,7 @@ impl IssuanceError {
             IssuanceError::TtlTooLong { .. } => "ttl_too_long",
             IssuanceError::Csr(_) => "csr_invalid",
             IssuanceError::Signing(_) => "internal_error",
+            IssuanceError::SigningUnavailable(_) => "signing_unavailable",
             IssuanceError::IdentityDenied => "identity_denied",
             IssuanceError::TokenReplayed => "token_replayed",
             IssuanceError::AuditUnavailable => "audit_unavailable",
@@ -220,10 +227,20 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             Ok(issued) => issued,
             Err(error) => {
                 tracing::error!(request_id = %record.request_id, cluster = %cluster.name, %error, "signing failed");
+                let error = match error {
+                    IssueError::Signing(X509Error::SigningUnavailable(token)) => {
+                        let labels = crate::metrics::ClusterLabels {
+                            cluster: cluster.name.clone(),
+                        };
+                        self.metrics.signing_unavailable.get_or_create(&labels).inc();
+                        IssuanceError::SigningUnavailable(token)
+                    }
+                    other => IssuanceError::Signing(other),
+                };
                 if !commit.record_failure {
-                    return Err(IssuanceError::Signing(error));
+                    return Err(error);
                 }
-                return Err(self.refuse(record, IssuanceError::Signing(error)).await);
+                return Err(self.refuse(record, error).await);
             }
         };
         record.event = commit.issued_event.into();

@@ -11,6 +11,8 @@
 //! - `x509`: DER mechanics (exact name bytes, building, signing, verifying).
 //! - `ca`: Talos CA material in every form Talos writes (it reads files),
 //!   refused when unsafe; `ca::generate` makes new roots and intermediates.
+//! - `pkcs11`: a CA key inside a hardware security module, signing through
+//!   a pool of PKCS#11 sessions that reopens itself after a failure.
 //! - `certificate`: CSR checks and the Talos client certificate profile.
 //! - `identity`: bearer-token verification for every trusted issuer (kinds
 //!   `oidc` and `entra`), discovery and keys, Entra group overage through Graph.
@@ -48,6 +50,7 @@ pub mod http;
 pub mod identity;
 pub mod issuance;
 pub mod metrics;
+pub mod pkcs11;
 pub mod policy;
 pub mod random;
 pub mod ratelimit;

@@ -1,7 +1,8 @@
 //! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
 //! certificates issued (by cluster and role), requests denied (by cluster
 //! and reason), issuance latency, audit write failures, identity provider key
-//! refreshes, and each cluster's CA expiry time. Counters kept elsewhere as
+//! refreshes, signatures a CA's PKCS#11 token could not make, and each
+//! cluster's CA expiry time. Counters kept elsewhere as
 //! plain atomics (the audit writer, the provider) are read at scrape time
 //! through the [`Sources`] the server hands over when it builds the metrics:
 //! those modules know nothing about Prometheus, and this one nothing about
@@ -164,6 +165,9 @@ pub struct Metrics {
     pub issued: Family<IssuedLabels, Counter>,
     pub denied: Family<DeniedLabels, Counter>,
     pub issuance_seconds: Histogram,
+    /// Signatures a cluster's PKCS#11 token could not make (each refused
+    /// with `signing_unavailable`).
+    pub signing_unavailable: Family<ClusterLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -195,11 +199,18 @@ impl Metrics {
             "Time to answer a certificate request, audit commit included",
             issuance_seconds.clone(),
         );
+        let signing_unavailable = Family::default();
+        registry.register(
+            "signing_unavailable",
+            "Signatures the CA's PKCS#11 token could not make, by cluster",
+            signing_unavailable.clone(),
+        );
         Self {
             registry,
             issued,
             denied,
             issuance_seconds,
+            signing_unavailable,
         }
     }
 

@@ -54,6 +54,9 @@ pub enum X509Error {
     BadSignature,
     #[error("signing failed")]
     SigningFailed,
+    /// The key lives in a PKCS#11 token that cannot sign right now.
+    #[error("{0}")]
+    SigningUnavailable(crate::pkcs11::Pkcs11Error),
     #[error("the system random number generator failed")]
     NoRandomness,
     #[error("the extension {0} appears more than once; RFC 5280 allows one of each")]
@@ -414,6 +417,9 @@ pub enum SigningKey {
     EcdsaP256(EcdsaKeyPair),
     EcdsaP384(EcdsaKeyPair),
     Rsa(RsaKeyPair),
+    /// A key inside a PKCS#11 token (Ed25519 or ECDSA P-256); it never
+    /// enters this process.
+    Pkcs11(Box<crate::pkcs11::Pkcs11Key>),
 }
 
 impl fmt::Debug for SigningKey {
@@ -432,6 +438,7 @@ impl SigningKey {
             SigningKey::Rsa(k) => KeyKind::Rsa {
                 bits: k.public().modulus_len() * 8,
             },
+            SigningKey::Pkcs11(k) => k.kind(),
         }
     }
 
@@ -443,6 +450,14 @@ impl SigningKey {
                 parameters: None,
             },
             SigningKey::EcdsaP256(_) => AlgorithmIdentifierOwned {
+                oid: oid::ECDSA_WITH_SHA256,
+                parameters: None,
+            },
+            SigningKey::Pkcs11(k) if k.kind() == KeyKind::Ed25519 => AlgorithmIdentifierOwned {
+                oid: oid::ED25519,
+                parameters: None,
+            },
+            SigningKey::Pkcs11(_) => AlgorithmIdentifierOwned {
                 oid: oid::ECDSA_WITH_SHA256,
                 parameters: None,
             },
@@ -470,12 +485,14 @@ impl SigningKey {
                     .map_err(|_| X509Error::SigningFailed)?;
                 Ok(out)
             }
+            SigningKey::Pkcs11(k) => k.sign(message).map_err(X509Error::SigningUnavailable),
         }
     }
 
     /// The public key as a SubjectPublicKeyInfo, e.g. for a new CA certificate.
     pub fn public_key_info(&self) -> Result<SubjectPublicKeyInfoOwned, X509Error> {
         let (algorithm, key): (AlgorithmIdentifierOwned, &[u8]) = match self {
+            SigningKey::Pkcs11(k) => return Ok(k.public_key_info().clone()),
             SigningKey::Ed25519(k) => (
                 AlgorithmIdentifierOwned {
                     oid: oid::ED25519,

@@ -12,6 +12,7 @@
 //! - `quickstart`: the whole product on one machine (the `quickstart` binary).
 //! - `material`: throwaway CAs and files with the right permissions.
 //! - `audit_seed`: a large, realistic, made-up audit trail (seeding, SQL checks).
+//! - `softhsm`: SoftHSM 2 tokens with keys generated inside them.
 
 // The harness is test code: failing loudly on a broken fixture is the point.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -25,5 +26,6 @@ pub mod material;
 pub mod openssl;
 pub mod quickstart;
 pub mod real_op;
+pub mod softhsm;
 pub mod talos_checker;
 pub mod tls_front;

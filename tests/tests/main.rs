@@ -25,6 +25,8 @@
 //!   input by group, each with its exact status and code, nothing issued.
 //! - `checkpoints`: signed audit checkpoints, and what they catch that the
 //!   hash chain alone cannot (a rewritten trail, a cut end).
+//! - `hsm`: a CA key inside a PKCS#11 token (SoftHSM 2): certificates Talos
+//!   and OpenSSL accept, the checks at start, a token lost at run time.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
@@ -62,6 +64,7 @@ mod deploy;
 mod faults;
 mod feed;
 mod hostile;
+mod hsm;
 mod identity;
 mod issuance;
 mod matrix;

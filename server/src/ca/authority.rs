@@ -8,10 +8,12 @@ use ring::rand::SystemRandom;
 use time::{Duration, OffsetDateTime};
 
 use super::checks::{check_chain, check_key_permissions, check_signing_ca, signing_key_kind_supported};
-use super::key::decode_key;
+use super::key::{PROBE, decode_key};
 use super::material::{parse_certificates, read_text};
-use super::{CaError, CaOptions, CaSource, CaWarning, describe_name, format_time};
+use super::{CaError, CaOptions, CaSource, CaWarning, Pkcs11Source, TokenFacts, describe_name, format_time};
+use crate::pkcs11::Pkcs11Key;
 use crate::x509::{self, KeyKind, ParsedCertificate, SigningKey};
+use cryptoki::types::AuthPin;
 
 /// A CA whose certificate expires sooner than this produces a warning: a Talos
 /// CA that quietly expires is an outage with a long fuse.
@@ -49,13 +51,22 @@ impl CertificateAuthority {
             let text = read_text(path)?;
             accepted.extend(parse_certificates(&text, &path.display().to_string())?);
         }
-        let ca = Self::from_pem(
-            &material.cert_pem,
-            &material.key_pem,
-            &material.origin,
-            accepted,
-            now,
-        )?;
+        let ca = match source {
+            CaSource::Pkcs11 { pkcs11, .. } => {
+                let text = zeroize::Zeroizing::new(read_text(&pkcs11.pin_file)?);
+                let pin = AuthPin::from(text.trim_end_matches(['\n', '\r']).to_owned());
+                Self::from_signer(&material.cert_pem, &material.origin, accepted, now, |signer| {
+                    open_pkcs11(pkcs11, pin, signer)
+                })?
+            }
+            _ => Self::from_pem(
+                &material.cert_pem,
+                &material.key_pem,
+                &material.origin,
+                accepted,
+                now,
+            )?,
+        };
         warnings.extend(ca.warnings);
         Ok(Self { warnings, ..ca })
     }
@@ -69,6 +80,20 @@ impl CertificateAuthority {
         accepted: Vec<ParsedCertificate>,
         now: OffsetDateTime,
     ) -> Result<Self, CaError> {
+        Self::from_signer(cert_pem, origin, accepted, now, |signer| {
+            decode_key(key_pem, origin, signer)
+        })
+    }
+
+    /// Check the certificates, and get the key matching the signer from
+    /// `key_for` (which proves the match).
+    fn from_signer(
+        cert_pem: &str,
+        origin: &str,
+        accepted: Vec<ParsedCertificate>,
+        now: OffsetDateTime,
+        key_for: impl FnOnce(&ParsedCertificate) -> Result<SigningKey, CaError>,
+    ) -> Result<Self, CaError> {
         let mut certs = parse_certificates(cert_pem, origin)?.into_iter();
         let signer = certs.next().ok_or_else(|| CaError::NotPem {
             origin: origin.to_owned(),
@@ -81,7 +106,7 @@ impl CertificateAuthority {
         if !signing_key_kind_supported(&kind) {
             return Err(CaError::UnsupportedKeyType { kind });
         }
-        let key = decode_key(key_pem, origin, &signer)?;
+        let key = key_for(&signer)?;
         check_chain(&signer, &chain, origin, now)?;
 
         let mut warnings = Vec::new();
@@ -132,6 +157,24 @@ impl CertificateAuthority {
         &self.key
     }
 
+    /// The token holding the key, when it is in a PKCS#11 token.
+    pub fn token(&self) -> Option<&TokenFacts> {
+        match &self.key {
+            SigningKey::Pkcs11(key) => Some(key.facts()),
+            _ => None,
+        }
+    }
+
+    /// Whether the CA can sign now. A file key always can; a token key
+    /// signs a probe (which reopens the module after a failure), so this
+    /// blocks on the HSM: call it off the async runtime.
+    pub fn signing_available(&self) -> bool {
+        match &self.key {
+            SigningKey::Pkcs11(key) => key.sign(PROBE).is_ok(),
+            _ => true,
+        }
+    }
+
     pub fn rng(&self) -> &SystemRandom {
         &self.rng
     }
@@ -167,6 +210,24 @@ impl CertificateAuthority {
     pub fn summary(&self, now: OffsetDateTime) -> CaSummary {
         CaSummary::of(&self.signer, now)
     }
+}
+
+/// Open the token's key and prove with a probe signature that it is the
+/// certificate's: a mismatch names the token and the key label.
+fn open_pkcs11(
+    source: &Pkcs11Source,
+    pin: AuthPin,
+    signer: &ParsedCertificate,
+) -> Result<SigningKey, CaError> {
+    let token_key = Pkcs11Key::open(source, pin, signer.spki())?;
+    let signature = token_key.sign(PROBE)?;
+    let key = SigningKey::Pkcs11(Box::new(token_key));
+    if x509::verify_signature(signer.spki(), &key.signature_algorithm(), PROBE, &signature).is_err() {
+        return Err(CaError::KeyMismatch {
+            origin: source.describe(),
+        });
+    }
+    Ok(key)
 }
 
 /// What `ca inspect` prints about one certificate.

@@ -169,13 +169,32 @@ pub fn new_intermediate(
     now: OffsetDateTime,
 ) -> Result<NewCa, X509Error> {
     // The root's generator makes the new key, the serial and the signature.
+    let new_key = generate_key(key_type, root.rng())?;
+    let spki = new_key.key.public_key_info()?;
+    let (cert, cert_pem) = intermediate_certificate(root, &spki, common_name, validity, now)?;
+    Ok(NewCa {
+        cert_pem,
+        key_pem: new_key.pem,
+        cert,
+    })
+}
+
+/// The certificate of an intermediate whose key is `spki` (a key made
+/// inside a PKCS#11 token, say, of which only the public half is known),
+/// signed by `root` as [`new_intermediate`] signs; with the PEM that
+/// `cert_file` expects (the intermediate, then the root).
+pub fn intermediate_certificate(
+    root: &CertificateAuthority,
+    spki: &spki::SubjectPublicKeyInfoOwned,
+    common_name: &str,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<(ParsedCertificate, String), X509Error> {
     let rng = root.rng();
     let parent = root.signer();
-    let new_key = generate_key(key_type, rng)?;
-    let spki = new_key.key.public_key_info()?;
     // Only clientAuth: it cannot vouch for a server pretending to be a node.
     let mut extensions = ca_extensions(
-        &spki,
+        spki,
         KeyUsages::KeyCertSign.into(),
         vec![oid::KP_CLIENT_AUTH],
         Some(0),
@@ -196,9 +215,5 @@ pub fn new_intermediate(
     let der = x509::sign_certificate(&template, root.key(), rng)?;
     let cert = ParsedCertificate::from_der(&der)?;
     let cert_pem = format!("{}{}", cert.to_pem(), parent.to_pem());
-    Ok(NewCa {
-        cert_pem,
-        key_pem: new_key.pem,
-        cert,
-    })
+    Ok((cert, cert_pem))
 }

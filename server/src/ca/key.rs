@@ -18,6 +18,10 @@ pub const ACCEPTED_KEY_LABELS: [&str; 4] = [
     "RSA PRIVATE KEY",
 ];
 
+/// What a key signs to prove it belongs to the certificate (at start, and
+/// for `/readyz` when the key is in a token).
+pub(super) const PROBE: &[u8] = b"talos-sso: does this key belong to the CA certificate?";
+
 /// Decode the private key and prove it belongs to `cert` by signing a probe
 /// and verifying it with the certificate's public key.
 pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> Result<SigningKey, CaError> {
@@ -94,10 +98,9 @@ pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> 
             });
         }
     };
-    let probe = b"talos-sso: does this key belong to the CA certificate?";
     let matches = key
-        .sign(&rng, probe)
-        .and_then(|sig| x509::verify_signature(cert.spki(), &key.signature_algorithm(), probe, &sig))
+        .sign(&rng, PROBE)
+        .and_then(|sig| x509::verify_signature(cert.spki(), &key.signature_algorithm(), PROBE, &sig))
         .is_ok();
     if !matches {
         return Err(CaError::KeyMismatch {

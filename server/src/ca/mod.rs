@@ -4,8 +4,9 @@
 //! Sources are a PEM certificate + key pair (the certificate file may carry an
 //! intermediate followed by its issuers, up to the Talos root), a
 //! `talosctl gen secrets` bundle (`certs.os`) and a control plane machine
-//! config (`machine.ca`, plus its `machine.acceptedCAs`). Every refusal has its
-//! own [`CaError`] variant and stable [`CaError::code`].
+//! config (`machine.ca`, plus its `machine.acceptedCAs`), and a certificate
+//! file whose key is inside a PKCS#11 token (`crate::pkcs11`). Every refusal
+//! has its own [`CaError`] variant and stable [`CaError::code`].
 //!
 //! Loading reads files (the source, accepted CAs, the key file's mode); the
 //! checks themselves take the clock as a parameter. This module does not
@@ -39,6 +40,7 @@ use std::path::PathBuf;
 use der::Decode;
 use time::OffsetDateTime;
 
+pub use crate::pkcs11::{Pkcs11Error, Pkcs11Source, TokenFacts};
 use crate::x509::KeyKind;
 use material::Material;
 
@@ -57,35 +59,54 @@ pub enum CaSource {
     SecretsBundle(PathBuf),
     /// A control plane machine config; the CA is `machine.ca`.
     MachineConfig(PathBuf),
+    /// The certificate from a PEM file (as `Files`), the key inside a
+    /// PKCS#11 token: it never enters this process.
+    Pkcs11 {
+        cert_file: PathBuf,
+        pkcs11: Pkcs11Source,
+    },
 }
 
 impl CaSource {
     /// The one source named by the configuration keys (or command-line flags)
     /// of a cluster's `ca`: `cert_file` + `key_file`, `secrets_bundle`, or
-    /// `machine_config`. `None` when there is not exactly one.
+    /// `machine_config`, or `cert_file` + `pkcs11`. `None` when there is
+    /// not exactly one.
     pub fn from_parts(
         cert_file: Option<&PathBuf>,
         key_file: Option<&PathBuf>,
         secrets_bundle: Option<&PathBuf>,
         machine_config: Option<&PathBuf>,
+        pkcs11: Option<&Pkcs11Source>,
     ) -> Option<Self> {
-        match (cert_file, key_file, secrets_bundle, machine_config) {
-            (Some(cert_file), Some(key_file), None, None) => Some(CaSource::Files {
+        match (cert_file, key_file, secrets_bundle, machine_config, pkcs11) {
+            (Some(cert_file), Some(key_file), None, None, None) => Some(CaSource::Files {
                 cert_file: cert_file.clone(),
                 key_file: key_file.clone(),
             }),
-            (None, None, Some(bundle), None) => Some(CaSource::SecretsBundle(bundle.clone())),
-            (None, None, None, Some(config)) => Some(CaSource::MachineConfig(config.clone())),
+            (Some(cert_file), None, None, None, Some(pkcs11)) => Some(CaSource::Pkcs11 {
+                cert_file: cert_file.clone(),
+                pkcs11: pkcs11.clone(),
+            }),
+            (None, None, Some(bundle), None, None) => Some(CaSource::SecretsBundle(bundle.clone())),
+            (None, None, None, Some(config), None) => Some(CaSource::MachineConfig(config.clone())),
             _ => None,
         }
     }
 
-    /// The certificate and key text this source holds.
+    /// The certificate and key text this source holds (`Pkcs11` holds no
+    /// key text, and is read by `authority`).
     fn read(&self) -> Result<Material, CaError> {
         match self {
             CaSource::Files { cert_file, key_file } => pem_files::read(cert_file, key_file),
             CaSource::SecretsBundle(path) => secrets_bundle::read(path),
             CaSource::MachineConfig(path) => machine_config::read(path),
+            CaSource::Pkcs11 { cert_file, pkcs11 } => Ok(Material {
+                cert_pem: material::read_text(cert_file)?,
+                key_pem: String::new(),
+                key_path: pkcs11.pin_file.clone(),
+                origin: pkcs11.describe(),
+            }),
         }
     }
 }
@@ -103,6 +124,9 @@ impl fmt::Display for CaSource {
             }
             CaSource::SecretsBundle(p) => write!(f, "secrets bundle {}", p.display()),
             CaSource::MachineConfig(p) => write!(f, "machine config {}", p.display()),
+            CaSource::Pkcs11 { cert_file, pkcs11 } => {
+                write!(f, "cert_file {} + {}", cert_file.display(), pkcs11.describe())
+            }
         }
     }
 }
@@ -172,6 +196,8 @@ pub enum CaError {
     InsecurePermissions { path: PathBuf, mode: u32 },
     #[error("certificate chain in {origin} is broken: {reason}")]
     BrokenChain { origin: String, reason: String },
+    #[error(transparent)]
+    Pkcs11(#[from] Pkcs11Error),
 }
 
 impl CaError {
@@ -196,6 +222,7 @@ impl CaError {
             CaError::NotYetValid { .. } => "ca_not_yet_valid",
             CaError::InsecurePermissions { .. } => "ca_key_permissions",
             CaError::BrokenChain { .. } => "ca_chain_broken",
+            CaError::Pkcs11(error) => error.code(),
         }
     }
 }

@@ -211,6 +211,11 @@ impl From<IssuanceError> for ApiError {
                 csr.to_string(),
             ),
             IssuanceError::Signing(_) => Self::internal(),
+            IssuanceError::SigningUnavailable(_) => Self::new(
+                ErrorCode::SigningUnavailable,
+                "the CA's signing key (a hardware security module) cannot be reached right now, \
+                 so nothing was issued; try again shortly",
+            ),
             IssuanceError::IdentityDenied => Self::new(ErrorCode::IdentityDenied, detail),
             IssuanceError::TokenReplayed => Self::new(ErrorCode::TokenReplayed, detail),
             IssuanceError::AuditUnavailable => Self::audit_unavailable(),

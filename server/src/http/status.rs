@@ -23,11 +23,21 @@ pub async fn not_found() -> ApiError {
     ApiError::new(ErrorCode::NotFound, "no such endpoint")
 }
 
-/// Ready when the database answers and the provider's keys are fresh.
+/// Ready when the database answers, the provider's keys are fresh and every
+/// CA can sign. A CA key in a PKCS#11 token signs a probe, off the runtime
+/// (the call blocks on the HSM); that also reopens a module that failed.
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
-    let ready = database && keys_fresh;
+    let signing = if app.clusters.values().any(|c| c.ca.token().is_some()) {
+        let signers = Arc::clone(&app);
+        tokio::task::spawn_blocking(move || signers.clusters.values().all(|c| c.ca.signing_available()))
+            .await
+            .unwrap_or(false)
+    } else {
+        true
+    };
+    let ready = database && keys_fresh && signing;
     let status = if ready {
         StatusCode::OK
     } else {
@@ -39,6 +49,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>
         identity_provider_keys_fresh: keys_fresh,
         identity_provider_reachable: app.authenticator.providers_reachable(),
         clusters: app.clusters.len(),
+        signing,
     };
     (status, Json(readiness))
 }
