@@ -1,5 +1,5 @@
 //! The `talos-sso-server` command line: `serve`, `check`, `migrate`,
-//! `audit verify|checkpoint|new-key`, `break-glass`, and the CA tools (`ca inspect`,
+//! `audit verify|checkpoint|public-key|new-key`, `break-glass`, and the CA tools (`ca inspect`,
 //! `ca intermediate`, `ca new`).
 //!
 //! `anyhow` stops here: commands turn domain errors into a message and an
@@ -112,6 +112,13 @@ pub enum AuditCommand {
     /// Sign the chain head now and publish the checkpoint (file, log,
     /// webhook), as the server does at each interval.
     Checkpoint {
+        /// The configuration file (YAML or TOML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Print the public key of the configured audit key (a file or a
+    /// token), PEM: what `talos-sso audit verify --public-key` takes.
+    PublicKey {
         /// The configuration file (YAML or TOML).
         #[arg(long)]
         config: PathBuf,
@@ -480,6 +487,14 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                 signed.hash,
                 checkpoints.file().display()
             )?;
+            Ok(())
+        }
+        Command::Audit(AuditCommand::PublicKey { config }) => {
+            let config = load_config(&config)?;
+            let Some(settings) = &config.audit.checkpoints else {
+                bail!("audit.checkpoints is not configured: there is no audit key")
+            };
+            write!(out, "{}", AuditKey::configured(settings)?.public_pem())?;
             Ok(())
         }
         Command::Audit(AuditCommand::NewKey { out_key, out_public }) => {

@@ -127,8 +127,12 @@ pub struct AuditConfig {
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
     /// The Ed25519 signing key (PKCS#8 PEM, `PRIVATE KEY`), used for
-    /// nothing else; not readable by others, like every key.
-    pub key_file: PathBuf,
+    /// nothing else; not readable by others, like every key. Or `pkcs11`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// The Ed25519 signing key in a PKCS#11 token instead of a file.
+    #[serde(default)]
+    pub pkcs11: Option<crate::ca::Pkcs11Source>,
     /// The checkpoint file: one JSON checkpoint per line, appended.
     pub file: PathBuf,
     /// How often the head is signed when the trail has grown.
@@ -753,6 +757,11 @@ impl Config {
         }
         self.http.check()?;
         if let Some(checkpoints) = &self.audit.checkpoints {
+            if checkpoints.key_file.is_some() == checkpoints.pkcs11.is_some() {
+                return Err(invalid(
+                    "audit.checkpoints needs exactly one of key_file and pkcs11 (the audit signing key)",
+                ));
+            }
             if checkpoints.interval < Duration::from_secs(1) {
                 return Err(invalid("audit.checkpoints.interval must be at least 1s"));
             }

@@ -335,13 +335,15 @@ async fn a_checkpoint_changed_or_signed_by_another_key_fails_verification(backen
     // A line signed with a key the server does not have.
     let other = CheckpointFiles::new();
     let stranger = talos_sso_server::audit::checkpoint::AuditKey::load(&other.key).unwrap();
-    let forged = stranger.sign(
-        "talos-sso-test-1",
-        3,
-        &"00".repeat(32),
-        time::OffsetDateTime::now_utc(),
-        "interval",
-    );
+    let forged = stranger
+        .sign(
+            "talos-sso-test-1",
+            3,
+            &"00".repeat(32),
+            time::OffsetDateTime::now_utc(),
+            "interval",
+        )
+        .unwrap();
     std::fs::write(&files.file, format!("{original}{}\n", forged.to_line())).unwrap();
     let broken = verify_cli(&env, &files, "").await.unwrap_err();
     assert!(broken.contains("is not one of the public keys given"), "{broken}");
@@ -449,13 +451,15 @@ async fn audit_keys_are_made_and_read_like_openssl_makes_and_reads_them() {
     assert!(status.success());
     std::fs::set_permissions(&openssl_key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let loaded = talos_sso_server::audit::checkpoint::AuditKey::load(&openssl_key).unwrap();
-    let checkpoint = loaded.sign(
-        "s",
-        1,
-        &"ab".repeat(32),
-        time::OffsetDateTime::now_utc(),
-        "command",
-    );
+    let checkpoint = loaded
+        .sign(
+            "s",
+            1,
+            &"ab".repeat(32),
+            time::OffsetDateTime::now_utc(),
+            "command",
+        )
+        .unwrap();
     // OpenSSL checks the signature over the documented bytes.
     let (message, signature) = (dir.path().join("message"), dir.path().join("signature"));
     std::fs::write(&message, checkpoint.signed_bytes()).unwrap();
@@ -563,7 +567,7 @@ async fn the_server_signs_nothing_over_a_contradicted_trail(backend: Backend) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let checkpoints = with_ca_key.audit.checkpoints.as_mut().unwrap();
-    checkpoints.key_file = key_path;
+    checkpoints.key_file = Some(key_path);
     checkpoints.file = files.path().join("fresh.jsonl");
     let error =
         talos_sso_server::server::Server::bind(with_ca_key, Arc::new(talos_sso_server::app::SystemClock))

@@ -177,7 +177,9 @@ fn kustomize_base_and_overlay_hold_together() {
         cluster.ca.cert_file.clone().unwrap(),
         config.tls.clone().unwrap().key_file,
         config.database.password_file.clone().unwrap(),
-        checkpoints.key_file,
+        checkpoints
+            .key_file
+            .expect("the base keeps the audit key in a file"),
         checkpoints.file,
     ] {
         assert!(
@@ -391,7 +393,10 @@ fn dockerfile_and_compose_match_the_code() {
         .checkpoints
         .clone()
         .expect("compose signs checkpoints");
-    assert!(has("server", &secret_of(&checkpoints.key_file)));
+    assert!(has(
+        "server",
+        &secret_of(checkpoints.key_file.as_deref().expect("a key file"))
+    ));
     let writable: Vec<String> = strings(&services["server"]["volumes"]);
     assert!(
         writable
@@ -465,7 +470,13 @@ fn systemd_unit_and_talos_example_match_the_code() {
     for file in [
         config.clusters["homelab"].ca.key_file.clone().unwrap(),
         config.tls.clone().unwrap().key_file,
-        config.audit.checkpoints.clone().expect("checkpoints").key_file,
+        config
+            .audit
+            .checkpoints
+            .clone()
+            .expect("checkpoints")
+            .key_file
+            .expect("a key file"),
     ] {
         let name = file.file_name().unwrap().to_str().unwrap().to_owned();
         assert!(unit.contains(&format!("LoadCredential={name}:")), "{name}");

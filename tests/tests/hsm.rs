@@ -449,3 +449,79 @@ async fn ca_intermediate_for_token_certifies_a_key_made_inside_the_token() {
     let again = server_cli(&args).await.unwrap_err();
     assert!(again.contains("already exists"), "{again}");
 }
+
+/// The audit checkpoint key can live in a token too: the server signs its
+/// checkpoints there, and they verify with the token's public key, which
+/// OpenSSL reads; a P-256 key is refused as an audit key.
+#[tokio::test]
+#[allow(clippy::await_holding_lock)] // one SoftHSM test at a time, on purpose
+async fn the_audit_checkpoint_key_can_live_in_a_token() {
+    use talos_sso_api::checkpoint::{CheckpointKey, read_checkpoints};
+    use talos_sso_server::audit::checkpoint::AuditKey;
+    let hsm = SoftHsm::exclusive();
+    let keep = tempfile::tempdir().unwrap();
+    let token = hsm.token(keep.path(), TokenKey::Ed25519, "audit-signing");
+    let key = AuditKey::load_pkcs11(&token.source).unwrap();
+    let public_pem = write_file(keep.path(), "audit.pub", &key.public_pem(), 0o644);
+    let derived = std::process::Command::new("openssl")
+        .args(["pkey", "-pubin", "-in", public_pem.to_str().unwrap(), "-noout"])
+        .status()
+        .unwrap();
+    assert!(derived.success(), "OpenSSL reads the token's public key");
+
+    let file = keep.path().join("checkpoints.jsonl");
+    let pkcs11 = format!(
+        "\naudit:\n  checkpoints:\n    file: \"{}\"\n    server_name: hsm-test\n    pkcs11: {{ module: \"{}\", token_label: \"{}\", key_label: audit-signing, pin_file: \"{}\" }}\n",
+        file.display(),
+        token.source.module.display(),
+        token.label,
+        token.source.pin_file.display()
+    );
+    let config_file = keep.path().join("config.yaml");
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        let yaml = format!("{yaml}{pkcs11}");
+        std::fs::write(&config_file, &yaml).unwrap();
+        yaml
+    })
+    .await;
+    // What the auditors are given: the public key as the server reads it.
+    let printed = server_cli(&["audit", "public-key", "--config", config_file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(printed, key.public_pem());
+    let (status, _) = env
+        .issue(
+            &env.emulator
+                .token_for("bob@example.com", TokenKind::id())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let answer = env
+        .http
+        .post(format!("{}/v1/audit/checkpoint", env.server.base_url))
+        .bearer_auth(
+            env.emulator
+                .token_for("sam@example.com", TokenKind::id())
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let public = CheckpointKey::from_pem(&std::fs::read_to_string(&public_pem).unwrap(), "public").unwrap();
+    let lines = std::fs::read_to_string(&file).unwrap();
+    let signed = read_checkpoints(lines.as_bytes(), "file", &[public]).unwrap();
+    assert_eq!(
+        signed
+            .iter()
+            .map(|c| (c.seq, c.trigger.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, "start"), (2, "request")]
+    );
+    env.finish().await;
+
+    let p256 = hsm.token(keep.path(), TokenKey::EcdsaP256, "not-ed25519");
+    let error = AuditKey::load_pkcs11(&p256.source).unwrap_err().to_string();
+    assert!(error.contains("the key is not Ed25519"), "{error}");
+}

@@ -37,6 +37,8 @@ const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum CheckpointSetupError {
     #[error("audit.checkpoints.key_file {}: {reason}", .path.display())]
     Key { path: PathBuf, reason: String },
+    #[error("audit.checkpoints.pkcs11 ({origin}): {reason}")]
+    TokenKey { origin: String, reason: String },
     #[error("audit.checkpoints.file {}: cannot be appended to: {reason}", .path.display())]
     File { path: PathBuf, reason: String },
     #[error("audit.checkpoints.previous_public_keys: {0}")]
@@ -61,6 +63,9 @@ pub enum PublishError {
     Store(#[from] StoreError),
     #[error("the checkpoint file {} could not be written: {reason}", .path.display())]
     File { path: PathBuf, reason: String },
+    /// The audit key's token could not sign.
+    #[error("the audit key could not sign: {0}")]
+    Signing(String),
     /// The trail no longer holds what the last checkpoint signed: nothing
     /// is signed over it.
     #[error(
@@ -114,6 +119,59 @@ impl AuditKey {
         Self::from_signing_key(SigningKey::Ed25519(pair)).map_err(bad)
     }
 
+    /// The key named by `audit.checkpoints`: its file, or its token.
+    pub fn configured(config: &CheckpointConfig) -> Result<Self, CheckpointSetupError> {
+        match (&config.key_file, &config.pkcs11) {
+            (Some(path), _) => Self::load(path),
+            (None, Some(source)) => Self::load_pkcs11(source),
+            (None, None) => Err(CheckpointSetupError::TokenKey {
+                origin: "audit.checkpoints".into(),
+                reason: "no key_file and no pkcs11".into(),
+            }),
+        }
+    }
+
+    /// An Ed25519 key inside a PKCS#11 token (its PIN from a file nobody
+    /// else can read): the public key is read from the token, and a probe
+    /// signature proves the private key is its pair.
+    pub fn load_pkcs11(source: &crate::ca::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
+        let bad = |reason: String| CheckpointSetupError::TokenKey {
+            origin: source.describe(),
+            reason,
+        };
+        let pin = crate::config::read_secret(&source.pin_file).map_err(|e| bad(secret_reason(e)))?;
+        let spki = crate::pkcs11::token_public_key(source).map_err(|e| bad(e.to_string()))?;
+        if crate::x509::key_kind(&spki) != crate::x509::KeyKind::Ed25519 {
+            return Err(bad(
+                "the key is not Ed25519: the audit key is an Ed25519 key".into()
+            ));
+        }
+        let pin = cryptoki::types::AuthPin::from(pin.as_str().to_owned());
+        let token_key = crate::pkcs11::Pkcs11Key::open(source, pin, &spki).map_err(|e| bad(e.to_string()))?;
+        let key = Self::from_signing_key(SigningKey::Pkcs11(Box::new(token_key))).map_err(&bad)?;
+        let probe = key
+            .sign(
+                "probe",
+                0,
+                super::GENESIS_HASH,
+                OffsetDateTime::UNIX_EPOCH,
+                "probe",
+            )
+            .map_err(|e| bad(e.to_string()))?;
+        if read_checkpoints(
+            format!("{}\n", probe.to_line()).as_bytes(),
+            "probe",
+            std::slice::from_ref(&key.public),
+        )
+        .is_err()
+        {
+            return Err(bad(
+                "a probe signed by the token does not verify with its public key".into(),
+            ));
+        }
+        Ok(key)
+    }
+
     fn from_signing_key(pair: SigningKey) -> Result<Self, String> {
         let spki_der = pair
             .public_key_info()
@@ -152,7 +210,15 @@ impl AuditKey {
     }
 
     /// Sign the head (`seq`, `hash`) as `server` at `at`.
-    pub fn sign(&self, server: &str, seq: i64, hash: &str, at: OffsetDateTime, trigger: &str) -> Checkpoint {
+    /// Fails only when the key is in a token that cannot sign now.
+    pub fn sign(
+        &self,
+        server: &str,
+        seq: i64,
+        hash: &str,
+        at: OffsetDateTime,
+        trigger: &str,
+    ) -> Result<Checkpoint, crate::x509::X509Error> {
         let mut checkpoint = Checkpoint {
             kind: CHECKPOINT_TYPE.into(),
             server: server.to_owned(),
@@ -164,13 +230,9 @@ impl AuditKey {
             signature: String::new(),
         };
         let rng = ring::rand::SystemRandom::new();
-        // Ed25519 signing cannot fail (it takes no randomness).
-        let signature = self
-            .pair
-            .sign(&rng, &checkpoint.signed_bytes())
-            .unwrap_or_default();
+        let signature = self.pair.sign(&rng, &checkpoint.signed_bytes())?;
         checkpoint.signature = hex::encode(signature);
-        checkpoint
+        Ok(checkpoint)
     }
 }
 
@@ -226,7 +288,7 @@ impl Checkpoints {
     /// Load the key and the previous public keys, and make sure the file
     /// can be appended to (it is created when missing).
     pub fn open(config: &CheckpointConfig) -> Result<Self, CheckpointSetupError> {
-        let key = AuditKey::load(&config.key_file)?;
+        let key = AuditKey::configured(config)?;
         let previous_keys = previous_keys(config)?;
         open_for_append(&config.file).map_err(|e| CheckpointSetupError::File {
             path: config.file.clone(),
@@ -342,7 +404,10 @@ impl Checkpoints {
                 });
             }
         }
-        let checkpoint = self.key.sign(&self.server, seq, &hash, now, trigger);
+        let checkpoint = self
+            .key
+            .sign(&self.server, seq, &hash, now, trigger)
+            .map_err(|e| PublishError::Signing(e.to_string()))?;
         let line = checkpoint.to_line();
         let path = self.file.clone();
         let written = tokio::task::spawn_blocking(move || append_line(&path, &line))
@@ -413,7 +478,7 @@ fn previous_keys(config: &CheckpointConfig) -> Result<Vec<CheckpointKey>, Checkp
 /// (the audit key's, then the previous ones), touching no file but keys:
 /// for verifying.
 pub fn configured_keys(config: &CheckpointConfig) -> Result<Vec<CheckpointKey>, CheckpointSetupError> {
-    let key = AuditKey::load(&config.key_file)?;
+    let key = AuditKey::configured(config)?;
     Ok(std::iter::once(key.public().clone())
         .chain(previous_keys(config)?)
         .collect())
@@ -512,7 +577,9 @@ mod tests {
         let loaded = AuditKey::load(&key_path).unwrap();
         assert_eq!(loaded.public(), key.public());
 
-        let checkpoint = loaded.sign("srv", 3, &"ab".repeat(32), OffsetDateTime::UNIX_EPOCH, "command");
+        let checkpoint = loaded
+            .sign("srv", 3, &"ab".repeat(32), OffsetDateTime::UNIX_EPOCH, "command")
+            .unwrap();
         let public = CheckpointKey::from_pem(&public_pem, "pub").unwrap();
         let line = format!("{}\n", checkpoint.to_line());
         assert_eq!(
