@@ -20,7 +20,7 @@ done
 for run in $(seq "$runs"); do
   for name in before after; do
     row=$("$work/$name/target/release/loadgen" --requests 4000 --concurrency 64 --store postgres 2>/dev/null \
-      | grep -E '^\| Postgres \| 64 \|')
+      | grep -E '^\| Postgres \| (File \| )?64 \|')
     echo "$name $run $row"
   done
 done

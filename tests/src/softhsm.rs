@@ -274,3 +274,51 @@ fn hex_suffix() -> String {
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).expect("random");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The certificate of an intermediate whose key is `source`'s token key,
+/// signed by a fresh file-backed root (the offline root), written as
+/// `cert_file` wants it. Returns (root, cert_file).
+pub fn intermediate_for(
+    dir: &Path,
+    source: &Pkcs11Source,
+) -> (talos_sso_server::ca::CertificateAuthority, PathBuf) {
+    let root = crate::material::fresh_ca(talos_sso_server::ca::generate::NewKeyType::Ed25519);
+    let spki = talos_sso_server::pkcs11::token_public_key(source).expect("the token's public key");
+    let (_, chain_pem) = talos_sso_server::ca::generate::intermediate_certificate(
+        &root,
+        &spki,
+        "talos-sso HSM intermediate",
+        std::time::Duration::from_secs(30 * 86400),
+        time::OffsetDateTime::now_utc(),
+    )
+    .expect("intermediate certificate");
+    let name = format!("{}-{}.crt", source.token_label, source.key_label);
+    (root, write_file(dir, &name, &chain_pem, 0o644))
+}
+
+/// The test configuration's `ca:` line for a CA whose key is in a token.
+pub fn ca_line(cert_file: &Path, source: &Pkcs11Source) -> String {
+    format!(
+        "    ca: {{ cert_file: \"{}\", pkcs11: {{ module: \"{}\", token_label: \"{}\", key_label: \"{}\", pin_file: \"{}\" }} }}",
+        cert_file.display(),
+        source.module.display(),
+        source.token_label,
+        source.key_label,
+        source.pin_file.display()
+    )
+}
+
+/// The test configuration (`harness::config_yaml`) with its `ca:` line
+/// replaced by `line`.
+pub fn with_ca_line(yaml: &str, line: &str) -> String {
+    yaml.lines()
+        .map(|l| {
+            if l.trim_start().starts_with("ca: {") {
+                line.to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

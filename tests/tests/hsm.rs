@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use talos_sso::key::ClientKey;
 use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::ca::{CaSource, CertificateAuthority, Pkcs11Source};
+use talos_sso_server::ca::{CaSource, Pkcs11Source};
 use talos_sso_server::certificate::{self, DEFAULT_CLOCK_SKEW, LeafRequest};
 use talos_sso_server::pkcs11::token_public_key;
 use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv, server_cli};
-use talos_sso_tests::material::{fresh_ca, load, write_file};
+use talos_sso_tests::material::{load, write_file};
 use talos_sso_tests::softhsm::{SoftHsm, TokenKey};
 use talos_sso_tests::{openssl, talos_checker};
 use time::OffsetDateTime;
@@ -26,23 +26,7 @@ const ROLE_SETS: [&[&str]; 3] = [
     &["os:admin", "os:operator", "os:reader", "os:etcd:backup"],
 ];
 
-/// The certificate of an intermediate whose key is `source`'s token key,
-/// signed by a fresh file-backed root (the offline root), written as
-/// `cert_file` wants it. Returns (root, cert_file).
-fn intermediate_for(dir: &Path, source: &Pkcs11Source) -> (CertificateAuthority, std::path::PathBuf) {
-    let root = fresh_ca(NewKeyType::Ed25519);
-    let spki = token_public_key(source).unwrap();
-    let (_, chain_pem) = generate::intermediate_certificate(
-        &root,
-        &spki,
-        "talos-sso HSM intermediate",
-        Duration::from_secs(30 * 86400),
-        OffsetDateTime::now_utc(),
-    )
-    .unwrap();
-    let name = format!("{}-{}.crt", source.token_label, source.key_label);
-    (root, write_file(dir, &name, &chain_pem, 0o644))
-}
+use talos_sso_tests::softhsm::intermediate_for;
 
 fn source(cert_file: &Path, pkcs11: &Pkcs11Source) -> CaSource {
     CaSource::Pkcs11 {
@@ -295,26 +279,10 @@ async fn a_token_lost_at_run_time_answers_signing_unavailable_and_recovers() {
     let keep = tempfile::tempdir().unwrap();
     let token = hsm.token(keep.path(), TokenKey::Ed25519, "talos-ca");
     let (_, cert_file) = intermediate_for(keep.path(), &token.source);
-    let ca_line = format!(
-        "    ca: {{ cert_file: \"{}\", pkcs11: {{ module: \"{}\", token_label: \"{}\", key_label: talos-ca, pin_file: \"{}\" }} }}",
-        cert_file.display(),
-        token.source.module.display(),
-        token.label,
-        token.source.pin_file.display()
-    );
+    let ca_line = talos_sso_tests::softhsm::ca_line(&cert_file, &token.source);
     let config_file = keep.path().join("config.yaml");
     let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
-        let yaml = yaml
-            .lines()
-            .map(|line| {
-                if line.trim_start().starts_with("ca: {") {
-                    ca_line.clone()
-                } else {
-                    line.to_owned()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let yaml = talos_sso_tests::softhsm::with_ca_line(&yaml, &ca_line);
         std::fs::write(&config_file, &yaml).unwrap();
         yaml
     })

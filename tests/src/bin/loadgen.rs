@@ -6,8 +6,11 @@
 //! throughput can be read as a ratio to that floor.
 //!
 //! ```sh
-//! cargo run --release -p talos-sso-tests --bin loadgen -- [--requests 4000] [--concurrency 1,16,64] [--store postgres,sqlite]
+//! cargo run --release -p talos-sso-tests --bin loadgen -- [--requests 4000] [--concurrency 1,16,64] [--store postgres,sqlite] [--ca file,softhsm]
 //! ```
+//! `--ca softhsm` signs with the CA key in a SoftHSM 2 token (Ed25519,
+//! through PKCS#11; needs the `softhsm2` and `opensc` packages), next to the
+//! file-backed key in the same run.
 //! Tokens and CSRs are made before the clock starts: the client's key
 //! generation is not what is measured.
 
@@ -22,10 +25,18 @@ use talos_sso_server::identity::jwks::KeySet;
 use talos_sso_tests::harness::{Backend, TestEnv};
 use talos_sso_tests::load;
 
+/// Where the CA key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CaKey {
+    File,
+    SoftHsm,
+}
+
 struct Options {
     requests: usize,
     concurrency: Vec<usize>,
     stores: Vec<Backend>,
+    cas: Vec<CaKey>,
 }
 
 fn options() -> Result<Options, String> {
@@ -33,6 +44,7 @@ fn options() -> Result<Options, String> {
         requests: 4000,
         concurrency: vec![1, 16, 64],
         stores: vec![Backend::Postgres, Backend::Sqlite],
+        cas: vec![CaKey::File],
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -53,6 +65,16 @@ fn options() -> Result<Options, String> {
                         "postgres" => Ok(Backend::Postgres),
                         "sqlite" => Ok(Backend::Sqlite),
                         other => Err(format!("unknown store {other}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--ca" => {
+                options.cas = value
+                    .split(',')
+                    .map(|s| match s.trim() {
+                        "file" => Ok(CaKey::File),
+                        "softhsm" => Ok(CaKey::SoftHsm),
+                        other => Err(format!("unknown CA key place {other} (file or softhsm)")),
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -156,10 +178,33 @@ fn main() -> Result<(), String> {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         println!("loadgen: {} requests per level, {cores} cores, server and load generator in one process", options.requests);
         println!();
-        println!("| store | concurrency | issuances/s | p50 | p99 | failures | ratio to crypto floor |");
-        println!("|---|---|---|---|---|---|---|");
-        for backend in &options.stores {
-            let env = TestEnv::start(*backend).await;
+        println!("| store | CA key | concurrency | issuances/s | p50 | p99 | failures | ratio to crypto floor |");
+        println!("|---|---|---|---|---|---|---|---|");
+        let hsm = options
+            .cas
+            .contains(&CaKey::SoftHsm)
+            .then(talos_sso_tests::softhsm::SoftHsm::exclusive);
+        let token_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let runs: Vec<(Backend, CaKey)> = options
+            .stores
+            .iter()
+            .flat_map(|b| options.cas.iter().map(move |c| (*b, *c)))
+            .collect();
+        for (backend, ca) in &runs {
+            let backend = &backend;
+            let ca_line = match (ca, &hsm) {
+                (CaKey::SoftHsm, Some(hsm)) => {
+                    let token = hsm.token(token_dir.path(), talos_sso_tests::softhsm::TokenKey::Ed25519, "talos-ca");
+                    let (_, cert_file) = talos_sso_tests::softhsm::intermediate_for(token_dir.path(), &token.source);
+                    Some(talos_sso_tests::softhsm::ca_line(&cert_file, &token.source))
+                }
+                _ => None,
+            };
+            let env = TestEnv::start_with(**backend, |yaml| match &ca_line {
+                Some(line) => talos_sso_tests::softhsm::with_ca_line(&yaml, line),
+                None => yaml,
+            })
+            .await;
             let cost = crypto_cost(&env).await;
             let floor = cores as f64 / cost.as_secs_f64();
             // Warm up connections, caches and the database.
@@ -169,7 +214,7 @@ fn main() -> Result<(), String> {
                 let work = load::prepare(&env.emulator, options.requests);
                 let run = fire(&env, work, concurrency).await;
                 println!(
-                    "| {:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {:.2} |",
+                    "| {:?} | {ca:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {:.2} |",
                     backend,
                     run.throughput,
                     run.p50.as_secs_f64() * 1000.0,
@@ -179,12 +224,12 @@ fn main() -> Result<(), String> {
                 );
             }
             println!(
-                "| {:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | 1.00 |",
+                "| {:?} | {ca:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | 1.00 |",
                 backend,
                 cost.as_secs_f64() * 1e6
             );
             let check = env.server.app.audit.store().verify_chain().await.map_err(|e| e.to_string())?;
-            println!("| {:?} | chain | {} records verified, intact: {} | | | | |", backend, check.verified, check.first_broken.is_none());
+            println!("| {:?} | {ca:?} | chain | {} records verified, intact: {} | | | | |", backend, check.verified, check.first_broken.is_none());
             env.finish().await;
         }
         Ok(())
