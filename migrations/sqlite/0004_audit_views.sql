@@ -58,8 +58,95 @@ CREATE VIEW audit_break_glass AS
     WHERE event = 'break_glass.issued';
 
 -- Measured on a million records (docs/audit.md, "SQL"). The Postgres
--- schema has had a subject index from the start. No index can serve a
--- role in a JSON list: the store's role filter reads the rows its other
--- conditions leave.
+-- schema has had a subject index from the start.
 CREATE INDEX audit_events_subject ON audit_events (subject, occurred_at);
 CREATE INDEX audit_events_event ON audit_events (event, occurred_at);
+
+-- The roles of each record (granted or requested), one row per record
+-- and role: no SQLite index can hold the members of a JSON list, and the
+-- store's role filter tested every record of a long window without one.
+-- Derived data, kept by the triggers below from the records themselves:
+-- neither the hash chain nor `audit verify` reads it, and it can always be
+-- rebuilt from `audit_events`. Its primary key is the index the filter
+-- reads: a role's records in `seq` order.
+CREATE TABLE audit_event_roles (
+    seq     INTEGER NOT NULL,
+    role    TEXT NOT NULL,
+    PRIMARY KEY (role, seq)
+) WITHOUT ROWID;
+
+-- A role both granted and requested is one row (UNION). A list that is
+-- not JSON (the store writes none, and cannot read a record holding one)
+-- gives no roles rather than an error.
+INSERT INTO audit_event_roles (seq, role)
+    SELECT seq, value FROM audit_events,
+        json_each(CASE WHEN json_valid(roles_granted) THEN roles_granted ELSE '[]' END)
+    UNION
+    SELECT seq, value FROM audit_events,
+        json_each(CASE WHEN json_valid(roles_requested) THEN roles_requested ELSE '[]' END);
+
+CREATE TRIGGER audit_events_roles_on_insert AFTER INSERT ON audit_events
+BEGIN
+    INSERT INTO audit_event_roles (seq, role)
+        SELECT NEW.seq, value
+            FROM json_each(CASE WHEN json_valid(NEW.roles_granted) THEN NEW.roles_granted ELSE '[]' END)
+        UNION
+        SELECT NEW.seq, value
+            FROM json_each(CASE WHEN json_valid(NEW.roles_requested) THEN NEW.roles_requested ELSE '[]' END);
+END;
+
+-- The table says what the records say, no more and no less: a row is
+-- accepted only when its record lists the role, refused when changed, and
+-- refused when removed while its record still lists the role. The filter
+-- cannot be made to find, or to miss, a record this way.
+CREATE TRIGGER audit_event_roles_no_update BEFORE UPDATE ON audit_event_roles
+BEGIN
+    SELECT RAISE(ABORT, 'audit_event_roles is append-only: UPDATE refused');
+END;
+
+CREATE TRIGGER audit_event_roles_no_delete BEFORE DELETE ON audit_event_roles
+WHEN EXISTS (
+    SELECT 1 FROM audit_events, json_each(CASE WHEN json_valid(roles_granted) THEN roles_granted ELSE '[]' END)
+        WHERE audit_events.seq = OLD.seq AND value = OLD.role
+    UNION ALL
+    SELECT 1 FROM audit_events, json_each(CASE WHEN json_valid(roles_requested) THEN roles_requested ELSE '[]' END)
+        WHERE audit_events.seq = OLD.seq AND value = OLD.role)
+BEGIN
+    SELECT RAISE(ABORT, 'audit_event_roles is append-only: DELETE refused');
+END;
+
+CREATE TRIGGER audit_event_roles_only_listed BEFORE INSERT ON audit_event_roles
+WHEN NOT EXISTS (
+    SELECT 1 FROM audit_events, json_each(CASE WHEN json_valid(roles_granted) THEN roles_granted ELSE '[]' END)
+        WHERE audit_events.seq = NEW.seq AND value = NEW.role
+    UNION ALL
+    SELECT 1 FROM audit_events, json_each(CASE WHEN json_valid(roles_requested) THEN roles_requested ELSE '[]' END)
+        WHERE audit_events.seq = NEW.seq AND value = NEW.role)
+BEGIN
+    SELECT RAISE(ABORT, 'audit_event_roles holds only the roles of audit_events');
+END;
+
+-- Records change or go only when their owner has removed the append-only
+-- triggers (which the chain then shows); the roles follow them, so that a
+-- record appended again at a removed `seq` is not refused for its roles.
+CREATE TRIGGER audit_events_roles_on_delete AFTER DELETE ON audit_events
+BEGIN
+    DELETE FROM audit_event_roles WHERE seq = OLD.seq;
+END;
+
+CREATE TRIGGER audit_events_roles_on_update AFTER UPDATE OF seq, roles_granted, roles_requested ON audit_events
+BEGIN
+    DELETE FROM audit_event_roles
+        WHERE seq IN (OLD.seq, NEW.seq) AND NOT EXISTS (
+            SELECT 1 FROM audit_events, json_each(CASE WHEN json_valid(roles_granted) THEN roles_granted ELSE '[]' END)
+                WHERE audit_events.seq = audit_event_roles.seq AND value = audit_event_roles.role
+            UNION ALL
+            SELECT 1 FROM audit_events, json_each(CASE WHEN json_valid(roles_requested) THEN roles_requested ELSE '[]' END)
+                WHERE audit_events.seq = audit_event_roles.seq AND value = audit_event_roles.role);
+    INSERT OR IGNORE INTO audit_event_roles (seq, role)
+        SELECT NEW.seq, value
+            FROM json_each(CASE WHEN json_valid(NEW.roles_granted) THEN NEW.roles_granted ELSE '[]' END)
+        UNION
+        SELECT NEW.seq, value
+            FROM json_each(CASE WHEN json_valid(NEW.roles_requested) THEN NEW.roles_requested ELSE '[]' END);
+END;

@@ -660,3 +660,131 @@ mod store_filters {
         store_filters_match_a_scan_of_every_record(Backend::Sqlite).await;
     }
 }
+
+/// Each role of each record (granted or requested), as
+/// `audit_event_roles` should hold it.
+fn roles_of(records: &[StoredRecord]) -> Vec<(i64, String)> {
+    let mut roles: Vec<(i64, String)> = records
+        .iter()
+        .flat_map(|s| {
+            let r = &s.record;
+            r.roles_granted
+                .iter()
+                .chain(&r.roles_requested)
+                .map(move |role| (s.seq, role.clone()))
+        })
+        .collect();
+    roles.sort();
+    roles.dedup();
+    roles
+}
+
+async fn role_rows(pool: &sqlx::SqlitePool) -> Vec<(i64, String)> {
+    sqlx::query_as("SELECT seq, role FROM audit_event_roles ORDER BY seq, role")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// SQLite's role filter reads `audit_event_roles`, derived from the
+/// records: filled from the records already there when 0004 is applied,
+/// then by its trigger; refusing to say anything the records do not; and
+/// following the records when their owner has removed the append-only
+/// triggers, so that the store still appends. The chain does not cover it.
+#[tokio::test]
+async fn sqlite_role_table_says_what_the_records_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/audit.db", dir.path().display());
+    let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
+    let AuditStore::Sqlite(pool) = &store else {
+        panic!("{url} is not SQLite")
+    };
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
+    let all = sqlx::migrate::Migrator::new(folder).await.unwrap();
+    let before_0004 =
+        sqlx::migrate::Migrator::with_migrations(all.iter().filter(|m| m.version < 4).cloned().collect());
+    before_0004.run(pool).await.unwrap();
+    let plan = SeedPlan {
+        records: 3_000,
+        seed: 5,
+        until: OffsetDateTime::now_utc(),
+        days: 30,
+        users: 50,
+    };
+    let trail: Vec<_> = Trail::new(&plan).collect();
+    let (earlier, later) = trail.split_at(2_000);
+    for batch in earlier.chunks(500) {
+        store.append_batch(batch).await.unwrap();
+    }
+    store.migrate().await.unwrap();
+    for batch in later.chunks(500) {
+        store.append_batch(batch).await.unwrap();
+    }
+    let records = store.page(0, 10_000).await.unwrap();
+    let expected = roles_of(&records);
+    assert!(expected.iter().any(|(seq, _)| *seq <= 2_000) && expected.iter().any(|(seq, _)| *seq > 2_000));
+    assert_eq!(role_rows(pool).await, expected);
+
+    // Not a way around the append-only trail, nor a way to make the
+    // filter find or miss a record.
+    let (seq, role) = expected[0].clone();
+    let missing = expected.iter().find(|(_, r)| r != &role).unwrap().1.clone();
+    let listed_elsewhere = records
+        .iter()
+        .find(|s| !s.record.roles_granted.contains(&missing) && !s.record.roles_requested.contains(&missing))
+        .unwrap()
+        .seq;
+    for (sql, refusal) in [
+        (
+            format!("UPDATE audit_event_roles SET role = '{missing}' WHERE seq = {seq}"),
+            "append-only: UPDATE refused",
+        ),
+        (
+            format!("DELETE FROM audit_event_roles WHERE seq = {seq}"),
+            "append-only: DELETE refused",
+        ),
+        (
+            format!("INSERT INTO audit_event_roles (seq, role) VALUES ({listed_elsewhere}, '{missing}')"),
+            "holds only the roles of audit_events",
+        ),
+        (
+            format!("INSERT INTO audit_event_roles (seq, role) VALUES (99999, '{role}')"),
+            "holds only the roles of audit_events",
+        ),
+    ] {
+        let error = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(pool)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(refusal), "{sql}: {error}");
+    }
+    assert_eq!(role_rows(pool).await, expected);
+
+    // The owner removes the append-only triggers: a record changed, the
+    // last ones removed. The roles follow, and the store appends again
+    // at the removed places.
+    sqlx::raw_sql(
+        "DROP TRIGGER audit_events_no_update; DROP TRIGGER audit_events_no_delete; \
+         UPDATE audit_events SET roles_granted = '[\"os:impersonator\"]' WHERE seq = 10; \
+         DELETE FROM audit_events WHERE seq > 2900;",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let changed = store.page(0, 10_000).await.unwrap();
+    assert_eq!(role_rows(pool).await, roles_of(&changed));
+    assert!(role_rows(pool).await.contains(&(10, "os:impersonator".into())));
+    for batch in later[..200].chunks(100) {
+        store.append_batch(batch).await.unwrap();
+    }
+    let appended = store.page(0, 10_000).await.unwrap();
+    assert_eq!(appended.len(), 3_100);
+    assert_eq!(role_rows(pool).await, roles_of(&appended));
+
+    // The chain is the records': broken at the changed one, whatever the
+    // table holds.
+    let check = store.verify_chain().await.unwrap();
+    assert_eq!(check.first_broken.map(|b| b.seq), Some(10));
+    store.close().await;
+}

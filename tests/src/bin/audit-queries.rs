@@ -270,7 +270,8 @@ async fn indexes(store: &AuditStore) -> Result<Vec<String>, sqlx::Error> {
         AuditStore::Sqlite(pool) => {
             sqlx::query_scalar(
                 "SELECT coalesce(sql, name || ' (automatic)') FROM sqlite_master \
-             WHERE type = 'index' AND tbl_name = 'audit_events' ORDER BY name",
+             WHERE (type = 'index' AND tbl_name IN ('audit_events', 'audit_event_roles')) \
+             OR (type = 'table' AND name = 'audit_event_roles') ORDER BY name",
             )
             .fetch_all(pool)
             .await

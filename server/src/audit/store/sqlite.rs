@@ -59,18 +59,28 @@ fn result_code_blames_the_data(code: &str) -> bool {
         .is_ok_and(|code| matches!(code & 0xff, 18 | 19 | 20 | 25))
 }
 
-/// A role filter for placeholder `$n`: granted or requested (lists are
-/// JSON arrays). No index can serve it; the text search for the quoted
-/// role is a cheap first sieve (most records hold none of it), `json_each`
-/// the exact test.
+/// A role filter for placeholder `$n`: granted or requested. The roles
+/// are JSON lists in the records; `audit_event_roles` (migration 0004)
+/// holds one row per record and role, keyed by `(role, seq)`.
+///
+/// For a scan in `seq` order, which stops at the page's last match: a text
+/// search for the quoted role in the record it has read is the cheapest
+/// first sieve (most records hold none of it), that key the exact test.
+/// Listing the role's records first would read all of them: hundreds of
+/// milliseconds for a role most records hold.
 pub(super) fn role_condition(n: usize) -> String {
-    let listed = |column: &str| {
-        format!(
-            "(instr({column}, json_quote(${n})) > 0 \
-             AND EXISTS (SELECT 1 FROM json_each({column}) WHERE value = ${n}))"
-        )
-    };
-    format!("({} OR {})", listed("roles_granted"), listed("roles_requested"))
+    format!(
+        "((instr(roles_granted, json_quote(${n})) > 0 OR instr(roles_requested, json_quote(${n})) > 0) \
+         AND EXISTS (SELECT 1 FROM audit_event_roles WHERE role = ${n} AND seq = audit_events.seq))"
+    )
+}
+
+/// The same filter for a query whose matches are all found, then sorted
+/// (a time bound on the far side, [`RecordQuery`]): the role's records,
+/// listed from that key, rather than a lookup for every record of the
+/// window (a third of the trail for 30 days).
+pub(super) fn role_condition_far(n: usize) -> String {
+    format!("seq IN (SELECT seq FROM audit_event_roles WHERE role = ${n})")
 }
 
 pub(super) async fn records(pool: &SqlitePool, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
