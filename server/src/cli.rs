@@ -150,6 +150,22 @@ pub struct NewCaOutput {
     key_type: KeyTypeArg,
 }
 
+/// Key types a token key can be made with.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TokenKeyTypeArg {
+    Ed25519,
+    P256,
+}
+
+impl From<TokenKeyTypeArg> for crate::x509::KeyKind {
+    fn from(kind: TokenKeyTypeArg) -> Self {
+        match kind {
+            TokenKeyTypeArg::Ed25519 => crate::x509::KeyKind::Ed25519,
+            TokenKeyTypeArg::P256 => crate::x509::KeyKind::EcdsaP256,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CaCommand {
     /// Show subject, key type, fingerprint and validity of CA material, and
@@ -192,6 +208,12 @@ pub enum CaCommand {
         /// The label of the key pair on the token (its public key is read).
         #[arg(long)]
         token_key_label: String,
+        /// Make that key pair inside the token first (it never leaves it).
+        #[arg(long, value_enum, requires = "token_pin_file")]
+        generate: Option<TokenKeyTypeArg>,
+        /// The token's user PIN, for --generate (a file nobody else can read).
+        #[arg(long)]
+        token_pin_file: Option<PathBuf>,
         /// Where to write the certificate, followed by the root (must not exist).
         #[arg(long)]
         out_cert: PathBuf,
@@ -592,6 +614,8 @@ fn run_ca(command: CaCommand, now: OffsetDateTime, out: &mut (dyn Write + Send))
             token_module,
             token_label,
             token_key_label,
+            generate,
+            token_pin_file,
             out_cert,
             common_name,
         } => {
@@ -602,15 +626,23 @@ fn run_ca(command: CaCommand, now: OffsetDateTime, out: &mut (dyn Write + Send))
             if out_cert.exists() {
                 bail!("{} already exists; refusing to overwrite it", out_cert.display());
             }
-            // No PIN: the public key is readable without logging in.
+            // Without --generate, no PIN: the public key is readable
+            // without logging in.
             let token = crate::ca::Pkcs11Source {
                 module: token_module,
                 token_label,
                 key_label: token_key_label,
-                pin_file: PathBuf::new(),
+                pin_file: token_pin_file.clone().unwrap_or_default(),
             };
-            let spki = crate::pkcs11::token_public_key(&token)
-                .map_err(|e| anyhow::anyhow!("refused [{}]: {e}", e.code()))?;
+            let refused = |e: crate::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
+            let spki = match (generate, &token_pin_file) {
+                (Some(kind), Some(pin_file)) => {
+                    let pin = crate::config::read_secret(pin_file)?;
+                    let pin = cryptoki::types::AuthPin::from(pin.as_str().to_owned());
+                    crate::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
+                }
+                _ => crate::pkcs11::token_public_key(&token).map_err(refused)?,
+            };
             let (cert, cert_pem) =
                 generate::intermediate_certificate(&root, &spki, &common_name, validity, now)?;
             write_new_file(&out_cert, &cert_pem, 0o644)?;

@@ -84,6 +84,8 @@ pub enum Pkcs11Error {
     PinLocked { token_label: String },
     #[error("PKCS#11 token `{token_label}` has no private key labelled `{key_label}`")]
     KeyUnknown { token_label: String, key_label: String },
+    #[error("PKCS#11 token `{token_label}` already holds a key labelled `{key_label}`; choose another label")]
+    KeyExists { token_label: String, key_label: String },
     #[error(
         "PKCS#11 token `{token_label}`, key `{key_label}`: the key is a {found} key, the certificate's is {expected}"
     )]
@@ -108,6 +110,7 @@ impl Pkcs11Error {
         match self {
             Pkcs11Error::Module { .. } => "ca_pkcs11_module",
             Pkcs11Error::TokenUnknown { .. } => "ca_pkcs11_token_unknown",
+            Pkcs11Error::KeyExists { .. } => "ca_pkcs11_key_exists",
             Pkcs11Error::PinIncorrect { .. } => "ca_pkcs11_pin_incorrect",
             Pkcs11Error::PinLocked { .. } => "ca_pkcs11_pin_locked",
             Pkcs11Error::KeyUnknown { .. } => "ca_pkcs11_key_unknown",
@@ -628,6 +631,70 @@ pub fn token_public_key(source: &Pkcs11Source) -> Result<SubjectPublicKeyInfoOwn
         tracing::debug!(%error, "C_CloseSession");
     }
     read
+}
+
+/// Make a key pair of `kind` inside the token, labelled `source.key_label`
+/// (the private key sensitive and not extractable: it never leaves the
+/// token), and return its public key. Refused when the label is taken.
+pub fn generate_key_pair(
+    source: &Pkcs11Source,
+    pin: &AuthPin,
+    kind: KeyKind,
+) -> Result<SubjectPublicKeyInfoOwned, Pkcs11Error> {
+    // The curve as CKA_EC_PARAMS: the DER of its OID (RFC 8410, SEC 2).
+    let (mechanism, curve): (Mechanism, &[u8]) = match kind {
+        KeyKind::Ed25519 => (Mechanism::EccEdwardsKeyPairGen, &[0x06, 0x03, 0x2b, 0x65, 0x70]),
+        KeyKind::EcdsaP256 => (
+            Mechanism::EccKeyPairGen,
+            &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07],
+        ),
+        other => return Err(Pkcs11Error::UnsupportedKeyType(other)),
+    };
+    let module = module(&source.module)?;
+    let state = module.read();
+    let slot = find_token(&state.pkcs11, source)?;
+    let session = state
+        .pkcs11
+        .open_rw_session(slot)
+        .map_err(|e| unavailable(source, "C_OpenSession", &e))?;
+    match session.login(UserType::User, Some(pin)) {
+        Ok(()) | Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => {}
+        Err(CkError::Pkcs11(RvError::PinIncorrect, _)) => {
+            return Err(Pkcs11Error::PinIncorrect {
+                token_label: source.token_label.clone(),
+                pin_file: source.pin_file.clone(),
+            });
+        }
+        Err(e) => return Err(unavailable(source, "C_Login", &e)),
+    }
+    let label = source.key_label.as_bytes().to_vec();
+    let taken = session
+        .find_objects(&[Attribute::Label(label.clone())])
+        .map_err(|e| unavailable(source, "C_FindObjects", &e))?;
+    if !taken.is_empty() {
+        return Err(Pkcs11Error::KeyExists {
+            token_label: source.token_label.clone(),
+            key_label: source.key_label.clone(),
+        });
+    }
+    let public = [
+        Attribute::Token(true),
+        Attribute::Verify(true),
+        Attribute::EcParams(curve.to_vec()),
+        Attribute::Label(label.clone()),
+    ];
+    let private = [
+        Attribute::Token(true),
+        Attribute::Private(true),
+        Attribute::Sensitive(true),
+        Attribute::Extractable(false),
+        Attribute::Sign(true),
+        Attribute::Label(label),
+    ];
+    session
+        .generate_key_pair(&mechanism, &public, &private)
+        .map_err(|e| unavailable(source, "C_GenerateKeyPair", &e))?;
+    read_public_key(&session, source)
 }
 
 fn read_public_key(

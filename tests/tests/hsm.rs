@@ -416,6 +416,65 @@ async fn ca_intermediate_for_token_certifies_a_key_made_inside_the_token() {
     // Never over an existing file.
     let again = server_cli(&args).await.unwrap_err();
     assert!(again.contains("already exists"), "{again}");
+
+    // The key made by the command itself, inside the token: the whole flow
+    // without a private key on disk.
+    let made = dir.path().join("made-here.crt");
+    let pin_file = path(&token.source.pin_file);
+    let mut generate: Vec<&str> = args[..args.len() - 4].to_vec();
+    let made_path = path(&made);
+    generate.extend([
+        "--token-key-label",
+        "made-here",
+        "--generate",
+        "ed25519",
+        "--token-pin-file",
+        &pin_file,
+        "--out-cert",
+        &made_path,
+    ]);
+    let printed = server_cli(&generate).await.unwrap();
+    assert!(printed.contains("key `made-here`"), "{printed}");
+    let made_source = Pkcs11Source {
+        key_label: "made-here".into(),
+        ..token.source.clone()
+    };
+    let ca = load(&source(&made, &made_source)).unwrap();
+    assert_eq!(ca.signer().spki(), &token_public_key(&made_source).unwrap());
+    let issued = certificate::issue(
+        &ca,
+        &client.csr_der().unwrap(),
+        &request,
+        OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    issued.leaf.verify_signed_by(ca.signer().spki()).unwrap();
+    // The private key is sensitive and was never extractable.
+    let listed = std::process::Command::new("pkcs11-tool")
+        .args([
+            "--module",
+            &module,
+            "--token-label",
+            &token.label,
+            "--login",
+            "--pin",
+        ])
+        .arg(std::fs::read_to_string(&token.source.pin_file).unwrap().trim())
+        .args(["--list-objects", "--type", "privkey", "--label", "made-here"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("sensitive") && listed.contains("never extractable"),
+        "{listed}"
+    );
+    // A label already taken is refused, naming it.
+    std::fs::remove_file(&made).unwrap();
+    let taken = server_cli(&generate).await.unwrap_err();
+    assert!(
+        taken.contains("already holds a key labelled `made-here`"),
+        "{taken}"
+    );
 }
 
 /// The audit checkpoint key can live in a token too: the server signs its
