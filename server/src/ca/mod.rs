@@ -190,8 +190,8 @@ pub enum CaError {
     #[error("the CA certificate {subject} is not valid before {not_before}")]
     NotYetValid { subject: String, not_before: String },
     #[error(
-        "{path} holds a CA key but is readable by group or others (mode {mode:04o}): \
-         run `chmod 600 {path}`"
+        "{path} holds a CA secret (its private key, or the PIN of the token that holds it) but is readable \
+         by group or others (mode {mode:04o}): run `chmod 600 {path}`"
     )]
     InsecurePermissions { path: PathBuf, mode: u32 },
     #[error("certificate chain in {origin} is broken: {reason}")]
