@@ -683,35 +683,25 @@ async fn verify_on_host(
     store: &crate::audit::store::AuditStore,
     extra: &[PathBuf],
 ) -> anyhow::Result<talos_sso_api::audit::ChainStatus> {
-    let failed = |e: crate::audit::store::StoreError| anyhow::anyhow!("{e}");
-    let Some(settings) = &config.audit.checkpoints else {
-        if !extra.is_empty() {
+    let signed = match &config.audit.checkpoints {
+        None if !extra.is_empty() => {
             bail!(
                 "--checkpoints needs audit.checkpoints in the configuration (its key checks the signatures)"
-            );
+            )
         }
-        return Ok(store.verify_chain().await.map_err(failed)?.status());
+        None => None,
+        Some(settings) => {
+            let keys = crate::audit::checkpoint::configured_keys(settings)?;
+            let files = std::iter::once(&settings.file).chain(extra);
+            let read: Result<Vec<Vec<_>>, _> = files
+                .map(|path| crate::audit::checkpoint::read_file(path, &keys))
+                .collect();
+            Some(read.map(|files| files.concat()))
+        }
     };
-    let keys = crate::audit::checkpoint::configured_keys(settings)?;
-    let mut signed = Vec::new();
-    for path in std::iter::once(settings.file.clone()).chain(extra.iter().cloned()) {
-        match crate::audit::checkpoint::read_file(&path, &keys) {
-            Ok(found) => signed.extend(found),
-            Err(error) => {
-                let mut check = store
-                    .verify_chain_against(Some(Vec::new()))
-                    .await
-                    .map_err(failed)?;
-                check.fail_checkpoints(&error);
-                return Ok(check.status());
-            }
-        }
-    }
-    Ok(store
-        .verify_chain_against(Some(signed))
+    crate::audit::checkpoint::verify_store(store, signed)
         .await
-        .map_err(failed)?
-        .status())
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Write a certificate (0644) and its key (0600); never overwrite either.

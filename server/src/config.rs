@@ -947,6 +947,68 @@ clusters:
 "#;
 
     #[test]
+    fn audit_checkpoints_take_one_key_a_sane_interval_and_an_encrypted_webhook() {
+        let with = |section: &str| {
+            Config::from_yaml(&format!("{MINIMAL}\naudit:\n  checkpoints: {{ {section} }}\n"))
+        };
+        let file = "file: /var/lib/talos-sso/checkpoints.jsonl";
+        let token = "pkcs11: { module: /m.so, token_label: t, key_label: k, pin_file: /p }";
+        let loaded = with(&format!("key_file: /k, {file}")).unwrap();
+        let checkpoints = loaded.audit.checkpoints.unwrap();
+        assert_eq!(
+            (checkpoints.interval, checkpoints.key_file),
+            (Duration::from_secs(60), Some(PathBuf::from("/k")))
+        );
+        assert!(
+            with(&format!("{token}, {file}"))
+                .unwrap()
+                .audit
+                .checkpoints
+                .unwrap()
+                .pkcs11
+                .is_some()
+        );
+        assert!(
+            with(&format!(
+                "{token}, {file}, webhook_url: \"http://127.0.0.1:9/hook\""
+            ))
+            .is_ok()
+        );
+        for (section, refused) in [
+            (file.to_owned(), "exactly one of key_file and pkcs11"),
+            (
+                format!("key_file: /k, {token}, {file}"),
+                "exactly one of key_file and pkcs11",
+            ),
+            (format!("key_file: /k, {file}, interval: 500ms"), "at least 1s"),
+            (
+                format!("key_file: /k, {file}, webhook_url: \"http://siem.example.com/hook\""),
+                "must be https://",
+            ),
+            (
+                format!("key_file: /k, {file}, webhook_url: \"not a url\""),
+                "webhook_url",
+            ),
+        ] {
+            let error = with(&section).unwrap_err().to_string();
+            assert!(error.contains(refused), "{section}: {error}");
+        }
+        // Off unless configured, and then said.
+        assert!(
+            Config::from_yaml(MINIMAL)
+                .unwrap()
+                .unsigned_trail_notice()
+                .is_some()
+        );
+        assert!(
+            with(&format!("key_file: /k, {file}"))
+                .unwrap()
+                .unsigned_trail_notice()
+                .is_none()
+        );
+    }
+
+    #[test]
     fn a_ca_key_in_a_pkcs11_token_is_a_source_of_its_own() {
         let pkcs11 = "cert_file: /etc/talos-sso/intermediate.crt, pkcs11: { module: /usr/lib/softhsm/libsofthsm2.so, \
                       token_label: talos-ca, key_label: talos-sso-intermediate, pin_file: /etc/talos-sso/talos-ca.pin }";

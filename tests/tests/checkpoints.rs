@@ -610,3 +610,65 @@ async fn sqlite_rows_in_another_text_form_are_refused() {
     }
     env.finish().await;
 }
+
+/// A webhook that refuses checkpoints is counted, never fatal; and
+/// `audit verify --checkpoints FILE` checks copies kept elsewhere: a
+/// rewritten trail is caught by a copy even when the configured file was
+/// emptied.
+#[tokio::test]
+async fn a_refusing_webhook_is_counted_and_copies_of_the_checkpoints_are_checked() {
+    let refusing = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async { axum::http::StatusCode::SERVICE_UNAVAILABLE }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, refusing).await });
+    let files = CheckpointFiles::new();
+    let env = start(
+        Backend::Sqlite,
+        &files,
+        "1h",
+        &format!("    webhook_url: \"{hook_url}\"\n"),
+    )
+    .await;
+    issue(&env, 2).await;
+    assert_eq!(sign_now(&env, "sam@example.com").await.status, 200);
+    // The start and the request checkpoint were both refused by the webhook.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !env
+        .metrics()
+        .await
+        .contains("talos_sso_audit_checkpoint_webhook_failures_total 2")
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{}", env.metrics().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(files.read().len(), 2, "the file holds both all the same");
+
+    let copy = files.path().join("copy.jsonl");
+    std::fs::copy(&files.file, &copy).unwrap();
+    rewrite_from(&env, 2).await;
+    std::fs::write(&files.file, "").unwrap();
+    assert!(
+        verify_cli(&env, &files, "")
+            .await
+            .unwrap()
+            .contains("audit chain intact")
+    );
+    let yaml = config_yaml(&env.emulator, &env.work, &env.database_url);
+    let path = files.path().join("with-copy.yaml");
+    std::fs::write(&path, files.configure(&yaml, "1h", "talos-sso-test-1")).unwrap();
+    let broken = server_cli(&[
+        "audit",
+        "verify",
+        "--config",
+        path.to_str().unwrap(),
+        "--checkpoints",
+        copy.to_str().unwrap(),
+    ])
+    .await
+    .unwrap_err();
+    assert!(broken.contains("audit chain broken at record 3"), "{broken}");
+    env.finish().await;
+}

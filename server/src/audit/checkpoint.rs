@@ -484,6 +484,26 @@ pub fn configured_keys(config: &CheckpointConfig) -> Result<Vec<CheckpointKey>, 
         .collect())
 }
 
+/// The chain recomputed from `store` and, with `signed` (the checkpoints as
+/// read, their signatures checked), checked against them; checkpoints that
+/// could not be read or did not verify fail the check, naming why. Shared by
+/// `GET /v1/audit/verify` and `talos-sso-server audit verify`.
+pub async fn verify_store(
+    store: &AuditStore,
+    signed: Option<Result<Vec<Checkpoint>, CheckpointError>>,
+) -> Result<talos_sso_api::audit::ChainStatus, StoreError> {
+    let (checkpoints, unreadable) = match signed {
+        None => (None, None),
+        Some(Ok(checkpoints)) => (Some(checkpoints), None),
+        Some(Err(error)) => (Some(Vec::new()), Some(error)),
+    };
+    let mut check = store.verify_chain_against(checkpoints).await?;
+    if let Some(error) = unreadable {
+        check.fail_checkpoints(&error);
+    }
+    Ok(check.status())
+}
+
 /// POST one checkpoint; a failure is logged and counted (the next
 /// checkpoint covers everything this one did).
 async fn post(client: &reqwest::Client, url: &url::Url, checkpoint: &Checkpoint, stats: &CheckpointStats) {

@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
-use crate::audit::checkpoint::Checkpoints;
+use crate::audit::checkpoint::verify_store;
 use crate::audit::store::AuditFilter;
 use crate::audit::{event, outcome, text};
 use talos_sso_api::checkpoint::{Checkpoint, trigger};
@@ -134,29 +134,11 @@ pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<
     let details = json!({"action": "verify"});
     let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
     commit(&app, record, None).await?;
-    Ok(Json(
-        verify_trail(app.audit.store(), app.checkpoints.as_deref()).await?,
-    ))
-}
-
-/// The chain recomputed from `store`, against the checkpoints of
-/// `checkpoints` when there are some: shared by the API and
-/// `talos-sso-server audit verify`.
-pub async fn verify_trail(
-    store: &crate::audit::store::AuditStore,
-    checkpoints: Option<&Checkpoints>,
-) -> Result<ChainStatus, crate::audit::store::StoreError> {
-    let Some(checkpoints) = checkpoints else {
-        return Ok(store.verify_chain().await?.status());
+    let signed = match &app.checkpoints {
+        Some(checkpoints) => Some(checkpoints.read().await),
+        None => None,
     };
-    match checkpoints.read().await {
-        Ok(signed) => Ok(store.verify_chain_against(Some(signed)).await?.status()),
-        Err(error) => {
-            let mut check = store.verify_chain_against(Some(Vec::new())).await?;
-            check.fail_checkpoints(&error);
-            Ok(check.status())
-        }
-    }
+    Ok(Json(verify_store(app.audit.store(), signed).await?))
 }
 
 /// `POST /v1/audit/checkpoint`: sign the head now (auditors). The request
