@@ -354,11 +354,11 @@ impl Checkpoints {
         now: OffsetDateTime,
     ) -> Result<Checkpoint, PublishError> {
         let mut last = self.last.lock().await;
-        let result = self.publish_locked(&mut last, store, trigger, now).await;
-        if result.is_err() {
-            self.stats.failures.fetch_add(1, Ordering::Relaxed);
-        }
-        result
+        self.counted(async {
+            let head = store.head().await?;
+            self.publish_locked(&mut last, store, head, trigger, now).await
+        })
+        .await
     }
 
     /// Sign and publish the head when it moved since the last checkpoint
@@ -370,28 +370,41 @@ impl Checkpoints {
         now: OffsetDateTime,
     ) -> Result<Option<Checkpoint>, PublishError> {
         let mut last = self.last.lock().await;
-        let head = store.head().await?;
-        if last
-            .as_ref()
-            .is_some_and(|l| (l.seq, &l.hash) == (head.0, &head.1))
-        {
-            return Ok(None);
-        }
-        let result = self.publish_locked(&mut last, store, trigger, now).await;
+        self.counted(async {
+            let head = store.head().await?;
+            if last
+                .as_ref()
+                .is_some_and(|l| (l.seq, &l.hash) == (head.0, &head.1))
+            {
+                return Ok(None);
+            }
+            self.publish_locked(&mut last, store, head, trigger, now)
+                .await
+                .map(Some)
+        })
+        .await
+    }
+
+    /// `work`, with its failure counted (`talos_sso_audit_checkpoint_failures`).
+    async fn counted<T>(
+        &self,
+        work: impl Future<Output = Result<T, PublishError>>,
+    ) -> Result<T, PublishError> {
+        let result = work.await;
         if result.is_err() {
             self.stats.failures.fetch_add(1, Ordering::Relaxed);
         }
-        result.map(Some)
+        result
     }
 
     async fn publish_locked(
         &self,
         last: &mut Option<Checkpoint>,
         store: &AuditStore,
+        (seq, hash): (i64, String),
         trigger: &str,
         now: OffsetDateTime,
     ) -> Result<Checkpoint, PublishError> {
-        let (seq, hash) = store.head().await?;
         // Never sign over a trail that no longer holds what was signed:
         // the new checkpoint would bless the change.
         if let Some(previous) = last.as_ref().filter(|p| p.seq > 0) {
