@@ -628,6 +628,43 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_cannot_be_appended_to_or_an_unreadable_previous_key_stop_the_start() {
+        let dir = tempfile_dir();
+        let (_, private_pem, _) = AuditKey::generate().unwrap();
+        let key_file = dir.join("audit.key");
+        std::fs::write(&key_file, private_pem).unwrap();
+        set_mode(&key_file, 0o600);
+        let config = |file: PathBuf, previous: Vec<PathBuf>| CheckpointConfig {
+            key_file: Some(key_file.clone()),
+            pkcs11: None,
+            file,
+            interval: Duration::from_secs(60),
+            webhook_url: None,
+            server_name: Some("t".into()),
+            previous_public_keys: previous,
+        };
+        // A folder where the file should be.
+        let error = Checkpoints::open(&config(dir.clone(), vec![]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("cannot be appended to"), "{error}");
+        // A previous public key that is not one.
+        let not_a_key = dir.join("old.pub");
+        std::fs::write(&not_a_key, "hello").unwrap();
+        let error = Checkpoints::open(&config(dir.join("c.jsonl"), vec![not_a_key]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("previous_public_keys") && error.contains("not a PEM public key"),
+            "{error}"
+        );
+        // A good configuration opens.
+        let opened = Checkpoints::open(&config(dir.join("c.jsonl"), vec![])).unwrap();
+        assert_eq!(opened.keys().len(), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn only_an_ed25519_pkcs8_key_is_an_audit_key() {
         let dir = tempfile_dir();
         let path = dir.join("ca.key");
