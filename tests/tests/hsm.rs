@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use talos_sso::key::ClientKey;
 use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::ca::{CaSource, Pkcs11Source};
+use talos_sso_server::ca::{CaSource, CertificateAuthority, Pkcs11Source};
 use talos_sso_server::certificate::{self, DEFAULT_CLOCK_SKEW, LeafRequest};
 use talos_sso_server::pkcs11::token_public_key;
 use talos_sso_tests::emulator::TokenKind;
@@ -27,6 +27,21 @@ const ROLE_SETS: [&[&str]; 3] = [
 ];
 
 use talos_sso_tests::softhsm::intermediate_for;
+
+/// A five-minute leaf for alice with `roles`, signed by `ca` now.
+fn issue_to(
+    ca: &CertificateAuthority,
+    csr: &[u8],
+    roles: &[String],
+) -> Result<certificate::IssuedCertificate, certificate::IssueError> {
+    let request = LeafRequest {
+        username: "alice@example.com",
+        roles,
+        ttl: Duration::from_secs(300),
+        clock_skew: DEFAULT_CLOCK_SKEW,
+    };
+    certificate::issue(ca, csr, &request, OffsetDateTime::now_utc())
+}
 
 fn source(cert_file: &Path, pkcs11: &Pkcs11Source) -> CaSource {
     CaSource::Pkcs11 {
@@ -53,19 +68,8 @@ fn token_keys_sign_certificates_that_talos_and_openssl_accept() {
         for role_set in ROLE_SETS {
             let roles: Vec<String> = role_set.iter().map(|r| r.to_string()).collect();
             let client = ClientKey::generate().unwrap();
-            let request = LeafRequest {
-                username: "alice@example.com",
-                roles: &roles,
-                ttl: Duration::from_secs(300),
-                clock_skew: DEFAULT_CLOCK_SKEW,
-            };
-            let issued = certificate::issue(
-                &ca,
-                client.csr_pem().unwrap().as_bytes(),
-                &request,
-                OffsetDateTime::now_utc(),
-            )
-            .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+            let issued = issue_to(&ca, client.csr_pem().unwrap().as_bytes(), &roles)
+                .unwrap_or_else(|e| panic!("{key:?}: {e}"));
             assert_eq!(issued.leaf.raw_issuer, ca.signer().raw_subject);
             issued.leaf.verify_signed_by(ca.signer().spki()).unwrap();
             let accepted = talos_checker::handshake(
@@ -99,14 +103,7 @@ fn concurrent_issuances_each_get_a_session_and_all_verify() {
             .map(|_| {
                 scope.spawn(|| {
                     for _ in 0..10 {
-                        let request = LeafRequest {
-                            username: "alice@example.com",
-                            roles: &roles,
-                            ttl: Duration::from_secs(300),
-                            clock_skew: DEFAULT_CLOCK_SKEW,
-                        };
-                        let issued =
-                            certificate::issue(&ca, &csr, &request, OffsetDateTime::now_utc()).unwrap();
+                        let issued = issue_to(&ca, &csr, &roles).unwrap();
                         issued.leaf.verify_signed_by(ca.signer().spki()).unwrap();
                     }
                 })
@@ -393,19 +390,7 @@ async fn ca_intermediate_for_token_certifies_a_key_made_inside_the_token() {
     assert_eq!(ca.signer().spki(), &token_public_key(&token.source).unwrap());
     let client = ClientKey::generate().unwrap();
     let roles = vec!["os:reader".to_owned()];
-    let request = LeafRequest {
-        username: "alice@example.com",
-        roles: &roles,
-        ttl: Duration::from_secs(300),
-        clock_skew: DEFAULT_CLOCK_SKEW,
-    };
-    let issued = certificate::issue(
-        &ca,
-        &client.csr_der().unwrap(),
-        &request,
-        OffsetDateTime::now_utc(),
-    )
-    .unwrap();
+    let issued = issue_to(&ca, &client.csr_der().unwrap(), &roles).unwrap();
     let accepted = talos_checker::handshake(
         &ca.trust_bundle_pem(),
         &issued.chain_pem,
@@ -441,13 +426,7 @@ async fn ca_intermediate_for_token_certifies_a_key_made_inside_the_token() {
     };
     let ca = load(&source(&made, &made_source)).unwrap();
     assert_eq!(ca.signer().spki(), &token_public_key(&made_source).unwrap());
-    let issued = certificate::issue(
-        &ca,
-        &client.csr_der().unwrap(),
-        &request,
-        OffsetDateTime::now_utc(),
-    )
-    .unwrap();
+    let issued = issue_to(&ca, &client.csr_der().unwrap(), &roles).unwrap();
     issued.leaf.verify_signed_by(ca.signer().spki()).unwrap();
     // The private key is sensitive and was never extractable.
     let listed = std::process::Command::new("pkcs11-tool")
