@@ -1281,10 +1281,14 @@ async fn login_works_with_a_multi_tenant_issuer() {
     env.finish().await;
 }
 
-/// A port nothing listens on: bound, noted, released.
-fn refused_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+/// A port nothing listens on, held for as long as the socket lives: bound
+/// but never listening, so a connection is refused and no other test's
+/// server can take the port meanwhile (a port bound and released could be).
+fn refused_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
 }
 
 /// `err` is `error: {sentence} [{chain}]`: the sentence exactly, then the
@@ -1329,7 +1333,7 @@ async fn a_server_address_without_a_usable_scheme_says_how_to_write_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_port_is_named_by_every_command_that_reaches_the_server() {
     let machine = Machine::new();
-    let port = refused_port();
+    let (_held, port) = refused_port();
     let server = format!("https://127.0.0.1:{port}");
     let sentence = format!(
         "the talos-sso server at {server} cannot be reached: nothing listens on 127.0.0.1:{port} \
@@ -1460,7 +1464,7 @@ async fn a_server_certificate_from_a_company_authority_needs_certificate_authori
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_identity_provider_is_named() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let idp_port = refused_port();
+    let (_held, idp_port) = refused_port();
     let issuer = format!("http://127.0.0.1:{idp_port}/tenant/v2.0");
     let info = serde_json::json!({
         "server_version": "0", "api_version": 1, "issuer": issuer, "client_id": "cli",
