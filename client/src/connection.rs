@@ -503,10 +503,14 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
 /// module that reaches a server.
 #[cfg(test)]
 pub(crate) mod test_peers {
-    /// A port nothing listens on: bound, noted, released.
-    pub fn refused_port() -> u16 {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
+    /// A port nothing listens on, held while the socket lives: bound but
+    /// never listening, so connections are refused and no other test's peer
+    /// can take the port meanwhile.
+    pub fn refused_port() -> (tokio::net::TcpSocket, u16) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        (socket, port)
     }
 
     /// A peer that reads a request and sends `answer` (raw HTTP/1.1 bytes)
@@ -565,7 +569,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_port_is_named() {
-        let url = format!("https://127.0.0.1:{}", refused_port());
+        let (_held, port) = refused_port();
+        let url = format!("https://127.0.0.1:{port}");
         let error = failure(&url, Duration::from_secs(10)).await;
         assert_eq!(classify(&error), Cause::Refused, "{error:?}");
         let message = server_error(&url, &error).to_string();

@@ -391,7 +391,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_discovery_endpoint_is_named() {
-        let port = refused_port();
+        let (_held, port) = refused_port();
         let Err(error) =
             Provider::discover(&info(format!("http://127.0.0.1:{port}/tenant/v2.0")), None).await
         else {
@@ -441,7 +441,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_token_endpoint_is_named() {
-        let token_port = refused_port();
+        let (_held_token_port, token_port) = refused_port();
         let issuer = provider_with_token_endpoint_on(token_port).await;
         let provider = Provider::discover(&info(issuer), None).await.unwrap();
         let text = provider.refresh("a refresh token").await.unwrap_err().to_string();
