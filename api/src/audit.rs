@@ -33,9 +33,12 @@ pub mod event {
     /// Refusals of unauthenticated or rate-limited requests from one client
     /// address, counted over a window instead of recorded one by one.
     pub const REFUSALS_AGGREGATED: &str = "refusals.aggregated";
+    /// The server read its configuration again: what changed (`success`),
+    /// or why the new one was refused and the running one kept (`denied`).
+    pub const CONFIG_RELOADED: &str = "config.reloaded";
 
     /// Every event a record can have (what an `event` filter may name).
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
         CERTIFICATE_ISSUED,
         CERTIFICATE_DENIED,
         BREAK_GLASS_ISSUED,
@@ -46,6 +49,7 @@ pub mod event {
         AUDIT_QUERY,
         RECORD_REFUSED,
         REFUSALS_AGGREGATED,
+        CONFIG_RELOADED,
     ];
 }
 

@@ -88,6 +88,7 @@ fn categories(name: &str) -> (&'static [&'static str], &'static [&'static str]) 
         event::DENY_LISTED => (&["iam"], &["user", "info"]),
         event::AUDIT_QUERY => (&["database"], &["access"]),
         event::RECORD_REFUSED => (&["database"], &["error"]),
+        event::CONFIG_RELOADED => (&["configuration"], &["change"]),
         _ => (&[], &["info"]),
     }
 }
@@ -265,7 +266,7 @@ mod tests {
 
     #[test]
     fn every_event_maps_to_ecs_categories_and_an_outcome() {
-        let expected: [(&str, &[&str], &[&str]); 10] = [
+        let expected: [(&str, &[&str], &[&str]); 11] = [
             (event::CERTIFICATE_ISSUED, &["authentication"], &["start"]),
             (event::CERTIFICATE_DENIED, &["authentication"], &["start"]),
             (event::BREAK_GLASS_ISSUED, &["authentication"], &["start"]),
@@ -276,6 +277,7 @@ mod tests {
             (event::AUDIT_QUERY, &["database"], &["access"]),
             (event::RECORD_REFUSED, &["database"], &["error"]),
             (event::REFUSALS_AGGREGATED, &["authentication"], &["info"]),
+            (event::CONFIG_RELOADED, &["configuration"], &["change"]),
         ];
         assert_eq!(expected.len(), event::ALL.len());
         for (name, category, kind) in expected {

@@ -127,15 +127,47 @@ pub fn load_clusters(
     Ok((clusters, warnings))
 }
 
+/// What a configuration reload replaces, swapped whole: a request takes it
+/// once and decides with one consistent configuration
+/// ([`crate::reload`]).
+#[derive(Debug)]
+pub struct Settings {
+    /// The configuration being served: as the server started, with the
+    /// sections a reload applies as last reloaded.
+    pub config: Config,
+    pub clusters: Clusters,
+    pub rate_limits: Arc<crate::ratelimit::RateLimits>,
+}
+
+/// The current [`Settings`], shared with what reads them from outside a
+/// request (the metrics).
+#[derive(Debug, Clone)]
+pub struct LiveSettings(Arc<std::sync::RwLock<Arc<Settings>>>);
+
+impl LiveSettings {
+    fn new(settings: Settings) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(Arc::new(settings))))
+    }
+
+    pub fn get(&self) -> Arc<Settings> {
+        // Nothing panics while holding the lock: it only swaps an Arc.
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn replace(&self, settings: Settings) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(settings);
+    }
+}
+
 /// Everything a request needs.
 #[derive(Debug)]
 pub struct App {
-    pub config: Config,
-    pub clusters: Clusters,
+    settings: LiveSettings,
     pub authenticator: Authenticator,
     pub audit: AuditWriter,
     pub clock: Arc<dyn Clock>,
-    pub rate_limits: crate::ratelimit::RateLimits,
+    /// Reloads so far (`crate::reload`).
+    pub reloads: Arc<crate::reload::ReloadStats>,
     /// Unauthenticated and rate-limited refusals, counted per window.
     pub refusals: crate::refusals::Refusals,
     pub metrics: crate::metrics::Metrics,
@@ -156,6 +188,40 @@ pub struct Background {
     pub refusal_recorder: tokio::task::JoinHandle<()>,
     /// Signs a checkpoint at each `audit.checkpoints.interval`.
     pub checkpoint_signer: Option<tokio::task::JoinHandle<()>>,
+    /// Reloads the configuration on SIGHUP and when its files change; only
+    /// for a configuration read from a file.
+    pub config_watcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Groups any decision looks at: the rules', the auditors', the admins'.
+pub fn relevant_groups(config: &Config, clusters: &Clusters) -> Vec<String> {
+    clusters
+        .values()
+        .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
+        .chain(config.auditors.groups.iter().cloned())
+        .chain(config.admins.groups.iter().cloned())
+        .collect()
+}
+
+/// Refuse a cluster whose CA key is the audit key: a CA key is held by
+/// everyone who administers the cluster, the audit key by nobody else.
+pub fn refuse_ca_key_as_audit_key(clusters: &Clusters, checkpoints: &Checkpoints) -> Result<(), StartError> {
+    use der::Encode;
+    match clusters.values().find(|c| {
+        c.ca.signer()
+            .spki()
+            .to_der()
+            .ok()
+            .map(|d| talos_sso_api::chain::sha256_hex(&d))
+            == Some(checkpoints.key_id().to_owned())
+    }) {
+        Some(cluster) => Err(StartError::Checkpoints(format!(
+            "audit.checkpoints.key_file is the CA key of cluster `{}`: the audit key must be a key of \
+             its own (talos-sso-server audit new-key)",
+            cluster.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Discover every issuer the configuration trusts and fetch their keys
@@ -268,14 +334,7 @@ impl App {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
-        // Groups any decision looks at: the rules', the auditors', the admins'.
-        let relevant_groups: Vec<String> = clusters
-            .values()
-            .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
-            .chain(config.auditors.groups.iter().cloned())
-            .chain(config.admins.groups.iter().cloned())
-            .collect();
-        let authenticator = authenticator(&config, relevant_groups).await?;
+        let authenticator = authenticator(&config, relevant_groups(&config, &clusters)).await?;
         let key_refresher = authenticator.spawn_refreshers(config.identity.jwks_refresh_period);
         let providers: Vec<_> = authenticator
             .issuers()
@@ -289,23 +348,7 @@ impl App {
             Some(settings) => {
                 let checkpoints =
                     Checkpoints::open(settings).map_err(|e| StartError::Checkpoints(e.to_string()))?;
-                // The audit key is a key of its own: a CA key is held by
-                // everyone who administers the cluster.
-                if let Some(cluster) = clusters.values().find(|c| {
-                    use der::Encode;
-                    c.ca.signer()
-                        .spki()
-                        .to_der()
-                        .ok()
-                        .map(|d| talos_sso_api::chain::sha256_hex(&d))
-                        == Some(checkpoints.key_id().to_owned())
-                }) {
-                    return Err(StartError::Checkpoints(format!(
-                        "audit.checkpoints.key_file is the CA key of cluster `{}`: the audit key must be a key of \
-                         its own (talos-sso-server audit new-key)",
-                        cluster.name
-                    )));
-                }
+                refuse_ca_key_as_audit_key(&clusters, &checkpoints)?;
                 if checkpoints.last().await.is_none() {
                     let (seq, _) = store
                         .head()
@@ -338,32 +381,43 @@ impl App {
             "talos-sso-server ready"
         );
         let (audit, audit_writer) = AuditWriter::start(store);
-        let rate_limits = crate::ratelimit::RateLimits::new(&config.rate_limits);
+        let rate_limits = Arc::new(crate::ratelimit::RateLimits::new(&config.rate_limits));
         let audit_stats = audit.stats().clone();
+        let reloads = Arc::new(crate::reload::ReloadStats::started(clock.now()));
+        let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
+        let feeds = crate::http::feed::Feeds::new(&config.audit.feed);
+        let reload_interval = config.reload.interval;
+        let settings = LiveSettings::new(Settings {
+            config,
+            clusters,
+            rate_limits,
+        });
+        let live = settings.clone();
         let metrics = crate::metrics::Metrics::with_sources(crate::metrics::Sources {
             audit_write_failures: Box::new(move || audit_stats.failures.load(Ordering::Relaxed)),
             jwks_refreshes: Box::new(move || {
                 crate::identity::provider::total_refresh_counts(providers.iter().map(AsRef::as_ref))
             }),
             checkpoints: checkpoints.as_ref().map(|c| c.stats.clone()),
-            ca_not_after: clusters
-                .iter()
-                .map(|(name, cluster)| (name.clone(), cluster.ca.signer().not_after().unix_timestamp()))
-                .collect(),
+            reloads: reloads.clone(),
+            ca_not_after: Box::new(move || {
+                live.get()
+                    .clusters
+                    .iter()
+                    .map(|(name, cluster)| (name.clone(), cluster.ca.signer().not_after().unix_timestamp()))
+                    .collect()
+            }),
         });
-        let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
-        let config_feed = config.audit.feed.clone();
         let app = Arc::new(Self {
-            config,
-            clusters,
+            settings,
             authenticator,
             audit,
             clock,
-            rate_limits,
+            reloads,
             refusals,
             metrics,
             checkpoints,
-            feeds: crate::http::feed::Feeds::new(&config_feed),
+            feeds,
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
         let weak = Arc::downgrade(&app);
@@ -371,7 +425,7 @@ impl App {
             loop {
                 tokio::time::sleep(Duration::from_secs(60)).await;
                 let Some(app) = weak.upgrade() else { return };
-                app.rate_limits.forget_idle();
+                app.settings().rate_limits.forget_idle();
             }
         });
         let weak = Arc::downgrade(&app);
@@ -394,6 +448,12 @@ impl App {
                 }
             })
         });
+        let config_watcher = app
+            .settings()
+            .config
+            .source
+            .is_some()
+            .then(|| crate::reload::spawn_watcher(&app, reload_interval));
         Ok((
             app,
             Background {
@@ -402,8 +462,19 @@ impl App {
                 rate_limit_janitor,
                 refusal_recorder,
                 checkpoint_signer,
+                config_watcher,
             },
         ))
+    }
+
+    /// The settings being served: take them once per decision.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.get()
+    }
+
+    /// Serve `settings` from now on (a reload).
+    pub(crate) fn replace_settings(&self, settings: Settings) {
+        self.settings.replace(settings);
     }
 
     /// Sign the head when the trail grew since the last checkpoint; a

@@ -1,6 +1,9 @@
-//! The server's configuration: one YAML or TOML file, every key overridable
-//! from the environment as `TALOS_SSO__SECTION__KEY` (for example
+//! The server's configuration: one YAML or TOML file (and, optionally, a
+//! folder of cluster files, `clusters_dir`), every key overridable from the
+//! environment as `TALOS_SSO__SECTION__KEY` (for example
 //! `TALOS_SSO__DATABASE__URL`), unknown keys refused, secrets only from files.
+//! How the file, the folder and the environment make one document is
+//! `document`'s business; this module types and checks it.
 //!
 //! This module parses and checks shape and values; it does not open files
 //! named inside the configuration (CA material, secrets) except through the
@@ -17,6 +20,10 @@ use zeroize::Zeroizing;
 
 use crate::ca::CaSource;
 use crate::policy::{PolicyConfig, PolicyExample};
+
+pub mod document;
+
+use document::{ClusterFile, Format};
 
 /// Prefix of environment overrides; `__` separates sections.
 pub const ENV_PREFIX: &str = "TALOS_SSO";
@@ -83,8 +90,14 @@ pub struct Config {
     #[serde(default)]
     pub database: DatabaseConfig,
     pub identity: IdentityConfig,
-    /// Clusters by name (the name is what `--cluster` takes).
+    /// Clusters by name (the name is what `--cluster` takes): those of the
+    /// file and those of `clusters_dir`.
+    #[serde(default)]
     pub clusters: BTreeMap<String, ClusterConfig>,
+    /// A folder of cluster files, one per cluster, named after it
+    /// (`prod.yaml` is cluster `prod`); relative to the configuration file.
+    #[serde(default)]
+    pub clusters_dir: Option<PathBuf>,
     /// Claims -> roles examples checked at start; a failure stops the server.
     #[serde(default)]
     pub policy_examples: Vec<PolicyExample>,
@@ -103,6 +116,139 @@ pub struct Config {
     pub audit: AuditConfig,
     #[serde(default)]
     pub log: LogConfig,
+    /// When the configuration is read again while the server runs.
+    #[serde(default)]
+    pub reload: ReloadConfig,
+    /// Where this configuration was read from: what a reload reads again
+    /// (`None` when it was given as text).
+    #[serde(skip)]
+    pub source: Option<ConfigSource>,
+    /// The document it was typed from (file, cluster files, environment):
+    /// what a reload compares, section by section.
+    #[serde(skip)]
+    pub document: serde_yaml_ng::Value,
+    /// A digest of the files it was read from; a reload is due when it
+    /// changes.
+    #[serde(skip)]
+    pub fingerprint: String,
+}
+
+/// The `reload` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadConfig {
+    /// How often the configuration file and the cluster files are checked
+    /// for changes (a changed ConfigMap); `0s`: only on SIGHUP.
+    #[serde(default = "default_reload_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+}
+
+impl Default for ReloadConfig {
+    fn default() -> Self {
+        Self {
+            interval: default_reload_interval(),
+        }
+    }
+}
+
+fn default_reload_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// A configuration file and the environment overrides it was read with.
+#[derive(Clone)]
+pub struct ConfigSource {
+    path: PathBuf,
+    overrides: Vec<(String, String)>,
+}
+
+/// Names the variables, never their values.
+impl std::fmt::Debug for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.overrides.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("ConfigSource")
+            .field("path", &self.path)
+            .field("overrides", &names)
+            .finish()
+    }
+}
+
+impl ConfigSource {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Read the file again, with the same overrides.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load_with_env(&self.path, self.overrides.clone())
+    }
+
+    /// The digest of the files as they are now (see [`Config::fingerprint`]).
+    pub fn fingerprint(&self) -> Result<String, ConfigError> {
+        Ok(Files::read(&self.path, &self.overrides)?.fingerprint())
+    }
+}
+
+/// What a configuration is read from: the file's text and its cluster files.
+struct Files {
+    text: String,
+    document: serde_yaml_ng::Value,
+    clusters: Vec<ClusterFile>,
+}
+
+impl Files {
+    fn read(path: &Path, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let format = Format::of(path).ok_or_else(|| {
+            ConfigError::Load(format!("{}: use a .yaml, .yml or .toml file", path.display()))
+        })?;
+        let text = crate::text_file::read(path)
+            .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+        let document = document::parse(&text, format)
+            .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
+        let clusters = match clusters_dir(&document, overrides) {
+            Some(dir) => {
+                let base = path.parent().unwrap_or(Path::new("."));
+                document::read_cluster_dir(&base.join(dir))?
+            }
+            None => Vec::new(),
+        };
+        Ok(Self {
+            text,
+            document,
+            clusters,
+        })
+    }
+
+    fn fingerprint(&self) -> String {
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        for (name, text) in std::iter::once(("", self.text.as_str()))
+            .chain(self.clusters.iter().map(|f| (f.name.as_str(), f.text.as_str())))
+        {
+            // Lengths first: no two different lists of files share a digest.
+            for part in [name, text] {
+                digest.update(&(part.len() as u64).to_be_bytes());
+                digest.update(part.as_bytes());
+            }
+        }
+        hex::encode(digest.finish())
+    }
+}
+
+/// `clusters_dir` as the environment or the document sets it.
+fn clusters_dir(document: &serde_yaml_ng::Value, overrides: &[(String, String)]) -> Option<PathBuf> {
+    let from_env = overrides
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(&format!("{ENV_PREFIX}__CLUSTERS_DIR")))
+        .map(|(_, value)| value.clone());
+    from_env
+        .or_else(|| {
+            document
+                .get("clusters_dir")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        })
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
 }
 
 /// The `audit` section.
@@ -649,7 +795,8 @@ fn culprits(names: &[String], message: &str) -> String {
 }
 
 impl Config {
-    /// Read `path` (YAML or TOML by extension) and apply environment overrides.
+    /// Read `path` (YAML or TOML by extension), the cluster files of its
+    /// `clusters_dir`, and apply environment overrides.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         Self::load_with_env(path, std::env::vars())
     }
@@ -659,72 +806,67 @@ impl Config {
         path: &Path,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let format = match path.extension().and_then(|e| e.to_str()) {
-            Some("toml") => config::FileFormat::Toml,
-            Some("yaml") | Some("yml") => config::FileFormat::Yaml,
-            _ => {
-                return Err(ConfigError::Load(format!(
-                    "{}: use a .yaml, .yml or .toml file",
-                    path.display()
-                )));
-            }
-        };
-        let text = crate::text_file::read(path)
-            .map_err(|e| ConfigError::Load(format!("{}: {e}", path.display())))?;
-        Self::from_text_with_env(&text, format, env)
+        let overrides = document::overrides(env);
+        let files = Files::read(path, &overrides)?;
+        let mut config = Self::typed(files.document.clone(), &files.clusters, &overrides)?;
+        config.fingerprint = files.fingerprint();
+        config.source = Some(ConfigSource {
+            path: std::path::absolute(path).unwrap_or_else(|_| path.to_owned()),
+            overrides,
+        });
+        Ok(config)
     }
 
     /// As [`Config::load_with_env`], for the text of a file in `format`
-    /// (YAML or TOML) already read: the whole loader but the file system.
+    /// (YAML or TOML) already read: the whole loader but the file system,
+    /// so `clusters_dir` is refused here.
     pub fn from_text_with_env(
         text: &str,
         format: config::FileFormat,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        if format == config::FileFormat::Yaml {
-            // The `config` crate's YAML loader copies an aliased node at
-            // every use, so a few lines of nested aliases grow into
-            // billions of nodes, and the memory with them. serde_yaml_ng
-            // reads the text first: it bounds alias expansion.
-            serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text)
-                .map_err(|e| ConfigError::Load(e.to_string()))?;
+        let format = match format {
+            config::FileFormat::Toml => Format::Toml,
+            _ => Format::Yaml,
+        };
+        let overrides = document::overrides(env);
+        let parsed = document::parse(text, format).map_err(ConfigError::Load)?;
+        if clusters_dir(&parsed, &overrides).is_some() {
+            return Err(invalid(
+                "clusters_dir is read next to a configuration file: load the file instead of its text",
+            ));
         }
-        let overrides: std::collections::HashMap<String, String> = env
-            .into_iter()
-            .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
-            .collect();
-        let parse = |overrides: Option<std::collections::HashMap<String, String>>| {
-            let mut builder = config::Config::builder().add_source(config::File::from_str(text, format));
-            if let Some(overrides) = overrides {
-                builder = builder.add_source(
-                    config::Environment::with_prefix(ENV_PREFIX)
-                        .prefix_separator("__")
-                        .separator("__")
-                        .list_separator(",")
-                        .with_list_parse_key("identity.audiences")
-                        .with_list_parse_key("identity.allowed_tenants")
-                        .with_list_parse_key("identity.scopes")
-                        .try_parsing(true)
-                        .source(Some(overrides)),
-                );
-            }
-            let config: Config = builder
-                .build()
+        Self::typed(parsed, &[], &overrides)
+    }
+
+    /// The document (with its cluster files) typed and checked, the
+    /// overrides applied; a mistake the overrides make is blamed on them.
+    fn typed(
+        mut document: serde_yaml_ng::Value,
+        cluster_files: &[ClusterFile],
+        overrides: &[(String, String)],
+    ) -> Result<Self, ConfigError> {
+        document::merge_clusters(&mut document, cluster_files)?;
+        let parse = |document: serde_yaml_ng::Value| {
+            let mut config: Config = config::Config::try_from(&document)
                 .map_err(|e| ConfigError::Load(e.to_string()))?
                 .try_deserialize()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             config.validate()?;
+            config.document = document;
             Ok::<_, ConfigError>(config)
         };
         if overrides.is_empty() {
-            return parse(None);
+            return parse(document);
         }
-        let names = overrides.keys().cloned().collect::<Vec<_>>();
-        match parse(Some(overrides)) {
+        let from_file = document.clone();
+        document::apply_overrides(&mut document, overrides)?;
+        let names = overrides.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        match parse(document) {
             Ok(config) => Ok(config),
             // Blame the environment when the file alone is fine, or fails
             // for another reason than the combination does.
-            Err(error) => match parse(None) {
+            Err(error) => match parse(from_file) {
                 Err(file_error) if file_error.to_string() == error.to_string() => Err(error),
                 _ => Err(ConfigError::Environment {
                     variables: culprits(&names, &error.to_string()),
@@ -739,9 +881,15 @@ impl Config {
 
     /// Parse from a string (tests and `check`).
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        let config: Config =
+        let mut config: Config =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if config.clusters_dir.is_some() {
+            return Err(invalid(
+                "clusters_dir is read next to a configuration file: load the file instead of its text",
+            ));
+        }
         config.validate()?;
+        config.document = document::parse(text, Format::Yaml).map_err(ConfigError::Invalid)?;
         Ok(config)
     }
 
@@ -1346,6 +1494,89 @@ rules = [ { users = ["alice"], roles = ["os:reader"] } ]
         .unwrap();
         let config = Config::load_with_env(&toml, []).unwrap();
         assert_eq!(config.clusters["lab"].endpoints, ["10.0.0.2"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn overrides_reach_capitalised_clusters_and_lists_and_cluster_files_join() {
+        let dir = tempfile_dir();
+        let yaml = dir.join("config.yaml");
+        std::fs::write(
+            &yaml,
+            MINIMAL.replace("  prod:\n", "  Prod:\n").replace(
+                "insecure_http: true\n",
+                "insecure_http: true\nclusters_dir: clusters.d\nauditors: { groups: [a] }\n",
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir(dir.join("clusters.d")).unwrap();
+        std::fs::write(
+            dir.join("clusters.d/lab.toml"),
+            "endpoints = [\"10.0.0.2\"]\nca = { cert_file = \"/ca.crt\", key_file = \"/ca.key\" }\n",
+        )
+        .unwrap();
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let config = Config::load_with_env(
+            &yaml,
+            env(&[
+                ("TALOS_SSO__CLUSTERS__PROD__TTL", "10m"),
+                ("TALOS_SSO__CLUSTERS__PROD__ENDPOINTS", "cp-1,cp-2"),
+                ("TALOS_SSO__CLUSTERS__LAB__NODES", "[n-1, n-2]"),
+                ("TALOS_SSO__AUDITORS__GROUPS", "g-1, g-2"),
+                ("TALOS_SSO__ADMINS__GROUPS", "[g-3]"),
+                ("TALOS_SSO__DATABASE__MAX_CONNECTIONS", "4"),
+            ]),
+        )
+        .unwrap();
+        let prod = &config.clusters["Prod"];
+        assert_eq!(prod.ttl, Duration::from_secs(600));
+        assert_eq!(prod.endpoints, ["cp-1", "cp-2"]);
+        assert_eq!(config.clusters["lab"].nodes, ["n-1", "n-2"]);
+        assert_eq!(config.auditors.groups, ["g-1", "g-2"]);
+        assert_eq!(config.admins.groups, ["g-3"]);
+        assert_eq!(config.database.max_connections, Some(4));
+        assert_eq!(config.fingerprint.len(), 64);
+        // A list key the file does not set takes the `[a, b]` form; a plain
+        // value there is a mistake, named with its variable.
+        let error = Config::load_with_env(
+            &yaml,
+            env(&[("TALOS_SSO__CLUSTERS__LAB__DEFAULT_ROLES", "os:reader")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with(
+                "invalid configuration from the environment (TALOS_SSO__CLUSTERS__LAB__DEFAULT_ROLES)"
+            ),
+            "{error}"
+        );
+        // The folder moves with the environment too, and a change in it
+        // changes the fingerprint a reload watches.
+        let fingerprint = config.fingerprint.clone();
+        std::fs::write(
+            dir.join("clusters.d/lab.toml"),
+            "endpoints = [\"10.0.0.3\"]\nca = { cert_file = \"/ca.crt\", key_file = \"/ca.key\" }\n",
+        )
+        .unwrap();
+        let source = config.source.clone().unwrap();
+        assert_ne!(source.fingerprint().unwrap(), fingerprint);
+        assert_eq!(source.load().unwrap().clusters["lab"].endpoints, ["10.0.0.3"]);
+        std::fs::create_dir(dir.join("elsewhere")).unwrap();
+        let moved = Config::load_with_env(&yaml, env(&[("TALOS_SSO__CLUSTERS_DIR", "elsewhere")])).unwrap();
+        assert!(!moved.clusters.contains_key("lab"));
+        // Text alone has no folder to read clusters from.
+        let error = Config::from_yaml(&format!("{MINIMAL}clusters_dir: /etc\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("clusters_dir is read next to a configuration file"),
+            "{error}"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

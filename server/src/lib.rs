@@ -22,8 +22,11 @@
 //! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with
 //!   group commit.
 //! - `metrics`: Prometheus metrics on `/metrics`.
-//! - `config`: the configuration file and its environment overrides.
+//! - `config`: the configuration file, its cluster files and its
+//!   environment overrides.
 //! - `app`: the server's state built from the configuration.
+//! - `reload`: the configuration read again while the server runs (SIGHUP,
+//!   a changed file), applied whole or refused.
 //! - `http`: router, one module per endpoint group, problem details, the
 //!   serve loop.
 //! - `server`: start-up and shutdown around the serve loop, one path for
@@ -55,6 +58,7 @@ pub mod policy;
 pub mod random;
 pub mod ratelimit;
 pub mod refusals;
+pub mod reload;
 pub mod secret_file;
 pub mod server;
 pub mod telemetry;

@@ -48,15 +48,17 @@ pub struct Sources {
     /// Audit checkpoints signed, failed, refused by the webhook, and the
     /// last one's `seq` and time; `None` when none are signed.
     pub checkpoints: Option<std::sync::Arc<crate::audit::checkpoint::CheckpointStats>>,
-    /// Each cluster's signing CA expiry (Unix time), by cluster name: fixed
-    /// once the CAs are loaded.
-    pub ca_not_after: Vec<(String, i64)>,
+    /// Configuration reloads so far.
+    pub reloads: std::sync::Arc<crate::reload::ReloadStats>,
+    /// Each cluster's signing CA expiry (Unix time), by cluster name, as
+    /// the clusters are now (a reload may change them).
+    pub ca_not_after: Box<dyn Fn() -> Vec<(String, i64)> + Send + Sync>,
 }
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sources")
-            .field("ca_not_after", &self.ca_not_after)
+            .field("reloads", &self.reloads)
             .finish_non_exhaustive()
     }
 }
@@ -89,7 +91,9 @@ impl Collector for Sources {
         if let Some(stats) = &self.checkpoints {
             encode_checkpoint_stats(stats, &mut encoder)?;
         }
-        if self.ca_not_after.is_empty() {
+        encode_reload_stats(&self.reloads, &mut encoder)?;
+        let ca_not_after = (self.ca_not_after)();
+        if ca_not_after.is_empty() {
             return Ok(());
         }
         let mut expiry = encoder.encode_descriptor(
@@ -98,7 +102,7 @@ impl Collector for Sources {
             None,
             MetricType::Gauge,
         )?;
-        for (cluster, not_after) in &self.ca_not_after {
+        for (cluster, not_after) in &ca_not_after {
             let labels = ClusterLabels {
                 cluster: cluster.clone(),
             };
@@ -106,6 +110,52 @@ impl Collector for Sources {
         }
         Ok(())
     }
+}
+
+fn encode_reload_stats(
+    stats: &crate::reload::ReloadStats,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut reloads = encoder.encode_descriptor(
+        "config_reloads",
+        "Configuration reloads (SIGHUP or a changed file), by result.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (result, count) in [("ok", &stats.succeeded), ("failed", &stats.failed)] {
+        let labels = ResultLabels {
+            result: result.into(),
+        };
+        ConstCounter::new(count.load(Relaxed)).encode(reloads.encode_family(&labels)?)?;
+    }
+    encode_gauges(
+        encoder,
+        [
+            (
+                "config_last_reload_successful",
+                "Whether the last configuration reload was applied (1) or refused (0).",
+                &stats.last_successful,
+            ),
+            (
+                "config_last_reload_success_timestamp_seconds",
+                "When a configuration was last loaded, at start or by a reload (Unix time).",
+                &stats.last_success_at,
+            ),
+        ],
+    )
+}
+
+/// Gauges without labels, read from atomics: (name, help, value).
+fn encode_gauges<'a>(
+    encoder: &mut DescriptorEncoder,
+    gauges: impl IntoIterator<Item = (&'a str, &'a str, &'a std::sync::atomic::AtomicI64)>,
+) -> Result<(), std::fmt::Error> {
+    for (name, help, value) in gauges {
+        ConstGauge::new(value.load(std::sync::atomic::Ordering::Relaxed))
+            .encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+    }
+    Ok(())
 }
 
 fn encode_checkpoint_stats(
@@ -137,26 +187,21 @@ fn encode_checkpoint_stats(
             MetricType::Counter,
         )?)?;
     }
-    for (name, help, value) in [
-        (
-            "audit_checkpoint_last_seq",
-            "The last record the last audit checkpoint covers.",
-            &stats.last_seq,
-        ),
-        (
-            "audit_checkpoint_last_timestamp_seconds",
-            "When the last audit checkpoint was signed (Unix time).",
-            &stats.last_signed_at,
-        ),
-    ] {
-        ConstGauge::new(value.load(Relaxed)).encode(encoder.encode_descriptor(
-            name,
-            help,
-            None,
-            MetricType::Gauge,
-        )?)?;
-    }
-    Ok(())
+    encode_gauges(
+        encoder,
+        [
+            (
+                "audit_checkpoint_last_seq",
+                "The last record the last audit checkpoint covers.",
+                &stats.last_seq,
+            ),
+            (
+                "audit_checkpoint_last_timestamp_seconds",
+                "When the last audit checkpoint was signed (Unix time).",
+                &stats.last_signed_at,
+            ),
+        ],
+    )
 }
 
 #[derive(Debug)]
@@ -240,7 +285,15 @@ mod tests {
             audit_write_failures: Box::new(|| 2),
             jwks_refreshes: Box::new(|| (3, 1)),
             checkpoints: None,
-            ca_not_after: vec![("prod".into(), 1_900_000_000), ("staging".into(), 1_800_000_000)],
+            reloads: std::sync::Arc::new(crate::reload::ReloadStats {
+                succeeded: 4.into(),
+                failed: 1.into(),
+                last_successful: 0.into(),
+                last_success_at: 1_700_000_000.into(),
+            }),
+            ca_not_after: Box::new(|| {
+                vec![("prod".into(), 1_900_000_000), ("staging".into(), 1_800_000_000)]
+            }),
         });
         metrics
             .issued
@@ -271,6 +324,16 @@ mod tests {
                  # TYPE talos_sso_jwks_refreshes counter\n\
                  talos_sso_jwks_refreshes_total{result=\"ok\"} 3\n\
                  talos_sso_jwks_refreshes_total{result=\"failed\"} 1\n\
+                 # HELP talos_sso_config_reloads Configuration reloads (SIGHUP or a changed file), by result.\n\
+                 # TYPE talos_sso_config_reloads counter\n\
+                 talos_sso_config_reloads_total{result=\"ok\"} 4\n\
+                 talos_sso_config_reloads_total{result=\"failed\"} 1\n\
+                 # HELP talos_sso_config_last_reload_successful Whether the last configuration reload was applied (1) or refused (0).\n\
+                 # TYPE talos_sso_config_last_reload_successful gauge\n\
+                 talos_sso_config_last_reload_successful 0\n\
+                 # HELP talos_sso_config_last_reload_success_timestamp_seconds When a configuration was last loaded, at start or by a reload (Unix time).\n\
+                 # TYPE talos_sso_config_last_reload_success_timestamp_seconds gauge\n\
+                 talos_sso_config_last_reload_success_timestamp_seconds 1700000000\n\
                  # HELP talos_sso_ca_not_after_timestamp_seconds When each cluster's signing CA expires (Unix time).\n\
                  # TYPE talos_sso_ca_not_after_timestamp_seconds gauge\n\
                  talos_sso_ca_not_after_timestamp_seconds{cluster=\"prod\"} 1900000000\n\

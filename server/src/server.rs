@@ -52,7 +52,11 @@ impl Tasks {
             &mut background.key_refresher,
             &mut background.rate_limit_janitor,
         ];
-        let optional = [self.tls_reloader.as_mut(), background.checkpoint_signer.as_mut()];
+        let optional = [
+            self.tls_reloader.as_mut(),
+            background.checkpoint_signer.as_mut(),
+            background.config_watcher.as_mut(),
+        ];
         for task in periodic.into_iter().chain(optional.into_iter().flatten()) {
             task.abort();
             // Cancelled, or it had ended: either way it holds nothing now.

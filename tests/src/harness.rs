@@ -435,6 +435,30 @@ impl TestEnv {
         emulator: EmulatorHandle,
         edit: impl FnOnce(String) -> String,
     ) -> Self {
+        Self::start_inner(backend, emulator, edit, None).await
+    }
+
+    /// Start from a configuration file, `config.yaml` in the work folder,
+    /// as `serve --config` does: the server reloads it when it changes.
+    /// [`Self::config_file`] is its path.
+    pub async fn start_from_file(backend: Backend, edit: impl FnOnce(String) -> String) -> Self {
+        let emulator = EmulatorHandle::start(EmulatorConfig::default())
+            .await
+            .expect("emulator");
+        Self::start_inner(backend, emulator, edit, Some("config.yaml")).await
+    }
+
+    /// The configuration file of [`Self::start_from_file`].
+    pub fn config_file(&self) -> PathBuf {
+        self.work.path().join("config.yaml")
+    }
+
+    async fn start_inner(
+        backend: Backend,
+        emulator: EmulatorHandle,
+        edit: impl FnOnce(String) -> String,
+        file: Option<&str>,
+    ) -> Self {
         let work = Workdir::new();
         let (database, database_url) = match backend {
             Backend::Postgres => {
@@ -447,8 +471,15 @@ impl TestEnv {
                 format!("sqlite://{}", work.path().join("audit.db").display()),
             ),
         };
-        let config =
-            Config::from_yaml(&edit(config_yaml(&emulator, &work, &database_url))).expect("test config");
+        let text = edit(config_yaml(&emulator, &work, &database_url));
+        let config = match file {
+            Some(name) => {
+                let path = work.path().join(name);
+                std::fs::write(&path, &text).expect("config file");
+                Config::load_with_env(&path, []).expect("test config")
+            }
+            None => Config::from_yaml(&text).expect("test config"),
+        };
         let server = TestServer::start(config).await;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
@@ -466,7 +497,7 @@ impl TestEnv {
     }
 
     pub fn config(&self) -> Config {
-        self.server.app.config.clone()
+        self.server.app.settings().config.clone()
     }
 
     /// What `GET /metrics` answers.

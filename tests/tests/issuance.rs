@@ -550,7 +550,7 @@ mod service {
     #[tokio::test]
     async fn what_it_returns_is_recorded_and_what_it_cannot_record_it_refuses() {
         let env = TestEnv::start(Backend::Sqlite).await;
-        let app = env.server.app.clone();
+        let settings = env.server.app.settings();
         let metrics = Metrics::new();
         let now = time::OffsetDateTime::now_utc();
         let record = || {
@@ -559,7 +559,7 @@ mod service {
 
         let memory = MemoryRecorder::default();
         let issuance = Issuance {
-            clusters: &app.clusters,
+            clusters: &settings.clusters,
             recorder: &memory,
             metrics: &metrics,
         };
@@ -594,7 +594,7 @@ mod service {
             ..Default::default()
         };
         let issuance = Issuance {
-            clusters: &app.clusters,
+            clusters: &settings.clusters,
             recorder: &down,
             metrics: &metrics,
         };

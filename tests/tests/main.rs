@@ -27,6 +27,9 @@
 //!   hash chain alone cannot (a rewritten trail, a cut end).
 //! - `hsm`: a CA key inside a PKCS#11 token (SoftHSM 2): certificates Talos
 //!   and OpenSSL accept, the checks at start, a token lost at run time.
+//! - `reload`: the configuration read again while the server runs (a
+//!   changed file or cluster file, SIGHUP): applied, recorded, counted, or
+//!   refused with the running one kept.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
@@ -69,5 +72,6 @@ mod identity;
 mod issuance;
 mod matrix;
 mod quickstart;
+mod reload;
 mod roles;
 mod server;

@@ -287,7 +287,7 @@ mod tests {
             assert!(events.contains(name), "{name} missing from: {events}");
         }
         assert!(
-            events.ends_with(", audit.record_refused or refusals.aggregated"),
+            events.ends_with(", refusals.aggregated or config.reloaded"),
             "{events}"
         );
     }

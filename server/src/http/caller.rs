@@ -123,7 +123,7 @@ impl Caller {
     ) -> Result<VerifiedIdentity, ApiError> {
         // A flood from one address is stopped before any token work.
         if let Some(address) = &self.address_key
-            && let Err(retry) = app.rate_limits.check_address(address)
+            && let Err(retry) = app.settings().rate_limits.check_address(address)
         {
             if let Credentials::Bearer(token) = &self.credentials {
                 with_claimed_identity(record, app.authenticator.claimed(token));
@@ -159,9 +159,10 @@ impl Caller {
             }
         };
         with_identity(record, &verified);
+        let rate_limits = app.settings().rate_limits.clone();
         let limited = match limit {
-            IdentityLimit::Certificates => app.rate_limits.check_identity(&verified.qualified_subject()),
-            IdentityLimit::Api => app.rate_limits.check_api_identity(&verified.qualified_subject()),
+            IdentityLimit::Certificates => rate_limits.check_identity(&verified.qualified_subject()),
+            IdentityLimit::Api => rate_limits.check_api_identity(&verified.qualified_subject()),
         };
         if let Err(retry) = limited {
             return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "you")).await);
@@ -247,11 +248,12 @@ pub async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiErr
             .and_then(|ip| ip.parse().ok())
             .map(address_key);
         if app.refusals.admit(key.as_deref(), &record) == Admission::Counted {
-            count_refusal(&app.clusters, &app.metrics, &record, error.code());
+            count_refusal(&app.settings().clusters, &app.metrics, &record, error.code());
             return error;
         }
     }
-    match record_denial(&app.audit, &app.clusters, &app.metrics, record, error.code()).await {
+    let settings = app.settings();
+    match record_denial(&app.audit, &settings.clusters, &app.metrics, record, error.code()).await {
         Ok(()) => error,
         Err(_) => ApiError::audit_unavailable(),
     }

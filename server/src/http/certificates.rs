@@ -33,12 +33,15 @@ pub async fn issue(
 }
 
 async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<IssuedCertificate, ApiError> {
+    // One configuration for the whole decision, even if a reload lands
+    // while it is made.
+    let settings = app.settings();
     let mut record = caller.record(app, event::CERTIFICATE_DENIED);
     let parsed: Result<CertificateRequest, String> = serde_json::from_slice(body).map_err(|e| e.to_string());
     if let Ok(request) = &parsed {
         // Only a configured name goes in `cluster` (and into metric labels);
         // anything else is kept, escaped, as what it is: a name asked for.
-        if app.clusters.contains_key(&request.cluster) {
+        if settings.clusters.contains_key(&request.cluster) {
             record.cluster = Some(request.cluster.clone());
         } else {
             record.details = json!({ "requested_cluster": text::clean(&request.cluster, 64) });
@@ -59,7 +62,7 @@ async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<Is
         }
     };
     let issuance = Issuance {
-        clusters: &app.clusters,
+        clusters: &settings.clusters,
         recorder: &app.audit,
         metrics: &app.metrics,
     };

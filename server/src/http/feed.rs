@@ -230,7 +230,7 @@ impl Follower {
     async fn run(mut self) {
         let mut committed = self.app.audit.committed();
         let mut stopping = self.app.feeds.stopping.subscribe();
-        let feed = self.app.config.audit.feed.clone();
+        let feed = self.app.settings().config.audit.feed.clone();
         let mut last_sent = tokio::time::Instant::now();
         let stop = loop {
             match self.send_new(&mut committed, &mut last_sent).await {

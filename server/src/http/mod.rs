@@ -126,7 +126,7 @@ pub fn forwarded_address(entry: &str) -> Option<IpAddr> {
 /// cannot vouch for.
 pub fn client_ip(app: &App, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<IpAddr> {
     Some(client_address(
-        &app.config.http.trusted_proxies,
+        &app.settings().config.http.trusted_proxies,
         peer?.ip(),
         headers,
     ))
@@ -162,7 +162,8 @@ pub fn client_address(trusted_proxies: &[ipnet::IpNet], peer: IpAddr, headers: &
 }
 
 pub fn router(app: Arc<App>) -> Router {
-    let http = &app.config.http;
+    let settings = app.settings();
+    let http = &settings.config.http;
     Router::new()
         .route("/v1/info", get(status::info))
         .route("/v1/certificates", post(certificates::issue))

@@ -60,15 +60,16 @@ pub async fn authorize(
     let mut record = caller.record(app, event);
     record.details = details;
     let verified = caller.authenticate(app, &mut record, IdentityLimit::Api).await?;
+    let settings = app.settings();
     let (list, code, message) = match privilege {
         Privilege::Auditor => (
-            &app.config.auditors,
+            &settings.config.auditors,
             ErrorCode::NotAnAuditor,
             "reading the audit trail needs membership in one of the `auditors` groups or app roles \
              (or, for an application, one of its client ids)",
         ),
         Privilege::Admin => (
-            &app.config.admins,
+            &settings.config.admins,
             ErrorCode::NotAnAdmin,
             "changing the deny list needs membership in one of the `admins` groups or app roles \
              (or, for an application, one of its client ids)",

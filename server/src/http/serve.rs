@@ -274,7 +274,7 @@ pub(crate) async fn run(
     tls: Option<TlsFiles>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let http = Arc::new(app.config.http.clone());
+    let http = Arc::new(app.settings().config.http.clone());
     let feeds_of = app.clone();
     let router = super::router(app);
     let builder = Arc::new(connection_builder(&http));

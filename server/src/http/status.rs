@@ -29,8 +29,9 @@ pub async fn not_found() -> ApiError {
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
-    let signing = if app.clusters.values().any(|c| c.ca.token().is_some()) {
-        let signers = Arc::clone(&app);
+    let settings = app.settings();
+    let signing = if settings.clusters.values().any(|c| c.ca.token().is_some()) {
+        let signers = Arc::clone(&settings);
         tokio::task::spawn_blocking(move || signers.clusters.values().all(|c| c.ca.signing_available()))
             .await
             .unwrap_or(false)
@@ -48,7 +49,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>
         database,
         identity_provider_keys_fresh: keys_fresh,
         identity_provider_reachable: app.authenticator.providers_reachable(),
-        clusters: app.clusters.len(),
+        clusters: settings.clusters.len(),
         signing,
     };
     (status, Json(readiness))
@@ -66,8 +67,9 @@ pub async fn metrics(State(app): State<Arc<App>>) -> impl axum::response::IntoRe
 }
 
 pub async fn info(State(app): State<Arc<App>>) -> Json<ServerInfo> {
-    let identity = &app.config.identity;
-    let clusters = app
+    let settings = app.settings();
+    let identity = &settings.config.identity;
+    let clusters = settings
         .clusters
         .values()
         .map(|c| ClusterInfo {

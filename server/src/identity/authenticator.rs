@@ -10,6 +10,7 @@
 //! group overage), and only the groups some rule names are kept.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -52,6 +53,10 @@ impl AuthError {
     }
 }
 
+fn lower_cased(groups: impl IntoIterator<Item = String>) -> Arc<BTreeSet<String>> {
+    Arc::new(groups.into_iter().map(|g| g.to_ascii_lowercase()).collect())
+}
+
 /// Every trusted issuer, and the groups decisions look at.
 #[derive(Debug)]
 pub struct Authenticator {
@@ -60,7 +65,8 @@ pub struct Authenticator {
     /// Further issuers whose tokens are accepted.
     trusted: Vec<Issuer>,
     /// Lower-cased group ids that some rule names: the only ones kept.
-    relevant_groups: BTreeSet<String>,
+    /// Replaced when a reload changes the rules.
+    relevant_groups: std::sync::RwLock<Arc<BTreeSet<String>>>,
 }
 
 impl Authenticator {
@@ -69,15 +75,24 @@ impl Authenticator {
         trusted: Vec<Issuer>,
         relevant_groups: impl IntoIterator<Item = String>,
     ) -> Self {
-        let relevant_groups = relevant_groups
-            .into_iter()
-            .map(|g| g.to_ascii_lowercase())
-            .collect();
         Self {
             login,
             trusted,
-            relevant_groups,
+            relevant_groups: std::sync::RwLock::new(lower_cased(relevant_groups)),
         }
+    }
+
+    /// The groups decisions look at now (after a reload).
+    pub fn set_relevant_groups(&self, groups: impl IntoIterator<Item = String>) {
+        let groups = lower_cased(groups);
+        *self.relevant_groups.write().unwrap_or_else(|e| e.into_inner()) = groups;
+    }
+
+    fn relevant_groups(&self) -> Arc<BTreeSet<String>> {
+        self.relevant_groups
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Discover every issuer `identity` configures and fetch their keys.
@@ -120,9 +135,10 @@ impl Authenticator {
         let issuer = self.route(jwt.unverified_claims());
         let verified = issuer.verify_parsed(jwt, now).await?;
         let mut verified = issuer.rules().complete(verified).await?;
+        let relevant = self.relevant_groups();
         verified
             .groups
-            .retain(|g| self.relevant_groups.contains(&g.to_ascii_lowercase()));
+            .retain(|g| relevant.contains(&g.to_ascii_lowercase()));
         Ok(verified)
     }
 

@@ -153,7 +153,8 @@ async fn crypto_cost(env: &TestEnv) -> Duration {
     .expect("jwks text");
     let keys = KeySet::from_json(&jwks).expect("key set");
     let rules = env.server.app.authenticator.login().rules();
-    let cluster = &env.server.app.clusters["prod"];
+    let settings = env.server.app.settings();
+    let cluster = &settings.clusters["prod"];
     let work = load::prepare(&env.emulator, 500);
     let roles = vec!["os:operator".to_owned()];
     let now = time::OffsetDateTime::now_utc();

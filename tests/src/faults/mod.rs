@@ -266,6 +266,13 @@ impl ServerProcess {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// SIGHUP, as `kill -HUP` sends it: the server reads its configuration
+    /// again.
+    pub fn hang_up(&self) -> Result<(), String> {
+        let pid = self.child.as_ref().ok_or("the server is not running")?.id();
+        run(Command::new("kill").args(["-HUP", &pid.to_string()])).map(|_| ())
+    }
 }
 
 impl Drop for ServerProcess {

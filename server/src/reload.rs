@@ -1,0 +1,376 @@
+//! Configuration reload without a restart: on SIGHUP, and when the
+//! configuration file or a file of `clusters_dir` changes (a ConfigMap
+//! update), the server reads its configuration again and swaps in what may
+//! change while it runs: the clusters (CA material, rules, endpoints,
+//! lifetimes), the policy examples, the auditors, the admins and the rate
+//! limits. The rest (listener, TLS, database, identity provider, HTTP
+//! limits, audit, log) takes a restart: a change there is applied to
+//! nothing and said so, in the log and in the record.
+//!
+//! A new configuration is checked as at start (CA material, rules, policy
+//! examples) before anything changes. One that fails is refused, logged,
+//! counted, and the running one keeps serving. Every attempt is an audit
+//! record (`config.reloaded`) committed before the new configuration
+//! serves: what changed, never who changed it (that is outside what the
+//! server can know).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use serde_yaml_ng::Value;
+use talos_sso_api::audit::{AuditRecord, event, outcome};
+
+use crate::app::{App, Settings};
+use crate::config::{Config, ConfigError, ConfigSource};
+
+/// What made the server read its configuration again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// SIGHUP.
+    Signal,
+    /// The file or a cluster file changed.
+    FileChanged,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Signal => "signal",
+            Trigger::FileChanged => "file_changed",
+        }
+    }
+}
+
+/// The sections a reload applies; every other section takes a restart.
+pub const RELOADED_SECTIONS: [&str; 6] = [
+    "clusters",
+    "clusters_dir",
+    "policy_examples",
+    "auditors",
+    "admins",
+    "rate_limits",
+];
+
+/// Reloads so far, for the metrics.
+#[derive(Debug, Default)]
+pub struct ReloadStats {
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    /// 1 when the last attempt was applied (or none was made), else 0.
+    pub last_successful: AtomicI64,
+    /// When a configuration was last loaded (Unix time): the start counts.
+    pub last_success_at: AtomicI64,
+}
+
+impl ReloadStats {
+    pub fn started(at: time::OffsetDateTime) -> Self {
+        Self {
+            last_successful: AtomicI64::new(1),
+            last_success_at: AtomicI64::new(at.unix_timestamp()),
+            ..Self::default()
+        }
+    }
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub clusters_added: Vec<String>,
+    pub clusters_removed: Vec<String>,
+    /// Clusters whose configuration, signing CA certificate or trusted CA
+    /// bundle changed.
+    pub clusters_changed: Vec<String>,
+    /// Reloaded sections besides the clusters that changed.
+    pub sections_changed: Vec<String>,
+    /// Sections that changed in the file but take a restart.
+    pub restart_required: Vec<String>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.clusters_added.is_empty()
+            && self.clusters_removed.is_empty()
+            && self.clusters_changed.is_empty()
+            && self.sections_changed.is_empty()
+    }
+}
+
+/// Why a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the server was not started from a configuration file: nothing to read again")]
+    NoSource,
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Start(#[from] crate::app::StartError),
+    #[error("the reload could not be recorded in the audit trail, so it is not applied: {0}")]
+    Audit(String),
+}
+
+impl App {
+    /// Read the configuration again and apply what may change while the
+    /// server runs; refused as a whole, with the running configuration
+    /// kept, when any of it fails. Every attempt is recorded and counted.
+    pub async fn reload(&self, trigger: Trigger) -> Result<Changes, ReloadError> {
+        let current = self.settings();
+        let result = match &current.config.source {
+            Some(source) => self.try_reload(&current, source, trigger).await,
+            None => Err(ReloadError::NoSource),
+        };
+        let stats = &self.reloads;
+        match &result {
+            Ok(changes) => {
+                stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                stats.last_successful.store(1, Ordering::Relaxed);
+                stats
+                    .last_success_at
+                    .store(self.clock.now().unix_timestamp(), Ordering::Relaxed);
+                tracing::info!(
+                    trigger = trigger.as_str(),
+                    clusters_added = ?changes.clusters_added,
+                    clusters_removed = ?changes.clusters_removed,
+                    clusters_changed = ?changes.clusters_changed,
+                    sections_changed = ?changes.sections_changed,
+                    "configuration reloaded"
+                );
+                if !changes.restart_required.is_empty() {
+                    tracing::warn!(
+                        sections = ?changes.restart_required,
+                        "these sections changed but are read only at start: restart the server to apply them"
+                    );
+                }
+            }
+            Err(error) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                stats.last_successful.store(0, Ordering::Relaxed);
+                tracing::error!(
+                    trigger = trigger.as_str(),
+                    "configuration not reloaded, the running one keeps serving: {error}"
+                );
+                if !matches!(error, ReloadError::Audit(_)) {
+                    self.record_refused_reload(trigger, error).await;
+                }
+            }
+        }
+        result
+    }
+
+    async fn try_reload(
+        &self,
+        current: &Settings,
+        source: &ConfigSource,
+        trigger: Trigger,
+    ) -> Result<Changes, ReloadError> {
+        let new = source.load()?;
+        let now = self.clock.now();
+        let (clusters, warnings) = crate::app::load_clusters(&new, now)?;
+        if let Some(checkpoints) = &self.checkpoints {
+            crate::app::refuse_ca_key_as_audit_key(&clusters, checkpoints)?;
+        }
+        let changes = changes(&current.config, current, &new, &clusters);
+        let applied = applied_config(&current.config, new);
+        let rate_limits = if changes.sections_changed.iter().any(|s| s == "rate_limits") {
+            Arc::new(crate::ratelimit::RateLimits::new(&applied.rate_limits))
+        } else {
+            current.rate_limits.clone()
+        };
+        self.record_reload(trigger, &applied, &changes).await?;
+        for (cluster, warning) in &warnings {
+            tracing::warn!(cluster = %cluster, "{warning}");
+        }
+        self.authenticator
+            .set_relevant_groups(crate::app::relevant_groups(&applied, &clusters));
+        self.replace_settings(Settings {
+            config: applied,
+            clusters,
+            rate_limits,
+        });
+        Ok(changes)
+    }
+
+    async fn record_reload(
+        &self,
+        trigger: Trigger,
+        config: &Config,
+        changes: &Changes,
+    ) -> Result<(), ReloadError> {
+        let mut record = self.reload_record(trigger, outcome::SUCCESS, config.source.as_ref());
+        record.details["fingerprint"] = json!(config.fingerprint);
+        record.details["clusters_added"] = json!(changes.clusters_added);
+        record.details["clusters_removed"] = json!(changes.clusters_removed);
+        record.details["clusters_changed"] = json!(changes.clusters_changed);
+        record.details["sections_changed"] = json!(changes.sections_changed);
+        record.details["restart_required"] = json!(changes.restart_required);
+        self.audit
+            .append(crate::audit::store::Append {
+                record,
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| ReloadError::Audit(e.to_string()))
+    }
+
+    async fn record_refused_reload(&self, trigger: Trigger, error: &ReloadError) {
+        let current = self.settings();
+        let mut record = self.reload_record(trigger, outcome::DENIED, current.config.source.as_ref());
+        record.reason_code = Some("config_invalid".into());
+        record.details["error"] = json!(error.to_string());
+        let appended = self
+            .audit
+            .append(crate::audit::store::Append {
+                record,
+                ..Default::default()
+            })
+            .await;
+        if let Err(error) = appended {
+            tracing::error!("the refused reload could not be recorded: {error}");
+        }
+    }
+
+    fn reload_record(&self, trigger: Trigger, outcome: &str, source: Option<&ConfigSource>) -> AuditRecord {
+        // The record's id ties its log lines to it, like a request's.
+        let request_id = crate::random::random_hex(16).unwrap_or_else(|_| "config-reload".into());
+        let mut record = AuditRecord::new(event::CONFIG_RELOADED, outcome, &request_id, self.clock.now());
+        record.identity_verified = false;
+        record.details = json!({
+            "trigger": trigger.as_str(),
+            "file": source.map(|s| s.path().display().to_string()),
+        });
+        record
+    }
+}
+
+/// `new` as it is applied over `running`: its reloaded sections, and
+/// `running`'s for everything else (those take a restart).
+fn applied_config(running: &Config, new: Config) -> Config {
+    let mut applied = running.clone();
+    applied.clusters = new.clusters;
+    applied.clusters_dir = new.clusters_dir;
+    applied.policy_examples = new.policy_examples;
+    applied.auditors = new.auditors;
+    applied.admins = new.admins;
+    applied.rate_limits = new.rate_limits;
+    applied.document = section_swapped(&running.document, &new.document);
+    applied.fingerprint = new.fingerprint;
+    applied
+}
+
+/// `running`'s document with the reloaded sections taken from `new`, so
+/// that the next reload compares against what is served.
+fn section_swapped(running: &Value, new: &Value) -> Value {
+    let mut document = running.clone();
+    if let Value::Mapping(map) = &mut document {
+        for section in RELOADED_SECTIONS {
+            let key = Value::String(section.into());
+            match new.get(section) {
+                Some(value) => {
+                    map.insert(key, value.clone());
+                }
+                None => {
+                    map.remove(&key);
+                }
+            }
+        }
+    }
+    document
+}
+
+/// What changed between the running configuration and the new one.
+fn changes(running: &Config, current: &Settings, new: &Config, clusters: &crate::app::Clusters) -> Changes {
+    let before: BTreeSet<&String> = current.clusters.keys().collect();
+    let after: BTreeSet<&String> = clusters.keys().collect();
+    let cluster_document =
+        |config: &Config, name: &str| config.document.get("clusters").and_then(|c| c.get(name)).cloned();
+    let clusters_changed = before
+        .intersection(&after)
+        .filter(|name| {
+            let (old, new_cluster) = (&current.clusters[name.as_str()], &clusters[name.as_str()]);
+            cluster_document(running, name) != cluster_document(new, name)
+                || old.ca.signer().der != new_cluster.ca.signer().der
+                || old.ca.trust_bundle_pem() != new_cluster.ca.trust_bundle_pem()
+        })
+        .map(|name| name.to_string())
+        .collect();
+    let sections_changed = ["policy_examples", "auditors", "admins", "rate_limits"]
+        .into_iter()
+        .filter(|section| running.document.get(section) != new.document.get(section))
+        .map(str::to_owned)
+        .collect();
+    let keys = |document: &Value| -> BTreeSet<String> {
+        document
+            .as_mapping()
+            .map(|m| m.keys().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let restart_required = keys(&running.document)
+        .union(&keys(&new.document))
+        .filter(|section| !RELOADED_SECTIONS.contains(&section.as_str()))
+        .filter(|section| running.document.get(section.as_str()) != new.document.get(section.as_str()))
+        .cloned()
+        .collect();
+    Changes {
+        clusters_added: after.difference(&before).map(|n| n.to_string()).collect(),
+        clusters_removed: before.difference(&after).map(|n| n.to_string()).collect(),
+        clusters_changed,
+        sections_changed,
+        restart_required,
+    }
+}
+
+/// Reload on SIGHUP, and when the configuration's files change (checked
+/// every `interval`; zero: on SIGHUP only). Each state of the files is tried
+/// once: a file that fails to load is not tried, recorded and counted again
+/// at every tick, only when it changes again. Ends with the app.
+pub fn spawn_watcher(app: &Arc<App>, interval: Duration) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(app);
+    let mut last_seen = app.settings().config.fingerprint.clone();
+    tokio::spawn(async move {
+        let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(signal) => Some(signal),
+            Err(error) => {
+                tracing::error!(
+                    "SIGHUP cannot be received ({error}); the configuration reloads when its files change"
+                );
+                None
+            }
+        };
+        loop {
+            let hangup = async {
+                match hangups.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let tick = async {
+                if interval.is_zero() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(interval).await;
+            };
+            let trigger = tokio::select! {
+                Some(()) = hangup => Trigger::Signal,
+                () = tick => Trigger::FileChanged,
+            };
+            let Some(app) = weak.upgrade() else { return };
+            let Some(source) = app.settings().config.source.clone() else {
+                continue;
+            };
+            // A file that cannot be read is a state of its own: it is
+            // reported once, by the reload that fails to read it.
+            let seen = source
+                .fingerprint()
+                .unwrap_or_else(|error| format!("unreadable: {error}"));
+            if trigger == Trigger::FileChanged && seen == last_seen {
+                continue;
+            }
+            last_seen = seen;
+            // Refusals are logged, counted and recorded by `reload`.
+            let _ = app.reload(trigger).await;
+        }
+    })
+}

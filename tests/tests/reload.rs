@@ -1,0 +1,318 @@
+//! Configuration reload without a restart: a changed file (and a changed
+//! cluster file) is applied to the next request, recorded and counted; a
+//! bad one is refused and the running configuration keeps serving; SIGHUP
+//! reloads the real binary.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use talos_sso_api::audit::event;
+use talos_sso_server::audit::StoredRecord;
+use talos_sso_tests::emulator::{GROUP_ONCALL, GROUP_SECURITY, TokenKind};
+use talos_sso_tests::harness::{Backend, TestEnv, json_of};
+
+/// A group of erin's, who is in too many for her token to carry them (so
+/// the server asks Graph, and keeps only the groups some rule names).
+const ERIN_GROUP: &str = "9a9a9a9a-0000-4000-8000-000000000007";
+
+/// Ask for `roles` on `cluster` as `user`: the status and the error code.
+async fn ask(env: &TestEnv, user: &str, cluster: &str, roles: &[&str]) -> (u16, String) {
+    let token = env.emulator.token_for(user, TokenKind::id()).expect("token");
+    let csr = talos_sso::key::ClientKey::generate()
+        .and_then(|k| k.csr_pem())
+        .expect("csr");
+    let response = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"cluster": cluster, "csr": csr, "roles": roles}))
+        .send()
+        .await
+        .expect("answer");
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    (status, body["code"].as_str().unwrap_or_default().to_owned())
+}
+
+/// The value of a metric line, e.g. `talos_sso_config_reloads_total{result="ok"}`.
+fn metric(text: &str, line: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line).and_then(|rest| rest.trim().parse().ok()))
+}
+
+/// Wait until the metrics show `line` at `value` (a reload is checked for
+/// every 200 ms in these tests).
+async fn wait_for_metric(env: &TestEnv, line: &str, value: f64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = env.metrics().await;
+        if metric(&text, line) == Some(value) {
+            return text;
+        }
+        if Instant::now() > deadline {
+            let last = reload_records(env).await.pop().map(|r| r.record.details);
+            panic!("{line} never reached {value}; the last reload record: {last:?}\n{text}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn reload_records(env: &TestEnv) -> Vec<StoredRecord> {
+    let records = env.server.app.audit.store().page(0, 1000).await.expect("trail");
+    records
+        .into_iter()
+        .filter(|r| r.record.event == event::CONFIG_RELOADED)
+        .collect()
+}
+
+fn watched(yaml: String) -> String {
+    format!("{yaml}\nreload: {{ interval: 200ms }}\n")
+}
+
+on_both_stores!(a_changed_file_is_applied_recorded_and_counted);
+
+async fn a_changed_file_is_applied_recorded_and_counted(backend: Backend) {
+    let env = TestEnv::start_from_file(backend, watched).await;
+    let before = env.metrics().await;
+    assert_eq!(
+        metric(&before, "talos_sso_config_last_reload_successful"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&before, "talos_sso_config_reloads_total{result=\"ok\"}"),
+        Some(0.0)
+    );
+    assert_eq!(ask(&env, "sam@example.com", "prod", &["os:reader"]).await.0, 403);
+    assert_eq!(
+        ask(&env, "erin@example.com", "prod", &["os:etcd:backup"]).await.0,
+        403
+    );
+    assert_eq!(
+        ask(&env, "bob@example.com", "staging", &[]).await.1,
+        "cluster_unknown"
+    );
+
+    // A rule for the security team, one for a group nothing named before
+    // (so the server must keep it from Graph's answer now), a cluster in a
+    // folder of cluster files, and a change that needs a restart.
+    let file = env.config_file();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let clusters = env.work.path().join("clusters.d");
+    std::fs::create_dir(&clusters).unwrap();
+    std::fs::write(
+        clusters.join("staging.yaml"),
+        format!(
+            "ca: {{ cert_file: \"{}\", key_file: \"{}\" }}\nendpoints: [\"127.0.0.2\"]\n\
+             rules:\n  - {{ groups: [\"{GROUP_ONCALL}\"], roles: [os:admin] }}\n",
+            env.work.ca_cert.display(),
+            env.work.ca_key.display()
+        ),
+    )
+    .unwrap();
+    let changed = text
+        .replace(
+            "      - { app_roles: [\"Talos.Reader\"], roles: [os:reader] }\n",
+            &[
+                "      - { app_roles: [\"Talos.Reader\"], roles: [os:reader] }\n".to_owned(),
+                format!("      - {{ groups: [\"{GROUP_SECURITY}\"], roles: [os:reader] }}\n"),
+                format!("      - {{ groups: [\"{ERIN_GROUP}\"], roles: [\"os:etcd:backup\"] }}\n"),
+            ]
+            .concat(),
+        )
+        .replace(
+            "insecure_http: true\n",
+            "insecure_http: true\nclusters_dir: clusters.d\nhttp: { body_limit: 4096 }\n",
+        );
+    assert_ne!(changed, text);
+    std::fs::write(&file, changed).unwrap();
+    let after = wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"ok\"}", 1.0).await;
+    assert_eq!(
+        metric(&after, "talos_sso_config_last_reload_successful"),
+        Some(1.0)
+    );
+    assert!(
+        after.contains("talos_sso_ca_not_after_timestamp_seconds{cluster=\"staging\"}"),
+        "{after}"
+    );
+
+    assert_eq!(ask(&env, "sam@example.com", "prod", &["os:reader"]).await.0, 201);
+    assert_eq!(
+        ask(&env, "erin@example.com", "prod", &["os:etcd:backup"]).await.0,
+        201,
+        "the group a new rule names is kept from Graph's answer"
+    );
+    assert_eq!(
+        ask(&env, "bob@example.com", "staging", &["os:admin"]).await.0,
+        201
+    );
+    let info = json_of(env.http.get(format!("{}/v1/info", env.server.base_url))).await;
+    let names: Vec<&str> = info["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["prod", "staging"]);
+
+    let records = reload_records(&env).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0].record;
+    assert_eq!(record.outcome, "success");
+    let details = &record.details;
+    assert_eq!(details["trigger"], "file_changed");
+    assert_eq!(details["file"], file.display().to_string());
+    assert_eq!(details["clusters_added"], serde_json::json!(["staging"]));
+    assert_eq!(details["clusters_removed"], serde_json::json!([]));
+    assert_eq!(details["clusters_changed"], serde_json::json!(["prod"]));
+    assert_eq!(details["sections_changed"], serde_json::json!([]));
+    assert_eq!(details["restart_required"], serde_json::json!(["http"]));
+    assert_eq!(details["fingerprint"].as_str().map(str::len), Some(64));
+    // The HTTP section waits for a restart: a body over the new limit is
+    // still read (and refused for what it is, not for its size).
+    let big = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 8192])
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(big.status().as_u16(), 413);
+
+    // A cluster file removed: the cluster goes.
+    std::fs::remove_file(clusters.join("staging.yaml")).unwrap();
+    wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"ok\"}", 2.0).await;
+    assert_eq!(
+        ask(&env, "bob@example.com", "staging", &[]).await.1,
+        "cluster_unknown"
+    );
+    let records = reload_records(&env).await;
+    assert_eq!(
+        records[1].record.details["clusters_removed"],
+        serde_json::json!(["staging"])
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_bad_configuration_is_refused_and_the_running_one_keeps_serving() {
+    let env = TestEnv::start_from_file(Backend::Sqlite, watched).await;
+    let file = env.config_file();
+    let good = std::fs::read_to_string(&file).unwrap();
+    for (bad, says) in [
+        (
+            good.replace("    ttl: 5m\n", "    ttl: 5m\n    tll: 5m\n"),
+            "unknown field `tll`",
+        ),
+        (
+            good.replace(
+                &env.work.ca_key.display().to_string(),
+                "/nonexistent/talos-ca.key",
+            ),
+            "cluster `prod`: CA refused",
+        ),
+        (
+            good.replace("cluster: prod,", "cluster: gone,"),
+            "unknown cluster `gone`",
+        ),
+    ] {
+        let failed_before = metric(
+            &env.metrics().await,
+            "talos_sso_config_reloads_total{result=\"failed\"}",
+        )
+        .unwrap_or_default();
+        std::fs::write(&file, &bad).unwrap();
+        let text = wait_for_metric(
+            &env,
+            "talos_sso_config_reloads_total{result=\"failed\"}",
+            failed_before + 1.0,
+        )
+        .await;
+        assert_eq!(
+            metric(&text, "talos_sso_config_last_reload_successful"),
+            Some(0.0)
+        );
+        assert_eq!(
+            ask(&env, "bob@example.com", "prod", &[]).await.0,
+            201,
+            "the running configuration keeps serving"
+        );
+        let records = reload_records(&env).await;
+        let refused = &records.last().unwrap().record;
+        assert_eq!(refused.outcome, "denied");
+        assert_eq!(refused.reason_code.as_deref(), Some("config_invalid"));
+        let error = refused.details["error"].as_str().unwrap();
+        assert!(error.contains(says), "{error}");
+        // The same bad file is not tried again at every check.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(reload_records(&env).await.len(), records.len());
+    }
+    // Fixed again: applied, and said so.
+    std::fs::write(&file, good.replace("max_ttl: 15m", "max_ttl: 10m")).unwrap();
+    let text = wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"ok\"}", 1.0).await;
+    assert_eq!(
+        metric(&text, "talos_sso_config_last_reload_successful"),
+        Some(1.0)
+    );
+    assert_eq!(
+        env.server.app.settings().clusters["prod"].config.max_ttl,
+        Duration::from_secs(600)
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_running_binary() {
+    use talos_sso_tests::faults::{ServerProcess, server_binary, write_server_config};
+    let binary = server_binary().expect("server binary");
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let database = format!("sqlite://{}", env.work.path().join("hup.db").display());
+    // No file watching: only the signal reloads.
+    let (config, base_url) = write_server_config(&env.emulator, &env.work, &database, "hup.yaml", |yaml| {
+        format!("{yaml}\nreload: {{ interval: 0s }}\n")
+    })
+    .unwrap();
+    let server = ServerProcess::spawn(&binary, &config, &base_url, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let description = |base_url: String| async move {
+        let info: Value = reqwest::get(format!("{base_url}/v1/info"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        info["clusters"][0]["description"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(description(base_url.clone()).await, "Production");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("\"Production\"", "\"Production, reloaded\""),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        description(base_url.clone()).await,
+        "Production",
+        "files are not watched with interval 0s"
+    );
+    server.hang_up().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while description(base_url.clone()).await != "Production, reloaded" {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload: {}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = server.log_text();
+    assert!(log.contains("configuration reloaded"), "{log}");
+    assert!(
+        log.contains("trigger=\"signal\"") || log.contains("trigger=signal"),
+        "{log}"
+    );
+    drop(server);
+    env.finish().await;
+}
