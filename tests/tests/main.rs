@@ -34,6 +34,9 @@
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
+//! - `monitoring`: the alert rules, their unit tests and the dashboard
+//!   against the server's metrics; promtool on the exposition; a real
+//!   Prometheus scraping a real server.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 /// Each named test function, run once against each audit store:
@@ -71,6 +74,7 @@ mod hsm;
 mod identity;
 mod issuance;
 mod matrix;
+mod monitoring;
 mod quickstart;
 mod reload;
 mod roles;
