@@ -29,6 +29,8 @@
 //!   and OpenSSL accept, the checks at start, a token lost at run time.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
+//! - `metrics`: what each metric counts on a running server, labels no
+//!   request can add, the TLS expiry, the metrics listener of their own.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -68,6 +70,7 @@ mod hsm;
 mod identity;
 mod issuance;
 mod matrix;
+mod metrics;
 mod quickstart;
 mod roles;
 mod server;

@@ -771,8 +771,34 @@ async fn serves_tls_from_the_configured_certificate() {
         .send()
         .await;
     assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
-    // A renewed certificate (from another CA) is picked up without a restart.
+    // The metrics name the expiry of the certificate served.
+    let tls_not_after = |client: &reqwest::Client| {
+        let (client, url) = (client.clone(), format!("{}/metrics", env.server.base_url));
+        async move {
+            let text = client.get(url).send().await.unwrap().text().await.unwrap();
+            let name = "talos_sso_tls_certificate_not_after_timestamp_seconds ";
+            let value = text.lines().find_map(|l| l.strip_prefix(name));
+            value
+                .unwrap_or_else(|| panic!("no {name}in\n{text}"))
+                .parse::<i64>()
+                .unwrap()
+        }
+    };
+    let file_not_after = || {
+        let pem = std::fs::read_to_string(&cert).unwrap();
+        let leaf = talos_sso_server::ca::parse_certificates(&pem, "tls")
+            .unwrap()
+            .remove(0);
+        leaf.not_after().unix_timestamp()
+    };
+    let first = file_not_after();
+    assert_eq!(tls_not_after(&client).await, first);
+    // A renewed certificate (from another CA) is picked up without a
+    // restart. Made a second later at least, its expiry is a later second.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (new_ca_pem, _, _) = talos_sso_tests::harness::tls_files(scratch.path());
+    let second = file_not_after();
+    assert!(second > first);
     let renewed = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(new_ca_pem.as_bytes()).unwrap())
         .build()
@@ -790,6 +816,11 @@ async fn serves_tls_from_the_configured_certificate() {
         }
     }
     assert!(served_new, "the new certificate is served");
+    assert_eq!(
+        tls_not_after(&renewed).await,
+        second,
+        "the metrics follow the reload"
+    );
     // A new connection from a client that trusts only the old CA fails now
     // (the first client's kept-alive connection would still work).
     let old_ca_only = reqwest::Client::builder()
@@ -1003,6 +1034,21 @@ async fn rate_limits_apply_per_address_and_per_identity() {
         ("refusals.aggregated", Some("rate_limited"))
     );
     assert_eq!(summary.details["count"], 2, "alice's and carol's");
+    // Each refusal is counted by the limit that made it.
+    let text = env.metrics().await;
+    let mut limited: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("talos_sso_rate_limited_total"))
+        .collect();
+    limited.sort_unstable();
+    assert_eq!(
+        limited,
+        [
+            r#"talos_sso_rate_limited_total{limit="address"} 2"#,
+            r#"talos_sso_rate_limited_total{limit="identity"} 1"#,
+        ],
+        "{text}"
+    );
     assert_chain_intact(&env).await;
     env.finish().await;
 }
@@ -1247,9 +1293,10 @@ async fn metrics_count_decisions_latency_and_ca_expiry() {
     );
     let text = response.text().await.unwrap();
     for expected in [
-        r#"talos_sso_certificates_issued_total{cluster="prod",role="os:operator"} 1"#,
+        r#"talos_sso_certificates_issued_total{cluster="prod"} 1"#,
+        r#"talos_sso_role_grants_total{cluster="prod",role="os:operator"} 1"#,
         r#"talos_sso_requests_denied_total{cluster="prod",reason="no_matching_rule"} 1"#,
-        "talos_sso_issuance_seconds_count 2",
+        "talos_sso_issuance_duration_seconds_count 2",
         "talos_sso_audit_write_failures_total 0",
         r#"talos_sso_ca_not_after_timestamp_seconds{cluster="prod"} "#,
         "# EOF",

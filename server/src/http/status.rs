@@ -26,36 +26,42 @@ pub async fn not_found() -> ApiError {
 /// Ready when the database answers, the provider's keys are fresh and every
 /// CA can sign. A CA key in a PKCS#11 token signs a probe, off the runtime
 /// (the call blocks on the HSM); that also reopens a module that failed.
-pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
+/// `/readyz` answers with it, and `talos_sso_ready` is it at each scrape.
+async fn readiness(app: &Arc<App>) -> Readiness {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
     let signing = if app.clusters.values().any(|c| c.ca.token().is_some()) {
-        let signers = Arc::clone(&app);
+        let signers = Arc::clone(app);
         tokio::task::spawn_blocking(move || signers.clusters.values().all(|c| c.ca.signing_available()))
             .await
             .unwrap_or(false)
     } else {
         true
     };
-    let ready = database && keys_fresh && signing;
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let readiness = Readiness {
-        ready,
+    Readiness {
+        ready: database && keys_fresh && signing,
         database,
         identity_provider_keys_fresh: keys_fresh,
         identity_provider_reachable: app.authenticator.providers_reachable(),
         clusters: app.clusters.len(),
         signing,
+    }
+}
+
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
+    let readiness = readiness(&app).await;
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(readiness))
 }
 
-/// Prometheus metrics (OpenMetrics text).
+/// Prometheus metrics (OpenMetrics text), with the readiness checks run
+/// first.
 pub async fn metrics(State(app): State<Arc<App>>) -> impl axum::response::IntoResponse {
+    app.metrics.set_ready(readiness(&app).await.ready);
     (
         [(
             header::CONTENT_TYPE,
@@ -78,7 +84,7 @@ pub async fn info(State(app): State<Arc<App>>) -> Json<ServerInfo> {
         })
         .collect();
     Json(ServerInfo {
-        server_version: env!("CARGO_PKG_VERSION").into(),
+        server_version: crate::VERSION.into(),
         api_version: API_VERSION,
         issuer: identity.issuer.clone(),
         discovery_url: identity.discovery_url.clone(),
