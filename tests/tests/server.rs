@@ -620,6 +620,23 @@ async fn info_health_readiness_and_request_ids() {
     env.finish().await;
 }
 
+/// The `prod-break-glass` context of a break-glass talosconfig: what the
+/// Talos stand-in accepts of it, and its certificate chain (PEM).
+fn break_glass_context(talosconfig: &str) -> (talos_checker::Accepted, String) {
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(talosconfig).unwrap();
+    let context = &yaml["contexts"]["prod-break-glass"];
+    let field = |name: &str| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(context[name].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let accepted = talos_checker::handshake(&field("ca"), &field("crt"), &field("key")).unwrap();
+    (accepted, field("crt"))
+}
+
 #[tokio::test]
 async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     let env = TestEnv::start(Backend::Sqlite).await;
@@ -705,18 +722,7 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
         0o600
     );
 
-    let yaml: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let context = &yaml["contexts"]["prod-break-glass"];
-    let field = |name: &str| {
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(context[name].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap()
-    };
-    let accepted = talos_checker::handshake(&field("ca"), &field("crt"), &field("key")).unwrap();
+    let (accepted, _) = break_glass_context(&std::fs::read_to_string(&out).unwrap());
     assert_eq!(accepted.roles, ["os:admin"]);
 
     let rows = records(&env).await;
@@ -736,7 +742,108 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     assert_eq!(last.details["uid"], uid);
     assert_eq!(last.roles_granted, ["os:admin"]);
     assert!(last.username.as_deref().unwrap().starts_with("break-glass:"));
+
+    // `--out -`: the talosconfig alone on standard output, its record
+    // committed first, no file made.
+    let printed = cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:operator",
+        "--reason",
+        "Entra outage INC-4712",
+        "--out",
+        "-",
+    ])
+    .await
+    .unwrap();
+    assert!(!std::path::Path::new("-").exists(), "no file named `-`");
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&printed).unwrap();
+    let keys: Vec<&str> = yaml
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["context", "contexts"], "{printed}");
+    assert_eq!(yaml["context"], "prod-break-glass");
+    let (accepted, crt) = break_glass_context(&printed);
+    assert_eq!(accepted.roles, ["os:operator"]);
+    let after = records(&env).await;
+    assert_eq!(after.len(), rows.len() + 1);
+    let last = &after.last().unwrap().record;
+    assert_eq!(
+        (last.event.as_str(), last.details["reason"].as_str()),
+        ("break_glass.issued", Some("Entra outage INC-4712"))
+    );
+    let leaf = talos_sso_server::ca::parse_certificates(&crt, "break-glass")
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        last.certificate_sha256.as_deref(),
+        Some(sha256_hex(&leaf.der).as_str()),
+        "the record names the certificate printed"
+    );
     assert_chain_intact(&env).await;
+    env.finish().await;
+}
+
+/// The binary as `kubectl exec` runs it in the image (no shell, read-only
+/// root): `--out -` puts the talosconfig alone on standard output and
+/// what is said about it on standard error; `--version` answers.
+#[tokio::test]
+async fn the_binary_prints_break_glass_on_stdout_and_its_version() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let config = write_config(&env);
+    let binary = talos_sso_tests::faults::server_binary().unwrap();
+    let version = tokio::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .await
+        .unwrap();
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        format!("talos-sso-server {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let output = tokio::process::Command::new(&binary)
+        .args(["break-glass", "--config", config.to_str().unwrap()])
+        .args(["--cluster", "prod", "--role", "os:operator", "--ttl", "5m"])
+        .args(["--reason", "Entra outage INC-4713", "--out", "-"])
+        .current_dir(env.work.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(!env.work.path().join("-").exists());
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&stdout).unwrap();
+    assert_eq!(yaml["context"], "prod-break-glass", "{stdout}");
+    let context = &yaml["contexts"]["prod-break-glass"];
+    assert!(
+        ["ca", "crt", "key"].iter().all(|k| context[*k].is_string()),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .all(|l| !l.contains("wrote") && !l.contains("audit record")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("wrote the talosconfig to standard output (context prod-break-glass)"),
+        "{stderr}"
+    );
+    let last = records(&env).await.pop().unwrap();
+    assert_eq!(last.record.event, "break_glass.issued");
+    assert!(stderr.contains(&format!("audit record {}", last.seq)), "{stderr}");
     env.finish().await;
 }
 
