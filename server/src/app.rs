@@ -326,7 +326,13 @@ pub async fn owner_warning(store: &AuditStore) -> Result<Option<String>, StartEr
 }
 
 impl App {
-    pub async fn build(config: Config, clock: Arc<dyn Clock>) -> Result<(Arc<Self>, Background), StartError> {
+    /// `tls_not_after` reads the expiry of the TLS certificate served now
+    /// (`None` with plain HTTP), for the metrics.
+    pub async fn build(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        tls_not_after: Option<crate::metrics::Read<Option<i64>>>,
+    ) -> Result<(Arc<Self>, Background), StartError> {
         let (clusters, warnings) = load_clusters(&config, clock.now())?;
         for (cluster, warning) in &warnings {
             tracing::warn!(cluster = %cluster, "{warning}");
@@ -380,9 +386,12 @@ impl App {
             clusters = clusters.len(),
             "talos-sso-server ready"
         );
-        let (audit, audit_writer) = AuditWriter::start(store);
+        let mut metrics = crate::metrics::Metrics::new();
+        let (audit, audit_writer) = AuditWriter::start(store, Box::new(metrics.audit_commit_observer()));
         let rate_limits = Arc::new(crate::ratelimit::RateLimits::new(&config.rate_limits));
         let audit_stats = audit.stats().clone();
+        let aged = providers.clone();
+        let graph = authenticator.graph_stats();
         let reloads = Arc::new(crate::reload::ReloadStats::started(clock.now()));
         let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
         let feeds = crate::http::feed::Feeds::new(&config.audit.feed);
@@ -393,10 +402,21 @@ impl App {
             rate_limits,
         });
         let live = settings.clone();
-        let metrics = crate::metrics::Metrics::with_sources(crate::metrics::Sources {
+        metrics.add_sources(crate::metrics::Sources {
             audit_write_failures: Box::new(move || audit_stats.failures.load(Ordering::Relaxed)),
             jwks_refreshes: Box::new(move || {
                 crate::identity::provider::total_refresh_counts(providers.iter().map(AsRef::as_ref))
+            }),
+            keys_age: Box::new(move || {
+                aged.iter()
+                    .map(|provider| (provider.issuer().to_owned(), provider.keys_age()))
+                    .collect()
+            }),
+            graph_requests: Box::new(move || {
+                graph
+                    .iter()
+                    .map(|stats| stats.counts())
+                    .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
             }),
             checkpoints: checkpoints.as_ref().map(|c| c.stats.clone()),
             reloads: reloads.clone(),
@@ -407,7 +427,9 @@ impl App {
                     .map(|(name, cluster)| (name.clone(), cluster.ca.signer().not_after().unix_timestamp()))
                     .collect()
             }),
+            tls_not_after,
         });
+        metrics.know_clusters(settings.get().clusters.keys().map(String::as_str));
         let app = Arc::new(Self {
             settings,
             authenticator,

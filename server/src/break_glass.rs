@@ -5,6 +5,11 @@
 //! certificate in the audit trail under its own event type, before the file
 //! is written. No reason, no certificate; only roles some rule of the
 //! cluster grants; the TTL is capped by the cluster's `max_ttl`.
+//!
+//! `--out -` hands the talosconfig back instead of writing a file, for the
+//! command line to print on standard output: in a container with a
+//! read-only root file system and no shell, `kubectl exec ... --out - >
+//! file` is the way out.
 
 use std::io::Write;
 use std::path::Path;
@@ -121,22 +126,47 @@ impl Operator {
     }
 }
 
+/// The `--out` that means standard output.
+pub const STDOUT: &str = "-";
+
 #[derive(Debug)]
 pub struct BreakGlassRequest<'a> {
     pub cluster: &'a str,
     pub roles: &'a [String],
     pub ttl: Duration,
     pub reason: &'a str,
+    /// A new file, or [`STDOUT`] (`./-` is a file named `-`).
     pub out: &'a Path,
 }
 
+impl BreakGlassRequest<'_> {
+    /// Whether the talosconfig goes to standard output.
+    pub fn to_stdout(&self) -> bool {
+        self.out == Path::new(STDOUT)
+    }
+}
+
 /// What was issued, for the operator's terminal.
-#[derive(Debug)]
 pub struct BreakGlassResult {
     pub context: String,
     pub serial: String,
     pub not_after: OffsetDateTime,
     pub audit_seq: i64,
+    /// The talosconfig (with the private key) when it goes to standard
+    /// output; `None` when it was written to the file.
+    pub talosconfig: Option<zeroize::Zeroizing<String>>,
+}
+
+/// Never the talosconfig: it holds the private key.
+impl std::fmt::Debug for BreakGlassResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BreakGlassResult")
+            .field("context", &self.context)
+            .field("serial", &self.serial)
+            .field("not_after", &self.not_after)
+            .field("audit_seq", &self.audit_seq)
+            .finish_non_exhaustive()
+    }
 }
 
 pub async fn run(
@@ -147,7 +177,7 @@ pub async fn run(
     if reason.is_empty() {
         return Err(BreakGlassError::NoReason);
     }
-    if request.out.exists() {
+    if !request.to_stdout() && request.out.exists() {
         return Err(BreakGlassError::OutputExists(request.out.display().to_string()));
     }
     let now = OffsetDateTime::now_utc();
@@ -226,11 +256,18 @@ pub async fn run(
             }
         }
     });
-    let yaml = serde_yaml_ng::to_string(&talosconfig).map_err(|e| BreakGlassError::Issue(e.to_string()))?;
-    write_private(request.out, &yaml).map_err(|e| BreakGlassError::Write {
-        path: request.out.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    let yaml = zeroize::Zeroizing::new(
+        serde_yaml_ng::to_string(&talosconfig).map_err(|e| BreakGlassError::Issue(e.to_string()))?,
+    );
+    let talosconfig = if request.to_stdout() {
+        Some(yaml)
+    } else {
+        write_private(request.out, &yaml).map_err(|e| BreakGlassError::Write {
+            path: request.out.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        None
+    };
     tracing::warn!(cluster = %cluster.name, operator = %operator.name, host = %operator.host,
         serial = %issued.serial_hex, audit_seq, "break-glass certificate issued");
     Ok(BreakGlassResult {
@@ -238,6 +275,7 @@ pub async fn run(
         serial: issued.serial_hex,
         not_after: issued.not_after,
         audit_seq,
+        talosconfig,
     })
 }
 

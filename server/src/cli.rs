@@ -85,7 +85,9 @@ pub enum Command {
         /// Why the identity provider cannot be used (required; recorded).
         #[arg(long)]
         reason: String,
-        /// Where to write the talosconfig (must not exist).
+        /// Where to write the talosconfig (must not exist; mode 0600), or
+        /// `-` for standard output (then nothing else goes there: in a
+        /// container, `kubectl exec ... --out - > file`).
         #[arg(long)]
         out: PathBuf,
     },
@@ -548,15 +550,23 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                 out: &path,
             };
             let result = crate::break_glass::run(&config, &request).await?;
-            writeln!(
-                out,
-                "wrote {} (context {}): serial {}, valid until {}, audit record {}",
-                path.display(),
+            let summary = format!(
+                "(context {}): serial {}, valid until {}, audit record {}",
                 result.context,
                 result.serial,
                 crate::ca::format_time(result.not_after),
                 result.audit_seq
-            )?;
+            );
+            match &result.talosconfig {
+                // Standard output carries the talosconfig alone; what is
+                // said about it goes to standard error.
+                Some(talosconfig) => {
+                    out.write_all(talosconfig.as_bytes())?;
+                    out.flush()?;
+                    eprintln!("wrote the talosconfig to standard output {summary}");
+                }
+                None => writeln!(out, "wrote {} {summary}", path.display())?,
+            }
             Ok(())
         }
         Command::Ca(ca) => run_ca(*ca, now, out),

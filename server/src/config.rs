@@ -116,6 +116,8 @@ pub struct Config {
     pub audit: AuditConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// When the configuration is read again while the server runs.
     #[serde(default)]
     pub reload: ReloadConfig,
@@ -776,6 +778,16 @@ fn default_log_format() -> String {
     "text".into()
 }
 
+/// The `metrics` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve `GET /metrics` here (plain HTTP) and only here: the main port
+    /// then answers 404 for it. Unset: `/metrics` is on the main port.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+}
+
 /// The override variables an error message points at: those whose last
 /// key segment the message names, else all of them (sorted).
 fn culprits(names: &[String], message: &str) -> String {
@@ -932,6 +944,15 @@ impl Config {
         self.audit.feed.check().map_err(invalid)?;
         if self.audit.refusals.window.is_zero() {
             return Err(invalid("audit.refusals.window must be above zero"));
+        }
+        if self
+            .metrics
+            .listen
+            .is_some_and(|m| m == self.listen && m.port() != 0)
+        {
+            return Err(invalid(
+                "metrics.listen is the same address as listen: give the metrics a port of their own",
+            ));
         }
         for (name, cluster) in &self.clusters {
             if !valid_name(name) {

@@ -267,13 +267,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             }
             Err(_) => return Err(IssuanceError::AuditUnavailable),
         };
-        for role in &issued.roles {
-            let labels = crate::metrics::IssuedLabels {
-                cluster: cluster.name.clone(),
-                role: role.clone(),
-            };
-            self.metrics.issued.get_or_create(&labels).inc();
-        }
+        self.metrics.count_issued(&cluster.name, &issued.roles);
         tracing::info!(request_id = %stored.record.request_id, cluster = %cluster.name,
             username = %text::clean_field(leaf.username), roles = ?issued.roles,
             serial = %issued.serial_hex, audit_seq = stored.seq, "certificate issued");

@@ -21,7 +21,8 @@
 //!   certificate, for the API and for break-glass.
 //! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with
 //!   group commit.
-//! - `metrics`: Prometheus metrics on `/metrics`.
+//! - `metrics`: Prometheus metrics on `/metrics` (on the main port, or a
+//!   listener of their own).
 //! - `config`: the configuration file, its cluster files and its
 //!   environment overrides.
 //! - `app`: the server's state built from the configuration.
@@ -41,6 +42,13 @@
 //! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
 //! - `telemetry`: logging setup.
+
+/// This build's version (`talos-sso-server --version`, `/v1/info`, metrics).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The source revision this build was made from (`git rev-parse HEAD`, or
+/// `TALOS_SSO_REVISION` at build time), `unknown` when neither was there.
+pub const REVISION: &str = env!("TALOS_SSO_REVISION");
 
 pub mod app;
 pub mod audit;

@@ -1,24 +1,47 @@
-//! Prometheus metrics, served as OpenMetrics text on `GET /metrics`:
-//! certificates issued (by cluster and role), requests denied (by cluster
-//! and reason), issuance latency, audit write failures, identity provider key
-//! refreshes, signatures a CA's PKCS#11 token could not make, and each
-//! cluster's CA expiry time. Counters kept elsewhere as
-//! plain atomics (the audit writer, the provider) are read at scrape time
-//! through the [`Sources`] the server hands over when it builds the metrics:
-//! those modules know nothing about Prometheus, and this one nothing about
-//! them.
+//! Prometheus metrics, served as OpenMetrics text on `GET /metrics` (on the
+//! main port, or on `metrics.listen` alone): the build, certificates issued
+//! (by cluster) and the roles they grant (by cluster and role), requests
+//! denied (by cluster and reason), issuance latency, every HTTP request's
+//! latency (by route template and status class), requests refused by a
+//! rate limit, the audit writer's batches, identity provider key
+//! refreshes and key age, Microsoft Graph lookups, signatures a CA's
+//! PKCS#11 token could not make, the server's TLS certificate expiry, each
+//! cluster's CA expiry, and readiness. docs/operations.md lists them.
+//!
+//! Labels take only configured values (cluster, role and issuer names) or
+//! the server's own fixed codes, never request input: a request to a path
+//! nobody configured is `route="unmatched"`, a cluster nobody configured
+//! `cluster="unknown"`, so no request can add a series.
+//!
+//! Counters kept elsewhere as plain atomics (the audit writer, the
+//! providers, Graph, the TLS files) are read at scrape time through the
+//! [`Sources`] the server hands over when it builds the metrics: those
+//! modules know nothing about Prometheus, and this one nothing about them.
+
+use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// A value read at each scrape.
+pub type Read<T> = Box<dyn Fn() -> T + Send + Sync>;
+
+/// The route label of a request no route matched.
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct IssuedLabels {
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleLabels {
     pub cluster: String,
     pub role: String,
 }
@@ -35,16 +58,39 @@ pub struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClusterLabels {
-    pub cluster: String,
+struct HttpLabels {
+    /// A route template of the router, or [`UNMATCHED_ROUTE`].
+    route: String,
+    status_class: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    revision: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IssuerLabels {
+    issuer: String,
 }
 
 /// What the metrics read from the rest of the server.
 pub struct Sources {
     /// Audit transactions that failed so far.
-    pub audit_write_failures: Box<dyn Fn() -> u64 + Send + Sync>,
+    pub audit_write_failures: Read<u64>,
     /// Identity provider key set refreshes so far: (succeeded, failed).
-    pub jwks_refreshes: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    pub jwks_refreshes: Read<(u64, u64)>,
+    /// How long ago each issuer's key set was last fetched, by the
+    /// configured issuer.
+    pub keys_age: Read<Vec<(String, Duration)>>,
+    /// Microsoft Graph lookups so far: (succeeded, failed).
+    pub graph_requests: Read<(u64, u64)>,
     /// Audit checkpoints signed, failed, refused by the webhook, and the
     /// last one's `seq` and time; `None` when none are signed.
     pub checkpoints: Option<std::sync::Arc<crate::audit::checkpoint::CheckpointStats>>,
@@ -53,6 +99,9 @@ pub struct Sources {
     /// Each cluster's signing CA expiry (Unix time), by cluster name, as
     /// the clusters are now (a reload may change them).
     pub ca_not_after: Box<dyn Fn() -> Vec<(String, i64)> + Send + Sync>,
+    /// The expiry (Unix time) of the TLS certificate the server presents
+    /// now (it follows reloads); `None` with plain HTTP.
+    pub tls_not_after: Option<Read<Option<i64>>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -61,6 +110,22 @@ impl std::fmt::Debug for Sources {
             .field("reloads", &self.reloads)
             .finish_non_exhaustive()
     }
+}
+
+fn encode_results(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    (ok, failed): (u64, u64),
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (result, count) in [("ok", ok), ("failed", failed)] {
+        let labels = ResultLabels {
+            result: result.into(),
+        };
+        ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// Encodes [`Sources`] at each scrape, after the metrics kept here. The
@@ -75,23 +140,43 @@ impl Collector for Sources {
             None,
             MetricType::Counter,
         )?)?;
-        let mut refreshes = encoder.encode_descriptor(
+        encode_results(
+            &mut encoder,
             "jwks_refreshes",
             "Identity provider key set refreshes, by result.",
-            None,
-            MetricType::Counter,
+            (self.jwks_refreshes)(),
         )?;
-        let (ok, failed) = (self.jwks_refreshes)();
-        for (result, count) in [("ok", ok), ("failed", failed)] {
-            let labels = ResultLabels {
-                result: result.into(),
-            };
-            ConstCounter::new(count).encode(refreshes.encode_family(&labels)?)?;
+        let ages = (self.keys_age)();
+        if !ages.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "identity_provider_keys_age_seconds",
+                "Seconds since each identity provider's key set was last fetched successfully, by configured issuer.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (issuer, age) in ages {
+                let labels = IssuerLabels { issuer };
+                ConstGauge::new(age.as_secs_f64()).encode(family.encode_family(&labels)?)?;
+            }
         }
+        encode_results(
+            &mut encoder,
+            "graph_requests",
+            "Microsoft Graph group lookups (token group overage), by result.",
+            (self.graph_requests)(),
+        )?;
         if let Some(stats) = &self.checkpoints {
             encode_checkpoint_stats(stats, &mut encoder)?;
         }
         encode_reload_stats(&self.reloads, &mut encoder)?;
+        if let Some(not_after) = self.tls_not_after.as_ref().and_then(|read| read()) {
+            ConstGauge::new(not_after).encode(encoder.encode_descriptor(
+                "tls_certificate_not_after_timestamp_seconds",
+                "When the TLS certificate the server presents expires (Unix time).",
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
         let ca_not_after = (self.ca_not_after)();
         if ca_not_after.is_empty() {
             return Ok(());
@@ -117,18 +202,12 @@ fn encode_reload_stats(
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
     use std::sync::atomic::Ordering::Relaxed;
-    let mut reloads = encoder.encode_descriptor(
+    encode_results(
+        encoder,
         "config_reloads",
         "Configuration reloads (SIGHUP or a changed file), by result.",
-        None,
-        MetricType::Counter,
+        (stats.succeeded.load(Relaxed), stats.failed.load(Relaxed)),
     )?;
-    for (result, count) in [("ok", &stats.succeeded), ("failed", &stats.failed)] {
-        let labels = ResultLabels {
-            result: result.into(),
-        };
-        ConstCounter::new(count.load(Relaxed)).encode(reloads.encode_family(&labels)?)?;
-    }
     encode_gauges(
         encoder,
         [
@@ -204,15 +283,41 @@ fn encode_checkpoint_stats(
     )
 }
 
+/// Buckets of every latency: 0.5 ms doubling to about 16 s (past the
+/// default request timeout of 15 s).
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// `2xx` and so on; the classes are fixed, whatever the code.
+fn status_class(status: u16) -> &'static str {
+    match status / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    }
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    pub issued: Family<IssuedLabels, Counter>,
+    /// One per certificate issued, by cluster.
+    certificates_issued: Family<ClusterLabels, Counter>,
+    /// One per role of each certificate issued, by cluster and role.
+    role_grants: Family<RoleLabels, Counter>,
     pub denied: Family<DeniedLabels, Counter>,
-    pub issuance_seconds: Histogram,
+    pub issuance_duration: Histogram,
     /// Signatures a cluster's PKCS#11 token could not make (each refused
     /// with `signing_unavailable`).
     pub signing_unavailable: Family<ClusterLabels, Counter>,
+    http_requests: Family<HttpLabels, Histogram, fn() -> Histogram>,
+    rate_limited: Family<LimitLabels, Counter>,
+    audit_batch_records: Histogram,
+    audit_commit_duration: Histogram,
+    /// The `/readyz` checks, set by the scrape that renders it.
+    ready: Gauge,
 }
 
 impl Default for Metrics {
@@ -224,25 +329,42 @@ impl Default for Metrics {
 impl Metrics {
     /// What requests count, alone: for a one-off command, never scraped.
     pub fn new() -> Self {
-        let issued = Family::default();
-        let denied = Family::default();
-        // 0.5 ms .. about 4 s.
-        let issuance_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
         let mut registry = Registry::with_prefix("talos_sso");
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: crate::VERSION,
+                revision: crate::REVISION,
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "The running server's version and source revision (always 1)",
+            build,
+        );
+        let certificates_issued = Family::default();
         registry.register(
             "certificates_issued",
-            "Certificates issued, by cluster and role",
-            issued.clone(),
+            "Certificates issued, by cluster",
+            certificates_issued.clone(),
         );
+        let role_grants = Family::default();
+        registry.register(
+            "role_grants",
+            "Roles granted in issued certificates (one per role of each certificate), by cluster and role",
+            role_grants.clone(),
+        );
+        let denied = Family::default();
         registry.register(
             "requests_denied",
             "Certificate requests denied, by cluster and reason",
             denied.clone(),
         );
+        let issuance_duration = latency();
         registry.register(
-            "issuance_seconds",
+            "issuance_duration_seconds",
             "Time to answer a certificate request, audit commit included",
-            issuance_seconds.clone(),
+            issuance_duration.clone(),
         );
         let signing_unavailable = Family::default();
         registry.register(
@@ -250,21 +372,124 @@ impl Metrics {
             "Signatures the CA's PKCS#11 token could not make, by cluster",
             signing_unavailable.clone(),
         );
+        let http_requests = Family::new_with_constructor(latency as fn() -> Histogram);
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from a request to its answer's head, by route template and status class",
+            http_requests.clone(),
+        );
+        let rate_limited = Family::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused by a rate limit, by limit",
+            rate_limited.clone(),
+        );
+        let audit_batch_records = Histogram::new(exponential_buckets(
+            1.0,
+            2.0,
+            crate::audit::writer::MAX_BATCH.ilog2() as u16 + 1,
+        ));
+        registry.register(
+            "audit_batch_records",
+            "Records per audit batch transaction (group commit)",
+            audit_batch_records.clone(),
+        );
+        let audit_commit_duration = latency();
+        registry.register(
+            "audit_commit_duration_seconds",
+            "Time of one audit batch transaction, committed or not",
+            audit_commit_duration.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "Whether the /readyz checks pass (1) or not (0), at the time of the scrape",
+            ready.clone(),
+        );
         Self {
             registry,
-            issued,
+            certificates_issued,
+            role_grants,
             denied,
-            issuance_seconds,
+            issuance_duration,
             signing_unavailable,
+            http_requests,
+            rate_limited,
+            audit_batch_records,
+            audit_commit_duration,
+            ready,
         }
     }
 
-    /// What requests count, and what the rest of the server keeps, read at
-    /// each scrape: the server's metrics.
-    pub fn with_sources(sources: Sources) -> Self {
-        let mut metrics = Self::new();
-        metrics.registry.register_collector(Box::new(sources));
-        metrics
+    /// Add what the rest of the server keeps, read at each scrape: the
+    /// server's metrics.
+    pub fn add_sources(&mut self, sources: Sources) {
+        self.registry.register_collector(Box::new(sources));
+    }
+
+    /// One certificate issued on `cluster` (a configured name) with `roles`.
+    pub fn count_issued(&self, cluster: &str, roles: &[String]) {
+        self.certificates_issued
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_owned(),
+            })
+            .inc();
+        for role in roles {
+            let labels = RoleLabels {
+                cluster: cluster.to_owned(),
+                role: role.clone(),
+            };
+            self.role_grants.get_or_create(&labels).inc();
+        }
+    }
+
+    /// One HTTP request answered with `status` after `elapsed`; `route` is
+    /// the router's template it matched, `None` when none did.
+    pub fn observe_http(&self, route: Option<&str>, status: u16, elapsed: Duration) {
+        let labels = HttpLabels {
+            route: route.unwrap_or(UNMATCHED_ROUTE).to_owned(),
+            status_class: status_class(status),
+        };
+        self.http_requests
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One request refused by the rate limit `limit` (`address`,
+    /// `identity`, `api_identity`).
+    pub fn count_rate_limited(&self, limit: &'static str) {
+        self.rate_limited.get_or_create(&LimitLabels { limit }).inc();
+    }
+
+    /// What the audit writer calls after each batch transaction: its
+    /// records and how long it took.
+    pub fn audit_commit_observer(&self) -> impl Fn(usize, Duration) + Send + Sync + 'static {
+        let (records, duration) = (
+            self.audit_batch_records.clone(),
+            self.audit_commit_duration.clone(),
+        );
+        move |count, took| {
+            records.observe(count as f64);
+            duration.observe(took.as_secs_f64());
+        }
+    }
+
+    /// The result of the readiness checks, for the scrape that follows.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// Give each configured cluster its per-cluster series at zero, so that
+    /// a dashboard or an alert sees "none yet" rather than no series at all
+    /// (which also reads as a renamed metric). At start and at each reload.
+    pub fn know_clusters<'a>(&self, clusters: impl IntoIterator<Item = &'a str>) {
+        for cluster in clusters {
+            let labels = ClusterLabels {
+                cluster: cluster.to_owned(),
+            };
+            drop(self.certificates_issued.get_or_create(&labels));
+            drop(self.signing_unavailable.get_or_create(&labels));
+        }
     }
 
     /// The OpenMetrics text.
@@ -273,17 +498,33 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
+
+    /// The classic Prometheus text format (0.0.4), for readers that know no
+    /// OpenMetrics (promtool, older scrapers).
+    pub fn render_classic(&self) -> String {
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Whether an `Accept` header asks for the classic text format: it names
+/// `text/plain` and not OpenMetrics (which Prometheus itself prefers).
+pub fn wants_classic_text(accept: &str) -> bool {
+    let accept = accept.to_ascii_lowercase();
+    accept.contains("text/plain") && !accept.contains("application/openmetrics-text")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn values_kept_elsewhere_are_read_at_each_scrape() {
-        let metrics = Metrics::with_sources(Sources {
+    fn sources() -> Sources {
+        Sources {
             audit_write_failures: Box::new(|| 2),
             jwks_refreshes: Box::new(|| (3, 1)),
+            keys_age: Box::new(|| vec![("https://idp.example/v2.0".into(), Duration::from_millis(61_500))]),
+            graph_requests: Box::new(|| (5, 4)),
             checkpoints: None,
             reloads: std::sync::Arc::new(crate::reload::ReloadStats {
                 succeeded: 4.into(),
@@ -294,23 +535,23 @@ mod tests {
             ca_not_after: Box::new(|| {
                 vec![("prod".into(), 1_900_000_000), ("staging".into(), 1_800_000_000)]
             }),
-        });
-        metrics
-            .issued
-            .get_or_create(&IssuedLabels {
-                cluster: "prod".into(),
-                role: "os:reader".into(),
-            })
-            .inc();
+            tls_not_after: Some(Box::new(|| Some(1_700_000_000))),
+        }
+    }
+
+    /// The lines of `text` that start with `prefix`, sorted (a family
+    /// writes its series in no particular order).
+    fn lines<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        let mut found: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
+        found.sort_unstable();
+        found
+    }
+
+    #[test]
+    fn values_kept_elsewhere_are_read_at_each_scrape() {
+        let mut metrics = Metrics::new();
+        metrics.add_sources(sources());
         let text = metrics.render();
-        assert!(
-            text.starts_with(
-                "# HELP talos_sso_certificates_issued Certificates issued, by cluster and role.\n\
-                 # TYPE talos_sso_certificates_issued counter\n\
-                 talos_sso_certificates_issued_total{cluster=\"prod\",role=\"os:reader\"} 1\n"
-            ),
-            "{text}"
-        );
         let collected = text
             .find("# HELP talos_sso_audit_write_failures")
             .map(|at| &text[at..]);
@@ -324,6 +565,13 @@ mod tests {
                  # TYPE talos_sso_jwks_refreshes counter\n\
                  talos_sso_jwks_refreshes_total{result=\"ok\"} 3\n\
                  talos_sso_jwks_refreshes_total{result=\"failed\"} 1\n\
+                 # HELP talos_sso_identity_provider_keys_age_seconds Seconds since each identity provider's key set was last fetched successfully, by configured issuer.\n\
+                 # TYPE talos_sso_identity_provider_keys_age_seconds gauge\n\
+                 talos_sso_identity_provider_keys_age_seconds{issuer=\"https://idp.example/v2.0\"} 61.5\n\
+                 # HELP talos_sso_graph_requests Microsoft Graph group lookups (token group overage), by result.\n\
+                 # TYPE talos_sso_graph_requests counter\n\
+                 talos_sso_graph_requests_total{result=\"ok\"} 5\n\
+                 talos_sso_graph_requests_total{result=\"failed\"} 4\n\
                  # HELP talos_sso_config_reloads Configuration reloads (SIGHUP or a changed file), by result.\n\
                  # TYPE talos_sso_config_reloads counter\n\
                  talos_sso_config_reloads_total{result=\"ok\"} 4\n\
@@ -334,6 +582,9 @@ mod tests {
                  # HELP talos_sso_config_last_reload_success_timestamp_seconds When a configuration was last loaded, at start or by a reload (Unix time).\n\
                  # TYPE talos_sso_config_last_reload_success_timestamp_seconds gauge\n\
                  talos_sso_config_last_reload_success_timestamp_seconds 1700000000\n\
+                 # HELP talos_sso_tls_certificate_not_after_timestamp_seconds When the TLS certificate the server presents expires (Unix time).\n\
+                 # TYPE talos_sso_tls_certificate_not_after_timestamp_seconds gauge\n\
+                 talos_sso_tls_certificate_not_after_timestamp_seconds 1700000000\n\
                  # HELP talos_sso_ca_not_after_timestamp_seconds When each cluster's signing CA expires (Unix time).\n\
                  # TYPE talos_sso_ca_not_after_timestamp_seconds gauge\n\
                  talos_sso_ca_not_after_timestamp_seconds{cluster=\"prod\"} 1900000000\n\
@@ -342,5 +593,142 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn plain_http_has_no_tls_expiry() {
+        let mut metrics = Metrics::new();
+        metrics.add_sources(Sources {
+            tls_not_after: None,
+            ..sources()
+        });
+        let text = metrics.render();
+        assert!(!text.contains("tls_certificate"), "{text}");
+        let mut metrics = Metrics::new();
+        metrics.add_sources(Sources {
+            tls_not_after: Some(Box::new(|| None)),
+            ..sources()
+        });
+        assert!(!metrics.render().contains("tls_certificate"));
+    }
+
+    #[test]
+    fn the_build_comes_first() {
+        let text = Metrics::new().render();
+        let expected = format!(
+            "# HELP talos_sso_build_info The running server's version and source revision (always 1).\n\
+             # TYPE talos_sso_build_info gauge\n\
+             talos_sso_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION"),
+            crate::REVISION
+        );
+        assert!(text.starts_with(&expected), "{text}");
+        assert!(!crate::REVISION.is_empty());
+    }
+
+    #[test]
+    fn a_certificate_counts_once_and_each_of_its_roles_once() {
+        let metrics = Metrics::new();
+        let roles = ["os:reader".to_owned(), "os:etcd:backup".to_owned()];
+        metrics.count_issued("prod", &roles);
+        metrics.count_issued("prod", &roles);
+        metrics.count_issued("staging", &roles[..1]);
+        let text = metrics.render();
+        assert_eq!(
+            lines(&text, "talos_sso_certificates_issued"),
+            [
+                "talos_sso_certificates_issued_total{cluster=\"prod\"} 2",
+                "talos_sso_certificates_issued_total{cluster=\"staging\"} 1",
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            lines(&text, "talos_sso_role_grants"),
+            [
+                "talos_sso_role_grants_total{cluster=\"prod\",role=\"os:etcd:backup\"} 2",
+                "talos_sso_role_grants_total{cluster=\"prod\",role=\"os:reader\"} 2",
+                "talos_sso_role_grants_total{cluster=\"staging\",role=\"os:reader\"} 1",
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "# HELP talos_sso_certificates_issued Certificates issued, by cluster.\n\
+                 # TYPE talos_sso_certificates_issued counter\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn requests_are_timed_by_route_template_and_status_class() {
+        let metrics = Metrics::new();
+        metrics.observe_http(Some("/v1/certificates"), 201, Duration::from_millis(3));
+        metrics.observe_http(Some("/v1/certificates"), 403, Duration::from_millis(1));
+        metrics.observe_http(None, 404, Duration::from_micros(100));
+        metrics.observe_http(None, 404, Duration::from_micros(100));
+        metrics.observe_http(Some("/readyz"), 503, Duration::from_secs(20));
+        metrics.observe_http(Some("/healthz"), 101, Duration::ZERO);
+        let text = metrics.render();
+        assert_eq!(
+            lines(&text, "talos_sso_http_request_duration_seconds_count"),
+            [
+                "talos_sso_http_request_duration_seconds_count{route=\"/healthz\",status_class=\"1xx\"} 1",
+                "talos_sso_http_request_duration_seconds_count{route=\"/readyz\",status_class=\"5xx\"} 1",
+                "talos_sso_http_request_duration_seconds_count{route=\"/v1/certificates\",status_class=\"2xx\"} 1",
+                "talos_sso_http_request_duration_seconds_count{route=\"/v1/certificates\",status_class=\"4xx\"} 1",
+                "talos_sso_http_request_duration_seconds_count{route=\"unmatched\",status_class=\"4xx\"} 2",
+            ],
+            "{text}"
+        );
+        // 3 ms falls in the bucket up to 4 ms; 20 s only in +Inf.
+        assert!(
+            text.contains(
+                "talos_sso_http_request_duration_seconds_bucket{le=\"0.004\",route=\"/v1/certificates\",status_class=\"2xx\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "talos_sso_http_request_duration_seconds_bucket{le=\"16.384\",route=\"/readyz\",status_class=\"5xx\"} 0\n\
+                 talos_sso_http_request_duration_seconds_bucket{le=\"+Inf\",route=\"/readyz\",status_class=\"5xx\"} 1\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rate_limits_audit_batches_and_readiness() {
+        let metrics = Metrics::new();
+        metrics.count_rate_limited("address");
+        metrics.count_rate_limited("address");
+        metrics.count_rate_limited("api_identity");
+        let observe = metrics.audit_commit_observer();
+        observe(1, Duration::from_millis(2));
+        observe(256, Duration::from_millis(40));
+        let text = metrics.render();
+        assert!(text.contains("talos_sso_ready 0\n"), "{text}");
+        assert_eq!(
+            lines(&text, "talos_sso_rate_limited"),
+            [
+                "talos_sso_rate_limited_total{limit=\"address\"} 2",
+                "talos_sso_rate_limited_total{limit=\"api_identity\"} 1",
+            ],
+            "{text}"
+        );
+        for expected in [
+            "talos_sso_audit_batch_records_sum 257.0\n",
+            "talos_sso_audit_batch_records_count 2\n",
+            "talos_sso_audit_batch_records_bucket{le=\"1.0\"} 1\n",
+            "talos_sso_audit_batch_records_bucket{le=\"128.0\"} 1\n",
+            "talos_sso_audit_batch_records_bucket{le=\"256.0\"} 2\n",
+            "talos_sso_audit_commit_duration_seconds_count 2\n",
+            "talos_sso_audit_commit_duration_seconds_bucket{le=\"0.002\"} 1\n",
+            "talos_sso_audit_commit_duration_seconds_bucket{le=\"0.064\"} 2\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        metrics.set_ready(true);
+        assert!(metrics.render().contains("talos_sso_ready 1\n"));
     }
 }

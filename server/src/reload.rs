@@ -184,6 +184,7 @@ impl App {
         }
         self.authenticator
             .set_relevant_groups(crate::app::relevant_groups(&applied, &clusters));
+        self.metrics.know_clusters(clusters.keys().map(String::as_str));
         self.replace_settings(Settings {
             config: applied,
             clusters,

@@ -4,11 +4,13 @@
 //! [`Server::bind`] builds and checks everything (the TLS material, the app
 //! with its background tasks) before it takes the port, so that a broken
 //! configuration is reported as such, not as a port someone else holds.
-//! [`Server::run_until_stopped`] serves until its shutdown future completes,
-//! then stops in the order that loses nothing: no new connections, in-flight
-//! requests finish within `http.shutdown_grace`, the periodic tasks stop, the
-//! last refusal counts are recorded while the audit writer still takes
-//! records, the writer drains, and the last checkpoint is signed.
+//! [`Server::run_until_stopped`] serves (the API, and the metrics on their
+//! own listener when `metrics.listen` is set) until its shutdown future
+//! completes, then stops in the order that loses nothing: no new
+//! connections on either listener, in-flight requests finish within
+//! `http.shutdown_grace`, the periodic tasks stop, the last refusal counts
+//! are recorded while the audit writer still takes records, the writer
+//! drains, and the last checkpoint is signed.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,6 +30,8 @@ pub struct Server {
     /// Where the listener is bound: the configured address, with the port
     /// the system chose when the configuration says 0.
     local_addr: SocketAddr,
+    /// The metrics listener (`metrics.listen`) and where it is bound.
+    metrics: Option<(tokio::net::TcpListener, SocketAddr)>,
     /// `None` for plain HTTP (`insecure_http`).
     tls: Option<TlsFiles>,
     tasks: Tasks,
@@ -68,11 +72,15 @@ impl Tasks {
 impl Server {
     /// Load the TLS material, build the app (CA material, rules, policy
     /// examples, the identity provider, the database) and only then bind
-    /// `config.listen`. Nothing is left running when this fails.
+    /// `metrics.listen` (when set), then `config.listen`. Nothing is left
+    /// running when this fails.
     pub async fn bind(config: Config, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
         let (tls, tls_reloader) = tls_material(&config).await?.unzip();
-        let listen = config.listen;
-        let (app, background) = match App::build(config, clock).await {
+        let (listen, metrics_listen) = (config.listen, config.metrics.listen);
+        let tls_not_after = tls
+            .clone()
+            .map(|files| -> crate::metrics::Read<Option<i64>> { Box::new(move || files.not_after()) });
+        let (app, background) = match App::build(config, clock, tls_not_after).await {
             Ok(built) => built,
             Err(error) => {
                 if let Some(reloader) = tls_reloader {
@@ -85,25 +93,38 @@ impl Server {
             background,
             tls_reloader,
         };
-        let (listener, local_addr) = match listen_on(listen) {
+        let bound = metrics_listen
+            .map(|address| listen_on(address).map_err(|error| (address, error)))
+            .transpose()
+            .and_then(|metrics| {
+                let main = listen_on(listen).map_err(|error| (listen, error))?;
+                Ok((main, metrics))
+            });
+        let ((listener, local_addr), metrics) = match bound {
             Ok(bound) => bound,
-            Err(error) => {
+            Err((address, error)) => {
                 // The app goes with this error, and its audit writer with it.
                 tasks.stop_periodic().await;
-                return Err(StartError::Listen {
-                    address: listen,
-                    error,
-                });
+                return Err(StartError::Listen { address, error });
             }
         };
+        if let Some((_, address)) = &metrics {
+            tracing::info!(address = %address, "serving metrics (plain HTTP)");
+        }
         tracing::info!(address = %local_addr, tls = tls.is_some(), "listening");
         Ok(Self {
             app,
             listener,
             local_addr,
+            metrics,
             tls,
             tasks,
         })
+    }
+
+    /// Where the metrics listener is bound, when `metrics.listen` is set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(_, address)| *address)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -127,15 +148,35 @@ impl Server {
         let Self {
             app,
             listener,
+            metrics,
             tls,
             mut tasks,
             ..
         } = self;
+        // One shutdown for both listeners.
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        };
         let shutdown = async {
             shutdown.await;
             tracing::info!("shutting down: finishing in-flight requests");
+            let _ = stop.send(true);
         };
-        serve::run(app.clone(), listener, tls, shutdown).await;
+        let api = serve::run(
+            app.clone(),
+            crate::http::router(app.clone()),
+            listener,
+            tls,
+            stopped(stopping.clone()),
+        );
+        let metrics = async {
+            if let Some((listener, _)) = metrics {
+                let router = crate::http::metrics_router(app.clone());
+                serve::run(app.clone(), router, listener, None, stopped(stopping)).await;
+            }
+        };
+        tokio::join!(shutdown, api, metrics);
         // The refusal recorder stops first, so that the last window is
         // closed once, here, while the writer still takes its records.
         tasks.stop_periodic().await;

@@ -360,6 +360,9 @@ impl Answer {
 #[derive(Debug)]
 pub struct TestServer {
     pub base_url: String,
+    /// `http://` and the metrics listener's address, when `metrics.listen`
+    /// is set.
+    pub metrics_url: Option<String>,
     pub app: Arc<App>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -371,6 +374,7 @@ impl TestServer {
             .await
             .expect("server starts");
         let base_url = server.url();
+        let metrics_url = server.metrics_addr().map(|address| format!("http://{address}"));
         let app = server.app().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server.run_until_stopped(async move {
@@ -378,6 +382,7 @@ impl TestServer {
         }));
         Self {
             base_url,
+            metrics_url,
             app,
             stop: Some(stop),
             task: Some(task),
@@ -500,13 +505,11 @@ impl TestEnv {
         self.server.app.settings().config.clone()
     }
 
-    /// What `GET /metrics` answers.
+    /// What `GET /metrics` answers (on the metrics listener when
+    /// `metrics.listen` is set).
     pub async fn metrics(&self) -> String {
-        let response = self
-            .http
-            .get(format!("{}/metrics", self.server.base_url))
-            .send()
-            .await;
+        let base = self.server.metrics_url.as_ref().unwrap_or(&self.server.base_url);
+        let response = self.http.get(format!("{base}/metrics")).send().await;
         response.expect("metrics").text().await.expect("metrics text")
     }
 

@@ -32,6 +32,8 @@
 //!   refused with the running one kept.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
+//! - `metrics`: what each metric counts on a running server, labels no
+//!   request can add, the TLS expiry, the metrics listener of their own.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
@@ -74,6 +76,7 @@ mod hsm;
 mod identity;
 mod issuance;
 mod matrix;
+mod metrics;
 mod monitoring;
 mod quickstart;
 mod reload;

@@ -620,6 +620,23 @@ async fn info_health_readiness_and_request_ids() {
     env.finish().await;
 }
 
+/// The `prod-break-glass` context of a break-glass talosconfig: what the
+/// Talos stand-in accepts of it, and its certificate chain (PEM).
+fn break_glass_context(talosconfig: &str) -> (talos_checker::Accepted, String) {
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(talosconfig).unwrap();
+    let context = &yaml["contexts"]["prod-break-glass"];
+    let field = |name: &str| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(context[name].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let accepted = talos_checker::handshake(&field("ca"), &field("crt"), &field("key")).unwrap();
+    (accepted, field("crt"))
+}
+
 #[tokio::test]
 async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     let env = TestEnv::start(Backend::Sqlite).await;
@@ -705,18 +722,7 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
         0o600
     );
 
-    let yaml: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let context = &yaml["contexts"]["prod-break-glass"];
-    let field = |name: &str| {
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(context[name].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap()
-    };
-    let accepted = talos_checker::handshake(&field("ca"), &field("crt"), &field("key")).unwrap();
+    let (accepted, _) = break_glass_context(&std::fs::read_to_string(&out).unwrap());
     assert_eq!(accepted.roles, ["os:admin"]);
 
     let rows = records(&env).await;
@@ -736,7 +742,108 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     assert_eq!(last.details["uid"], uid);
     assert_eq!(last.roles_granted, ["os:admin"]);
     assert!(last.username.as_deref().unwrap().starts_with("break-glass:"));
+
+    // `--out -`: the talosconfig alone on standard output, its record
+    // committed first, no file made.
+    let printed = cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:operator",
+        "--reason",
+        "Entra outage INC-4712",
+        "--out",
+        "-",
+    ])
+    .await
+    .unwrap();
+    assert!(!std::path::Path::new("-").exists(), "no file named `-`");
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&printed).unwrap();
+    let keys: Vec<&str> = yaml
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["context", "contexts"], "{printed}");
+    assert_eq!(yaml["context"], "prod-break-glass");
+    let (accepted, crt) = break_glass_context(&printed);
+    assert_eq!(accepted.roles, ["os:operator"]);
+    let after = records(&env).await;
+    assert_eq!(after.len(), rows.len() + 1);
+    let last = &after.last().unwrap().record;
+    assert_eq!(
+        (last.event.as_str(), last.details["reason"].as_str()),
+        ("break_glass.issued", Some("Entra outage INC-4712"))
+    );
+    let leaf = talos_sso_server::ca::parse_certificates(&crt, "break-glass")
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        last.certificate_sha256.as_deref(),
+        Some(sha256_hex(&leaf.der).as_str()),
+        "the record names the certificate printed"
+    );
     assert_chain_intact(&env).await;
+    env.finish().await;
+}
+
+/// The binary as `kubectl exec` runs it in the image (no shell, read-only
+/// root): `--out -` puts the talosconfig alone on standard output and
+/// what is said about it on standard error; `--version` answers.
+#[tokio::test]
+async fn the_binary_prints_break_glass_on_stdout_and_its_version() {
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let config = write_config(&env);
+    let binary = talos_sso_tests::faults::server_binary().unwrap();
+    let version = tokio::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .await
+        .unwrap();
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        format!("talos-sso-server {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let output = tokio::process::Command::new(&binary)
+        .args(["break-glass", "--config", config.to_str().unwrap()])
+        .args(["--cluster", "prod", "--role", "os:operator", "--ttl", "5m"])
+        .args(["--reason", "Entra outage INC-4713", "--out", "-"])
+        .current_dir(env.work.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(!env.work.path().join("-").exists());
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&stdout).unwrap();
+    assert_eq!(yaml["context"], "prod-break-glass", "{stdout}");
+    let context = &yaml["contexts"]["prod-break-glass"];
+    assert!(
+        ["ca", "crt", "key"].iter().all(|k| context[*k].is_string()),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .all(|l| !l.contains("wrote") && !l.contains("audit record")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("wrote the talosconfig to standard output (context prod-break-glass)"),
+        "{stderr}"
+    );
+    let last = records(&env).await.pop().unwrap();
+    assert_eq!(last.record.event, "break_glass.issued");
+    assert!(stderr.contains(&format!("audit record {}", last.seq)), "{stderr}");
     env.finish().await;
 }
 
@@ -771,8 +878,34 @@ async fn serves_tls_from_the_configured_certificate() {
         .send()
         .await;
     assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
-    // A renewed certificate (from another CA) is picked up without a restart.
+    // The metrics name the expiry of the certificate served.
+    let tls_not_after = |client: &reqwest::Client| {
+        let (client, url) = (client.clone(), format!("{}/metrics", env.server.base_url));
+        async move {
+            let text = client.get(url).send().await.unwrap().text().await.unwrap();
+            let name = "talos_sso_tls_certificate_not_after_timestamp_seconds ";
+            let value = text.lines().find_map(|l| l.strip_prefix(name));
+            value
+                .unwrap_or_else(|| panic!("no {name}in\n{text}"))
+                .parse::<i64>()
+                .unwrap()
+        }
+    };
+    let file_not_after = || {
+        let pem = std::fs::read_to_string(&cert).unwrap();
+        let leaf = talos_sso_server::ca::parse_certificates(&pem, "tls")
+            .unwrap()
+            .remove(0);
+        leaf.not_after().unix_timestamp()
+    };
+    let first = file_not_after();
+    assert_eq!(tls_not_after(&client).await, first);
+    // A renewed certificate (from another CA) is picked up without a
+    // restart. Made a second later at least, its expiry is a later second.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (new_ca_pem, _, _) = talos_sso_tests::harness::tls_files(scratch.path());
+    let second = file_not_after();
+    assert!(second > first);
     let renewed = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(new_ca_pem.as_bytes()).unwrap())
         .build()
@@ -790,6 +923,11 @@ async fn serves_tls_from_the_configured_certificate() {
         }
     }
     assert!(served_new, "the new certificate is served");
+    assert_eq!(
+        tls_not_after(&renewed).await,
+        second,
+        "the metrics follow the reload"
+    );
     // A new connection from a client that trusts only the old CA fails now
     // (the first client's kept-alive connection would still work).
     let old_ca_only = reqwest::Client::builder()
@@ -1003,6 +1141,21 @@ async fn rate_limits_apply_per_address_and_per_identity() {
         ("refusals.aggregated", Some("rate_limited"))
     );
     assert_eq!(summary.details["count"], 2, "alice's and carol's");
+    // Each refusal is counted by the limit that made it.
+    let text = env.metrics().await;
+    let mut limited: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("talos_sso_rate_limited_total"))
+        .collect();
+    limited.sort_unstable();
+    assert_eq!(
+        limited,
+        [
+            r#"talos_sso_rate_limited_total{limit="address"} 2"#,
+            r#"talos_sso_rate_limited_total{limit="identity"} 1"#,
+        ],
+        "{text}"
+    );
     assert_chain_intact(&env).await;
     env.finish().await;
 }
@@ -1247,9 +1400,10 @@ async fn metrics_count_decisions_latency_and_ca_expiry() {
     );
     let text = response.text().await.unwrap();
     for expected in [
-        r#"talos_sso_certificates_issued_total{cluster="prod",role="os:operator"} 1"#,
+        r#"talos_sso_certificates_issued_total{cluster="prod"} 1"#,
+        r#"talos_sso_role_grants_total{cluster="prod",role="os:operator"} 1"#,
         r#"talos_sso_requests_denied_total{cluster="prod",reason="no_matching_rule"} 1"#,
-        "talos_sso_issuance_seconds_count 2",
+        "talos_sso_issuance_duration_seconds_count 2",
         "talos_sso_audit_write_failures_total 0",
         r#"talos_sso_ca_not_after_timestamp_seconds{cluster="prod"} "#,
         "# EOF",

@@ -14,6 +14,11 @@
 //! `certificate.undelivered` record, so the trail never claims, unsaid, a
 //! certificate that nobody received.
 //!
+//! Each batch transaction is reported to the [`CommitObserver`] the writer
+//! was started with (its records and how long it took: the metrics' batch
+//! size and commit time), committed or not; the record-by-record retries of
+//! a refused batch are not batches.
+//!
 //! After each commit the writer publishes the highest sequence number it
 //! committed ([`AuditWriter::committed`]), so that followers of the trail
 //! (`GET /v1/audit/stream`) wake up at once instead of polling.
@@ -59,6 +64,10 @@ pub struct WriterStats {
     pub unacknowledged: AtomicU64,
 }
 
+/// Told of each batch transaction the writer runs: its records and how long
+/// it took, whether it committed or not.
+pub type CommitObserver = Box<dyn Fn(usize, Duration) + Send + Sync>;
+
 /// A handle to the writer task; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AuditWriter {
@@ -91,7 +100,7 @@ impl Published {
 impl AuditWriter {
     /// Start the writer task. It ends when every handle is dropped, after
     /// writing what is still queued.
-    pub fn start(store: AuditStore) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn start(store: AuditStore, observer: CommitObserver) -> (Self, tokio::task::JoinHandle<()>) {
         let (jobs, mut queue) = mpsc::channel::<Job>(MAX_BATCH * 16);
         let stats = Arc::new(WriterStats::default());
         let (published, committed) = watch::channel(0);
@@ -117,7 +126,8 @@ impl AuditWriter {
                         Err(_) => break,
                     }
                 }
-                if let Some(doubt) = write(&task_store, &task_stats, &published, &mut batch).await {
+                if let Some(doubt) = write(&task_store, &task_stats, &published, &observer, &mut batch).await
+                {
                     in_doubt.push(doubt);
                 }
             }
@@ -163,10 +173,14 @@ async fn write(
     store: &AuditStore,
     stats: &WriterStats,
     published: &Published,
+    observer: &CommitObserver,
     batch: &mut Vec<Job>,
 ) -> Option<Vec<Appended>> {
     let appends: Vec<Append> = batch.iter().map(|job| job.append.clone()).collect();
-    match store.append_batch(&appends).await {
+    let started = tokio::time::Instant::now();
+    let written = store.append_batch(&appends).await;
+    observer(appends.len(), started.elapsed());
+    match written {
         Ok(results) => {
             published.committed(&results);
             answer_committed(stats, batch, results);

@@ -114,7 +114,8 @@ impl Caller {
 
     /// Rate limits, then the token: who is asking, as only a token we
     /// verified ourselves says. Every refusal is recorded in `record`
-    /// (with who the token *claimed* to be, marked unverified).
+    /// (with who the token *claimed* to be, marked unverified); a rate-limit
+    /// refusal is also counted by limit (`talos_sso_rate_limited_total`).
     pub async fn authenticate(
         &self,
         app: &App,
@@ -125,6 +126,7 @@ impl Caller {
         if let Some(address) = &self.address_key
             && let Err(retry) = app.settings().rate_limits.check_address(address)
         {
+            app.metrics.count_rate_limited("address");
             if let Credentials::Bearer(token) = &self.credentials {
                 with_claimed_identity(record, app.authenticator.claimed(token));
             }
@@ -160,11 +162,18 @@ impl Caller {
         };
         with_identity(record, &verified);
         let rate_limits = app.settings().rate_limits.clone();
-        let limited = match limit {
-            IdentityLimit::Certificates => rate_limits.check_identity(&verified.qualified_subject()),
-            IdentityLimit::Api => rate_limits.check_api_identity(&verified.qualified_subject()),
+        let (limited, name) = match limit {
+            IdentityLimit::Certificates => (
+                rate_limits.check_identity(&verified.qualified_subject()),
+                "identity",
+            ),
+            IdentityLimit::Api => (
+                rate_limits.check_api_identity(&verified.qualified_subject()),
+                "api_identity",
+            ),
         };
         if let Err(retry) = limited {
+            app.metrics.count_rate_limited(name);
             return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "you")).await);
         }
         Ok(verified)

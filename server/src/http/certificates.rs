@@ -27,7 +27,7 @@ pub async fn issue(
     let started = std::time::Instant::now();
     let answer = issue_certificate(&app, &caller, &body).await;
     app.metrics
-        .issuance_seconds
+        .issuance_duration
         .observe(started.elapsed().as_secs_f64());
     answer.map(|issued| (StatusCode::CREATED, Json(issued)))
 }

@@ -1,12 +1,13 @@
-//! HTTP: the router, request ids, client addresses, limits. One module per
-//! endpoint group, each extracting what the request says, calling the
-//! domain and mapping its answer:
+//! HTTP: the router, request ids, client addresses, limits, request
+//! latency by route. One module per endpoint group, each extracting what
+//! the request says, calling the domain and mapping its answer:
 //!
 //! - `certificates`: `POST /v1/certificates`, through [`crate::issuance`];
 //! - `audit`: `GET /v1/audit` and `/v1/audit/verify` (auditors);
 //! - `feed`: `GET /v1/audit/stream` (auditors): the trail as it grows;
 //! - `deny`: `/v1/deny` (admins);
-//! - `status`: `/v1/info`, `/healthz`, `/readyz`, `/metrics`, not found;
+//! - `status`: `/v1/info`, `/healthz`, `/readyz`, `/metrics` (here, or
+//!   alone on the metrics listener: [`metrics_router`]), not found;
 //! - `caller`: what is known of a caller before and after authentication,
 //!   and how a refusal is recorded;
 //! - `privileged`: authenticating auditors and admins;
@@ -28,7 +29,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -161,10 +162,27 @@ pub fn client_address(trusted_proxies: &[ipnet::IpNet], peer: IpAddr, headers: &
     client
 }
 
+/// Time each request, by the route template it matched (`unmatched` when
+/// none did: the path itself never becomes a label) and its status class.
+/// Router layers run after routing, so the template is known here.
+async fn observe(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned());
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    app.metrics
+        .observe_http(route.as_deref(), response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// The API. `/metrics` is here unless `metrics.listen` gives it a
+/// listener of its own.
 pub fn router(app: Arc<App>) -> Router {
     let settings = app.settings();
     let http = &settings.config.http;
-    Router::new()
+    let mut routes = Router::new()
         .route("/v1/info", get(status::info))
         .route("/v1/certificates", post(certificates::issue))
         .route("/v1/audit", get(audit::list))
@@ -173,8 +191,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route(talos_sso_api::feed::STREAM_PATH, get(feed::stream))
         .route("/v1/deny", get(deny::list).post(deny::add).delete(deny::remove))
         .route("/healthz", get(status::healthz))
-        .route("/readyz", get(status::readyz))
-        .route("/metrics", get(status::metrics))
+        .route("/readyz", get(status::readyz));
+    if settings.config.metrics.listen.is_none() {
+        routes = routes.route(METRICS_PATH, get(status::metrics));
+    }
+    routes
         .fallback(status::not_found)
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(
@@ -182,6 +203,24 @@ pub fn router(app: Arc<App>) -> Router {
             http.request_timeout,
         ))
         .layer(axum::middleware::from_fn(request_id))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
+        .with_state(app)
+}
+
+/// Where the metrics are served.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// The metrics listener's (`metrics.listen`): `GET /metrics`, nothing else.
+pub fn metrics_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route(METRICS_PATH, get(status::metrics))
+        .fallback(status::not_found)
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            app.settings().config.http.request_timeout,
+        ))
+        .layer(axum::middleware::from_fn(request_id))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
 }
 

@@ -21,7 +21,11 @@
 //!   connections finish their requests within `shutdown_grace`, then the
 //!   remaining ones are closed.
 //!
-//! The TLS certificate and key are reloaded when their files change.
+//! The TLS certificate and key are reloaded when their files change; the
+//! metrics read the expiry of the one presented now.
+//!
+//! The same loop serves the API and, when `metrics.listen` is set, the
+//! metrics listener (plain HTTP), each with its own router and limits.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -53,22 +57,43 @@ use crate::config::{HttpConfig, TlsConfig};
 /// change; each new connection takes the current pair.
 #[derive(Debug, Clone)]
 pub(crate) struct TlsFiles {
-    current: Arc<RwLock<Arc<ServerConfig>>>,
+    current: Arc<RwLock<Served>>,
+}
+
+/// What the server presents now.
+#[derive(Debug)]
+struct Served {
+    config: Arc<ServerConfig>,
+    /// The leaf certificate's expiry (Unix time), for the metrics; `None`
+    /// when it does not read as DER (rustls does not read it itself).
+    not_after: Option<i64>,
 }
 
 impl TlsFiles {
+    fn current(&self) -> std::sync::RwLockReadGuard<'_, Served> {
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
-        let config = match self.current.read() {
-            Ok(current) => current.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        tokio_rustls::TlsAcceptor::from(config)
+        tokio_rustls::TlsAcceptor::from(self.current().config.clone())
+    }
+
+    /// When the certificate presented now expires (Unix time).
+    pub(crate) fn not_after(&self) -> Option<i64> {
+        self.current().not_after
     }
 }
 
 /// The rustls configuration for a PEM certificate chain and key (also the
 /// tests' TLS front for other services).
 pub fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
+    load_served(cert, key).map(|(config, _)| config)
+}
+
+/// [`load_tls`], and when the chain's first certificate expires.
+fn load_served(cert: &Path, key: &Path) -> io::Result<(ServerConfig, Option<i64>)> {
     let bad = |what: &Path, e: &dyn std::fmt::Display| {
         io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", what.display()))
     };
@@ -76,9 +101,10 @@ pub fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
         .map_err(|e| bad(cert, &e))?
         .collect::<Result<_, _>>()
         .map_err(|e| bad(cert, &e))?;
-    if chain.is_empty() {
+    let Some(leaf) = chain.first() else {
         return Err(bad(cert, &"no CERTIFICATE block"));
-    }
+    };
+    let not_after = leaf_not_after(leaf);
     let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, &e))?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
@@ -88,7 +114,24 @@ pub fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
         .with_single_cert(chain, key_der)
         .map_err(|e| bad(key, &e))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, not_after))
+}
+
+fn leaf_not_after(leaf: &[u8]) -> Option<i64> {
+    let certificate = <x509_cert::Certificate as der::Decode>::from_der(leaf).ok()?;
+    let not_after = certificate.tbs_certificate().validity().not_after;
+    i64::try_from(not_after.to_unix_duration().as_secs()).ok()
+}
+
+fn served(cert: &Path, key: &Path) -> io::Result<Served> {
+    let (config, not_after) = load_served(cert, key)?;
+    if not_after.is_none() {
+        tracing::warn!(cert = %cert.display(), "the TLS certificate does not read as DER: its expiry is not in the metrics");
+    }
+    Ok(Served {
+        config: Arc::new(config),
+        not_after,
+    })
 }
 
 /// Load the configured certificate and key, and keep them fresh: every
@@ -97,7 +140,7 @@ pub fn load_tls(cert: &Path, key: &Path) -> io::Result<ServerConfig> {
 /// files, a key that does not match) is logged and the current pair stays.
 pub(crate) async fn tls_from_config(tls: &TlsConfig) -> io::Result<(TlsFiles, tokio::task::JoinHandle<()>)> {
     let files = TlsFiles {
-        current: Arc::new(RwLock::new(Arc::new(load_tls(&tls.cert_file, &tls.key_file)?))),
+        current: Arc::new(RwLock::new(served(&tls.cert_file, &tls.key_file)?)),
     };
     let (cert, key, interval): (PathBuf, PathBuf, Duration) =
         (tls.cert_file.clone(), tls.key_file.clone(), tls.reload_interval);
@@ -114,11 +157,11 @@ pub(crate) async fn tls_from_config(tls: &TlsConfig) -> io::Result<(TlsFiles, to
             if now == seen {
                 continue;
             }
-            match load_tls(&cert, &key) {
-                Ok(config) => {
+            match served(&cert, &key) {
+                Ok(pair) => {
                     match reloaded.current.write() {
-                        Ok(mut current) => *current = Arc::new(config),
-                        Err(poisoned) => *poisoned.into_inner() = Arc::new(config),
+                        Ok(mut current) => *current = pair,
+                        Err(poisoned) => *poisoned.into_inner() = pair,
                     }
                     seen = now;
                     tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
@@ -264,19 +307,18 @@ fn connection_builder(http: &HttpConfig) -> Builder<TokioExecutor> {
     builder
 }
 
-/// Serve until `shutdown` completes, then let open connections finish their
-/// requests for up to `shutdown_grace` and close those still open after it:
-/// when this returns, no connection holds the app. `tls` is `None` only
-/// when the configuration asks for plain HTTP.
+/// Serve `router` until `shutdown` completes, then let open connections
+/// finish their requests for up to `shutdown_grace` and close those still
+/// open after it: when this returns, no connection holds the app. `tls` is
+/// `None` for plain HTTP (`insecure_http`, the metrics listener).
 pub(crate) async fn run(
     app: Arc<App>,
+    router: Router,
     listener: tokio::net::TcpListener,
     tls: Option<TlsFiles>,
     shutdown: impl Future<Output = ()>,
 ) {
     let http = Arc::new(app.settings().config.http.clone());
-    let feeds_of = app.clone();
-    let router = super::router(app);
     let builder = Arc::new(connection_builder(&http));
     let slots = Arc::new(Semaphore::new(http.max_connections));
     let per_address = Arc::new(PerAddress::default());
@@ -327,7 +369,7 @@ pub(crate) async fn run(
         });
     }
     drop(listener);
-    feeds_of.feeds.shut_down();
+    app.feeds.shut_down();
     let _ = stop.send(true);
     let all = u32::try_from(http.max_connections).unwrap_or(u32::MAX);
     if tokio::time::timeout(http.shutdown_grace, slots.acquire_many(all))

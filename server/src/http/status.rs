@@ -26,7 +26,8 @@ pub async fn not_found() -> ApiError {
 /// Ready when the database answers, the provider's keys are fresh and every
 /// CA can sign. A CA key in a PKCS#11 token signs a probe, off the runtime
 /// (the call blocks on the HSM); that also reopens a module that failed.
-pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
+/// `/readyz` answers with it, and `talos_sso_ready` is it at each scrape.
+async fn readiness(app: &Arc<App>) -> Readiness {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
     let settings = app.settings();
@@ -38,25 +39,45 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>
     } else {
         true
     };
-    let ready = database && keys_fresh && signing;
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let readiness = Readiness {
-        ready,
+    Readiness {
+        ready: database && keys_fresh && signing,
         database,
         identity_provider_keys_fresh: keys_fresh,
         identity_provider_reachable: app.authenticator.providers_reachable(),
         clusters: settings.clusters.len(),
         signing,
+    }
+}
+
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {
+    let readiness = readiness(&app).await;
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(readiness))
 }
 
-/// Prometheus metrics (OpenMetrics text).
-pub async fn metrics(State(app): State<Arc<App>>) -> impl axum::response::IntoResponse {
+/// Prometheus metrics (OpenMetrics text), with the readiness checks run
+/// first.
+/// OpenMetrics text, or the classic text format when the reader asks for
+/// `text/plain` only.
+pub async fn metrics(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+) -> impl axum::response::IntoResponse {
+    app.metrics.set_ready(readiness(&app).await.ready);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if crate::metrics::wants_classic_text(accept) {
+        return (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            app.metrics.render_classic(),
+        );
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -80,7 +101,7 @@ pub async fn info(State(app): State<Arc<App>>) -> Json<ServerInfo> {
         })
         .collect();
     Json(ServerInfo {
-        server_version: env!("CARGO_PKG_VERSION").into(),
+        server_version: crate::VERSION.into(),
         api_version: API_VERSION,
         issuer: identity.issuer.clone(),
         discovery_url: identity.discovery_url.clone(),

@@ -157,6 +157,14 @@ impl Authenticator {
         self.login().provider().keys_age()
     }
 
+    /// The counts of every issuer's Graph lookups (issuers without Graph
+    /// have none).
+    pub fn graph_stats(&self) -> Vec<std::sync::Arc<super::graph::GraphStats>> {
+        self.issuers()
+            .filter_map(|issuer| issuer.rules().graph_stats())
+            .collect()
+    }
+
     /// Whether every issuer's last key-set fetch succeeded.
     pub fn providers_reachable(&self) -> bool {
         self.issuers().all(|issuer| issuer.provider().reachable())

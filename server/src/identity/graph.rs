@@ -4,10 +4,13 @@
 //! the URL inside the token is never fetched (it is attacker-influenced data
 //! as far as this server is concerned until proven otherwise).
 //!
-//! Answers are cached briefly per user, and so is the app token.
+//! Answers are cached briefly per user, and so is the app token. Each
+//! lookup that goes to Graph is counted, succeeded or failed
+//! ([`GraphStats`], read by the metrics).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -69,12 +72,30 @@ struct MemberObjects {
     value: Vec<String>,
 }
 
+/// Group lookups that went to Graph (the cached ones did not), by result.
+#[derive(Debug, Default)]
+pub struct GraphStats {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl GraphStats {
+    /// (succeeded, failed) so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
 #[derive(Debug)]
 pub struct GraphClient {
     http: reqwest::Client,
     settings: GraphSettings,
     app_token: tokio::sync::Mutex<Option<(Zeroizing<String>, Instant)>>,
     memberships: Mutex<HashMap<String, (Vec<String>, Instant)>>,
+    stats: Arc<GraphStats>,
 }
 
 /// Entra object ids are GUIDs; anything else never goes into a URL.
@@ -101,7 +122,13 @@ impl GraphClient {
             settings,
             app_token: tokio::sync::Mutex::new(None),
             memberships: Mutex::new(HashMap::new()),
+            stats: Arc::default(),
         })
+    }
+
+    /// Shared, so that metrics can read them at each scrape.
+    pub fn stats(&self) -> &Arc<GraphStats> {
+        &self.stats
     }
 
     async fn app_token(&self) -> Result<Zeroizing<String>, GraphError> {
@@ -159,13 +186,6 @@ impl GraphClient {
     /// `http_timeout`: two slow answers in a row must not add up to more
     /// than the request may take.
     pub async fn member_groups(&self, oid: &str) -> Result<Vec<String>, GraphError> {
-        let within = self.settings.http_timeout;
-        tokio::time::timeout(within, self.fetch_member_groups(oid))
-            .await
-            .unwrap_or_else(|_| Err(GraphError::Unreachable(format!("no answer within {within:?}"))))
-    }
-
-    async fn fetch_member_groups(&self, oid: &str) -> Result<Vec<String>, GraphError> {
         if !is_object_id(oid) {
             return Err(GraphError::BadObjectId);
         }
@@ -176,6 +196,20 @@ impl GraphClient {
         {
             return Ok(groups.clone());
         }
+        let within = self.settings.http_timeout;
+        let looked_up = tokio::time::timeout(within, self.fetch_member_groups(oid, now))
+            .await
+            .unwrap_or_else(|_| Err(GraphError::Unreachable(format!("no answer within {within:?}"))));
+        let counter = match &looked_up {
+            Ok(_) => &self.stats.ok,
+            Err(_) => &self.stats.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        looked_up
+    }
+
+    /// Ask Graph (`oid` is an object id, not in the cache at `now`).
+    async fn fetch_member_groups(&self, oid: &str, now: Instant) -> Result<Vec<String>, GraphError> {
         let token = self.app_token().await?;
         let url = format!(
             "{}/v1.0/users/{oid}/getMemberObjects",

@@ -243,6 +243,11 @@ impl Provider {
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
+    /// The configured issuer (an Entra template stays a template).
+    pub fn issuer(&self) -> &str {
+        &self.expected_issuer
+    }
+
     /// Key-set refreshes so far: (succeeded, failed).
     pub fn refresh_counts(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;

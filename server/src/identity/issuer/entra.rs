@@ -231,6 +231,10 @@ impl Kind for Entra {
         })
     }
 
+    fn graph_stats(&self) -> Option<std::sync::Arc<crate::identity::graph::GraphStats>> {
+        self.graph.as_ref().map(|graph| graph.stats().clone())
+    }
+
     fn check(&self) -> BoxFuture<'_, Result<Vec<String>, String>> {
         Box::pin(async move {
             let Some(graph) = &self.graph else {

@@ -29,6 +29,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::authenticator::AuthError;
+use super::graph::GraphStats;
 use super::jwks::KeySet;
 use super::provider::{Provider, ProviderError, ProviderSettings};
 use super::token::{Claims, Jwt, TokenError, TokenRules, string_claim, string_list};
@@ -80,6 +81,12 @@ pub trait Kind: Send + Sync + std::fmt::Debug {
     /// (Entra: the Graph credentials); an error says what failed.
     fn check(&self) -> BoxFuture<'_, Result<Vec<String>, String>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// The counts of the kind's Graph lookups, when it makes any (Entra
+    /// with `entra_graph`), for the metrics.
+    fn graph_stats(&self) -> Option<Arc<GraphStats>> {
+        None
     }
 }
 
@@ -223,6 +230,11 @@ impl IssuerRules {
     /// Look up what the token could not carry (see [`Kind::complete`]).
     pub async fn complete(&self, verified: VerifiedIdentity) -> Result<VerifiedIdentity, AuthError> {
         self.kind.complete(verified).await
+    }
+
+    /// See [`Kind::graph_stats`].
+    pub fn graph_stats(&self) -> Option<Arc<GraphStats>> {
+        self.kind.graph_stats()
     }
 }
 
