@@ -2,9 +2,14 @@
 //! referenced file exists, ports and probe paths match what the server
 //! serves, configuration files load with the server's own parser, every
 //! `TALOS_SSO__*` variable names a real key, commands parse with the server's
-//! own command line.
+//! own command line. The Kubernetes objects' labels select the server and
+//! never the migration Job, the NetworkPolicies, Ingresses and routes open
+//! and reach the ports the server has, the CloudNativePG roles are the ones
+//! the configuration connects as; the Talos extension starts from the files
+//! laid out as Talos writes them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Parser;
 use serde_yaml_ng::Value;
@@ -121,6 +126,10 @@ fn kustomize_base_and_overlay_hold_together() {
             let path = dir.join(resource.as_str().unwrap());
             assert!(path.exists(), "{} names {}", dir.display(), path.display());
         }
+        for component in kustomization["components"].as_sequence().into_iter().flatten() {
+            let path = dir.join(component.as_str().unwrap()).join("kustomization.yaml");
+            assert!(path.exists(), "{} names {}", dir.display(), path.display());
+        }
         for generator in kustomization["configMapGenerator"].as_sequence().unwrap() {
             for file in generator["files"].as_sequence().unwrap() {
                 let config = dir.join(file.as_str().unwrap());
@@ -155,6 +164,35 @@ fn kustomize_base_and_overlay_hold_together() {
     assert_eq!(
         service["spec"]["ports"][0]["targetPort"],
         container["ports"][0]["name"]
+    );
+    // The metrics listener: the container port named `metrics` is the one
+    // `metrics.listen` names, and the Service exposes it under that name
+    // (the ServiceMonitor scrapes the port `metrics`).
+    let raw_config = &documents(&base.join("config.yaml"))[0];
+    let metrics_listen: std::net::SocketAddr =
+        raw_config["metrics"]["listen"].as_str().unwrap().parse().unwrap();
+    assert_ne!(
+        metrics_listen.port(),
+        config.listen.port(),
+        "metrics has a listener of its own"
+    );
+    let metrics_port = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a container port named metrics");
+    assert_eq!(
+        metrics_port["containerPort"].as_u64(),
+        Some(u64::from(metrics_listen.port()))
+    );
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "metrics" && p["targetPort"] == "metrics"),
+        "the Service exposes the metrics port"
     );
     assert_eq!(
         documents(&base.join("poddisruptionbudget.yaml"))[0]["kind"],
@@ -443,7 +481,7 @@ fn dockerfile_and_compose_match_the_code() {
 }
 
 #[test]
-fn systemd_unit_and_talos_example_match_the_code() {
+fn systemd_unit_matches_the_code() {
     let unit = std::fs::read_to_string(repo().join("deploy/systemd/talos-sso-server.service")).unwrap();
     for hardening in [
         "DynamicUser=yes",
@@ -540,19 +578,6 @@ fn systemd_unit_and_talos_example_match_the_code() {
         !unit.contains("ExecStartPre=/usr/local/bin/talos-sso-server migrate"),
         "the server's unit does not migrate"
     );
-
-    let talos = documents(&repo().join("deploy/talos/extension-service.yaml"));
-    assert_eq!(talos[0]["kind"], "ExtensionServiceConfig");
-    let content = talos[0]["configFiles"][0]["content"].as_str().unwrap();
-    Config::from_yaml(content).unwrap();
-    let args: Vec<String> = talos[1]["container"]["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect();
-    Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args)).unwrap();
-    assert_eq!(talos[1]["container"]["security"]["writeableRootfs"], false);
 }
 
 #[test]
@@ -683,5 +708,639 @@ fn every_provider_pages_server_configuration_loads() {
     assert!(
         readme.contains("](docs/providers/README.md)"),
         "README.md links the providers"
+    );
+}
+
+/// Every Kubernetes object under `deploy/kubernetes` (not the Kustomize
+/// files, not the server's configuration), with the file it is in.
+fn kubernetes_objects() -> Vec<(PathBuf, Value)> {
+    let mut files = Vec::new();
+    yaml_files(&repo().join("deploy/kubernetes"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .flat_map(|file| documents(&file).into_iter().map(move |doc| (file.clone(), doc)))
+        .filter(|(_, doc)| {
+            doc.get("kind").is_some()
+                && !doc["apiVersion"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("kustomize.config.k8s.io/")
+        })
+        .collect()
+}
+
+/// The one object of `kind` named `name` under `deploy/kubernetes`.
+fn object(kind: &str, name: &str) -> Value {
+    let found: Vec<Value> = kubernetes_objects()
+        .into_iter()
+        .map(|(_, doc)| doc)
+        .filter(|doc| doc["kind"] == kind && doc["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "{kind} {name}");
+    found.into_iter().next().unwrap()
+}
+
+/// Whether a `matchLabels`-style mapping selects an object with `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let selector = selector.as_mapping().expect("a selector");
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+#[test]
+fn labels_and_selectors_select_the_server_and_only_it() {
+    // Every object names itself with the standard labels.
+    for (file, doc) in kubernetes_objects() {
+        let labels = &doc["metadata"]["labels"];
+        for key in ["app.kubernetes.io/name", "app.kubernetes.io/part-of"] {
+            assert!(
+                labels.get(key).is_some(),
+                "{} {}: no {key}",
+                file.display(),
+                doc["kind"].as_str().unwrap()
+            );
+        }
+        assert_eq!(
+            labels["app.kubernetes.io/part-of"],
+            "talos-sso",
+            "{}",
+            file.display()
+        );
+    }
+    let deployment = object("Deployment", "talos-sso-server");
+    let selector = &deployment["spec"]["selector"]["matchLabels"];
+    let pods = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert!(selects(selector, pods), "the Deployment selects its own pods");
+    let job = object("Job", "talos-sso-migrate");
+    let job_pods = &job["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(job_pods["app.kubernetes.io/component"], "migrate");
+    let service = object("Service", "talos-sso-server");
+    let pdb = object("PodDisruptionBudget", "talos-sso-server");
+    let server_policy = object("NetworkPolicy", "talos-sso-server");
+    let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"];
+    for (what, chosen) in [
+        ("Deployment", selector),
+        ("Service", &service["spec"]["selector"]),
+        ("PodDisruptionBudget", &pdb["spec"]["selector"]["matchLabels"]),
+        (
+            "NetworkPolicy talos-sso-server",
+            &server_policy["spec"]["podSelector"]["matchLabels"],
+        ),
+        ("topology spread", spread),
+    ] {
+        assert!(selects(chosen, pods), "{what} selects the server's pods");
+        assert!(
+            !selects(chosen, job_pods),
+            "{what} selects the migration Job's pods"
+        );
+    }
+    let job_policy = object("NetworkPolicy", "talos-sso-migrate");
+    let job_selector = &job_policy["spec"]["podSelector"]["matchLabels"];
+    assert!(selects(job_selector, job_pods) && !selects(job_selector, pods));
+}
+
+/// A list of ports as (name, number), the number under `number` (a
+/// container's `containerPort`, a Service's `port`).
+fn named_ports(list: &Value, number: &str) -> Vec<(String, u64)> {
+    list.as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_owned(),
+                p[number].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The ports, by name, of the server's container.
+fn container_ports() -> Vec<(String, u64)> {
+    let deployment = object("Deployment", "talos-sso-server");
+    named_ports(
+        &deployment["spec"]["template"]["spec"]["containers"][0]["ports"],
+        "containerPort",
+    )
+}
+
+#[test]
+fn network_policies_open_what_the_server_uses() {
+    let ports = container_ports();
+    let policy = object("NetworkPolicy", "talos-sso-server");
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_yaml_ng::from_str::<Value>("[Ingress, Egress]").unwrap()
+    );
+    let ingress = policy["spec"]["ingress"].as_sequence().unwrap();
+    // In: the API port from anywhere, the metrics port from the monitoring
+    // namespace only; both named ports of the container.
+    let rule_for = |name: &str| {
+        ingress
+            .iter()
+            .find(|rule| {
+                rule["ports"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == name)
+            })
+            .unwrap_or_else(|| panic!("no ingress rule for {name}"))
+    };
+    assert!(
+        rule_for("https").get("from").is_none(),
+        "the API port is open to its clients"
+    );
+    let metrics_from = rule_for("metrics")["from"]
+        .as_sequence()
+        .expect("metrics only from somewhere");
+    assert_eq!(
+        metrics_from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    for rule in ingress {
+        for port in rule["ports"].as_sequence().unwrap() {
+            let name = port["port"].as_str().unwrap();
+            assert!(
+                ports.iter().any(|(n, _)| n == name),
+                "{name} is not a container port"
+            );
+        }
+    }
+    // Out: DNS over both protocols, HTTPS anywhere, Postgres to the
+    // database's pods on the port database.url names.
+    let egress = policy["spec"]["egress"].as_sequence().unwrap();
+    let allows = |port: u64, protocol: &str| {
+        egress.iter().find(|rule| {
+            rule["ports"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|p| p["port"].as_u64() == Some(port) && p["protocol"] == protocol)
+        })
+    };
+    let dns = allows(53, "UDP").expect("DNS over UDP");
+    assert!(allows(53, "TCP").is_some(), "DNS over TCP");
+    assert_eq!(dns["to"][0]["podSelector"]["matchLabels"]["k8s-app"], "kube-dns");
+    let https = allows(443, "TCP").expect("HTTPS out");
+    assert_eq!(https["to"][0]["ipBlock"]["cidr"], "0.0.0.0/0");
+    let raw_config = &documents(&repo().join("deploy/kubernetes/base/config.yaml"))[0];
+    let database = url::Url::parse(raw_config["database"]["url"].as_str().unwrap()).unwrap();
+    let postgres = allows(u64::from(database.port().unwrap()), "TCP").expect("Postgres out");
+    let cluster = object("Cluster", "talos-sso-db");
+    let database_pods = &cluster["spec"]["inheritedMetadata"]["labels"];
+    assert!(selects(
+        &postgres["to"][0]["podSelector"]["matchLabels"],
+        database_pods
+    ));
+    // The Job: nobody in, DNS and the database out.
+    let job_policy = object("NetworkPolicy", "talos-sso-migrate");
+    assert!(job_policy["spec"].get("ingress").is_none());
+    assert!(
+        job_policy["spec"]["egress"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|rule| selects(&rule["to"][0]["podSelector"]["matchLabels"], database_pods)),
+        "the Job reaches the database"
+    );
+}
+
+#[test]
+fn ingress_and_gateway_examples_reach_the_service() {
+    let service = object("Service", "talos-sso-server");
+    let service_ports = named_ports(&service["spec"]["ports"], "port");
+    let https_port = service_ports.iter().find(|(n, _)| n == "https").unwrap().1;
+    let objects = kubernetes_objects();
+    let of_kind = |kind: &str| -> Vec<&Value> {
+        objects
+            .iter()
+            .map(|(_, d)| d)
+            .filter(|d| d["kind"] == kind)
+            .collect()
+    };
+    let ingresses = of_kind("Ingress");
+    assert_eq!(ingresses.len(), 2, "passthrough and re-encrypting");
+    for ingress in &ingresses {
+        let backend = &ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"];
+        assert_eq!(backend["name"], service["metadata"]["name"]);
+        assert_eq!(backend["port"]["name"], "https", "to the server's own TLS");
+        let annotations = &ingress["metadata"]["annotations"];
+        assert_eq!(
+            annotations["nginx.ingress.kubernetes.io/backend-protocol"],
+            "HTTPS"
+        );
+    }
+    assert!(
+        ingresses
+            .iter()
+            .any(|i| i["metadata"]["annotations"]["nginx.ingress.kubernetes.io/ssl-passthrough"] == "true")
+    );
+    for kind in ["HTTPRoute", "TLSRoute"] {
+        let routes = of_kind(kind);
+        assert_eq!(routes.len(), 1, "{kind}");
+        let backend = &routes[0]["spec"]["rules"][0]["backendRefs"][0];
+        assert_eq!(backend["name"], service["metadata"]["name"], "{kind}");
+        assert_eq!(backend["port"].as_u64(), Some(https_port), "{kind}");
+        // Each route attaches to a listener of a Gateway that exists.
+        let parent = &routes[0]["spec"]["parentRefs"][0];
+        assert!(
+            of_kind("Gateway")
+                .iter()
+                .any(|g| g["metadata"]["name"] == parent["name"]
+                    && g["spec"]["listeners"]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .any(|l| l["name"] == parent["sectionName"])),
+            "{kind}: its parent"
+        );
+    }
+    // Re-encrypting: the Gateway checks the server's certificate for a name
+    // the certificate carries, on a port the Service has.
+    let certificate = object("Certificate", "talos-sso-tls");
+    let names = certificate["spec"]["dnsNames"].as_sequence().unwrap();
+    let policy = &of_kind("BackendTLSPolicy")[0]["spec"];
+    assert!(names.contains(&policy["validation"]["hostname"]));
+    assert!(
+        service_ports
+            .iter()
+            .any(|(n, _)| policy["targetRefs"][0]["sectionName"] == n.as_str())
+    );
+    let reencrypt = ingresses
+        .iter()
+        .find(|i| {
+            i["metadata"]["annotations"]
+                .get("nginx.ingress.kubernetes.io/proxy-ssl-name")
+                .is_some()
+        })
+        .unwrap();
+    assert!(
+        names.contains(&reencrypt["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-ssl-name"])
+    );
+    // The certificate lands in the Secret the Deployment mounts as its TLS.
+    let deployment = object("Deployment", "talos-sso-server");
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v["name"] == "tls" && v["secret"]["secretName"] == certificate["spec"]["secretName"])
+    );
+    // Whoever terminates TLS in front adds X-Forwarded-For: the example's
+    // server believes it from the pod network, and each component that
+    // puts a proxy in front says to set it.
+    let overlay_config = &documents(&repo().join("deploy/kubernetes/overlays/example/config.yaml"))[0];
+    let trusted = overlay_config["http"]["trusted_proxies"].as_sequence().unwrap();
+    assert!(!trusted.is_empty());
+    for proxy in trusted {
+        let (address, prefix) = proxy.as_str().unwrap().split_once('/').unwrap();
+        address.parse::<std::net::IpAddr>().unwrap();
+        prefix.parse::<u8>().unwrap();
+    }
+    for component in [
+        "ingress-nginx-passthrough",
+        "ingress-nginx-reencrypt",
+        "gateway-tls-passthrough",
+        "gateway-https-reencrypt",
+    ] {
+        let text = std::fs::read_to_string(repo().join(format!(
+            "deploy/kubernetes/components/{component}/kustomization.yaml"
+        )))
+        .unwrap();
+        assert!(text.contains("http.trusted_proxies"), "{component}");
+    }
+}
+
+#[test]
+fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
+    let cluster = object("Cluster", "talos-sso-db");
+    let spec = &cluster["spec"];
+    let raw_config = &documents(&repo().join("deploy/kubernetes/base/config.yaml"))[0];
+    let runtime_url = url::Url::parse(raw_config["database"]["url"].as_str().unwrap()).unwrap();
+    let job = object("Job", "talos-sso-migrate");
+    let migrate = &job["spec"]["template"]["spec"]["containers"][0];
+    let env = env_pairs(migrate["env"].as_sequence().unwrap());
+    let env_value = |name: &str| env.iter().find(|(k, _)| k == name).unwrap().1.clone();
+    let owner_url = url::Url::parse(&env_value("TALOS_SSO__DATABASE__URL")).unwrap();
+    // Both connect to the cluster's read-write Service, to its database,
+    // checking its certificate against the CA the operator makes.
+    let name = cluster["metadata"]["name"].as_str().unwrap();
+    for url in [&runtime_url, &owner_url] {
+        assert_eq!(url.host_str(), Some(format!("{name}-rw").as_str()), "{url}");
+        assert_eq!(
+            url.path(),
+            format!("/{}", spec["bootstrap"]["initdb"]["database"].as_str().unwrap())
+        );
+        let query: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
+        assert_eq!(query["sslmode"], "verify-full");
+        assert!(query["sslrootcert"].starts_with("/etc/talos-sso/database-ca/"));
+    }
+    // The owner owns the database and is the role the Job migrates as, with
+    // the password from the Secret the Job mounts.
+    let initdb = &spec["bootstrap"]["initdb"];
+    assert_eq!(initdb["owner"].as_str(), Some(owner_url.username()));
+    let secret_of = |pod: &Value, mount_prefix: &str| -> String {
+        let container = &pod["containers"][0];
+        let mount = container["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| {
+                Path::new(mount_prefix).starts_with(m["mountPath"].as_str().unwrap())
+                    && m["mountPath"] != "/etc/talos-sso"
+            })
+            .unwrap_or_else(|| panic!("nothing mounted at {mount_prefix}"));
+        let volume = pod["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        volume["secret"]["secretName"].as_str().unwrap().to_owned()
+    };
+    let job_pod = &job["spec"]["template"]["spec"];
+    assert_eq!(
+        initdb["secret"]["name"].as_str().unwrap(),
+        secret_of(job_pod, &env_value("TALOS_SSO__DATABASE__PASSWORD_FILE"))
+    );
+    // The runtime role: the one the server connects as and the Job grants,
+    // its password from the Secret the server mounts, and nothing `migrate
+    // --runtime-role` refuses (superuser, CREATEROLE, member of the owner).
+    let roles = spec["managed"]["roles"].as_sequence().unwrap();
+    assert_eq!(roles.len(), 1);
+    let role = &roles[0];
+    assert_eq!(role["name"].as_str(), Some(runtime_url.username()));
+    let args = strings(&migrate["args"]);
+    let granted = &args[args.iter().position(|a| a == "--runtime-role").unwrap() + 1];
+    assert_eq!(role["name"].as_str(), Some(granted.as_str()));
+    for flag in [
+        "superuser",
+        "createrole",
+        "createdb",
+        "replication",
+        "bypassrls",
+        "inherit",
+    ] {
+        assert_eq!(role[flag], false, "{flag}");
+    }
+    assert_eq!(role["login"], true);
+    assert!(
+        !role["inRoles"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|r| r == &initdb["owner"])
+    );
+    let deployment = object("Deployment", "talos-sso-server");
+    let server_pod = &deployment["spec"]["template"]["spec"];
+    let password_file = raw_config["database"]["password_file"].as_str().unwrap();
+    assert_eq!(
+        role["passwordSecret"]["name"].as_str().unwrap(),
+        secret_of(server_pod, password_file)
+    );
+    assert_eq!(spec["enableSuperuserAccess"], false);
+    // The CA both verify with is the operator's `<cluster>-ca`.
+    let root_cert = runtime_url
+        .query_pairs()
+        .find(|(k, _)| k == "sslrootcert")
+        .unwrap()
+        .1
+        .into_owned();
+    for pod in [server_pod, job_pod] {
+        assert_eq!(secret_of(pod, &root_cert), format!("{name}-ca"));
+    }
+}
+
+/// The Talos material: the node's machine configuration patch (its
+/// `machine.files` and its `ExtensionServiceConfig`) and the service spec.
+struct TalosMaterial {
+    machine_files: Vec<Value>,
+    service_config: Value,
+    spec: Value,
+}
+
+fn talos_material() -> TalosMaterial {
+    let patch = documents(&repo().join("deploy/talos/machine-config-patch.yaml"));
+    assert_eq!(patch.len(), 2);
+    let spec = documents(&repo().join("deploy/talos/extension/talos-sso-server.yaml"));
+    TalosMaterial {
+        machine_files: patch[0]["machine"]["files"].as_sequence().unwrap().clone(),
+        service_config: patch[1].clone(),
+        spec: spec[0].clone(),
+    }
+}
+
+/// Lay the Talos material out under `root` as Talos would for the
+/// service's container, with test material in place of the placeholders
+/// (`material`: file name to content): every `configFiles` entry written
+/// 0644 at its `mountPath`; every `machine.files` entry written with its
+/// `permissions`, then seen through the spec's bind mounts, read-only ones
+/// with their modes as written. Returns the configuration file's path.
+fn lay_out_as_talos(talos: &TalosMaterial, root: &Path, material: &dyn Fn(&str, &str) -> String) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let inside = |path: &str| root.join(path.trim_start_matches('/'));
+    let write = |path: &Path, content: &str, mode: u32| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let mounts = talos.spec["container"]["mounts"].as_sequence().unwrap();
+    for file in &talos.machine_files {
+        let path = file["path"].as_str().unwrap();
+        assert!(
+            path.starts_with("/var/"),
+            "Talos creates files under /var only: {path}"
+        );
+        assert_eq!(file["op"], "create");
+        let mode = u32::try_from(file["permissions"].as_u64().unwrap()).unwrap();
+        let mount = mounts
+            .iter()
+            .find(|m| Path::new(path).starts_with(m["source"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("{path} is under none of the service's mounts"));
+        let relative = Path::new(path)
+            .strip_prefix(mount["source"].as_str().unwrap())
+            .unwrap();
+        let seen = inside(mount["destination"].as_str().unwrap()).join(relative);
+        write(&seen, &material(path, file["content"].as_str().unwrap()), mode);
+    }
+    for mount in mounts {
+        // A source Talos has to make itself it makes 0700.
+        let destination = inside(mount["destination"].as_str().unwrap());
+        if !destination.exists() {
+            std::fs::create_dir_all(&destination).unwrap();
+            std::fs::set_permissions(&destination, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+    }
+    let mut config_path = None;
+    for file in talos.service_config["configFiles"].as_sequence().unwrap() {
+        let mount_path = file["mountPath"].as_str().unwrap();
+        let mut content = material(mount_path, file["content"].as_str().unwrap());
+        if mount_path.ends_with("/config.yaml") {
+            content = point_config_at(&content, root);
+            config_path = Some(inside(mount_path));
+        }
+        write(&inside(mount_path), &content, 0o644);
+    }
+    config_path.expect("a config.yaml among the configFiles")
+}
+
+/// The Talos configuration, with every absolute path moved under `root`
+/// and the identity provider swapped for the emulator's (the placeholders
+/// name no real tenant), listening on a free local port.
+fn point_config_at(content: &str, root: &Path) -> String {
+    let mut config: Value = serde_yaml_ng::from_str(content).unwrap();
+    fn rebase(value: &mut Value, root: &Path) {
+        match value {
+            Value::String(s) if s.starts_with("/etc/") || s.starts_with("/var/") => {
+                *s = root.join(s.trim_start_matches('/')).display().to_string();
+            }
+            Value::Mapping(m) => m.values_mut().for_each(|v| rebase(v, root)),
+            Value::Sequence(items) => items.iter_mut().for_each(|v| rebase(v, root)),
+            _ => {}
+        }
+    }
+    rebase(&mut config, root);
+    config["listen"] = Value::from("127.0.0.1:0");
+    serde_yaml_ng::to_string(&config).unwrap()
+}
+
+#[tokio::test]
+async fn talos_extension_starts_from_the_files_talos_writes() {
+    use talos_sso_server::ca::generate::{self, NewKeyType};
+    use talos_sso_tests::emulator::{CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, TENANT_ID};
+
+    let talos = talos_material();
+    // What the service waits for: its configuration, and each secret Talos
+    // writes at boot.
+    let depends = talos.spec["depends"].as_sequence().unwrap();
+    assert!(depends.iter().any(|d| d["configuration"] == true));
+    for file in &talos.machine_files {
+        assert!(
+            depends.iter().any(|d| d["path"] == file["path"]),
+            "{:?} is not waited for",
+            file["path"]
+        );
+        assert_eq!(file["permissions"].as_u64(), Some(0o600), "{:?}", file["path"]);
+    }
+    assert_eq!(talos.service_config["name"], talos.spec["name"]);
+    assert_eq!(talos.service_config["kind"], "ExtensionServiceConfig");
+    assert_eq!(talos.spec["container"]["security"]["writeableRootfs"], false);
+    Cli::try_parse_from(
+        std::iter::once("talos-sso-server".to_owned()).chain(strings(&talos.spec["container"]["args"])),
+    )
+    .unwrap();
+    let readme = std::fs::read_to_string(repo().join("deploy/talos/README.md")).unwrap();
+    let commands: Vec<&str> = readme
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("talos-sso-server "))
+        .collect();
+    assert!(!commands.is_empty());
+    for command in commands {
+        Cli::try_parse_from(command.split_whitespace()).unwrap_or_else(|e| panic!("{command}: {e}"));
+    }
+    let environment: Vec<(String, String)> = talos.service_config["environment"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let (k, v) = e.as_str().unwrap().split_once('=').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+
+    // Real material for the placeholders: a TLS pair for 127.0.0.1 and a CA.
+    let scratch = tempfile::tempdir().unwrap();
+    let (tls_ca, tls_cert, tls_key) = talos_sso_tests::harness::tls_files(scratch.path());
+    let tls_cert = std::fs::read_to_string(tls_cert).unwrap();
+    let tls_key = std::fs::read_to_string(tls_key).unwrap();
+    let ca = generate::new_root(
+        NewKeyType::Ed25519,
+        "talos-sso intermediate CA",
+        std::time::Duration::from_secs(86400),
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
+    let material = |path: &str, content: &str| -> String {
+        match Path::new(path).file_name().unwrap().to_str().unwrap() {
+            "tls.crt" => tls_cert.clone(),
+            "tls.key" => tls_key.clone(),
+            "intermediate.crt" => ca.cert_pem.clone(),
+            "intermediate.key" => ca.key_pem.clone(),
+            "config.yaml" => content
+                .replace(
+                    "https://login.microsoftonline.com/<tenant-id>/v2.0",
+                    &emulator.issuer(),
+                )
+                .replace("<tenant-id>", TENANT_ID)
+                .replace("<client id>", CLI_CLIENT_ID),
+            other => panic!(
+                "no test material for {other}: the Talos example delivers a file this test does not know"
+            ),
+        }
+    };
+
+    let root = tempfile::tempdir().unwrap();
+    let config_path = lay_out_as_talos(&talos, root.path(), &material);
+    let config = Config::load_with_env(&config_path, environment.clone()).unwrap();
+    let server = talos_sso_server::server::Server::bind(config, Arc::new(talos_sso_server::app::SystemClock))
+        .await
+        .unwrap_or_else(|e| panic!("the server does not start from the Talos layout: {e}"));
+    let url = server.url();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(tls_ca.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let status = client
+        .get(format!("{url}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200, "{url}");
+    stop.send(()).unwrap();
+    running.await.unwrap();
+
+    // The path the example used to document: the CA key as a configFiles
+    // entry, which Talos writes 0644. The server refuses it.
+    let mut as_config_file = talos_material();
+    let key = as_config_file
+        .machine_files
+        .iter()
+        .position(|f| f["path"].as_str().unwrap().ends_with("intermediate.key"))
+        .unwrap();
+    let entry = as_config_file.machine_files.remove(key);
+    let config_text = as_config_file.service_config["configFiles"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key_mount = "/etc/talos-sso/intermediate.key";
+    as_config_file.service_config["configFiles"][0]["content"] =
+        Value::from(config_text.replace("/etc/talos-sso/secrets/intermediate.key", key_mount));
+    let mut extra = serde_yaml_ng::Mapping::new();
+    extra.insert("mountPath".into(), key_mount.into());
+    extra.insert("content".into(), entry["content"].clone());
+    as_config_file.service_config["configFiles"]
+        .as_sequence_mut()
+        .unwrap()
+        .push(Value::Mapping(extra));
+    let root = tempfile::tempdir().unwrap();
+    let config_path = lay_out_as_talos(&as_config_file, root.path(), &material);
+    let config = Config::load_with_env(&config_path, environment).unwrap();
+    let Err(refused) =
+        talos_sso_server::server::Server::bind(config, Arc::new(talos_sso_server::app::SystemClock)).await
+    else {
+        panic!("a world-readable CA key is refused");
+    };
+    let message = format!("{refused:#}");
+    assert!(
+        message.contains("intermediate.key") && message.contains("644"),
+        "{message}"
     );
 }
