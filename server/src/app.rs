@@ -18,7 +18,7 @@ use crate::audit::store::{AuditStore, StoreError, StoreOptions};
 use crate::audit::writer::AuditWriter;
 use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
 use crate::config::{ClusterConfig, Config, ConfigError};
-use crate::identity::authenticator::Authenticator;
+use crate::identity::authenticator::{Authenticator, RelevantGroups};
 use crate::policy::ClusterPolicy;
 
 /// Time, injectable: certificates are five minutes long and the edges matter.
@@ -137,6 +137,8 @@ pub struct Settings {
     pub config: Config,
     pub clusters: Clusters,
     pub rate_limits: Arc<crate::ratelimit::RateLimits>,
+    /// The groups the clusters' rules, the auditors and the admins name.
+    pub relevant_groups: RelevantGroups,
 }
 
 /// The current [`Settings`], shared with what reads them from outside a
@@ -168,6 +170,8 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// Reloads so far (`crate::reload`).
     pub reloads: Arc<crate::reload::ReloadStats>,
+    /// The last `/readyz` answer, shared by the probes and the scrapes.
+    pub readiness: crate::http::status::ReadinessCache,
     /// Unauthenticated and rate-limited refusals, counted per window.
     pub refusals: crate::refusals::Refusals,
     pub metrics: crate::metrics::Metrics,
@@ -194,13 +198,14 @@ pub struct Background {
 }
 
 /// Groups any decision looks at: the rules', the auditors', the admins'.
-pub fn relevant_groups(config: &Config, clusters: &Clusters) -> Vec<String> {
-    clusters
-        .values()
-        .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
-        .chain(config.auditors.groups.iter().cloned())
-        .chain(config.admins.groups.iter().cloned())
-        .collect()
+pub fn relevant_groups(config: &Config, clusters: &Clusters) -> RelevantGroups {
+    RelevantGroups::new(
+        clusters
+            .values()
+            .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
+            .chain(config.auditors.groups.iter().cloned())
+            .chain(config.admins.groups.iter().cloned()),
+    )
 }
 
 /// Refuse a cluster whose CA key is the audit key: a CA key is held by
@@ -226,11 +231,8 @@ pub fn refuse_ca_key_as_audit_key(clusters: &Clusters, checkpoints: &Checkpoints
 
 /// Discover every issuer the configuration trusts and fetch their keys
 /// (and Graph clients, for Entra issuers that have them).
-pub async fn authenticator(
-    config: &Config,
-    relevant_groups: impl IntoIterator<Item = String>,
-) -> Result<Authenticator, StartError> {
-    Authenticator::discover(&config.identity, relevant_groups)
+pub async fn authenticator(config: &Config) -> Result<Authenticator, StartError> {
+    Authenticator::discover(&config.identity)
         .await
         .map_err(|e| StartError::Provider(e.to_string()))
 }
@@ -333,6 +335,9 @@ impl App {
         clock: Arc<dyn Clock>,
         tls_not_after: Option<crate::metrics::Read<Option<i64>>>,
     ) -> Result<(Arc<Self>, Background), StartError> {
+        // Before the CA material is read: a file changed while the server
+        // starts is then seen as changed by the reload watcher.
+        let loaded_state = crate::reload::loaded_state(&config);
         let (clusters, warnings) = load_clusters(&config, clock.now())?;
         for (cluster, warning) in &warnings {
             tracing::warn!(cluster = %cluster, "{warning}");
@@ -340,7 +345,7 @@ impl App {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
-        let authenticator = authenticator(&config, relevant_groups(&config, &clusters)).await?;
+        let authenticator = authenticator(&config).await?;
         let key_refresher = authenticator.spawn_refreshers(config.identity.jwks_refresh_period);
         let providers: Vec<_> = authenticator
             .issuers()
@@ -396,10 +401,12 @@ impl App {
         let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
         let feeds = crate::http::feed::Feeds::new(&config.audit.feed);
         let reload_interval = config.reload.interval;
+        let relevant_groups = relevant_groups(&config, &clusters);
         let settings = LiveSettings::new(Settings {
             config,
             clusters,
             rate_limits,
+            relevant_groups,
         });
         let live = settings.clone();
         metrics.add_sources(crate::metrics::Sources {
@@ -436,6 +443,7 @@ impl App {
             audit,
             clock,
             reloads,
+            readiness: Default::default(),
             refusals,
             metrics,
             checkpoints,
@@ -475,7 +483,7 @@ impl App {
             .config
             .source
             .is_some()
-            .then(|| crate::reload::spawn_watcher(&app, reload_interval));
+            .then(|| crate::reload::spawn_watcher(&app, reload_interval, loaded_state));
         Ok((
             app,
             Background {

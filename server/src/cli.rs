@@ -404,7 +404,15 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
         crate::telemetry::init_logging("text");
     }
     match cli.command {
-        Command::Serve { config } => serve(load_config(&config)?).await,
+        Command::Serve { config } => {
+            // SIGHUP reloads the configuration. Taken from here on, so that
+            // one sent while the server starts (`systemctl reload` during a
+            // slow start) does not end it: what is being loaded is the
+            // newest configuration anyway.
+            let _hangups_while_starting =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+            serve(load_config(&config)?).await
+        }
         Command::Check { config } => {
             let config = load_config(&config)?;
             let (clusters, warnings) = load_clusters(&config, now)?;
@@ -458,7 +466,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                 writeln!(out, "warning: audit database: {warning}")?;
             }
             // The identity issuers, as `serve` will meet them at start.
-            let authenticator = crate::app::authenticator(&config, Vec::new()).await?;
+            let authenticator = crate::app::authenticator(&config).await?;
             for line in authenticator.check().await.map_err(anyhow::Error::msg)? {
                 writeln!(out, "{line}")?;
             }

@@ -128,11 +128,31 @@ pub struct Config {
     /// The document it was typed from (file, cluster files, environment):
     /// what a reload compares, section by section.
     #[serde(skip)]
-    pub document: serde_yaml_ng::Value,
+    pub document: Document,
     /// A digest of the files it was read from; a reload is due when it
     /// changes.
     #[serde(skip)]
     pub fingerprint: String,
+}
+
+/// The document a configuration was typed from. Its Debug output is
+/// withheld: it holds the environment overrides' values, and a value may
+/// be a secret where the configuration was careless (a password in
+/// `database.url`).
+#[derive(Clone, Default, PartialEq)]
+pub struct Document(pub serde_yaml_ng::Value);
+
+impl std::ops::Deref for Document {
+    type Target = serde_yaml_ng::Value;
+    fn deref(&self) -> &serde_yaml_ng::Value {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Document {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Document(..)")
+    }
 }
 
 /// The `reload` section.
@@ -865,7 +885,7 @@ impl Config {
                 .try_deserialize()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             config.validate()?;
-            config.document = document;
+            config.document = Document(document);
             Ok::<_, ConfigError>(config)
         };
         if overrides.is_empty() {
@@ -901,7 +921,7 @@ impl Config {
             ));
         }
         config.validate()?;
-        config.document = document::parse(text, Format::Yaml).map_err(ConfigError::Invalid)?;
+        config.document = Document(document::parse(text, Format::Yaml).map_err(ConfigError::Invalid)?);
         Ok(config)
     }
 

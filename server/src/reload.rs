@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde_json::json;
 use serde_yaml_ng::Value;
 use talos_sso_api::audit::{AuditRecord, event, outcome};
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::app::{App, Settings};
 use crate::config::{Config, ConfigError, ConfigSource};
@@ -109,6 +110,8 @@ pub enum ReloadError {
     Start(#[from] crate::app::StartError),
     #[error("the reload could not be recorded in the audit trail, so it is not applied: {0}")]
     Audit(String),
+    #[error("reading the configuration stopped before it ended: {0}")]
+    Interrupted(String),
 }
 
 impl App {
@@ -116,13 +119,25 @@ impl App {
     /// server runs; refused as a whole, with the running configuration
     /// kept, when any of it fails. Every attempt is recorded and counted.
     pub async fn reload(&self, trigger: Trigger) -> Result<Changes, ReloadError> {
+        let result = self.attempt_reload(trigger).await;
+        self.report_reload(trigger, &result).await;
+        result
+    }
+
+    /// Read and apply the configuration; nothing is logged or counted (but
+    /// an applied configuration is recorded before it serves).
+    async fn attempt_reload(&self, trigger: Trigger) -> Result<Changes, ReloadError> {
         let current = self.settings();
-        let result = match &current.config.source {
+        match &current.config.source {
             Some(source) => self.try_reload(&current, source, trigger).await,
             None => Err(ReloadError::NoSource),
-        };
+        }
+    }
+
+    /// Log and count the outcome of a reload; a refusal is recorded too.
+    async fn report_reload(&self, trigger: Trigger, result: &Result<Changes, ReloadError>) {
         let stats = &self.reloads;
-        match &result {
+        match result {
             Ok(changes) => {
                 stats.succeeded.fetch_add(1, Ordering::Relaxed);
                 stats.last_successful.store(1, Ordering::Relaxed);
@@ -156,7 +171,6 @@ impl App {
                 }
             }
         }
-        result
     }
 
     async fn try_reload(
@@ -165,9 +179,15 @@ impl App {
         source: &ConfigSource,
         trigger: Trigger,
     ) -> Result<Changes, ReloadError> {
-        let new = source.load()?;
-        let now = self.clock.now();
-        let (clusters, warnings) = crate::app::load_clusters(&new, now)?;
+        // Files, CA material and PKCS#11 logins block: off the runtime.
+        let (source, now) = (source.clone(), self.clock.now());
+        let (new, clusters, warnings) = tokio::task::spawn_blocking(move || {
+            let new = source.load()?;
+            let (clusters, warnings) = crate::app::load_clusters(&new, now)?;
+            Ok::<_, ReloadError>((new, clusters, warnings))
+        })
+        .await
+        .map_err(|e| ReloadError::Interrupted(e.to_string()))??;
         if let Some(checkpoints) = &self.checkpoints {
             crate::app::refuse_ca_key_as_audit_key(&clusters, checkpoints)?;
         }
@@ -182,13 +202,13 @@ impl App {
         for (cluster, warning) in &warnings {
             tracing::warn!(cluster = %cluster, "{warning}");
         }
-        self.authenticator
-            .set_relevant_groups(crate::app::relevant_groups(&applied, &clusters));
         self.metrics.know_clusters(clusters.keys().map(String::as_str));
+        let relevant_groups = crate::app::relevant_groups(&applied, &clusters);
         self.replace_settings(Settings {
             config: applied,
             clusters,
             rate_limits,
+            relevant_groups,
         });
         Ok(changes)
     }
@@ -256,7 +276,7 @@ fn applied_config(running: &Config, new: Config) -> Config {
     applied.auditors = new.auditors;
     applied.admins = new.admins;
     applied.rate_limits = new.rate_limits;
-    applied.document = section_swapped(&running.document, &new.document);
+    applied.document = crate::config::Document(section_swapped(&running.document, &new.document));
     applied.fingerprint = new.fingerprint;
     applied
 }
@@ -323,15 +343,20 @@ fn changes(running: &Config, current: &Settings, new: &Config, clusters: &crate:
     }
 }
 
-/// Reload on SIGHUP, and when the configuration's files change (checked
-/// every `interval`; zero: on SIGHUP only). Each state of the files is tried
-/// once: a file that fails to load is not tried, recorded and counted again
-/// at every tick, only when it changes again. Ends with the app.
-pub fn spawn_watcher(app: &Arc<App>, interval: Duration) -> tokio::task::JoinHandle<()> {
+/// Reload on SIGHUP, and when the configuration's files change: checked
+/// every `interval` (zero: on SIGHUP only), applied once the same change
+/// has been seen at two checks in a row (a file written in place is not
+/// read half-written). A change that cannot be applied is tried again at
+/// every check (a Secret that arrives after its ConfigMap, a database
+/// that was away), but reported (logged, counted, recorded) once for the
+/// same files and the same error. Ends with the app.
+///
+/// `loaded` is the state of the files the running configuration was read
+/// from ([`loaded_state`], taken before its CA material was read).
+pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> tokio::task::JoinHandle<()> {
     let weak = Arc::downgrade(app);
-    let mut last_seen = app.settings().config.fingerprint.clone();
     tokio::spawn(async move {
-        let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        let mut hangups = match signal(SignalKind::hangup()) {
             Ok(signal) => Some(signal),
             Err(error) => {
                 tracing::error!(
@@ -340,6 +365,9 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration) -> tokio::task::JoinHan
                 None
             }
         };
+        let mut applied = loaded;
+        let mut seen_once: Option<String> = None;
+        let mut reported: Option<(String, String)> = None;
         loop {
             let hangup = async {
                 match hangups.as_mut() {
@@ -358,20 +386,103 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration) -> tokio::task::JoinHan
                 () = tick => Trigger::FileChanged,
             };
             let Some(app) = weak.upgrade() else { return };
-            let Some(source) = app.settings().config.source.clone() else {
-                continue;
-            };
-            // A file that cannot be read is a state of its own: it is
-            // reported once, by the reload that fails to read it.
-            let seen = source
-                .fingerprint()
-                .unwrap_or_else(|error| format!("unreadable: {error}"));
-            if trigger == Trigger::FileChanged && seen == last_seen {
-                continue;
+            let state = watch_state(&app).await;
+            if trigger == Trigger::FileChanged {
+                if state == applied {
+                    seen_once = None;
+                    continue;
+                }
+                if seen_once.as_ref() != Some(&state) {
+                    seen_once = Some(state);
+                    continue;
+                }
             }
-            last_seen = seen;
-            // Refusals are logged, counted and recorded by `reload`.
-            let _ = app.reload(trigger).await;
+            let result = app.attempt_reload(trigger).await;
+            match &result {
+                Ok(_) => {
+                    applied = state;
+                    seen_once = None;
+                    reported = None;
+                    app.report_reload(trigger, &result).await;
+                }
+                Err(error) => {
+                    let this = (state, error.to_string());
+                    // An operator's SIGHUP is always answered.
+                    if trigger == Trigger::Signal || reported.as_ref() != Some(&this) {
+                        app.report_reload(trigger, &result).await;
+                        reported = Some(this);
+                    }
+                }
+            }
         }
     })
+}
+
+/// What the watcher compares: the configuration's files (content) and the
+/// files the running configuration names (CA material, accepted CAs, PIN
+/// files: their identity, size and time, so that a file replaced at the
+/// same path, or a Secret's link swapped, is seen). Read off the runtime.
+async fn watch_state(app: &App) -> String {
+    let settings = app.settings();
+    let Some(source) = settings.config.source.clone() else {
+        return String::new();
+    };
+    tokio::task::spawn_blocking(move || {
+        let files = source
+            .fingerprint()
+            .unwrap_or_else(|error| format!("unreadable: {error}"));
+        files + &stamps(&named_files(&settings.config))
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// The watcher's state for `config` as it was loaded: its files' digest,
+/// and the named files as they are now (call it before reading them).
+pub fn loaded_state(config: &Config) -> String {
+    config.fingerprint.clone() + &stamps(&named_files(config))
+}
+
+fn stamps(files: &[std::path::PathBuf]) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut stamps = String::new();
+    for path in files {
+        let stamp = match std::fs::metadata(path) {
+            Ok(m) => format!(
+                "{}:{}:{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec()
+            ),
+            Err(error) => format!("missing ({})", error.kind()),
+        };
+        stamps.push_str(&format!("\n{}={stamp}", path.display()));
+    }
+    stamps
+}
+
+/// Every file the clusters of `config` read.
+fn named_files(config: &Config) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for cluster in config.clusters.values() {
+        let ca = &cluster.ca;
+        files.extend(
+            [
+                &ca.cert_file,
+                &ca.key_file,
+                &ca.secrets_bundle,
+                &ca.machine_config,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
+        files.extend(ca.pkcs11.iter().map(|p| p.pin_file.clone()));
+        files.extend(cluster.accepted_cas.iter().cloned());
+    }
+    files.sort();
+    files.dedup();
+    files
 }

@@ -259,7 +259,9 @@ async fn ca_inspect_reports_the_token_and_key_found() {
     );
 }
 
+/// `/readyz` once its last answer (reused for a moment) has gone stale.
 async fn readiness(env: &TestEnv) -> (u16, serde_json::Value) {
+    tokio::time::sleep(talos_sso_server::http::status::READINESS_FRESH_FOR * 2).await;
     let response = env
         .http
         .get(format!("{}/readyz", env.server.base_url))

@@ -13,7 +13,7 @@ use openidconnect::{
 };
 use serde_json::json;
 use talos_sso_server::config::{GraphConfig, IssuerConfig, LOGIN_ISSUER};
-use talos_sso_server::identity::authenticator::Authenticator;
+use talos_sso_server::identity::authenticator::{Authenticator, RelevantGroups};
 use talos_sso_server::identity::issuer::Issuer;
 use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
 use talos_sso_tests::emulator::{
@@ -538,25 +538,29 @@ fn entra_with_graph(emulator: &EmulatorHandle, work: &Workdir, secret: &str) -> 
 async fn group_overage_is_resolved_through_graph_or_denied() {
     let emulator = emulator(EmulatorConfig::default()).await;
     let work = Workdir::new();
-    let relevant = vec![GROUP_ONCALL.to_owned(), GROUP_PLATFORM_ADMINS.to_owned()];
+    let relevant = RelevantGroups::new([GROUP_ONCALL.to_owned(), GROUP_PLATFORM_ADMINS.to_owned()]);
     let token = emulator.token_for("erin@example.com", TokenKind::id()).unwrap();
     let claims = talos_sso_server::identity::token::unverified_claims(&token).unwrap();
     assert!(claims.get("groups").is_none() && claims.contains_key("_claim_names"));
 
-    let without_graph = Authenticator::new(issuer(&emulator).await, vec![], relevant.clone());
-    let error = without_graph.authenticate(&token, now()).await.unwrap_err();
+    let without_graph = Authenticator::new(issuer(&emulator).await, vec![]);
+    let error = without_graph
+        .authenticate(&token, now(), &relevant)
+        .await
+        .unwrap_err();
     assert_eq!(error.code(), "groups_overage_unresolved");
     assert!(error.to_string().contains("Graph is not configured"), "{error}");
 
     let graph = entra_with_graph(&emulator, &work, SERVER_APP_SECRET);
-    let with_graph = Authenticator::new(trust(&graph).await, vec![], relevant.clone());
-    let verified = with_graph.authenticate(&token, now()).await.unwrap();
+    let with_graph = Authenticator::new(trust(&graph).await, vec![]);
+    let verified = with_graph.authenticate(&token, now(), &relevant).await.unwrap();
     // 250 groups in Graph; only the one a rule names is kept.
     assert_eq!(verified.groups, [GROUP_ONCALL]);
     with_graph
         .authenticate(
             &emulator.token_for("erin@example.com", TokenKind::id()).unwrap(),
             now(),
+            &relevant,
         )
         .await
         .unwrap();
@@ -568,8 +572,8 @@ async fn group_overage_is_resolved_through_graph_or_denied() {
     );
 
     let wrong_secret = entra_with_graph(&emulator, &work, "not-the-secret");
-    let error = Authenticator::new(trust(&wrong_secret).await, vec![], relevant.clone())
-        .authenticate(&token, now())
+    let error = Authenticator::new(trust(&wrong_secret).await, vec![])
+        .authenticate(&token, now(), &relevant)
         .await
         .unwrap_err();
     assert_eq!(error.code(), "groups_overage_unresolved");
@@ -579,8 +583,8 @@ async fn group_overage_is_resolved_through_graph_or_denied() {
         ..Default::default()
     });
     let fresh = entra_with_graph(&emulator, &work, SERVER_APP_SECRET);
-    let error = Authenticator::new(trust(&fresh).await, vec![], relevant)
-        .authenticate(&token, now())
+    let error = Authenticator::new(trust(&fresh).await, vec![])
+        .authenticate(&token, now(), &relevant)
         .await
         .unwrap_err();
     assert_eq!(error.code(), "groups_overage_unresolved");

@@ -316,3 +316,194 @@ async fn sighup_reloads_the_running_binary() {
     drop(server);
     env.finish().await;
 }
+
+/// Access taken away by a reload is gone at the next request; a refused
+/// file changes nothing, not even what it would harmlessly have changed.
+#[tokio::test]
+async fn a_rule_removed_revokes_and_a_refused_file_changes_nothing_at_all() {
+    let env = TestEnv::start_from_file(Backend::Sqlite, watched).await;
+    let file = env.config_file();
+    let good = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(ask(&env, "bob@example.com", "prod", &[]).await.0, 201);
+    // Refused: a typo, next to a new description that must not show.
+    std::fs::write(
+        &file,
+        good.replace("\"Production\"", "\"Renamed\"")
+            .replace("    ttl: 5m\n", "    ttl: 5m\n    tll: 5m\n"),
+    )
+    .unwrap();
+    wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"failed\"}", 1.0).await;
+    let info = json_of(env.http.get(format!("{}/v1/info", env.server.base_url))).await;
+    assert_eq!(info["clusters"][0]["description"], "Production");
+    // Applied: on-call loses prod.
+    // (The policy example that says on-call operates prod goes too: it
+    // would refuse the change, rightly.)
+    let revoked = good
+        .replace(
+            &format!("      - {{ groups: [\"{GROUP_ONCALL}\"], roles: [os:operator] }}\n"),
+            "",
+        )
+        .lines()
+        .filter(|line| !line.contains("on-call operates prod"))
+        .map(|line| format!("{line}\n"))
+        .collect::<String>();
+    assert_ne!(revoked, good);
+    std::fs::write(&file, revoked).unwrap();
+    wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"ok\"}", 1.0).await;
+    assert_eq!(
+        ask(&env, "bob@example.com", "prod", &[]).await.1,
+        "no_matching_rule"
+    );
+    env.finish().await;
+}
+
+/// A reload that cannot be recorded is not applied, and is tried again
+/// until it is: the file did not change again, the database came back.
+#[tokio::test]
+async fn a_reload_the_trail_cannot_take_waits_for_it_and_then_applies() {
+    let env = TestEnv::start_from_file(Backend::Postgres, watched).await;
+    let database = env.database.as_ref().unwrap();
+    let file = env.config_file();
+    let good = std::fs::read_to_string(&file).unwrap();
+    database.cut().await;
+    std::fs::write(&file, good.replace("\"Production\"", "\"Production, reloaded\"")).unwrap();
+    let text = wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"failed\"}", 1.0).await;
+    assert_eq!(
+        metric(&text, "talos_sso_config_last_reload_successful"),
+        Some(0.0)
+    );
+    let info = json_of(env.http.get(format!("{}/v1/info", env.server.base_url))).await;
+    assert_eq!(info["clusters"][0]["description"], "Production");
+    // Reported once, however often it is tried while the database is away.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let text = env.metrics().await;
+    assert_eq!(
+        metric(&text, "talos_sso_config_reloads_total{result=\"failed\"}"),
+        Some(1.0)
+    );
+    database.restore().await;
+    wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"ok\"}", 1.0).await;
+    let info = json_of(env.http.get(format!("{}/v1/info", env.server.base_url))).await;
+    assert_eq!(info["clusters"][0]["description"], "Production, reloaded");
+    let records = reload_records(&env).await;
+    assert_eq!(
+        records.len(),
+        1,
+        "only the applied reload is in the trail: {records:?}"
+    );
+    assert_eq!(records[0].record.outcome, "success");
+    env.finish().await;
+}
+
+/// CA material replaced at the same path (a rotated intermediate, a Secret
+/// updated) is signed with after the next check, with no change to the
+/// configuration file.
+#[tokio::test]
+async fn a_ca_replaced_at_the_same_path_is_picked_up() {
+    use talos_sso_server::ca::generate::{self, NewKeyType};
+    let env = TestEnv::start_from_file(Backend::Sqlite, watched).await;
+    let before = env.server.app.settings().clusters["prod"].ca.signer().der.clone();
+    let rotated = generate::new_root(
+        NewKeyType::Ed25519,
+        "talos",
+        Duration::from_secs(400 * 86400),
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    // Key first, then the certificate: the state in between (a key that
+    // does not match) is refused, then the pair is applied.
+    std::fs::write(&env.work.ca_key, &rotated.key_pem).unwrap();
+    std::fs::write(&env.work.ca_cert, &rotated.cert_pem).unwrap();
+    let text = wait_for_metric(&env, "talos_sso_config_reloads_total{result=\"ok\"}", 1.0).await;
+    let after = env.server.app.settings().clusters["prod"].ca.signer().der.clone();
+    assert_ne!(after, before);
+    let not_after = metric(
+        &text,
+        "talos_sso_ca_not_after_timestamp_seconds{cluster=\"prod\"}",
+    )
+    .unwrap();
+    let expected = time::OffsetDateTime::now_utc().unix_timestamp() as f64 + 400.0 * 86400.0;
+    assert!((not_after - expected).abs() < 3600.0, "{not_after} vs {expected}");
+    let (status, body) = env
+        .issue(
+            &env.emulator
+                .token_for("bob@example.com", TokenKind::id())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert_eq!(body["ca"].as_str().unwrap().trim(), rotated.cert_pem.trim());
+    let records = reload_records(&env).await;
+    let last = &records.last().unwrap().record;
+    assert_eq!(last.details["clusters_changed"], serde_json::json!(["prod"]));
+    env.finish().await;
+}
+
+/// SIGHUP while the server is still starting does not end it.
+#[tokio::test]
+async fn sighup_during_start_is_not_fatal() {
+    use talos_sso_tests::faults::{server_binary, write_server_config};
+    let binary = server_binary().expect("server binary");
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let database = format!("sqlite://{}", env.work.path().join("early.db").display());
+    let (config, base_url) =
+        write_server_config(&env.emulator, &env.work, &database, "early.yaml", |yaml| yaml).unwrap();
+    // The provider answers slowly: the server is surely still starting
+    // (discovering it) when the hang-ups come.
+    env.emulator.set_faults(talos_sso_tests::emulator::Faults {
+        delay: Duration::from_secs(2),
+        ..Default::default()
+    });
+    let mut child = std::process::Command::new(&binary)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // As soon as the process catches SIGHUP (its handler is installed
+    // before the provider is discovered and the store opened), several
+    // hang-ups while it starts. Before that, SIGHUP would end any process.
+    let catches_hangup = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|status| {
+                let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                u64::from_str_radix(mask.trim(), 16).ok()
+            })
+            .is_some_and(|mask| mask & (1 << (1 - 1)) != 0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !catches_hangup(child.id()) {
+        assert!(Instant::now() < deadline, "the server never caught SIGHUP");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(
+        reqwest::get(format!("{base_url}/healthz")).await.is_err(),
+        "the server must still be starting"
+    );
+    for _ in 0..5 {
+        let _ = std::process::Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    env.emulator.set_faults(Default::default());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(response) = reqwest::get(format!("{base_url}/healthz")).await
+            && response.status().is_success()
+        {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the server ended during start: {status}");
+        }
+        assert!(Instant::now() < deadline, "the server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    env.finish().await;
+}

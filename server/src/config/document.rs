@@ -94,15 +94,23 @@ pub fn read_cluster_dir(dir: &Path) -> Result<Vec<ClusterFile>, ConfigError> {
     entries.sort();
     let mut files: BTreeMap<String, ClusterFile> = BTreeMap::new();
     for path in entries {
-        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
-            return Err(fail(format!("{path:?} is not a UTF-8 file name")));
-        };
-        if file_name.starts_with('.') || Format::of(&path).is_none() {
+        // Names are looked at as the file system has them: a stray file
+        // with a name that is not UTF-8 (a hidden one, a README) is not a
+        // cluster, and no reason to refuse the others.
+        let os_name = path.file_name().unwrap_or_default();
+        if os_name.as_encoded_bytes().starts_with(b".") || Format::of(&path).is_none() {
             continue;
         }
-        // Followed: ConfigMap files are links into `..data`.
-        if !path.is_file() {
-            continue;
+        let Some(file_name) = os_name.to_str() else {
+            return Err(fail(format!("{path:?}: a cluster file's name must be UTF-8")));
+        };
+        // Followed: ConfigMap files are links into `..data`. A link that
+        // leads nowhere, or to something that is not a file, is an error
+        // rather than a cluster silently gone.
+        match std::fs::metadata(&path) {
+            Ok(metadata) if metadata.is_file() => {}
+            Ok(_) => return Err(fail(format!("{file_name} is not a regular file"))),
+            Err(error) => return Err(fail(format!("{file_name}: {error}"))),
         }
         let name = Path::new(file_name)
             .file_stem()
@@ -174,16 +182,27 @@ pub fn overrides(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String
 /// Apply every override to the document; the first that cannot be applied
 /// is named with the reason.
 pub fn apply_overrides(document: &mut Value, overrides: &[(String, String)]) -> Result<(), ConfigError> {
+    // The key each variable set: two that reach one key (`..__LISTEN` and
+    // `..__listen`) are refused, rather than one silently winning.
+    let mut placed: BTreeMap<String, &str> = BTreeMap::new();
     for (name, value) in overrides {
-        apply_override(document, name, value).map_err(|reason| ConfigError::Environment {
+        let fail = |reason: String| ConfigError::Environment {
             variables: name.clone(),
             reason,
-        })?;
+        };
+        let key = apply_override(document, name, value).map_err(fail)?;
+        if let Some(other) = placed.insert(key.clone(), name) {
+            return Err(ConfigError::Environment {
+                variables: format!("{other}, {name}"),
+                reason: format!("both set `{key}`: keep one"),
+            });
+        }
     }
     Ok(())
 }
 
-fn apply_override(document: &mut Value, name: &str, value: &str) -> Result<(), String> {
+/// Set the key `name` names to `value`; the key's path, as placed.
+fn apply_override(document: &mut Value, name: &str, value: &str) -> Result<String, String> {
     let path = name
         .strip_prefix(ENV_PREFIX)
         .and_then(|rest| rest.strip_prefix("__"))
@@ -215,12 +234,13 @@ fn apply_override(document: &mut Value, name: &str, value: &str) -> Result<(), S
         walked.push(key.clone());
         let entry = map.entry(Value::String(key)).or_insert(Value::Null);
         if last {
-            *entry = override_value(entry, &walked.join("."), value)?;
-            return Ok(());
+            let key = walked.join(".");
+            *entry = override_value(entry, &key, value)?;
+            return Ok(key);
         }
         node = entry;
     }
-    Ok(())
+    Ok(walked.join("."))
 }
 
 /// The key of `map` that `segment` names: the key written exactly so, else
@@ -250,12 +270,27 @@ fn matching_key(map: &Mapping, segment: &str) -> Result<String, String> {
 /// else the text itself (typed when the configuration is read: `8` becomes
 /// a number where one is wanted).
 fn override_value(current: &Value, key: &str, text: &str) -> Result<Value, String> {
-    if text.trim_start().starts_with('[')
-        && let Ok(list @ Value::Sequence(_)) = serde_yaml_ng::from_str::<Value>(text)
-    {
-        return Ok(list);
+    let list_key = current.is_sequence() || COMMA_LISTS.contains(&key);
+    if text.trim_start().starts_with('[') {
+        match serde_yaml_ng::from_str::<Value>(text) {
+            Ok(list @ Value::Sequence(_)) => return Ok(list),
+            // `[::]:8443` is an address, not a list gone wrong.
+            _ if !list_key => return Ok(Value::String(text.to_owned())),
+            Ok(_) | Err(_) => {
+                return Err(format!(
+                    "`{key}` is a list, and this value starts like one but is not: write `[a, b]`"
+                ));
+            }
+        }
     }
-    if current.is_sequence() || COMMA_LISTS.contains(&key) {
+    if list_key {
+        // An unset variable expanded to nothing must not quietly empty a
+        // list (of tenants, of auditors, of trusted proxies).
+        if text.trim().is_empty() {
+            return Err(format!(
+                "`{key}` is a list and the value is empty: write `[]` for an empty list"
+            ));
+        }
         return Ok(Value::Sequence(
             text.split(',')
                 .map(str::trim)
@@ -330,6 +365,50 @@ mod tests {
     }
 
     #[test]
+    fn overrides_that_would_quietly_change_a_list_or_two_that_meet_are_refused() {
+        let mut document = doc("identity:\n  allowed_tenants: [t-1]\nauditors:\n  groups: [g]\n");
+        for (name, value, reason) in [
+            (
+                "TALOS_SSO__IDENTITY__ALLOWED_TENANTS",
+                "",
+                "write `[]` for an empty list",
+            ),
+            (
+                "TALOS_SSO__AUDITORS__GROUPS",
+                "  ",
+                "write `[]` for an empty list",
+            ),
+            (
+                "TALOS_SSO__AUDITORS__GROUPS",
+                "[adm-1, adm-2",
+                "starts like one but is not",
+            ),
+            (
+                "TALOS_SSO__IDENTITY__SCOPES",
+                "[openid]x",
+                "starts like one but is not",
+            ),
+        ] {
+            let error = set(&mut document, name, value).unwrap_err();
+            assert!(error.contains(reason), "{name}={value:?}: {error}");
+        }
+        // An explicit empty list is what it says.
+        set(&mut document, "TALOS_SSO__AUDITORS__GROUPS", "[]").unwrap();
+        assert_eq!(document["auditors"]["groups"], Value::Sequence(vec![]));
+        let both = [
+            ("TALOS_SSO__LISTEN".to_owned(), "127.0.0.1:1".to_owned()),
+            ("TALOS_SSO__listen".to_owned(), "127.0.0.1:2".to_owned()),
+        ];
+        let error = apply_overrides(&mut document, &overrides(both))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("(TALOS_SSO__LISTEN, TALOS_SSO__listen): both set `listen`"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn cluster_files_join_the_clusters_and_may_not_repeat_one() {
         let dir = std::env::temp_dir().join(format!(
             "talos-sso-clusters-dir-{}",
@@ -365,6 +444,45 @@ mod tests {
             error.contains("prod.yaml and prod.yml both describe cluster `prod`"),
             "{error}"
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A ConfigMap volume: each file a link to `..data/<file>`, `..data` a
+    /// link to a timestamped folder, swapped whole on an update.
+    #[test]
+    fn cluster_files_are_read_through_configmap_links_and_a_broken_one_is_an_error() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::symlink;
+        let dir = std::env::temp_dir().join(format!(
+            "talos-sso-configmap-{}",
+            crate::random::random_hex(8).unwrap()
+        ));
+        std::fs::create_dir_all(dir.join("..2026_12_01_v1")).unwrap();
+        std::fs::write(dir.join("..2026_12_01_v1/prod.yaml"), "endpoints: [cp-1]\n").unwrap();
+        symlink("..2026_12_01_v1", dir.join("..data")).unwrap();
+        symlink("..data/prod.yaml", dir.join("prod.yaml")).unwrap();
+        // A stray file whose name is not UTF-8 is no cluster and no error.
+        std::fs::write(dir.join(std::ffi::OsStr::from_bytes(b"notes-\xff.txt")), "x").unwrap();
+        let files = read_cluster_dir(&dir).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(
+            (files[0].name.as_str(), files[0].text.as_str()),
+            ("prod", "endpoints: [cp-1]\n")
+        );
+        // The update: a new folder, `..data` swapped to it.
+        std::fs::create_dir_all(dir.join("..2026_12_01_v2")).unwrap();
+        std::fs::write(dir.join("..2026_12_01_v2/prod.yaml"), "endpoints: [cp-2]\n").unwrap();
+        symlink("..2026_12_01_v2", dir.join("..data.tmp")).unwrap();
+        std::fs::rename(dir.join("..data.tmp"), dir.join("..data")).unwrap();
+        assert_eq!(read_cluster_dir(&dir).unwrap()[0].text, "endpoints: [cp-2]\n");
+        // A link that leads nowhere is an error, not a cluster gone.
+        symlink("..data/gone.yaml", dir.join("staging.yaml")).unwrap();
+        let error = read_cluster_dir(&dir).unwrap_err().to_string();
+        assert!(error.contains("staging.yaml: No such file"), "{error}");
+        std::fs::remove_file(dir.join("staging.yaml")).unwrap();
+        std::fs::create_dir(dir.join("lab.yaml")).unwrap();
+        let error = read_cluster_dir(&dir).unwrap_err().to_string();
+        assert!(error.contains("lab.yaml is not a regular file"), "{error}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -14,7 +14,7 @@ use talos_sso_api::{CLIENT_VERSION_HEADER, ErrorCode};
 
 use super::RequestId;
 use super::error::ApiError;
-use crate::app::App;
+use crate::app::{App, Settings};
 use crate::audit::{AuditRecord, outcome, text};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 use crate::issuance::{count_refusal, record_denial};
@@ -116,15 +116,17 @@ impl Caller {
     /// verified ourselves says. Every refusal is recorded in `record`
     /// (with who the token *claimed* to be, marked unverified); a rate-limit
     /// refusal is also counted by limit (`talos_sso_rate_limited_total`).
+    /// `settings` are the ones the request is decided with (taken once).
     pub async fn authenticate(
         &self,
         app: &App,
+        settings: &Settings,
         record: &mut AuditRecord,
         limit: IdentityLimit,
     ) -> Result<VerifiedIdentity, ApiError> {
         // A flood from one address is stopped before any token work.
         if let Some(address) = &self.address_key
-            && let Err(retry) = app.settings().rate_limits.check_address(address)
+            && let Err(retry) = settings.rate_limits.check_address(address)
         {
             app.metrics.count_rate_limited("address");
             if let Credentials::Bearer(token) = &self.credentials {
@@ -146,7 +148,11 @@ impl Caller {
                 return Err(deny(app, record.clone(), error).await);
             }
         };
-        let verified = match app.authenticator.authenticate(token, app.clock.now()).await {
+        let verified = match app
+            .authenticator
+            .authenticate(token, app.clock.now(), &settings.relevant_groups)
+            .await
+        {
             Ok(verified) => verified,
             Err(error) => {
                 match error.verified_identity() {
@@ -161,7 +167,7 @@ impl Caller {
             }
         };
         with_identity(record, &verified);
-        let rate_limits = app.settings().rate_limits.clone();
+        let rate_limits = &settings.rate_limits;
         let (limited, name) = match limit {
             IdentityLimit::Certificates => (
                 rate_limits.check_identity(&verified.qualified_subject()),

@@ -49,7 +49,7 @@ async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<Is
         record.roles_requested = request.roles.clone();
     }
     let verified = caller
-        .authenticate(app, &mut record, IdentityLimit::Certificates)
+        .authenticate(app, &settings, &mut record, IdentityLimit::Certificates)
         .await?;
     let request = match parsed {
         Ok(request) => request,

@@ -59,8 +59,10 @@ pub async fn authorize(
 ) -> Result<(VerifiedIdentity, AuditRecord), ApiError> {
     let mut record = caller.record(app, event);
     record.details = details;
-    let verified = caller.authenticate(app, &mut record, IdentityLimit::Api).await?;
     let settings = app.settings();
+    let verified = caller
+        .authenticate(app, &settings, &mut record, IdentityLimit::Api)
+        .await?;
     let (list, code, message) = match privilege {
         Privilege::Auditor => (
             &settings.config.auditors,

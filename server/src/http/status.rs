@@ -2,6 +2,7 @@
 //! in), `/healthz`, `/readyz`, `/metrics`, and the answer to unknown paths.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Json;
@@ -23,19 +24,47 @@ pub async fn not_found() -> ApiError {
     ApiError::new(ErrorCode::NotFound, "no such endpoint")
 }
 
+/// The last readiness answer. `/readyz` and `/metrics` answer anyone, so the
+/// checks behind them (a database round trip, a signature by each PKCS#11
+/// token) run at most once per [`READINESS_FRESH_FOR`] and one at a time,
+/// whatever the request rate: a flood of probes neither takes the
+/// database's connections from issuance nor the token's sessions from
+/// signing. A token that hangs is not asked again until it has answered.
+#[derive(Debug, Default)]
+pub struct ReadinessCache {
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
+    signing_probe_running: Arc<AtomicBool>,
+}
+
+/// How long a readiness answer is reused.
+pub const READINESS_FRESH_FOR: Duration = Duration::from_millis(500);
+
+/// How long a token's probe signature is waited for.
+const SIGNING_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Ready when the database answers, the provider's keys are fresh and every
 /// CA can sign. A CA key in a PKCS#11 token signs a probe, off the runtime
 /// (the call blocks on the HSM); that also reopens a module that failed.
 /// `/readyz` answers with it, and `talos_sso_ready` is it at each scrape.
 async fn readiness(app: &Arc<App>) -> Readiness {
+    // Callers queue here while one of them checks: all get its answer.
+    let mut last = app.readiness.last.lock().await;
+    if let Some((at, readiness)) = last.as_ref()
+        && at.elapsed() < READINESS_FRESH_FOR
+    {
+        return readiness.clone();
+    }
+    let readiness = check_readiness(app).await;
+    *last = Some((std::time::Instant::now(), readiness.clone()));
+    readiness
+}
+
+async fn check_readiness(app: &Arc<App>) -> Readiness {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
     let settings = app.settings();
     let signing = if settings.clusters.values().any(|c| c.ca.token().is_some()) {
-        let signers = Arc::clone(&settings);
-        tokio::task::spawn_blocking(move || signers.clusters.values().all(|c| c.ca.signing_available()))
-            .await
-            .unwrap_or(false)
+        probe_signing(&app.readiness.signing_probe_running, &settings).await
     } else {
         true
     };
@@ -47,6 +76,32 @@ async fn readiness(app: &Arc<App>) -> Readiness {
         clusters: settings.clusters.len(),
         signing,
     }
+}
+
+/// Every token signs a probe, on a blocking thread, waited for a bounded
+/// time; while an earlier probe has not come back, the answer is "cannot
+/// sign" without asking again.
+async fn probe_signing(running: &Arc<AtomicBool>, settings: &Arc<crate::app::Settings>) -> bool {
+    if running.swap(true, Ordering::AcqRel) {
+        return false;
+    }
+    /// Clears the flag however the probe ends.
+    struct Running(Arc<AtomicBool>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let signers = Arc::clone(settings);
+    let running = Running(Arc::clone(running));
+    let probe = tokio::task::spawn_blocking(move || {
+        let _running = running;
+        signers.clusters.values().all(|c| c.ca.signing_available())
+    });
+    matches!(
+        tokio::time::timeout(SIGNING_PROBE_TIMEOUT, probe).await,
+        Ok(Ok(true))
+    )
 }
 
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>) {

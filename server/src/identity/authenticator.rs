@@ -53,60 +53,48 @@ impl AuthError {
     }
 }
 
-fn lower_cased(groups: impl IntoIterator<Item = String>) -> Arc<BTreeSet<String>> {
-    Arc::new(groups.into_iter().map(|g| g.to_ascii_lowercase()).collect())
+/// The groups decisions look at (the rules', the auditors', the admins'),
+/// lower-cased: the only groups kept of a person's. Part of the settings a
+/// reload replaces, so that one request filters with the groups of the
+/// rules it is decided by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelevantGroups(Arc<BTreeSet<String>>);
+
+impl RelevantGroups {
+    pub fn new(groups: impl IntoIterator<Item = String>) -> Self {
+        Self(Arc::new(
+            groups.into_iter().map(|g| g.to_ascii_lowercase()).collect(),
+        ))
+    }
+
+    fn contains(&self, group: &str) -> bool {
+        self.0.contains(&group.to_ascii_lowercase())
+    }
 }
 
-/// Every trusted issuer, and the groups decisions look at.
+/// Every trusted issuer.
 #[derive(Debug)]
 pub struct Authenticator {
     /// The issuer people log in with (`/v1/info` names it to the CLI).
     login: Issuer,
     /// Further issuers whose tokens are accepted.
     trusted: Vec<Issuer>,
-    /// Lower-cased group ids that some rule names: the only ones kept.
-    /// Replaced when a reload changes the rules.
-    relevant_groups: std::sync::RwLock<Arc<BTreeSet<String>>>,
 }
 
 impl Authenticator {
-    pub fn new(
-        login: Issuer,
-        trusted: Vec<Issuer>,
-        relevant_groups: impl IntoIterator<Item = String>,
-    ) -> Self {
-        Self {
-            login,
-            trusted,
-            relevant_groups: std::sync::RwLock::new(lower_cased(relevant_groups)),
-        }
-    }
-
-    /// The groups decisions look at now (after a reload).
-    pub fn set_relevant_groups(&self, groups: impl IntoIterator<Item = String>) {
-        let groups = lower_cased(groups);
-        *self.relevant_groups.write().unwrap_or_else(|e| e.into_inner()) = groups;
-    }
-
-    fn relevant_groups(&self) -> Arc<BTreeSet<String>> {
-        self.relevant_groups
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    pub fn new(login: Issuer, trusted: Vec<Issuer>) -> Self {
+        Self { login, trusted }
     }
 
     /// Discover every issuer `identity` configures and fetch their keys.
-    pub async fn discover(
-        identity: &IdentityConfig,
-        relevant_groups: impl IntoIterator<Item = String>,
-    ) -> Result<Self, IssuerError> {
+    pub async fn discover(identity: &IdentityConfig) -> Result<Self, IssuerError> {
         let min_refresh = identity.jwks_min_refresh_interval;
         let login = Issuer::discover(&identity.login_issuer(), min_refresh).await?;
         let mut trusted = Vec::with_capacity(identity.trusted_issuers.len());
         for config in &identity.trusted_issuers {
             trusted.push(Issuer::discover(config, min_refresh).await?);
         }
-        Ok(Self::new(login, trusted, relevant_groups))
+        Ok(Self::new(login, trusted))
     }
 
     /// The login issuer first, then the trusted ones.
@@ -126,19 +114,19 @@ impl Authenticator {
             .unwrap_or(&self.login)
     }
 
+    /// Verify `token` and complete who it names (groups from Graph on
+    /// overage), keeping only the `relevant` groups.
     pub async fn authenticate(
         &self,
         token: &str,
         now: OffsetDateTime,
+        relevant: &RelevantGroups,
     ) -> Result<VerifiedIdentity, AuthError> {
         let jwt = Jwt::parse(token)?;
         let issuer = self.route(jwt.unverified_claims());
         let verified = issuer.verify_parsed(jwt, now).await?;
         let mut verified = issuer.rules().complete(verified).await?;
-        let relevant = self.relevant_groups();
-        verified
-            .groups
-            .retain(|g| relevant.contains(&g.to_ascii_lowercase()));
+        verified.groups.retain(|g| relevant.contains(g));
         Ok(verified)
     }
 
