@@ -814,7 +814,8 @@ pub struct ConsoleConfig {
     /// A session ends after this long without a request.
     #[serde(default = "default_console_idle", deserialize_with = "duration")]
     pub session_idle: Duration,
-    /// A session ends this long after login, whatever happens.
+    /// A session ends this long after login, whatever happens (group changes at
+    /// the provider reach the console at the next login).
     #[serde(default = "default_console_lifetime", deserialize_with = "duration")]
     pub session_lifetime: Duration,
     /// Sessions held at once (logins in progress count); the oldest goes
@@ -841,7 +842,7 @@ fn default_console_idle() -> Duration {
     Duration::from_secs(15 * 60)
 }
 fn default_console_lifetime() -> Duration {
-    Duration::from_secs(8 * 3600)
+    Duration::from_secs(3600)
 }
 fn default_console_sessions() -> usize {
     1000

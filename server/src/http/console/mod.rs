@@ -185,6 +185,8 @@ pub enum Need {
 pub struct Viewer {
     pub session_id: String,
     pub session: Session,
+    /// What they may see now: the navigation shows only that.
+    pub auditor: bool,
     pub admin: bool,
     pub caller: Caller,
 }
@@ -217,6 +219,7 @@ pub async fn viewer(
     let viewer = Viewer {
         session_id,
         session,
+        auditor,
         admin,
         caller,
     };

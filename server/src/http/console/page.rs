@@ -39,10 +39,12 @@ pub fn layout(
                     a.brand href="/ui" { "talos-sso audit" }
                     @if let Some(viewer) = viewer {
                         nav {
-                            a href="/ui" { "Trail" }
-                            a href="/ui/held" { "Who held a role" }
-                            a href="/ui/chain" { "Chain" }
-                            a href="/ui/charts" { "Charts" }
+                            @if viewer.auditor {
+                                a href="/ui" { "Trail" }
+                                a href="/ui/held" { "Who held a role" }
+                                a href="/ui/chain" { "Chain" }
+                                a href="/ui/charts" { "Charts" }
+                            }
                             @if viewer.admin { a href="/ui/deny" { "Deny list" } }
                         }
                         form.logout method="post" action="/ui/logout" {

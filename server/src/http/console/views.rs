@@ -441,7 +441,7 @@ pub async fn held(
     let body = html! {
         (form)
         @if read >= HELD_MAX { p.notice { "Only the first " (HELD_MAX) " certificates of this window were read; narrow it." } }
-        p.muted { (people.len()) " people held " code { (role) } @if !q.cluster.trim().is_empty() { " on " code { (q.cluster.trim()) } } "." }
+        p.muted { (people.len()) (if people.len() == 1 { " person" } else { " people" }) " held " code { (role) } @if !q.cluster.trim().is_empty() { " on " code { (q.cluster.trim()) } } "." }
         table.held {
             thead { tr { th { "Person" } th { "Subject" } th { "Certificates" } } }
             tbody {
