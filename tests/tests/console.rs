@@ -505,6 +505,13 @@ async fn console_over_http(backend: Backend) {
         .collect();
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["roles_granted"][0], "os:admin");
+    // The client address filter: the certificates came from this machine.
+    let here = auditor
+        .get(&format!("{base}/ui?client_ip=127.0.0.1&event=certificate.issued"))
+        .await;
+    assert!(here.text().await.unwrap().contains("1 record. "));
+    let elsewhere = auditor.get(&format!("{base}/ui?client_ip=203.0.113.9")).await;
+    assert!(elsewhere.text().await.unwrap().contains("0 records. "));
     let bad = auditor.get(&format!("{base}/ui?event=nonsense")).await;
     assert_eq!(bad.status(), 422);
     assert!(bad.text().await.unwrap().contains("must be one of"));

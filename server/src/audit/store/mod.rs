@@ -112,6 +112,8 @@ pub struct AuditFilter {
     pub outcome: Option<String>,
     pub event: Option<String>,
     pub serial: Option<String>,
+    /// The client address, as recorded.
+    pub client_ip: Option<String>,
     /// Cursor: only records after this sequence number.
     pub after_seq: i64,
     pub limit: i64,
@@ -373,6 +375,7 @@ impl RecordQuery {
             ("outcome", &filter.outcome),
             ("event", &filter.event),
             ("serial", &filter.serial),
+            ("client_ip", &filter.client_ip),
         ] {
             if let Some(value) = value {
                 add(&|n| format!("{column} = ${n}"), Bind::Text(value.clone()));

@@ -44,6 +44,7 @@ pub struct Filters {
     pub outcome: String,
     pub event: String,
     pub serial: String,
+    pub client_ip: String,
     /// Cursor: records before this `seq` (newest first).
     #[serde(skip_serializing)]
     pub before: String,
@@ -69,6 +70,7 @@ impl Filters {
             outcome: some(&self.outcome),
             event: some(&self.event),
             serial: some(&self.serial),
+            client_ip: some(&self.client_ip),
             cursor: None,
             limit: None,
         }
@@ -101,7 +103,7 @@ impl Filters {
         url.finish()
     }
 
-    fn pairs(&self) -> [(&'static str, &String); 9] {
+    fn pairs(&self) -> [(&'static str, &String); 10] {
         [
             ("since", &self.since),
             ("until", &self.until),
@@ -112,6 +114,7 @@ impl Filters {
             ("outcome", &self.outcome),
             ("event", &self.event),
             ("serial", &self.serial),
+            ("client_ip", &self.client_ip),
         ]
     }
 }
@@ -163,6 +166,7 @@ fn filter_form(filters: &Filters) -> Markup {
             (select("outcome", "Outcome", &filters.outcome, &outcome::ALL))
             (select("event", "Event", &filters.event, &event::ALL))
             (text_input("serial", "Serial", &filters.serial, "hex"))
+            (text_input("client_ip", "Client address", &filters.client_ip, "203.0.113.7"))
             button type="submit" { "Filter" }
             a href="/ui" { "Clear" }
         }
@@ -229,7 +233,7 @@ pub async fn trail(
     let body = html! {
         (filter_form(&filters))
         p.muted {
-            (records.len()) " records"
+            (records.len()) (if records.len() == 1 { " record" } else { " records" })
             @if let Some(b) = before { ", before record " (b) }
             ". "
             a href={ "/ui/export?format=csv&" (query) } { "Export CSV" } " · "
