@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use reqwest::header;
 use talos_sso_server::audit::store::AuditFilter;
+use talos_sso_tests::console_client::{Browserless, location};
 use talos_sso_tests::emulator::GROUP_SECURITY;
 use talos_sso_tests::harness::{Backend, CheckpointFiles, TestEnv};
 
@@ -316,83 +317,6 @@ async fn the_console_in_a_real_browser() {
     env.finish().await;
 }
 
-/// A client that follows no redirects and keeps the cookies it is given.
-struct Browserless {
-    http: reqwest::Client,
-    cookies: Vec<String>,
-}
-
-impl Browserless {
-    fn new() -> Self {
-        Self {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            cookies: Vec::new(),
-        }
-    }
-
-    fn keep(&mut self, response: &reqwest::Response) {
-        for set in response.headers().get_all(header::SET_COOKIE) {
-            let pair = set.to_str().unwrap().split(';').next().unwrap().to_owned();
-            let name = pair.split('=').next().unwrap().to_owned();
-            self.cookies.retain(|c| !c.starts_with(&format!("{name}=")));
-            if !pair.ends_with('=') {
-                self.cookies.push(pair);
-            }
-        }
-    }
-
-    async fn get(&mut self, url: &str) -> reqwest::Response {
-        let response = self
-            .http
-            .get(url)
-            .header(header::COOKIE, self.cookies.join("; "))
-            .send()
-            .await
-            .unwrap();
-        self.keep(&response);
-        response
-    }
-
-    async fn post(&mut self, url: &str, form: &[(&str, &str)]) -> reqwest::Response {
-        let response = self
-            .http
-            .post(url)
-            .header(header::COOKIE, self.cookies.join("; "))
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        self.keep(&response);
-        response
-    }
-
-    /// Log in as `user`: the console's redirect, the emulator's (with
-    /// `login_hint`, as the account picker's links have), the callback.
-    async fn login(&mut self, base: &str, user: &str) {
-        let start = self.get(&format!("{base}/ui/login?return=/ui/chain")).await;
-        assert_eq!(start.status(), 303);
-        let authorize = location(&start);
-        let url = url::Url::parse(&authorize).unwrap();
-        let query: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
-        assert_eq!(query["code_challenge_method"], "S256");
-        assert_eq!(query["response_type"], "code");
-        assert_eq!(query["redirect_uri"], format!("{base}/ui/callback"));
-        assert!(!query["state"].is_empty() && !query["nonce"].is_empty());
-        let at_provider = self.get(&format!("{authorize}&login_hint={user}")).await;
-        assert_eq!(at_provider.status(), 302);
-        let callback = self.get(&location(&at_provider)).await;
-        assert_eq!(callback.status(), 303, "{:?}", callback.text().await);
-        assert_eq!(location(&callback), "/ui/chain");
-    }
-}
-
-fn location(response: &reqwest::Response) -> String {
-    response.headers()[header::LOCATION].to_str().unwrap().to_owned()
-}
-
 async fn console_over_http(backend: Backend) {
     let checkpoints = CheckpointFiles::new();
     let env = start(backend, &checkpoints).await;
@@ -460,7 +384,7 @@ async fn console_over_http(backend: Backend) {
 
     // An auditor.
     let mut auditor = Browserless::new();
-    auditor.login(&base, AUDITOR).await;
+    auditor.login(&base, AUDITOR, "/ui/chain").await;
     let chain = auditor.get(&format!("{base}/ui/chain")).await;
     assert_eq!(chain.status(), 200);
     assert!(chain.text().await.unwrap().contains("The chain verifies."));
@@ -522,7 +446,7 @@ async fn console_over_http(backend: Backend) {
 
     // An admin's form without its CSRF token, or from elsewhere: refused.
     let mut admin = Browserless::new();
-    admin.login(&base, ADMIN).await;
+    admin.login(&base, ADMIN, "/ui/chain").await;
     let page = admin.get(&format!("{base}/ui/deny")).await.text().await.unwrap();
     let csrf = page
         .split("name=\"csrf\" value=\"")
