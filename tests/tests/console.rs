@@ -416,6 +416,12 @@ async fn console_over_http(backend: Backend) {
         charts.contains(&format!("<title>{reason}: 1</title>")),
         "{charts}"
     );
+    // The bucket in progress is counted at each view.
+    assert!(charts.contains("prod os:admin: 1</title>"), "{charts}");
+    assert_eq!(certificate(&env, ADMIN, &["os:admin"]).await, 201);
+    let charts = auditor.get(&format!("{base}/ui/charts?since=1d&by=hour")).await;
+    let charts = charts.text().await.unwrap();
+    assert!(charts.contains("prod os:admin: 2</title>"), "{charts}");
     let export = auditor
         .get(&format!("{base}/ui/export?format=jsonl&username={ADMIN}"))
         .await;
@@ -427,13 +433,13 @@ async fn console_over_http(backend: Backend) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 1);
+    assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["roles_granted"][0], "os:admin");
     // The client address filter: the certificates came from this machine.
     let here = auditor
         .get(&format!("{base}/ui?client_ip=127.0.0.1&event=certificate.issued"))
         .await;
-    assert!(here.text().await.unwrap().contains("1 record. "));
+    assert!(here.text().await.unwrap().contains("2 records. "));
     let elsewhere = auditor.get(&format!("{base}/ui?client_ip=203.0.113.9")).await;
     assert!(elsewhere.text().await.unwrap().contains("0 records. "));
     let bad = auditor.get(&format!("{base}/ui?event=nonsense")).await;

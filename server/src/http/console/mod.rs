@@ -55,6 +55,10 @@ pub struct Console {
     http: reqwest::Client,
     /// The last chain verification: when it failed, every page says so.
     last_check: Mutex<Option<ChainStatus>>,
+    /// The verification running now, if one is: what it will answer.
+    verifying: Mutex<Option<Verification>>,
+    /// The charts' counts of buckets that have ended.
+    charts: views::ChartCache,
 }
 
 impl Console {
@@ -111,6 +115,8 @@ impl Console {
             lifetime: console.session_lifetime,
             http,
             last_check: Mutex::new(None),
+            verifying: Mutex::new(None),
+            charts: views::ChartCache::default(),
         }))
     }
 
@@ -121,7 +127,51 @@ impl Console {
     fn set_last_check(&self, status: ChainStatus) {
         *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
     }
+
+    /// The running verification of the chain, started now when none is:
+    /// one at a time, whoever asks (a million records take most of a
+    /// minute, longer than a request may).
+    fn verification(self: &Arc<Self>, app: &Arc<App>) -> Verification {
+        let mut running = self.verifying.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(verification) = running.as_ref() {
+            return verification.clone();
+        }
+        let (done, answer) = tokio::sync::watch::channel(None);
+        let verification = Verification {
+            started: app.clock.now(),
+            answer,
+        };
+        *running = Some(verification.clone());
+        let (app, console) = (app.clone(), self.clone());
+        tokio::spawn(async move {
+            let signed = match &app.checkpoints {
+                Some(checkpoints) => Some(checkpoints.read().await),
+                None => None,
+            };
+            let status = crate::audit::checkpoint::verify_store(app.audit.store(), signed)
+                .await
+                .ok();
+            if let Some(status) = &status {
+                console.set_last_check(status.clone());
+            }
+            *console.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let _ = done.send(Some(status));
+        });
+        verification
+    }
 }
+
+/// A verification of the chain under way: when it started, and its answer
+/// once there is one (`Some(None)`: the store could not be read).
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub started: time::OffsetDateTime,
+    pub answer: tokio::sync::watch::Receiver<Option<Option<ChainStatus>>>,
+}
+
+/// How long the chain page waits for a verification before it says that
+/// one is running.
+pub const VERIFY_WAIT: Duration = Duration::from_secs(5);
 
 /// The console's routes, under `/ui`.
 pub fn router(console: Arc<Console>) -> Router<Arc<App>> {

@@ -18,7 +18,6 @@ use talos_sso_api::{AuditQuery, DenyRequest, StoredRecord};
 
 use super::{Admin, Auditor, Console, Viewer, page, record_view};
 use crate::app::App;
-use crate::audit::checkpoint::verify_store;
 use crate::audit::store::{AuditFilter, AuditStore};
 use crate::audit::{event, format_micros, outcome, text};
 use crate::http::audit::filter as audit_filter;
@@ -575,16 +574,44 @@ pub async fn chain(
     if let Err(page) = record_view(&app, &console, &viewer, &view_key("chain", &details), details).await {
         return page;
     }
-    let signed = match &app.checkpoints {
-        Some(checkpoints) => Some(checkpoints.read().await),
-        None => None,
+    let mut verification = console.verification(&app);
+    let finished =
+        tokio::time::timeout(super::VERIFY_WAIT, verification.answer.wait_for(Option::is_some)).await;
+    let status = match finished {
+        Ok(Ok(answer)) => match answer.clone().flatten() {
+            Some(status) => status,
+            None => return page::unavailable(),
+        },
+        // Still running: the last verification that finished, if any.
+        _ => match console.last_check() {
+            Some(last) => {
+                return chain_page(&viewer, &last, Some(verification.started));
+            }
+            None => {
+                let body = html! {
+                    p.notice {
+                        "The chain is being verified (started " (format_micros(verification.started)) "); a large trail takes a minute or more. "
+                        a href="/ui/chain" { "Reload" } " for the answer."
+                    }
+                };
+                return page::show(StatusCode::OK, "Chain status", &viewer, None, body);
+            }
+        },
     };
-    let status = match verify_store(app.audit.store(), signed).await {
-        Ok(status) => status,
-        Err(_) => return page::unavailable(),
-    };
-    console.set_last_check(status.clone());
+    chain_page(&viewer, &status, None)
+}
+
+/// The chain page for `status`; `running` when a newer verification,
+/// started then, has not finished.
+fn chain_page(
+    viewer: &Viewer,
+    status: &talos_sso_api::ChainStatus,
+    running: Option<time::OffsetDateTime>,
+) -> Response {
     let body = html! {
+        @if let Some(started) = running {
+            p.notice { "A verification started " (format_micros(started)) " is still running; this is the last one that finished. " a href="/ui/chain" { "Reload" } }
+        }
         @if status.intact {
             p.ok { strong { "The chain verifies." } " " (status.verified) " records recomputed, from record 1 to " (status.last_seq) "." }
         } @else {
@@ -610,7 +637,7 @@ pub async fn chain(
             }
         }
     };
-    page::show(StatusCode::OK, "Chain status", &viewer, Some(&status), body)
+    page::show(StatusCode::OK, "Chain status", viewer, Some(status), body)
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -624,10 +651,12 @@ pub struct ChartQuery {
 /// One bar's worth: `(bucket, series, count)`.
 type Counts = Vec<(String, String, i64)>;
 
-/// Issuances per bucket, cluster and granted role; denials per reason.
+/// Issuances per bucket, cluster and granted role; denials per reason;
+/// from `since` to before `until`.
 async fn chart_counts(
     store: &AuditStore,
     since: time::OffsetDateTime,
+    until: time::OffsetDateTime,
     hourly: bool,
 ) -> Result<(Counts, Counts), sqlx::Error> {
     match store {
@@ -641,41 +670,110 @@ async fn chart_counts(
                 "SELECT to_char(date_trunc('{unit}', occurred_at AT TIME ZONE 'UTC'), '{format}'), \
                  coalesce(cluster, '-') || ' ' || role, count(*) \
                  FROM audit_events, unnest(roles_granted) AS role \
-                 WHERE event = 'certificate.issued' AND occurred_at >= $1 GROUP BY 1, 2 ORDER BY 1, 2"
+                 WHERE event = 'certificate.issued' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ORDER BY 1, 2"
             )))
             .bind(since)
+            .bind(until)
             .fetch_all(pool)
             .await?;
             let denied = sqlx::query_as(
                 "SELECT '', coalesce(reason_code, '-'), count(*) FROM audit_events \
-                 WHERE outcome = 'denied' AND occurred_at >= $1 GROUP BY 2 ORDER BY 3 DESC",
+                 WHERE outcome = 'denied' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 2 ORDER BY 3 DESC",
             )
             .bind(since)
+            .bind(until)
             .fetch_all(pool)
             .await?;
             Ok((issued, denied))
         }
         AuditStore::Sqlite(pool) => {
             let (length, suffix) = if hourly { (13, ":00") } else { (10, "") };
-            let since = format_micros(since);
+            let (since, until) = (format_micros(since), format_micros(until));
             let issued = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT replace(substr(occurred_at, 1, {length}), 'T', ' ') || '{suffix}', \
                  coalesce(cluster, '-') || ' ' || r.value, count(*) \
                  FROM audit_events, json_each(audit_events.roles_granted) AS r \
-                 WHERE event = 'certificate.issued' AND occurred_at >= $1 GROUP BY 1, 2 ORDER BY 1, 2"
+                 WHERE event = 'certificate.issued' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ORDER BY 1, 2"
             )))
             .bind(&since)
+            .bind(&until)
             .fetch_all(pool)
             .await?;
             let denied = sqlx::query_as(
                 "SELECT '', coalesce(reason_code, '-'), count(*) FROM audit_events \
-                 WHERE outcome = 'denied' AND occurred_at >= $1 GROUP BY 2 ORDER BY 3 DESC",
+                 WHERE outcome = 'denied' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 2 ORDER BY 3 DESC",
             )
             .bind(&since)
+            .bind(&until)
             .fetch_all(pool)
             .await?;
             Ok((issued, denied))
         }
+    }
+}
+
+/// Chart counts of whole past buckets, kept: the trail is append-only, so
+/// an hour or a day that has ended keeps its counts (a record is committed
+/// within seconds of its time; a bucket is kept only once it ended a
+/// minute ago). The bucket in progress is counted at each view.
+#[derive(Debug, Default)]
+pub struct ChartCache {
+    past: std::sync::Mutex<PastCounts>,
+}
+
+/// By (hourly, first bucket, cutoff), in Unix seconds: issued and denied.
+type PastCounts = BTreeMap<(bool, i64, i64), (Counts, Counts)>;
+
+/// Past windows kept at most; the cache starts over when full.
+const CHART_CACHE: usize = 32;
+
+impl ChartCache {
+    /// The counts from the bucket holding `since` up to `now`.
+    async fn counts(
+        &self,
+        store: &AuditStore,
+        since: time::OffsetDateTime,
+        now: time::OffsetDateTime,
+        hourly: bool,
+    ) -> Result<(Counts, Counts), sqlx::Error> {
+        let floor = |t: time::OffsetDateTime| {
+            let t = t.to_offset(time::UtcOffset::UTC);
+            let t = t.replace_time(
+                time::Time::from_hms(if hourly { t.hour() } else { 0 }, 0, 0).unwrap_or(time::Time::MIDNIGHT),
+            );
+            t.unix_timestamp()
+        };
+        let from = floor(since);
+        let cutoff = floor(now - time::Duration::minutes(1)).max(from);
+        let at = |seconds: i64| time::OffsetDateTime::from_unix_timestamp(seconds).unwrap_or(since);
+        let key = (hourly, from, cutoff);
+        let cached = self.lock().get(&key).cloned();
+        let (mut issued, mut denied) = match cached {
+            Some(past) => past,
+            None => {
+                let past = chart_counts(store, at(from), at(cutoff), hourly).await?;
+                let mut kept = self.lock();
+                if kept.len() >= CHART_CACHE {
+                    kept.clear();
+                }
+                kept.insert(key, past.clone());
+                past
+            }
+        };
+        let far = now + time::Duration::days(1);
+        let (live_issued, live_denied) = chart_counts(store, at(cutoff), far, hourly).await?;
+        issued.extend(live_issued);
+        let mut reasons: BTreeMap<String, i64> = BTreeMap::new();
+        for (_, reason, n) in denied.drain(..).chain(live_denied) {
+            *reasons.entry(reason).or_default() += n;
+        }
+        let mut denied: Counts = reasons.into_iter().map(|(r, n)| (String::new(), r, n)).collect();
+        denied.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+        Ok((issued, denied))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PastCounts> {
+        self.past.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -766,7 +864,11 @@ pub async fn charts(
     if let Err(page) = record_view(&app, &console, &viewer, &view_key("charts", &details), details).await {
         return page;
     }
-    let (issued, denied) = match chart_counts(app.audit.store(), since, hourly).await {
+    let (issued, denied) = match console
+        .charts
+        .counts(app.audit.store(), since, app.clock.now(), hourly)
+        .await
+    {
         Ok(counts) => counts,
         Err(_) => return page::unavailable(),
     };
