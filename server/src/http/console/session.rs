@@ -1,9 +1,9 @@
 //! Console sessions: held in memory, bounded in number, each ended after
 //! a short idle time and a fixed lifetime, found by a random id carried in
 //! a `__Host-` cookie (Secure, HttpOnly, SameSite=Lax). A login in
-//! progress (its `state`, PKCE verifier and `nonce`) is held the same way
-//! under a cookie of its own until the identity provider sends the browser
-//! back.
+//! progress (its `state`, PKCE verifier and `nonce`) is held apart, bounded
+//! on its own, under a cookie of its own until the identity provider sends
+//! the browser back.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -48,23 +48,12 @@ pub struct Session {
     last_seen: Instant,
 }
 
-enum Entry {
-    Pending(PendingLogin),
-    Active(Box<Session>),
-}
-
-impl Entry {
-    fn started(&self) -> Instant {
-        match self {
-            Entry::Pending(p) => p.started,
-            Entry::Active(s) => s.started,
-        }
-    }
-}
-
-/// Every session and login in progress.
+/// Every session and login in progress, each kind bounded on its own: a
+/// flood of logins started (anyone can start one) never pushes out the
+/// sessions of people signed in.
 pub struct Sessions {
-    entries: Mutex<HashMap<String, Entry>>,
+    active: Mutex<HashMap<String, Session>>,
+    logins: Mutex<HashMap<String, PendingLogin>>,
     max: usize,
     idle: Duration,
     lifetime: Duration,
@@ -78,50 +67,47 @@ impl std::fmt::Debug for Sessions {
     }
 }
 
+fn locked<V>(map: &Mutex<HashMap<String, V>>) -> std::sync::MutexGuard<'_, HashMap<String, V>> {
+    map.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Make room for one more in `map` (at most `max`): ended entries go, then
+/// the oldest.
+fn make_room<V>(
+    map: &mut HashMap<String, V>,
+    max: usize,
+    live: impl Fn(&V) -> bool,
+    started: impl Fn(&V) -> Instant,
+) {
+    if map.len() >= max {
+        map.retain(|_, v| live(v));
+    }
+    while map.len() >= max {
+        let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, v)| started(v))
+            .map(|(id, _)| id.clone())
+        else {
+            break;
+        };
+        map.remove(&oldest);
+    }
+}
+
 impl Sessions {
     pub fn new(max: usize, idle: Duration, lifetime: Duration) -> Self {
         Self {
-            entries: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashMap::new()),
+            logins: Mutex::new(HashMap::new()),
             max: max.max(1),
             idle,
             lifetime,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn live(&self, entry: &Entry, now: Instant) -> bool {
-        match entry {
-            Entry::Pending(p) => now.duration_since(p.started) < LOGIN_TIMEOUT,
-            Entry::Active(s) => {
-                now.duration_since(s.last_seen) < self.idle && now.duration_since(s.started) < self.lifetime
-            }
-        }
-    }
-
-    /// Store `entry` under a new random id, making room by dropping ended
-    /// entries, then the oldest.
-    fn insert(&self, entry: Entry) -> Result<String, RandomError> {
-        let id = random_hex(32)?;
-        let now = Instant::now();
-        let mut entries = self.lock();
-        if entries.len() >= self.max {
-            entries.retain(|_, e| self.live(e, now));
-        }
-        while entries.len() >= self.max {
-            let oldest = entries
-                .iter()
-                .min_by_key(|(_, e)| e.started())
-                .map(|(id, _)| id.clone());
-            match oldest {
-                Some(oldest) => entries.remove(&oldest),
-                None => break,
-            };
-        }
-        entries.insert(id.clone(), entry);
-        Ok(id)
+    fn session_live(&self, session: &Session, now: Instant) -> bool {
+        now.duration_since(session.last_seen) < self.idle
+            && now.duration_since(session.started) < self.lifetime
     }
 
     /// A new login in progress: its id (for [`LOGIN_COOKIE`]) and what the
@@ -134,21 +120,24 @@ impl Sessions {
             return_to,
             started: Instant::now(),
         };
-        let id = self.insert(Entry::Pending(pending.clone()))?;
+        let id = random_hex(32)?;
+        let now = Instant::now();
+        let mut logins = locked(&self.logins);
+        make_room(
+            &mut logins,
+            self.max,
+            |p| now.duration_since(p.started) < LOGIN_TIMEOUT,
+            |p| p.started,
+        );
+        logins.insert(id.clone(), pending.clone());
         Ok((id, pending))
     }
 
     /// The login in progress under `id`, taken out: it is used once.
     pub fn take_login(&self, id: &str) -> Option<PendingLogin> {
-        let mut entries = self.lock();
-        match entries.remove(id) {
-            Some(Entry::Pending(p)) if self.live(&Entry::Pending(p.clone()), Instant::now()) => Some(p),
-            Some(other @ Entry::Active(_)) => {
-                entries.insert(id.to_owned(), other);
-                None
-            }
-            _ => None,
-        }
+        locked(&self.logins)
+            .remove(id)
+            .filter(|p| p.started.elapsed() < LOGIN_TIMEOUT)
     }
 
     /// A session for `identity`: its id, for [`SESSION_COOKIE`].
@@ -161,53 +150,58 @@ impl Sessions {
             started: now,
             last_seen: now,
         };
-        self.insert(Entry::Active(Box::new(session)))
+        let id = random_hex(32)?;
+        let mut active = locked(&self.active);
+        make_room(
+            &mut active,
+            self.max,
+            |s| self.session_live(s, now),
+            |s| s.started,
+        );
+        active.insert(id.clone(), session);
+        Ok(id)
     }
 
     /// The session under `id`, when it has not ended; this request counts
     /// as activity.
     pub fn get(&self, id: &str) -> Option<Session> {
         let now = Instant::now();
-        let mut entries = self.lock();
-        let live = entries.get(id).is_some_and(|e| self.live(e, now));
-        if !live {
-            if matches!(entries.get(id), Some(Entry::Active(_))) {
-                entries.remove(id);
-            }
-            return None;
-        }
-        match entries.get_mut(id) {
-            Some(Entry::Active(session)) => {
+        let mut active = locked(&self.active);
+        match active.get_mut(id) {
+            Some(session) if self.session_live(session, now) => {
                 session.last_seen = now;
-                Some((**session).clone())
+                Some(session.clone())
             }
-            _ => None,
+            Some(_) => {
+                active.remove(id);
+                None
+            }
+            None => None,
         }
     }
 
     /// Note that `view` was recorded for session `id`; false when it had
     /// been already (or the session is gone).
     pub fn first_view(&self, id: &str, view: &str) -> bool {
-        match self.lock().get_mut(id) {
-            Some(Entry::Active(session)) => session.recorded.insert(view.to_owned()),
-            _ => false,
-        }
+        locked(&self.active)
+            .get_mut(id)
+            .is_some_and(|session| session.recorded.insert(view.to_owned()))
     }
 
     /// Forget that `view` was recorded (its record could not be written).
     pub fn unrecord(&self, id: &str, view: &str) {
-        if let Some(Entry::Active(session)) = self.lock().get_mut(id) {
+        if let Some(session) = locked(&self.active).get_mut(id) {
             session.recorded.remove(view);
         }
     }
 
     pub fn close(&self, id: &str) {
-        self.lock().remove(id);
+        locked(&self.active).remove(id);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.lock().len()
+        locked(&self.active).len()
     }
 }
 
@@ -288,6 +282,11 @@ mod tests {
         assert!(!sessions.first_view(&b, "trail?x"));
         sessions.unrecord(&b, "trail?x");
         assert!(sessions.first_view(&b, "trail?x"));
+        // A flood of logins started pushes out logins, never sessions.
+        for _ in 0..10 {
+            sessions.start_login("/ui".into()).unwrap();
+        }
+        assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
     }
 
     #[test]
