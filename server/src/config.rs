@@ -818,8 +818,8 @@ pub struct ConsoleConfig {
     /// the provider reach the console at the next login).
     #[serde(default = "default_console_lifetime", deserialize_with = "duration")]
     pub session_lifetime: Duration,
-    /// Sessions held at once (logins in progress count); the oldest goes
-    /// first when a new one needs room.
+    /// Sessions held at once, the oldest going first when a new one needs
+    /// room; as many logins in progress are held apart.
     #[serde(default = "default_console_sessions")]
     pub max_sessions: usize,
 }
