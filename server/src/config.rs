@@ -1323,6 +1323,44 @@ clusters:
     }
 
     #[test]
+    fn the_console_needs_a_public_url_browsers_reach_safely() {
+        let with = |section: &str| Config::from_yaml(&format!("{MINIMAL}\nconsole: {{ {section} }}\n"));
+        let off = Config::from_yaml(MINIMAL).unwrap().console;
+        assert!(!off.enabled && off.redirect_uri().is_none());
+        let on = with("enabled: true, public_url: \"https://sso.example.com/\"")
+            .unwrap()
+            .console;
+        assert_eq!(
+            on.redirect_uri().as_deref(),
+            Some("https://sso.example.com/ui/callback")
+        );
+        assert_eq!(
+            (on.session_idle, on.session_lifetime, on.max_sessions),
+            (Duration::from_secs(900), Duration::from_secs(3600), 1000)
+        );
+        assert!(with("enabled: true, public_url: \"http://127.0.0.1:8443\"").is_ok());
+        for (section, says) in [
+            ("enabled: true", "console.public_url is required"),
+            (
+                "enabled: true, public_url: \"http://sso.example.com\"",
+                "must be https://",
+            ),
+            (
+                "enabled: true, public_url: \"https://sso.example.com/?x=1\"",
+                "without query",
+            ),
+            ("enabled: true, public_url: \"not a url\"", "console.public_url"),
+            (
+                "enabled: true, public_url: \"https://a.example\", max_sessions: 0",
+                "above zero",
+            ),
+        ] {
+            let error = with(section).unwrap_err().to_string();
+            assert!(error.contains(says), "{section}: {error}");
+        }
+    }
+
+    #[test]
     fn minimal_config_gets_defaults() {
         let config = Config::from_yaml(MINIMAL).unwrap();
         let prod = &config.clusters["prod"];
