@@ -208,6 +208,9 @@ pub struct AuditQuery {
     pub event: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
+    /// The client address a record names, as recorded (`203.0.113.7`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<String>,
     /// The `next_cursor` of the previous page (a sequence number, 0 or more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -230,6 +233,7 @@ impl AuditQuery {
             outcome: each(&self.outcome),
             event: each(&self.event),
             serial: each(&self.serial),
+            client_ip: each(&self.client_ip),
             cursor: each(&self.cursor),
             limit: each(&self.limit),
         }

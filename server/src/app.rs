@@ -64,6 +64,8 @@ pub enum StartError {
     Database(String),
     #[error("audit checkpoints: {0}")]
     Checkpoints(String),
+    #[error("console: {0}")]
+    Console(String),
     #[error("TLS certificate {} / key {}: {error}", .cert_file.display(), .key_file.display())]
     Tls {
         cert_file: std::path::PathBuf,

@@ -118,6 +118,9 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// The security team's web console at `/ui`.
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// When the configuration is read again while the server runs.
     #[serde(default)]
     pub reload: ReloadConfig,
@@ -808,6 +811,106 @@ pub struct MetricsConfig {
     pub listen: Option<SocketAddr>,
 }
 
+/// The `console` section: the web console at `/ui` (docs/console.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve `/ui`. Off unless set.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The server's address as browsers reach it (`https://sso.example.com`);
+    /// the redirect URI registered with the identity provider is this
+    /// followed by `/ui/callback`. Required when `enabled`.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// The client id the console logs in with; default `identity.client_id`
+    /// (the CLI's public client, with the console's redirect URI added).
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// A file holding the client secret, for a confidential (web)
+    /// registration; none for a public client (PKCE alone).
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// A session ends after this long without a request.
+    #[serde(default = "default_console_idle", deserialize_with = "duration")]
+    pub session_idle: Duration,
+    /// A session ends this long after login, whatever happens (group changes at
+    /// the provider reach the console at the next login).
+    #[serde(default = "default_console_lifetime", deserialize_with = "duration")]
+    pub session_lifetime: Duration,
+    /// Sessions held at once, the oldest going first when a new one needs
+    /// room; as many logins in progress are held apart.
+    #[serde(default = "default_console_sessions")]
+    pub max_sessions: usize,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            public_url: None,
+            client_id: None,
+            client_secret_file: None,
+            session_idle: default_console_idle(),
+            session_lifetime: default_console_lifetime(),
+            max_sessions: default_console_sessions(),
+        }
+    }
+}
+
+fn default_console_idle() -> Duration {
+    Duration::from_secs(15 * 60)
+}
+fn default_console_lifetime() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_console_sessions() -> usize {
+    1000
+}
+
+/// Whether `url` is https, or http to this machine only.
+fn secure_or_loopback(url: &url::Url) -> bool {
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
+}
+
+impl ConsoleConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let Some(public_url) = &self.public_url else {
+            return Err(invalid(
+                "console.public_url is required when console.enabled is set (the redirect URI is it plus /ui/callback)",
+            ));
+        };
+        let url = url::Url::parse(public_url).map_err(|e| invalid(format!("console.public_url: {e}")))?;
+        if !secure_or_loopback(&url) || url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid(
+                "console.public_url must be https:// (http:// only to this machine), without query or fragment",
+            ));
+        }
+        if self.max_sessions == 0 || self.session_idle.is_zero() || self.session_lifetime.is_zero() {
+            return Err(invalid(
+                "console.max_sessions, session_idle and session_lifetime must be above zero",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `<public_url>/ui/callback`.
+    pub fn redirect_uri(&self) -> Option<String> {
+        self.public_url
+            .as_deref()
+            .map(|u| format!("{}/ui/callback", u.trim_end_matches('/')))
+    }
+}
+
 /// The override variables an error message points at: those whose last
 /// key segment the message names, else all of them (sorted).
 fn culprits(names: &[String], message: &str) -> String {
@@ -948,13 +1051,7 @@ impl Config {
             if let Some(url) = &checkpoints.webhook_url {
                 let url = url::Url::parse(url)
                     .map_err(|e| invalid(format!("audit.checkpoints.webhook_url: {e}")))?;
-                let loopback = match url.host() {
-                    Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-                    Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                    Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                    None => false,
-                };
-                if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
+                if !secure_or_loopback(&url) {
                     return Err(invalid(
                         "audit.checkpoints.webhook_url must be https:// (http:// only to this machine)",
                     ));
@@ -962,6 +1059,7 @@ impl Config {
             }
         }
         self.audit.feed.check().map_err(invalid)?;
+        self.console.check()?;
         if self.audit.refusals.window.is_zero() {
             return Err(invalid("audit.refusals.window must be above zero"));
         }
@@ -1242,6 +1340,44 @@ clusters:
 
     fn pkcs11_yaml_with(ca: &str) -> String {
         MINIMAL.replace("secrets_bundle: /etc/talos-sso/prod-secrets.yaml", ca)
+    }
+
+    #[test]
+    fn the_console_needs_a_public_url_browsers_reach_safely() {
+        let with = |section: &str| Config::from_yaml(&format!("{MINIMAL}\nconsole: {{ {section} }}\n"));
+        let off = Config::from_yaml(MINIMAL).unwrap().console;
+        assert!(!off.enabled && off.redirect_uri().is_none());
+        let on = with("enabled: true, public_url: \"https://sso.example.com/\"")
+            .unwrap()
+            .console;
+        assert_eq!(
+            on.redirect_uri().as_deref(),
+            Some("https://sso.example.com/ui/callback")
+        );
+        assert_eq!(
+            (on.session_idle, on.session_lifetime, on.max_sessions),
+            (Duration::from_secs(900), Duration::from_secs(3600), 1000)
+        );
+        assert!(with("enabled: true, public_url: \"http://127.0.0.1:8443\"").is_ok());
+        for (section, says) in [
+            ("enabled: true", "console.public_url is required"),
+            (
+                "enabled: true, public_url: \"http://sso.example.com\"",
+                "must be https://",
+            ),
+            (
+                "enabled: true, public_url: \"https://sso.example.com/?x=1\"",
+                "without query",
+            ),
+            ("enabled: true, public_url: \"not a url\"", "console.public_url"),
+            (
+                "enabled: true, public_url: \"https://a.example\", max_sessions: 0",
+                "above zero",
+            ),
+        ] {
+            let error = with(section).unwrap_err().to_string();
+            assert!(error.contains(says), "{section}: {error}");
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct Server {
     metrics: Option<(tokio::net::TcpListener, SocketAddr)>,
     /// `None` for plain HTTP (`insecure_http`).
     tls: Option<TlsFiles>,
+    /// The web console (`console.enabled`).
+    console: Option<Arc<crate::http::console::Console>>,
     tasks: Tasks,
 }
 
@@ -93,6 +95,13 @@ impl Server {
             background,
             tls_reloader,
         };
+        let console = match crate::http::console::Console::new(&app.settings().config) {
+            Ok(console) => console.map(Arc::new),
+            Err(error) => {
+                tasks.stop_periodic().await;
+                return Err(StartError::Console(error));
+            }
+        };
         let bound = metrics_listen
             .map(|address| listen_on(address).map_err(|error| (address, error)))
             .transpose()
@@ -118,6 +127,7 @@ impl Server {
             local_addr,
             metrics,
             tls,
+            console,
             tasks,
         })
     }
@@ -150,6 +160,7 @@ impl Server {
             listener,
             metrics,
             tls,
+            console,
             mut tasks,
             ..
         } = self;
@@ -165,7 +176,7 @@ impl Server {
         };
         let api = serve::run(
             app.clone(),
-            crate::http::router(app.clone()),
+            crate::http::router(app.clone(), console),
             listener,
             tls,
             stopped(stopping.clone()),

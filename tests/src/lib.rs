@@ -13,11 +13,13 @@
 //! - `material`: throwaway CAs and files with the right permissions.
 //! - `audit_seed`: a large, realistic, made-up audit trail (seeding, SQL checks).
 //! - `softhsm`: SoftHSM 2 tokens with keys generated inside them.
+//! - `console_client`: the web console without a browser (tests, benchmark).
 
 // The harness is test code: failing loudly on a broken fixture is the point.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 pub mod audit_seed;
+pub mod console_client;
 pub mod emulator;
 pub mod faults;
 pub mod harness;

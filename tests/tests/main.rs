@@ -36,6 +36,9 @@
 //!   request can add, the TLS expiry, the metrics listener of their own.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
+//! - `console`: the web console in a real headless Chromium (login through
+//!   the emulator, filters, a record's chain position, refusals, the deny
+//!   list and the CLI, a tampered trail), and over HTTP on both stores.
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
 //!   against the server's metrics; promtool on the exposition; a real
 //!   Prometheus scraping a real server.
@@ -68,6 +71,7 @@ mod audit_sql;
 mod ca_sources;
 mod checkpoints;
 mod client_key;
+mod console;
 mod deploy;
 mod faults;
 mod feed;

@@ -43,6 +43,9 @@ pub struct AuditFilterArgs {
     /// Certificate serial (hex).
     #[arg(long)]
     pub serial: Option<String>,
+    /// The client address the server recorded (e.g. 203.0.113.7).
+    #[arg(long)]
+    pub client_ip: Option<String>,
 }
 
 /// `a, b or c`: the values a filter may take, as its help says them (no
@@ -68,6 +71,7 @@ impl AuditFilterArgs {
             outcome: self.outcome.clone(),
             event: self.event.clone(),
             serial: self.serial.clone(),
+            client_ip: self.client_ip.clone(),
             cursor: None,
             limit: None,
         }

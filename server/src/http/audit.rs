@@ -87,6 +87,7 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
         outcome: query.outcome.clone(),
         event: query.event.clone(),
         serial: query.serial.clone(),
+        client_ip: query.client_ip.clone(),
         after_seq: match &query.cursor {
             Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
             None => 0,

@@ -218,7 +218,7 @@ fn credentials(headers: &HeaderMap) -> Credentials {
     }
 }
 
-fn with_identity(record: &mut AuditRecord, verified: &VerifiedIdentity) {
+pub(super) fn with_identity(record: &mut AuditRecord, verified: &VerifiedIdentity) {
     record.issuer = Some(verified.issuer.clone());
     record.tenant = verified.tenant.clone();
     record.subject = Some(verified.subject.clone());

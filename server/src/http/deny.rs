@@ -18,10 +18,11 @@ use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
 use crate::audit::store::DenyChange;
-use crate::audit::{event, text};
+use crate::audit::{AuditRecord, event, text};
+use crate::identity::VerifiedIdentity;
 
 /// The subject and username a request names, cleaned; at least one.
-fn target(request: &DenyRequest) -> Result<(Option<String>, Option<String>), ApiError> {
+pub(super) fn target(request: &DenyRequest) -> Result<(Option<String>, Option<String>), ApiError> {
     let clean = |v: &Option<String>| {
         v.as_deref()
             .map(str::trim)
@@ -59,21 +60,47 @@ pub async fn add(
 ) -> Result<(StatusCode, Json<DenyAdded>), ApiError> {
     let request: DenyRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::request_invalid(format!("not a deny request: {e}"), None))?;
-    let (subject, username) = target(&request)?;
+    let (subject, username, reason) = addition(&request)?;
+    let details = addition_details(&subject, &username, &reason);
+    let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_ADDED, details).await?;
+    let added = add_entry(&app, &verified, record, subject, username, &reason).await?;
+    tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry added");
+    Ok((StatusCode::CREATED, Json(added)))
+}
+
+/// The subject, username and reason of an addition, cleaned; a target and
+/// a reason are required.
+pub(super) fn addition(request: &DenyRequest) -> Result<(Option<String>, Option<String>, String), ApiError> {
+    let (subject, username) = target(request)?;
     let reason = request
         .reason
         .as_deref()
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| ApiError::request_invalid("a `reason` is required", None))?;
-    let details = json!({"target_subject": subject, "target_username": username, "reason": reason});
-    let (verified, mut record) =
-        authorize(&app, &caller, Privilege::Admin, event::DENY_ADDED, details).await?;
+    Ok((subject, username, reason.to_owned()))
+}
+
+/// The details of an addition's record, before its subject is resolved.
+pub(super) fn addition_details(subject: &Option<String>, username: &Option<String>, reason: &str) -> Value {
+    json!({"target_subject": subject, "target_username": username, "reason": reason})
+}
+
+/// Add the entry `record` (an authorized `deny.added`) asks for, committed
+/// with its record; a refusal after authorization is recorded too.
+pub(super) async fn add_entry(
+    app: &App,
+    verified: &VerifiedIdentity,
+    mut record: AuditRecord,
+    subject: Option<String>,
+    username: Option<String>,
+    reason: &str,
+) -> Result<DenyAdded, ApiError> {
     let subject = match (subject, &username) {
         (Some(subject), _) => subject,
-        (None, Some(username)) => match subject_of(&app, username).await {
+        (None, Some(username)) => match subject_of(app, username).await {
             Ok(subject) => subject,
-            Err(error) => return Err(deny(&app, record, error).await),
+            Err(error) => return Err(deny(app, record, error).await),
         },
         (None, None) => return Err(ApiError::internal()),
     };
@@ -87,7 +114,7 @@ pub async fn add(
         added_by: verified.username.clone(),
         added_at: record.occurred_at,
     };
-    let stored = commit(&app, record, Some(DenyChange::Add(entry.clone()))).await?;
+    let stored = commit(app, record, Some(DenyChange::Add(entry.clone()))).await?;
     if entries_changed(&stored.record.details) == 0 {
         // Recorded as tried; nothing changed, and the caller must know.
         return Err(ApiError::new(
@@ -95,14 +122,10 @@ pub async fn add(
             "this subject is already on the deny list; nothing was changed",
         ));
     }
-    tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry added");
-    Ok((
-        StatusCode::CREATED,
-        Json(DenyAdded {
-            entry,
-            audit_id: stored.seq,
-        }),
-    ))
+    Ok(DenyAdded {
+        entry,
+        audit_id: stored.seq,
+    })
 }
 
 /// The one subject that verified records name with `username`. A deny
@@ -141,26 +164,37 @@ pub async fn remove(
     let request = query_or_400(query)?;
     let (subject, username) = target(&request)?;
     let details = json!({"target_subject": subject, "target_username": username});
-    let (verified, mut record) =
-        authorize(&app, &caller, Privilege::Admin, event::DENY_REMOVED, details).await?;
+    let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_REMOVED, details).await?;
+    let removed = remove_entries(&app, record, subject, username).await?;
+    tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry removed");
+    Ok(Json(removed))
+}
+
+/// Remove the entries `record` (an authorized `deny.removed`) names,
+/// committed with its record.
+pub(super) async fn remove_entries(
+    app: &App,
+    mut record: AuditRecord,
+    subject: Option<String>,
+    username: Option<String>,
+) -> Result<DenyRemoved, ApiError> {
     // A username names the subject verified records tie it to (entries
     // block subjects), and entries added with that username alone.
     let subject = match (subject, &username) {
         (Some(subject), _) => Some(subject),
-        (None, Some(name)) => match subject_of(&app, name).await {
+        (None, Some(name)) => match subject_of(app, name).await {
             Ok(subject) => Some(subject),
             Err(error) if error.error == ErrorCode::SubjectRequired => None,
-            Err(error) => return Err(deny(&app, record, error).await),
+            Err(error) => return Err(deny(app, record, error).await),
         },
         (None, None) => None,
     };
     if let (Value::Object(details), Some(subject)) = (&mut record.details, &subject) {
         details.insert("target_subject".into(), json!(subject));
     }
-    let stored = commit(&app, record, Some(DenyChange::Remove { subject, username })).await?;
-    tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry removed");
-    Ok(Json(DenyRemoved {
+    let stored = commit(app, record, Some(DenyChange::Remove { subject, username })).await?;
+    Ok(DenyRemoved {
         removed: entries_changed(&stored.record.details),
         audit_id: stored.seq,
-    }))
+    })
 }

@@ -6,6 +6,7 @@
 //! - `audit`: `GET /v1/audit` and `/v1/audit/verify` (auditors);
 //! - `feed`: `GET /v1/audit/stream` (auditors): the trail as it grows;
 //! - `deny`: `/v1/deny` (admins);
+//! - `console`: the web console at `/ui` (auditors, admins), when enabled;
 //! - `status`: `/v1/info`, `/healthz`, `/readyz`, `/metrics` (here, or
 //!   alone on the metrics listener: [`metrics_router`]), not found;
 //! - `caller`: what is known of a caller before and after authentication,
@@ -18,6 +19,7 @@
 pub mod audit;
 pub mod caller;
 pub mod certificates;
+pub mod console;
 pub mod deny;
 pub mod error;
 pub mod feed;
@@ -177,9 +179,9 @@ async fn observe(State(app): State<Arc<App>>, request: Request, next: Next) -> R
     response
 }
 
-/// The API. `/metrics` is here unless `metrics.listen` gives it a
-/// listener of its own.
-pub fn router(app: Arc<App>) -> Router {
+/// The API, and the console when `console` is given. `/metrics` is here
+/// unless `metrics.listen` gives it a listener of its own.
+pub fn router(app: Arc<App>, console: Option<Arc<console::Console>>) -> Router {
     let settings = app.settings();
     let http = &settings.config.http;
     let mut routes = Router::new()
@@ -194,6 +196,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/readyz", get(status::readyz));
     if settings.config.metrics.listen.is_none() {
         routes = routes.route(METRICS_PATH, get(status::metrics));
+    }
+    if let Some(console) = console {
+        routes = routes.merge(console::router(console));
     }
     routes
         .fallback(status::not_found)

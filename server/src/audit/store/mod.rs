@@ -112,6 +112,8 @@ pub struct AuditFilter {
     pub outcome: Option<String>,
     pub event: Option<String>,
     pub serial: Option<String>,
+    /// The client address, as recorded.
+    pub client_ip: Option<String>,
     /// Cursor: only records after this sequence number.
     pub after_seq: i64,
     pub limit: i64,
@@ -373,6 +375,7 @@ impl RecordQuery {
             ("outcome", &filter.outcome),
             ("event", &filter.event),
             ("serial", &filter.serial),
+            ("client_ip", &filter.client_ip),
         ] {
             if let Some(value) = value {
                 add(&|n| format!("{column} = ${n}"), Bind::Text(value.clone()));
@@ -978,7 +981,7 @@ mod tests {
     /// as databases already hold them: sqlx refuses to start on a database
     /// whose applied migration has another checksum, so a released file
     /// must never change. A new migration is a new file, added here.
-    const RELEASED: [(&str, i64, &str); 8] = [
+    const RELEASED: [(&str, i64, &str); 10] = [
         (
             "postgres",
             1,
@@ -1018,6 +1021,16 @@ mod tests {
             "sqlite",
             4,
             "d0c1958f8a177869e6c7434a0a35dfd8523cc149bba2c4d44c56e7ad3fd7587ff55f11c551474db83cd94d683570ad17",
+        ),
+        (
+            "postgres",
+            5,
+            "68f2d938f7ee3646e0afedc87c314aa7b514f60cbfa54b5c4548bcd12a8ef3646d2971539784bacd8cb2443f31f710df",
+        ),
+        (
+            "sqlite",
+            5,
+            "68f2d938f7ee3646e0afedc87c314aa7b514f60cbfa54b5c4548bcd12a8ef3646d2971539784bacd8cb2443f31f710df",
         ),
     ];
 

@@ -1,0 +1,245 @@
+//! Logging in to the console: the server is the OAuth client. The
+//! authorization code flow with PKCE (S256), `state` and `nonce` checked,
+//! the code redeemed by the server at the provider's token endpoint, and
+//! the ID token verified by the same [`crate::identity::Authenticator`] as
+//! every API call, so that auditors and admins are who the API says they
+//! are.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use super::session::{LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, cookie, same_secret, set_cookie};
+use super::{Console, page, redirect};
+use crate::app::App;
+
+/// The S256 challenge of a PKCE verifier.
+pub fn challenge(verifier: &str) -> String {
+    URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()))
+}
+
+/// A console path to return to after login: `/ui` or below it, nothing
+/// that could lead off the site.
+fn return_path(asked: Option<&String>) -> String {
+    match asked {
+        Some(path)
+            if (path == "/ui" || path.starts_with("/ui/") || path.starts_with("/ui?"))
+                && !path.contains("//")
+                && !path.contains('\\')
+                && !path.chars().any(char::is_control) =>
+        {
+            path.clone()
+        }
+        _ => "/ui".into(),
+    }
+}
+
+/// `GET /ui/login`: off to the identity provider.
+pub async fn login(
+    State(app): State<Arc<App>>,
+    Extension(console): Extension<Arc<Console>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Ok((id, pending)) = console.sessions.start_login(return_path(query.get("return"))) else {
+        return page::failure("The server could not start a login (no randomness); try again.");
+    };
+    let endpoint = app
+        .authenticator
+        .login()
+        .provider()
+        .metadata()
+        .authorization_endpoint;
+    let Ok(mut url) = url::Url::parse(&endpoint) else {
+        return page::failure("The identity provider's authorization endpoint is not a URL.");
+    };
+    url.query_pairs_mut()
+        .append_pair("client_id", &console.client_id)
+        .append_pair("response_type", "code")
+        .append_pair("redirect_uri", &console.redirect_uri)
+        .append_pair("response_mode", "query")
+        .append_pair("scope", "openid profile")
+        .append_pair("state", &pending.state)
+        .append_pair("nonce", &pending.nonce)
+        .append_pair("code_challenge", &challenge(&pending.verifier))
+        .append_pair("code_challenge_method", "S256");
+    let mut response = redirect(url.as_str());
+    if let Ok(value) = set_cookie(LOGIN_COOKIE, Some(&id), LOGIN_TIMEOUT).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// `GET /ui/callback`: the provider sends the browser back with a code.
+pub async fn callback(
+    State(app): State<Arc<App>>,
+    Extension(console): Extension<Arc<Console>>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let pending = cookie(&headers, LOGIN_COOKIE).and_then(|id| console.sessions.take_login(id));
+    let mut response = match pending {
+        None => page::failure(
+            "This login is unknown or took too long (over ten minutes). Start again from the console's sign-in page.",
+        ),
+        Some(pending) => match finish(&app, &console, &query, &pending).await {
+            Ok(session) => {
+                let mut response = redirect(&pending.return_to);
+                if let Ok(value) = set_cookie(SESSION_COOKIE, Some(&session), console.lifetime).parse() {
+                    response.headers_mut().append(header::SET_COOKIE, value);
+                }
+                response
+            }
+            Err(message) => page::failure(&message),
+        },
+    };
+    if let Ok(value) = set_cookie(LOGIN_COOKIE, None, LOGIN_TIMEOUT).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// Redeem the code, verify the ID token, open a session: its id, or what
+/// to tell the person.
+async fn finish(
+    app: &App,
+    console: &Console,
+    query: &HashMap<String, String>,
+    pending: &super::session::PendingLogin,
+) -> Result<String, String> {
+    let sent_state = query.get("state").map(String::as_str).unwrap_or_default();
+    if !same_secret(sent_state, &pending.state) {
+        return Err(
+            "The identity provider's answer does not belong to this login (state). Start again.".into(),
+        );
+    }
+    if let Some(error) = query.get("error") {
+        let description = query
+            .get("error_description")
+            .map(String::as_str)
+            .unwrap_or_default();
+        return Err(format!(
+            "The identity provider refused the login: {} {}",
+            crate::audit::text::clean_field(error),
+            crate::audit::text::clean_field(description)
+        ));
+    }
+    let code = query
+        .get("code")
+        .ok_or("The identity provider sent no authorization code.")?;
+    let endpoint = app.authenticator.login().provider().metadata().token_endpoint;
+    let mut form = vec![
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", console.redirect_uri.as_str()),
+        ("client_id", console.client_id.as_str()),
+        ("code_verifier", pending.verifier.as_str()),
+    ];
+    if let Some(secret) = &console.client_secret {
+        form.push(("client_secret", secret.as_str()));
+    }
+    let answer = console
+        .http
+        .post(&endpoint)
+        .form(&form)
+        .send()
+        .await
+        .map_err(|e| {
+            tracing::warn!(target: "talos_sso::console", "token endpoint unreachable: {}", talos_sso_api::error::error_chain(&e.without_url()));
+            "The identity provider's token endpoint could not be reached; try again.".to_owned()
+        })?;
+    let status = answer.status();
+    let body: serde_json::Value = answer.json().await.unwrap_or_default();
+    if !status.is_success() {
+        // The provider's error code and description only: no token here.
+        tracing::warn!(target: "talos_sso::console", status = status.as_u16(), error = %body["error"], "the code was not redeemed");
+        return Err(format!(
+            "The identity provider did not redeem the login ({}): {}",
+            crate::audit::text::clean_field(body["error"].as_str().unwrap_or("no error code")),
+            crate::audit::text::clean_field(body["error_description"].as_str().unwrap_or_default()),
+        ));
+    }
+    let id_token = body["id_token"]
+        .as_str()
+        .ok_or("The identity provider sent no ID token.")?;
+    let verified = app
+        .authenticator
+        .authenticate(id_token, app.clock.now())
+        .await
+        .map_err(|e| format!("The ID token was refused: {e}"))?;
+    if !verified.from_login_issuer() || verified.application.is_some() {
+        return Err("Only people of the login identity provider use the console.".into());
+    }
+    let nonce = verified
+        .claims
+        .get("nonce")
+        .and_then(|n| n.as_str())
+        .unwrap_or_default();
+    if !same_secret(nonce, &pending.nonce) {
+        return Err("The ID token was not issued for this login (nonce). Start again.".into());
+    }
+    tracing::info!(target: "talos_sso::console", user = %crate::audit::text::clean_field(&verified.username), "console login");
+    console
+        .sessions
+        .open(verified)
+        .map_err(|_| "The server could not open a session (no randomness); try again.".to_owned())
+}
+
+/// `POST /ui/logout`: with the session's CSRF token only, so that no
+/// other site can sign anyone out.
+pub async fn logout(
+    Extension(console): Extension<Arc<Console>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(id) = cookie(&headers, SESSION_COOKIE) {
+        let sent = form.get("csrf").map(String::as_str).unwrap_or_default();
+        match console.sessions.get(id) {
+            Some(session) if !super::views::forged(&console, &headers, sent, &session.csrf) => {
+                console.sessions.close(id)
+            }
+            Some(_) => return redirect("/ui"),
+            None => {}
+        }
+    }
+    let mut response = redirect("/ui/signed-out");
+    if let Ok(value) = set_cookie(SESSION_COOKIE, None, console.lifetime).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_challenge_is_rfc_7636s() {
+        // RFC 7636, appendix B.
+        assert_eq!(
+            challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+    }
+
+    #[test]
+    fn only_console_paths_are_returned_to() {
+        for (asked, to) in [
+            ("/ui/records/5", "/ui/records/5"),
+            ("/ui?user=a", "/ui?user=a"),
+            ("https://evil.example/", "/ui"),
+            ("//evil.example/ui", "/ui"),
+            ("/ui//evil.example", "/ui"),
+            ("/ui\\..\\x", "/ui"),
+            ("/uix", "/ui"),
+        ] {
+            assert_eq!(return_path(Some(&asked.to_owned())), to, "{asked}");
+        }
+        assert_eq!(return_path(None), "/ui");
+    }
+}

@@ -1,0 +1,397 @@
+//! The security team's console at `/ui` (docs/console.md): server-rendered
+//! HTML (maud escapes every value), one stylesheet built into the binary,
+//! no script. What it owns:
+//!
+//! - `session`: sessions in memory, their cookies, CSRF tokens;
+//! - `login`: the authorization code flow with PKCE against the login
+//!   identity provider, the ID token verified as the API verifies tokens;
+//! - `page`: the layout, the security headers, the pages that explain a
+//!   refusal;
+//! - `views`: the trail, a record, who held a role, a person, the chain,
+//!   the charts, exports, the deny list.
+//!
+//! Who sees what is decided at every request under the live
+//! configuration, with the API's rules: `auditors` read the trail,
+//! `admins` also change the deny list. Every view that reads records is
+//! itself recorded (`audit.query`), once per session and filter.
+
+pub mod login;
+pub mod page;
+pub mod session;
+pub mod views;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::Value;
+use talos_sso_api::ChainStatus;
+
+use super::caller::{Caller, deny, with_identity};
+use super::error::ApiError;
+use super::privileged::{commit, is_member};
+use crate::app::App;
+use crate::audit::{event, outcome};
+use crate::config::GroupList;
+use session::{SESSION_COOKIE, Session, Sessions, cookie};
+
+/// What the console needs beyond the app: its sessions and its client.
+#[derive(Debug)]
+pub struct Console {
+    pub sessions: Sessions,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    pub redirect_uri: String,
+    /// `scheme://host[:port]` of `console.public_url`: what a form's
+    /// `Origin` must be.
+    pub origin: String,
+    pub lifetime: Duration,
+    http: reqwest::Client,
+    /// The last chain verification: when it failed, every page says so.
+    last_check: Mutex<Option<ChainStatus>>,
+    /// The verification running now, if one is: what it will answer.
+    verifying: Mutex<Option<Verification>>,
+    /// The charts' counts of buckets that have ended.
+    charts: views::ChartCache,
+}
+
+impl Console {
+    /// The console `config` describes; `None` when it is not enabled.
+    pub fn new(config: &crate::config::Config) -> Result<Option<Self>, String> {
+        let console = &config.console;
+        if !console.enabled {
+            return Ok(None);
+        }
+        let redirect_uri = console
+            .redirect_uri()
+            .ok_or("console.public_url is required when the console is enabled")?;
+        let public = url::Url::parse(console.public_url.as_deref().unwrap_or_default())
+            .map_err(|e| format!("console.public_url: {e}"))?;
+        let client_secret = match &console.client_secret_file {
+            Some(path) => {
+                let where_ = format!("console.client_secret_file {}", path.display());
+                match crate::secret_file::check(path).map_err(|e| format!("{where_}: {e}"))? {
+                    Ok(()) => {}
+                    Err(open) => {
+                        return Err(format!(
+                            "{where_} is readable by others (mode {:o}); chmod 600 it",
+                            open.mode
+                        ));
+                    }
+                }
+                let text = std::fs::read_to_string(path).map_err(|e| format!("{where_}: {e}"))?;
+                Some(text.trim().to_owned())
+            }
+            None => None,
+        };
+        let roots = match &config.identity.ca_file {
+            Some(path) => crate::identity::provider::extra_roots(path)?,
+            None => Vec::new(),
+        };
+        let http = crate::identity::provider::with_roots(reqwest::Client::builder(), &roots)
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("console HTTP client: {e}"))?;
+        Ok(Some(Self {
+            sessions: Sessions::new(
+                console.max_sessions,
+                console.session_idle,
+                console.session_lifetime,
+            ),
+            client_id: console
+                .client_id
+                .clone()
+                .unwrap_or_else(|| config.identity.client_id.clone()),
+            client_secret,
+            redirect_uri,
+            origin: public.origin().ascii_serialization(),
+            lifetime: console.session_lifetime,
+            http,
+            last_check: Mutex::new(None),
+            verifying: Mutex::new(None),
+            charts: views::ChartCache::default(),
+        }))
+    }
+
+    fn last_check(&self) -> Option<ChainStatus> {
+        self.last_check.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_last_check(&self, status: ChainStatus) {
+        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+    }
+
+    /// The running verification of the chain, started now when none is:
+    /// one at a time, whoever asks (a million records take most of a
+    /// minute, longer than a request may).
+    fn verification(self: &Arc<Self>, app: &Arc<App>) -> Verification {
+        let mut running = self.verifying.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(verification) = running.as_ref() {
+            return verification.clone();
+        }
+        let (done, answer) = tokio::sync::watch::channel(None);
+        let verification = Verification {
+            started: app.clock.now(),
+            answer,
+        };
+        *running = Some(verification.clone());
+        let (app, console) = (app.clone(), self.clone());
+        tokio::spawn(async move {
+            let signed = match &app.checkpoints {
+                Some(checkpoints) => Some(checkpoints.read().await),
+                None => None,
+            };
+            let status = crate::audit::checkpoint::verify_store(app.audit.store(), signed)
+                .await
+                .ok();
+            if let Some(status) = &status {
+                console.set_last_check(status.clone());
+            }
+            *console.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let _ = done.send(Some(status));
+        });
+        verification
+    }
+}
+
+/// A verification of the chain under way: when it started, and its answer
+/// once there is one (`Some(None)`: the store could not be read).
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub started: time::OffsetDateTime,
+    pub answer: tokio::sync::watch::Receiver<Option<Option<ChainStatus>>>,
+}
+
+/// How long the chain page waits for a verification before it says that
+/// one is running.
+pub const VERIFY_WAIT: Duration = Duration::from_secs(5);
+
+/// The console's routes, under `/ui`.
+pub fn router(console: Arc<Console>) -> Router<Arc<App>> {
+    Router::new()
+        .route("/ui", get(views::trail))
+        .route("/ui/records/{seq}", get(views::record))
+        .route("/ui/held", get(views::held))
+        .route("/ui/person", get(views::person))
+        .route("/ui/chain", get(views::chain))
+        .route("/ui/charts", get(views::charts))
+        .route("/ui/export", get(views::export))
+        .route("/ui/deny", get(views::deny_list).post(views::deny_add))
+        .route("/ui/deny/remove", post(views::deny_remove))
+        .route("/ui/login", get(login::login))
+        .route("/ui/callback", get(login::callback))
+        .route("/ui/logout", post(login::logout))
+        .route("/ui/signed-out", get(page::signed_out))
+        .route(page::STYLESHEET_PATH, get(page::stylesheet))
+        .layer(axum::middleware::from_fn(security_headers))
+        .layer(axum::Extension(console))
+}
+
+/// The Content-Security-Policy of every console answer: nothing but this
+/// server's stylesheet and inline data images; no script at all.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
+     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+    ] {
+        headers.insert(name, axum::http::HeaderValue::from_static(value));
+    }
+    headers.insert(
+        "cross-origin-opener-policy",
+        axum::http::HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// A 303 to `location`.
+pub fn redirect(location: &str) -> Response {
+    (StatusCode::SEE_OTHER, [(header::LOCATION, location.to_owned())]).into_response()
+}
+
+/// Who may see a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    Auditor,
+    Admin,
+}
+
+/// The person looking, as their session says, with what they may do now.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    pub session_id: String,
+    pub session: Session,
+    /// What they may see now: the navigation shows only that.
+    pub auditor: bool,
+    pub admin: bool,
+    pub caller: Caller,
+}
+
+/// The viewer of this request, allowed `need`; or the page to answer
+/// instead (sign in, ask for membership, blocked). A refusal is recorded
+/// once per session, as the API records each of its refusals.
+pub async fn viewer(
+    app: &App,
+    console: &Console,
+    headers: &HeaderMap,
+    caller: Caller,
+    need: Need,
+    here: &str,
+) -> Result<Viewer, Response> {
+    let Some((session_id, session)) =
+        cookie(headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id).map(|s| (id.to_owned(), s)))
+    else {
+        return Err(page::sign_in(here));
+    };
+    let settings = app.settings();
+    let (auditor, admin) = (
+        is_member(&settings.config.auditors, &session.identity),
+        is_member(&settings.config.admins, &session.identity),
+    );
+    let allowed = match need {
+        Need::Auditor => auditor,
+        Need::Admin => admin,
+    };
+    let viewer = Viewer {
+        session_id,
+        session,
+        auditor,
+        admin,
+        caller,
+    };
+    if !allowed {
+        let (list, code, what) = match need {
+            Need::Auditor => (
+                &settings.config.auditors,
+                talos_sso_api::ErrorCode::NotAnAuditor,
+                "auditors",
+            ),
+            Need::Admin => (
+                &settings.config.admins,
+                talos_sso_api::ErrorCode::NotAnAdmin,
+                "admins",
+            ),
+        };
+        if console
+            .sessions
+            .first_view(&viewer.session_id, &format!("refused {what}"))
+        {
+            let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
+            with_identity(&mut record, &viewer.session.identity);
+            record.details = serde_json::json!({"via": "console", "view": here});
+            let message = format!("the console needs membership in `{what}`");
+            let _ = deny(app, record, ApiError::new(code, message)).await;
+        }
+        return Err(page::membership(&viewer, what, list));
+    }
+    let identity = &viewer.session.identity;
+    match app
+        .audit
+        .store()
+        .is_denied(&identity.subject, &identity.username)
+        .await
+    {
+        Ok(false) => Ok(viewer),
+        Ok(true) => Err(page::blocked(&viewer)),
+        Err(_) => Err(page::unavailable()),
+    }
+}
+
+/// An auditor's request: the extractor answers with the sign-in,
+/// membership or blocked page instead when the session is not one.
+#[derive(Debug)]
+pub struct Auditor(pub Viewer);
+
+/// An admin's request, likewise.
+#[derive(Debug)]
+pub struct Admin(pub Viewer);
+
+/// The viewer of the request in `parts`, allowed `need`.
+async fn extract(parts: &mut Parts, app: &Arc<App>, need: Need) -> Result<Viewer, Response> {
+    let Some(console) = parts.extensions.get::<Arc<Console>>().cloned() else {
+        return Err(page::unavailable());
+    };
+    let caller = Caller::from_request_parts(parts, app)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let here = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/ui".into());
+    viewer(app, &console, &parts.headers, caller, need, &here).await
+}
+
+impl FromRequestParts<Arc<App>> for Auditor {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        extract(parts, app, Need::Auditor).await.map(Auditor)
+    }
+}
+
+impl FromRequestParts<Arc<App>> for Admin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        extract(parts, app, Need::Admin).await.map(Admin)
+    }
+}
+
+/// Record that `viewer` looked at `view` (its filter in `details`), unless
+/// this session already did: one `audit.query` record per session and
+/// view. Nothing is shown unless it was recorded.
+pub async fn record_view(
+    app: &App,
+    console: &Console,
+    viewer: &Viewer,
+    view: &str,
+    details: Value,
+) -> Result<(), Response> {
+    if !console.sessions.first_view(&viewer.session_id, view) {
+        return Ok(());
+    }
+    let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
+    with_identity(&mut record, &viewer.session.identity);
+    record.outcome = outcome::SUCCESS.into();
+    let mut details = details;
+    if let Value::Object(map) = &mut details {
+        map.insert("via".into(), "console".into());
+    }
+    record.details = details;
+    match commit(app, record, None).await {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            console.sessions.unrecord(&viewer.session_id, view);
+            Err(if error.error == talos_sso_api::ErrorCode::IdentityDenied {
+                page::blocked(viewer)
+            } else {
+                page::unavailable()
+            })
+        }
+    }
+}
+
+/// The groups, app roles and client ids of `list`, as the membership page
+/// names them.
+pub fn members_of(list: &GroupList) -> Vec<String> {
+    list.groups
+        .iter()
+        .map(|g| format!("group {g}"))
+        .chain(list.app_roles.iter().map(|r| format!("app role {r}")))
+        .collect()
+}

@@ -1,0 +1,310 @@
+//! Console sessions: held in memory, bounded in number, each ended after
+//! a short idle time and a fixed lifetime, found by a random id carried in
+//! a `__Host-` cookie (Secure, HttpOnly, SameSite=Lax). A login in
+//! progress (its `state`, PKCE verifier and `nonce`) is held apart, bounded
+//! on its own, under a cookie of its own until the identity provider sends
+//! the browser back.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+
+use crate::identity::VerifiedIdentity;
+use crate::random::{RandomError, random_hex};
+
+/// The session cookie.
+pub const SESSION_COOKIE: &str = "__Host-talos-sso-console";
+/// The cookie of a login in progress.
+pub const LOGIN_COOKIE: &str = "__Host-talos-sso-login";
+/// How long a login may take at the identity provider.
+pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A login sent to the identity provider, waiting for its answer.
+#[derive(Debug, Clone)]
+pub struct PendingLogin {
+    pub state: String,
+    pub nonce: String,
+    pub verifier: String,
+    /// The console page to return to (a path under `/ui`).
+    pub return_to: String,
+    started: Instant,
+}
+
+/// A person logged in to the console.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Who logged in, as the ID token the server verified says; whether
+    /// they are an auditor or admin is decided again at every request,
+    /// under the configuration of the moment.
+    pub identity: VerifiedIdentity,
+    /// Sent back with every form; a POST without it is refused.
+    pub csrf: String,
+    /// The views already recorded in the trail in this session (one
+    /// `audit.query` record per view and filter, not per request).
+    pub recorded: HashSet<String>,
+    started: Instant,
+    last_seen: Instant,
+}
+
+/// Every session and login in progress, each kind bounded on its own: a
+/// flood of logins started (anyone can start one) never pushes out the
+/// sessions of people signed in.
+pub struct Sessions {
+    active: Mutex<HashMap<String, Session>>,
+    logins: Mutex<HashMap<String, PendingLogin>>,
+    max: usize,
+    idle: Duration,
+    lifetime: Duration,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+fn locked<V>(map: &Mutex<HashMap<String, V>>) -> std::sync::MutexGuard<'_, HashMap<String, V>> {
+    map.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Make room for one more in `map` (at most `max`): ended entries go, then
+/// the oldest.
+fn make_room<V>(
+    map: &mut HashMap<String, V>,
+    max: usize,
+    live: impl Fn(&V) -> bool,
+    started: impl Fn(&V) -> Instant,
+) {
+    if map.len() >= max {
+        map.retain(|_, v| live(v));
+    }
+    while map.len() >= max {
+        let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, v)| started(v))
+            .map(|(id, _)| id.clone())
+        else {
+            break;
+        };
+        map.remove(&oldest);
+    }
+}
+
+impl Sessions {
+    pub fn new(max: usize, idle: Duration, lifetime: Duration) -> Self {
+        Self {
+            active: Mutex::new(HashMap::new()),
+            logins: Mutex::new(HashMap::new()),
+            max: max.max(1),
+            idle,
+            lifetime,
+        }
+    }
+
+    fn session_live(&self, session: &Session, now: Instant) -> bool {
+        now.duration_since(session.last_seen) < self.idle
+            && now.duration_since(session.started) < self.lifetime
+    }
+
+    /// A new login in progress: its id (for [`LOGIN_COOKIE`]) and what the
+    /// authorization request carries.
+    pub fn start_login(&self, return_to: String) -> Result<(String, PendingLogin), RandomError> {
+        let pending = PendingLogin {
+            state: random_hex(16)?,
+            nonce: random_hex(16)?,
+            verifier: random_hex(32)?,
+            return_to,
+            started: Instant::now(),
+        };
+        let id = random_hex(32)?;
+        let now = Instant::now();
+        let mut logins = locked(&self.logins);
+        make_room(
+            &mut logins,
+            self.max,
+            |p| now.duration_since(p.started) < LOGIN_TIMEOUT,
+            |p| p.started,
+        );
+        logins.insert(id.clone(), pending.clone());
+        Ok((id, pending))
+    }
+
+    /// The login in progress under `id`, taken out: it is used once.
+    pub fn take_login(&self, id: &str) -> Option<PendingLogin> {
+        locked(&self.logins)
+            .remove(id)
+            .filter(|p| p.started.elapsed() < LOGIN_TIMEOUT)
+    }
+
+    /// A session for `identity`: its id, for [`SESSION_COOKIE`].
+    pub fn open(&self, identity: VerifiedIdentity) -> Result<String, RandomError> {
+        let now = Instant::now();
+        let session = Session {
+            identity,
+            csrf: random_hex(32)?,
+            recorded: HashSet::new(),
+            started: now,
+            last_seen: now,
+        };
+        let id = random_hex(32)?;
+        let mut active = locked(&self.active);
+        make_room(
+            &mut active,
+            self.max,
+            |s| self.session_live(s, now),
+            |s| s.started,
+        );
+        active.insert(id.clone(), session);
+        Ok(id)
+    }
+
+    /// The session under `id`, when it has not ended; this request counts
+    /// as activity.
+    pub fn get(&self, id: &str) -> Option<Session> {
+        let now = Instant::now();
+        let mut active = locked(&self.active);
+        match active.get_mut(id) {
+            Some(session) if self.session_live(session, now) => {
+                session.last_seen = now;
+                Some(session.clone())
+            }
+            Some(_) => {
+                active.remove(id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Note that `view` was recorded for session `id`; false when it had
+    /// been already (or the session is gone).
+    pub fn first_view(&self, id: &str, view: &str) -> bool {
+        locked(&self.active)
+            .get_mut(id)
+            .is_some_and(|session| session.recorded.insert(view.to_owned()))
+    }
+
+    /// Forget that `view` was recorded (its record could not be written).
+    pub fn unrecord(&self, id: &str, view: &str) {
+        if let Some(session) = locked(&self.active).get_mut(id) {
+            session.recorded.remove(view);
+        }
+    }
+
+    pub fn close(&self, id: &str) {
+        locked(&self.active).remove(id);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        locked(&self.active).len()
+    }
+}
+
+/// The value of cookie `name` in the request, if sent once.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut found = headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(n, _)| *n == name)
+        .map(|(_, v)| v);
+    let first = found.next()?;
+    // Two cookies of one name: one may have been planted; trust neither.
+    found.next().is_none().then_some(first)
+}
+
+/// A `Set-Cookie` value for `name`: host-only, whole site, Secure,
+/// HttpOnly, SameSite=Lax (the identity provider's redirect back is a
+/// top-level navigation from another site); `None` clears it.
+pub fn set_cookie(name: &str, value: Option<&str>, max_age: Duration) -> String {
+    match value {
+        Some(value) => format!(
+            "{name}={value}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={}",
+            max_age.as_secs()
+        ),
+        None => format!("{name}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"),
+    }
+}
+
+/// Equal without telling by how much they differ.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    let differing = a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    a.len() == b.len() && differing == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn identity() -> VerifiedIdentity {
+        VerifiedIdentity {
+            issuer_name: crate::config::LOGIN_ISSUER.into(),
+            issuer: "https://login.example/t/v2.0".into(),
+            tenant: None,
+            subject: "oid-1".into(),
+            username: "sam@example.com".into(),
+            groups: vec![],
+            app_roles: vec![],
+            token_id: None,
+            signed_sha256: "00".repeat(32),
+            issued_at: None,
+            expires_at: time::OffsetDateTime::UNIX_EPOCH,
+            claims: Default::default(),
+            application: None,
+        }
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_a_login_is_used_once() {
+        let sessions = Sessions::new(2, Duration::from_secs(60), Duration::from_secs(600));
+        let (login, pending) = sessions.start_login("/ui".into()).unwrap();
+        assert_eq!(pending.verifier.len(), 64);
+        assert!(sessions.take_login(&login).is_some());
+        assert!(sessions.take_login(&login).is_none(), "a login is taken once");
+        let a = sessions.open(identity()).unwrap();
+        let b = sessions.open(identity()).unwrap();
+        let c = sessions.open(identity()).unwrap();
+        assert_eq!(sessions.len(), 2);
+        assert!(sessions.get(&a).is_none(), "the oldest made room");
+        assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
+        // A session id is never a login in progress.
+        assert!(sessions.take_login(&b).is_none());
+        assert!(sessions.get(&b).is_some());
+        assert!(sessions.first_view(&b, "trail?x"));
+        assert!(!sessions.first_view(&b, "trail?x"));
+        sessions.unrecord(&b, "trail?x");
+        assert!(sessions.first_view(&b, "trail?x"));
+        // A flood of logins started pushes out logins, never sessions.
+        for _ in 0..10 {
+            sessions.start_login("/ui".into()).unwrap();
+        }
+        assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
+    }
+
+    #[test]
+    fn idle_sessions_end() {
+        let sessions = Sessions::new(10, Duration::from_millis(30), Duration::from_secs(600));
+        let id = sessions.open(identity()).unwrap();
+        assert!(sessions.get(&id).is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(sessions.get(&id).is_none());
+    }
+
+    #[test]
+    fn a_cookie_sent_twice_is_trusted_in_neither_copy() {
+        let mut headers = HeaderMap::new();
+        headers.append("cookie", HeaderValue::from_static("a=1; __Host-x=abc"));
+        assert_eq!(cookie(&headers, "__Host-x"), Some("abc"));
+        headers.append("cookie", HeaderValue::from_static("__Host-x=planted"));
+        assert_eq!(cookie(&headers, "__Host-x"), None);
+        assert!(same_secret("abc", "abc") && !same_secret("abc", "abd") && !same_secret("abc", "ab"));
+    }
+}
