@@ -169,7 +169,7 @@ async fn finish(
         .ok_or("The identity provider sent no ID token.")?;
     let verified = app
         .authenticator
-        .authenticate(id_token, app.clock.now())
+        .authenticate(id_token, app.clock.now(), &app.settings().relevant_groups)
         .await
         .map_err(|e| format!("The ID token was refused: {e}"))?;
     if !verified.from_login_issuer() || verified.application.is_some() {
