@@ -19,6 +19,14 @@ pub struct DenyRequest {
     /// Why (required when adding; recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When an added entry stops blocking (adding only; none: until it is
+    /// removed). In the future, at most ten years ahead.
+    #[serde(
+        default,
+        with = "crate::audit::micros_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expires_at: Option<OffsetDateTime>,
 }
 
 /// One entry of the deny list.
@@ -31,6 +39,14 @@ pub struct DenyEntry {
     pub added_by: String,
     #[serde(with = "crate::audit::micros")]
     pub added_at: OffsetDateTime,
+    /// When the entry stops blocking; none: until it is removed. The list
+    /// holds only entries that block now.
+    #[serde(
+        default,
+        with = "crate::audit::micros_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expires_at: Option<OffsetDateTime>,
 }
 
 /// `GET /v1/deny`.

@@ -147,10 +147,13 @@ const scenarios = {
     await page.goto(`${server}/ui/deny`);
     await page.getByLabel('Username').fill(user);
     await page.getByLabel('Reason').fill(reason);
+    await page.getByLabel('For', { exact: true }).fill('8h');
     await page.getByRole('button', { name: 'Add to the deny list' }).click();
     const done = await page.locator('p.ok').innerText();
     check(done.startsWith('Added:'), `the entry is added: ${done}`);
-    check((await page.locator('table.deny tbody').innerText()).includes(reason), 'the list shows it');
+    const listed = await page.locator('table.deny tbody').innerText();
+    check(listed.includes(reason), 'the list shows it');
+    check(!listed.includes('removed by hand') && /\d{4}-\d{2}-\d{2}/.test(listed), `the list shows until when: ${listed}`);
     await shot(page, 'deny');
     return { added: done };
   },

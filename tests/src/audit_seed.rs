@@ -566,6 +566,7 @@ impl Trail {
                 reason,
                 added_by: r.username.clone().unwrap_or_default(),
                 added_at: r.occurred_at,
+                expires_at: None,
             })),
             record: r,
             ..Append::default()

@@ -741,6 +741,7 @@ fn deny_entry(subject: &str) -> DenyEntry {
         reason: "test".into(),
         added_by: "test".into(),
         added_at: time::OffsetDateTime::now_utc(),
+        expires_at: None,
     }
 }
 

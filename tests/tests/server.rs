@@ -24,6 +24,7 @@ on_both_stores!(
     tampering_is_named_by_audit_verify,
     audit_api_answers_auditors_only_and_records_each_query,
     the_deny_list_blocks_at_once_and_every_change_is_recorded,
+    a_deny_entry_with_an_expiry_blocks_until_then_and_can_be_renewed,
 );
 
 async fn post(env: &TestEnv, base_url: &str, token: Option<&str>, body: Value) -> Answer {
@@ -1641,4 +1642,83 @@ async fn ca_new_and_intermediate_write_private_files_and_refuse_mistakes() {
         "c",
     ]);
     assert!(both.is_err());
+}
+
+/// An entry added for a while blocks until then, shows its expiry, drops
+/// out of the list when it ends, and the identity can be blocked again.
+async fn a_deny_entry_with_an_expiry_blocks_until_then_and_can_be_renewed(backend: Backend) {
+    let env = TestEnv::start(backend).await;
+    let base = &env.server.base_url;
+    let token = |user: &str| env.emulator.token_for(user, TokenKind::id()).unwrap();
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let add = |expires_at: time::OffsetDateTime| {
+        let request = env
+            .http
+            .post(format!("{base}/v1/deny"))
+            .bearer_auth(token("alice@example.com"))
+            .json(&json!({
+                "subject": "b2000000-0000-4000-8000-000000000002",
+                "reason": "investigation INC-7",
+                "expires_at": talos_sso_api::audit::format_micros(expires_at),
+            }));
+        async move {
+            let response = request.send().await.unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        }
+    };
+    let list = || async {
+        env.http
+            .get(format!("{base}/v1/deny"))
+            .bearer_auth(token("alice@example.com"))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    // In the past, or too far ahead: refused, and recorded as such.
+    let now = time::OffsetDateTime::now_utc();
+    for wrong in [now - time::Duration::minutes(1), now + time::Duration::days(4000)] {
+        let (status, refused) = add(wrong).await;
+        assert_eq!(
+            (status, refused["code"].as_str()),
+            (400, Some("request_invalid")),
+            "{refused}"
+        );
+    }
+    assert_eq!(list().await["entries"], json!([]));
+
+    let until = time::OffsetDateTime::now_utc() + time::Duration::seconds(3);
+    let (status, added) = add(until).await;
+    assert_eq!(status, 201, "{added}");
+    let expected = talos_sso_api::audit::format_micros(talos_sso_api::audit::truncate_to_micros(until));
+    assert_eq!(added["entry"]["expires_at"], expected);
+    let record = records(&env).await.pop().unwrap().record;
+    assert_eq!(
+        (record.event.as_str(), record.details["expires_at"].as_str()),
+        ("deny.added", Some(expected.as_str()))
+    );
+    assert_eq!(list().await["entries"][0]["expires_at"], expected);
+    let blocked = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
+    assert_eq!(blocked.body["code"], "identity_denied", "{}", blocked.body);
+
+    // Ended: it blocks nothing and is no longer listed.
+    let left = until - time::OffsetDateTime::now_utc();
+    tokio::time::sleep(
+        std::time::Duration::try_from(left).unwrap_or_default() + std::time::Duration::from_millis(200),
+    )
+    .await;
+    let after = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
+    assert_eq!(after.status, 201, "{}", after.body);
+    assert_eq!(list().await["entries"], json!([]));
+    // The ended entry does not keep a new one out.
+    let (status, again) = add(time::OffsetDateTime::now_utc() + time::Duration::hours(8)).await;
+    assert_eq!(status, 201, "{again}");
+    let blocked = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
+    assert_eq!(blocked.body["code"], "identity_denied", "{}", blocked.body);
+    env.finish().await;
 }

@@ -27,6 +27,9 @@ pub enum DenyCommand {
         /// Why (recorded in the audit trail).
         #[arg(long)]
         reason: String,
+        /// How long the block lasts (`8h`, `3d`); without it, until removed.
+        #[arg(long = "for", value_name = "DURATION", value_parser = lasting)]
+        lasting: Option<std::time::Duration>,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
@@ -63,20 +66,34 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
             subject,
             user,
             reason,
+            lasting,
             server,
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
+            let expires_at = lasting
+                .map(|d| {
+                    time::Duration::try_from(d)
+                        .ok()
+                        .and_then(|d| time::OffsetDateTime::now_utc().checked_add(d))
+                        .ok_or_else(|| anyhow::anyhow!("--for is too long"))
+                })
+                .transpose()?;
             let entry = DenyRequest {
                 subject,
                 username: user,
                 reason: Some(reason),
+                expires_at,
             };
             let added = api.deny_add(&tokens.bearer, &entry).await.map_err(explained)?;
             let who = added.entry.username.or(added.entry.subject);
+            let until = match added.entry.expires_at {
+                Some(at) => format!(" until {}", format_micros(at)),
+                None => String::new(),
+            };
             writeln!(
                 out,
-                "blocked {} from new certificates (audit record {})",
+                "blocked {} from new certificates{until} (audit record {})",
                 escape(who.as_deref().unwrap_or("?")),
                 added.audit_id
             )?;
@@ -92,6 +109,7 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
                 subject,
                 username: user,
                 reason: None,
+                expires_at: None,
             };
             let removed = api
                 .deny_remove(&tokens.bearer, &target)
@@ -120,12 +138,21 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
 /// One deny-list entry as `deny list` shows it, every field escaped: the
 /// username and the reason are whatever an administrator (or a token) said.
 pub(super) fn deny_entry_line(entry: &DenyEntry) -> String {
+    let until = match entry.expires_at {
+        Some(at) => format!(" until {}", format_micros(at)),
+        None => String::new(),
+    };
     format!(
-        "{}  {}  by {} at {}: {}",
+        "{}  {}  by {} at {}{until}: {}",
         escape(entry.username.as_deref().unwrap_or("-")),
         escape(entry.subject.as_deref().unwrap_or("-")),
         escape(&entry.added_by),
         format_micros(entry.added_at),
         escape(&entry.reason)
     )
+}
+
+/// `--for`: a duration such as `8h` or `3d`.
+fn lasting(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("`{text}` is not a duration like `8h` or `3d`: {e}"))
 }

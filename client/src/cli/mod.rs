@@ -232,6 +232,7 @@ mod tests {
             subject: Some(hostile.into()),
             added_by: hostile.into(),
             added_at: time::OffsetDateTime::UNIX_EPOCH,
+            expires_at: None,
             reason: hostile.into(),
         };
         let error = anyhow!("problem {hostile}").context(format!("while {hostile}"));

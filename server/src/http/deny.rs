@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::audit::store::DenyChange;
 use crate::audit::{AuditRecord, event, text};
 use crate::identity::VerifiedIdentity;
+use time::OffsetDateTime;
 
 /// The subject and username a request names, cleaned; at least one.
 pub(super) fn target(request: &DenyRequest) -> Result<(Option<String>, Option<String>), ApiError> {
@@ -60,17 +61,29 @@ pub async fn add(
 ) -> Result<(StatusCode, Json<DenyAdded>), ApiError> {
     let request: DenyRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::request_invalid(format!("not a deny request: {e}"), None))?;
-    let (subject, username, reason) = addition(&request)?;
-    let details = addition_details(&subject, &username, &reason);
+    let addition = addition(&request)?;
+    let details = addition_details(&addition);
     let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_ADDED, details).await?;
-    let added = add_entry(&app, &verified, record, subject, username, &reason).await?;
+    let added = add_entry(&app, &verified, record, addition).await?;
     tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry added");
     Ok((StatusCode::CREATED, Json(added)))
 }
 
-/// The subject, username and reason of an addition, cleaned; a target and
-/// a reason are required.
-pub(super) fn addition(request: &DenyRequest) -> Result<(Option<String>, Option<String>, String), ApiError> {
+/// What an addition asks for, cleaned: a target and a reason are
+/// required, an expiry is optional.
+#[derive(Debug, Clone)]
+pub(super) struct Addition {
+    pub subject: Option<String>,
+    pub username: Option<String>,
+    pub reason: String,
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// The longest an entry may be set to last: beyond it, leave the expiry
+/// out.
+const LONGEST_EXPIRY: time::Duration = time::Duration::days(3650);
+
+pub(super) fn addition(request: &DenyRequest) -> Result<Addition, ApiError> {
     let (subject, username) = target(request)?;
     let reason = request
         .reason
@@ -78,12 +91,22 @@ pub(super) fn addition(request: &DenyRequest) -> Result<(Option<String>, Option<
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| ApiError::request_invalid("a `reason` is required", None))?;
-    Ok((subject, username, reason.to_owned()))
+    Ok(Addition {
+        subject,
+        username,
+        reason: reason.to_owned(),
+        expires_at: request.expires_at,
+    })
 }
 
 /// The details of an addition's record, before its subject is resolved.
-pub(super) fn addition_details(subject: &Option<String>, username: &Option<String>, reason: &str) -> Value {
-    json!({"target_subject": subject, "target_username": username, "reason": reason})
+pub(super) fn addition_details(addition: &Addition) -> Value {
+    json!({
+        "target_subject": addition.subject,
+        "target_username": addition.username,
+        "reason": addition.reason,
+        "expires_at": addition.expires_at.map(talos_sso_api::audit::format_micros),
+    })
 }
 
 /// Add the entry `record` (an authorized `deny.added`) asks for, committed
@@ -92,10 +115,24 @@ pub(super) async fn add_entry(
     app: &App,
     verified: &VerifiedIdentity,
     mut record: AuditRecord,
-    subject: Option<String>,
-    username: Option<String>,
-    reason: &str,
+    addition: Addition,
 ) -> Result<DenyAdded, ApiError> {
+    let Addition {
+        subject,
+        username,
+        reason,
+        expires_at,
+    } = addition;
+    // Checked against the record's time: the one the entry is added at.
+    if let Some(expires_at) = expires_at
+        && (expires_at <= record.occurred_at || expires_at > record.occurred_at + LONGEST_EXPIRY)
+    {
+        let error = ApiError::request_invalid(
+            "`expires_at` must be in the future and at most ten years ahead (leave it out for no expiry)",
+            None,
+        );
+        return Err(deny(app, record, error).await);
+    }
     let subject = match (subject, &username) {
         (Some(subject), _) => subject,
         (None, Some(username)) => match subject_of(app, username).await {
@@ -110,9 +147,10 @@ pub(super) async fn add_entry(
     let entry = DenyEntry {
         subject: Some(subject),
         username,
-        reason: text::clean(reason, text::REASON_CHARS),
+        reason: text::clean(&reason, text::REASON_CHARS),
         added_by: verified.username.clone(),
         added_at: record.occurred_at,
+        expires_at: expires_at.map(talos_sso_api::audit::truncate_to_micros),
     };
     let stored = commit(app, record, Some(DenyChange::Add(entry.clone()))).await?;
     if entries_changed(&stored.record.details) == 0 {

@@ -172,16 +172,20 @@ impl Appended {
     }
 }
 
-/// A deny_list row: subject, username, reason, added_by, added_at.
-type DenyRow<Time> = (Option<String>, Option<String>, String, String, Time);
+/// A deny_list row: subject, username, reason, added_by, added_at,
+/// expires_at.
+type DenyRow<Time> = (Option<String>, Option<String>, String, String, Time, Option<Time>);
 
-fn deny_entry((subject, username, reason, added_by, added_at): DenyRow<OffsetDateTime>) -> DenyEntry {
+fn deny_entry(
+    (subject, username, reason, added_by, added_at, expires_at): DenyRow<OffsetDateTime>,
+) -> DenyEntry {
     DenyEntry {
         subject,
         username,
         reason,
         added_by,
         added_at,
+        expires_at,
     }
 }
 
@@ -244,15 +248,27 @@ macro_rules! change_deny_list {
         let done =
             match $change {
                 DenyChange::Add(entry) => {
+                    // An expired entry of the same identity blocks nothing
+                    // and must not keep the new one out.
                     sqlx::query(
-                        "INSERT INTO deny_list (subject, username, reason, added_by, added_at) \
-                     VALUES ($1, lower($2), $3, $4, $5) ON CONFLICT DO NOTHING",
+                        "DELETE FROM deny_list WHERE expires_at <= $3 \
+                         AND (subject = $1 OR (subject IS NULL AND username = lower($2)))",
+                    )
+                    .bind(&entry.subject)
+                    .bind(&entry.username)
+                    .bind($time(entry.added_at))
+                    .execute(&mut *$tx)
+                    .await?;
+                    sqlx::query(
+                        "INSERT INTO deny_list (subject, username, reason, added_by, added_at, expires_at) \
+                     VALUES ($1, lower($2), $3, $4, $5, $6) ON CONFLICT DO NOTHING",
                     )
                     .bind(&entry.subject)
                     .bind(&entry.username)
                     .bind(&entry.reason)
                     .bind(&entry.added_by)
                     .bind($time(entry.added_at))
+                    .bind(entry.expires_at.map($time))
                     .execute($tx)
                     .await?
                 }
@@ -305,8 +321,9 @@ macro_rules! on_pool {
 
 const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
 
-const DENY_LIST_SQL: &str =
-    "SELECT subject, username, reason, added_by, added_at FROM deny_list ORDER BY added_at DESC";
+/// The entries that block now (`deny_list_active` leaves out expired ones).
+const DENY_LIST_SQL: &str = "SELECT subject, username, reason, added_by, added_at, expires_at \
+     FROM deny_list_active ORDER BY added_at DESC";
 
 const SUBJECTS_OF_SQL: &str = "SELECT DISTINCT subject FROM audit_events \
      WHERE identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
@@ -981,7 +998,7 @@ mod tests {
     /// as databases already hold them: sqlx refuses to start on a database
     /// whose applied migration has another checksum, so a released file
     /// must never change. A new migration is a new file, added here.
-    const RELEASED: [(&str, i64, &str); 10] = [
+    const RELEASED: [(&str, i64, &str); 12] = [
         (
             "postgres",
             1,
@@ -1031,6 +1048,16 @@ mod tests {
             "sqlite",
             5,
             "68f2d938f7ee3646e0afedc87c314aa7b514f60cbfa54b5c4548bcd12a8ef3646d2971539784bacd8cb2443f31f710df",
+        ),
+        (
+            "postgres",
+            6,
+            "0dcf15585f3a14164938ad776d3611b3753fa26967ee51d3995778cbc0781d295cc227c197dd9ce2b7c2bd9c87f11e31",
+        ),
+        (
+            "sqlite",
+            6,
+            "b3485fca8200df27130789c5267f4202228e6b66d88c01149c48fdbd27f6ffb9f4ec7501d4c6f28d88006d97d4326ee1",
         ),
     ];
 
@@ -1247,6 +1274,7 @@ mod tests {
             reason: "investigation".into(),
             added_by: "admin".into(),
             added_at: OffsetDateTime::UNIX_EPOCH,
+            expires_at: None,
         }));
         append
     }

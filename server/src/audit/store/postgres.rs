@@ -88,7 +88,7 @@ impl BatchTx for Transaction<'_, Postgres> {
 
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT subject, username FROM deny_list WHERE subject = ANY($1) OR username = ANY($2)",
+            "SELECT subject, username FROM deny_list_active WHERE subject = ANY($1) OR username = ANY($2)",
         )
         .bind(subjects)
         .bind(usernames)

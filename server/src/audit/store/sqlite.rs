@@ -98,10 +98,15 @@ pub(super) async fn records(pool: &SqlitePool, query: RecordQuery) -> Result<Vec
 pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, StoreError> {
     let rows: Vec<DenyRow<String>> = sqlx::query_as(DENY_LIST_SQL).fetch_all(pool).await?;
     rows.into_iter()
-        .map(|(subject, username, reason, added_by, added_at)| {
-            let added_at = parse_micros(&added_at)
-                .ok_or_else(|| StoreError::Corrupt(format!("deny_list.added_at `{added_at}`")))?;
-            Ok(deny_entry((subject, username, reason, added_by, added_at)))
+        .map(|(subject, username, reason, added_by, added_at, expires_at)| {
+            let time = |column: &str, text: &str| {
+                parse_micros(text).ok_or_else(|| StoreError::Corrupt(format!("deny_list.{column} `{text}`")))
+            };
+            let added_at = time("added_at", &added_at)?;
+            let expires_at = expires_at.map(|e| time("expires_at", &e)).transpose()?;
+            Ok(deny_entry((
+                subject, username, reason, added_by, added_at, expires_at,
+            )))
         })
         .collect()
 }
@@ -121,7 +126,7 @@ impl BatchTx for Transaction<'_, Sqlite> {
 
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT subject, username FROM deny_list \
+            "SELECT subject, username FROM deny_list_active \
              WHERE subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))",
         )
         .bind(json_list(subjects))

@@ -1063,10 +1063,11 @@ async fn deny_page(
             label { "Username" input type="text" name="username" placeholder="dave@example.com"; }
             label { "or subject" input type="text" name="subject" placeholder="object id"; }
             label { "Reason" input type="text" name="reason" required placeholder="laptop stolen, ticket SEC-123"; }
+            label { "For" input type="text" name="expires" placeholder="8h, 3d; empty: until removed"; }
             button type="submit" { "Add to the deny list" }
         }
         table.deny {
-            thead { tr { th { "Subject" } th { "Username" } th { "Reason" } th { "Added by" } th { "Added (UTC)" } th {} } }
+            thead { tr { th { "Subject" } th { "Username" } th { "Reason" } th { "Added by" } th { "Added (UTC)" } th { "Until (UTC)" } th {} } }
             tbody {
                 @for e in &entries {
                     tr {
@@ -1075,6 +1076,7 @@ async fn deny_page(
                         td { (e.reason) }
                         td { (e.added_by) }
                         td.mono { (when(e.added_at)) }
+                        td.mono { @match e.expires_at { Some(at) => (when(at)), None => "removed by hand" } }
                         td {
                             form method="post" action="/ui/deny/remove" {
                                 input type="hidden" name="csrf" value=(csrf);
@@ -1102,16 +1104,38 @@ pub struct DenyForm {
     pub subject: String,
     pub username: String,
     pub reason: String,
+    /// How long the entry lasts (`8h`, `3d`); empty: until removed.
+    pub expires: String,
 }
 
 impl DenyForm {
-    fn request(&self) -> DenyRequest {
+    /// The request the form asks for, the expiry counted from `now`.
+    fn request(&self, now: time::OffsetDateTime) -> Result<DenyRequest, crate::http::error::ApiError> {
         let some = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_owned());
-        DenyRequest {
+        let expires_at = match some(&self.expires) {
+            None => None,
+            Some(text) => {
+                let lasts = humantime::parse_duration(&text)
+                    .ok()
+                    .and_then(|d| time::Duration::try_from(d).ok())
+                    .ok_or_else(|| {
+                        crate::http::error::ApiError::request_invalid(
+                            format!(
+                                "`{}` is not a duration: write it like `8h` or `3d`",
+                                text::clean_field(&text)
+                            ),
+                            None,
+                        )
+                    })?;
+                now.checked_add(lasts)
+            }
+        };
+        Ok(DenyRequest {
             subject: some(&self.subject),
             username: some(&self.username),
             reason: some(&self.reason),
-        }
+            expires_at,
+        })
     }
 }
 
@@ -1200,13 +1224,16 @@ async fn deny_change(
     }
     let by = text::clean_field(&viewer.session.identity.username);
     let message = match change {
-        Change::Add => match deny::addition(&form.request()) {
+        Change::Add => match form
+            .request(app.clock.now())
+            .and_then(|request| deny::addition(&request))
+        {
             Err(error) => Err(error.detail),
-            Ok((subject, username, reason)) => {
-                let mut details = deny::addition_details(&subject, &username, &reason);
+            Ok(addition) => {
+                let mut details = deny::addition_details(&addition);
                 details["via"] = "console".into();
                 let record = admin_record(app, &viewer, event::DENY_ADDED, details);
-                deny::add_entry(app, &viewer.session.identity, record, subject, username, &reason)
+                deny::add_entry(app, &viewer.session.identity, record, addition)
                     .await
                     .map(|added| {
                         tracing::warn!(request_id = %viewer.caller.request_id, by = %by, "deny list entry added");
@@ -1216,7 +1243,10 @@ async fn deny_change(
                     .map_err(|error| error.detail)
             }
         },
-        Change::Remove => match deny::target(&form.request()) {
+        Change::Remove => match form
+            .request(app.clock.now())
+            .and_then(|request| deny::target(&request))
+        {
             Err(error) => Err(error.detail),
             Ok((subject, username)) => {
                 let details =
