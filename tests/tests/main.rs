@@ -32,6 +32,9 @@
 //!   refused with the running one kept.
 //! - `client_key`: the client's key and CSR as Talos and OpenSSL read them.
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
+//! - `batch`: the audit store's batches on both stores: one statement per
+//!   table, and each record its own outcome (replays, denials, a record
+//!   the database refuses) through the store and the group-commit writer.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
@@ -63,6 +66,7 @@ macro_rules! on_both_stores {
 }
 
 mod audit_sql;
+mod batch;
 mod ca_sources;
 mod checkpoints;
 mod client_key;
