@@ -4,7 +4,9 @@
 //! deny-listed identity and a record the database refuses sit next to fresh
 //! records; each is answered as itself while the others commit, through the
 //! store and through the group-commit writer, and what is read back is
-//! exactly what was written (lists, absent values, large batches).
+//! exactly what was written (lists, absent values, large batches). And the
+//! connections to Postgres send a batch's message at once (no Nagle delay;
+//! vendor/README.md).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -442,3 +444,31 @@ on_both_stores!(
     the_writer_answers_each_request_of_a_mixed_batch,
     a_large_batch_reads_back_as_written,
 );
+
+/// What [`sqlx_core::net::connect_tcp`] hands over: whether the TCP socket
+/// it opened has Nagle's algorithm off.
+struct NoDelay;
+
+impl sqlx_core::net::WithSocket for NoDelay {
+    type Output = Option<bool>;
+
+    fn with_socket<S: sqlx_core::net::Socket>(self, socket: S) -> impl Future<Output = Option<bool>> + Send {
+        let any: &dyn std::any::Any = &socket;
+        let nodelay = any
+            .downcast_ref::<tokio::net::TcpStream>()
+            .map(|tcp| tcp.nodelay().unwrap());
+        async move { nodelay }
+    }
+}
+
+/// The connections Postgres connections are made of (`PgConnection`
+/// connects through `connect_tcp`) send a batch's message in one go:
+/// with Nagle's algorithm on, a message of more than one TLS record waits
+/// for a delayed ACK (40 ms on loopback) before its end is sent.
+#[tokio::test]
+async fn postgres_connections_do_not_wait_for_acknowledgements() {
+    let url = url::Url::parse(&talos_sso_tests::harness::admin_database_url()).unwrap();
+    let (host, port) = (url.host_str().unwrap(), url.port().unwrap_or(5432));
+    let nodelay = sqlx_core::net::connect_tcp(host, port, NoDelay).await.unwrap();
+    assert_eq!(nodelay, Some(true), "TCP_NODELAY on the socket to {host}:{port}");
+}
