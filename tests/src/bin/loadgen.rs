@@ -289,13 +289,13 @@ fn main() -> Result<(), String> {
             .await;
             let store = env.server.app.audit.store().clone();
             let settings = durability(&store).await;
-            let floor_store = BareStore::open(**backend).await;
             let cost = crypto_cost(&env).await;
             let floor = cores as f64 / cost.as_secs_f64();
             // Warm up connections, caches and the database.
             let warm = load::prepare(&env.emulator, 200);
             fire(&env, warm, 16).await;
             let stats = env.server.app.audit.stats().clone();
+            let mut levels = Vec::new();
             for &concurrency in &options.concurrency {
                 let work = load::prepare(&env.emulator, options.requests);
                 let (head, _) = store.head().await.map_err(|e| e.to_string())?;
@@ -307,7 +307,16 @@ fn main() -> Result<(), String> {
                 eprintln!("loadgen: {backend:?} concurrency {concurrency}: answered");
                 let batches = stats.batches.load(Ordering::Relaxed) - batches;
                 let per_batch = (stats.records.load(Ordering::Relaxed) - records) as f64 / batches.max(1) as f64;
-                let written = records_after(&store, head).await;
+                let (last, _) = store.head().await.map_err(|e| e.to_string())?;
+                levels.push((concurrency, run, head + 1..=last, per_batch));
+            }
+            // The storage floors after every level, into a database made
+            // now: making one (and appending to it) while the server is
+            // measured would load the same disk and database server.
+            let floor_store = BareStore::open(**backend).await;
+            for (concurrency, run, seqs, per_batch) in levels {
+                let mut written = records_after(&store, seqs.start() - 1).await;
+                written.retain(|r| seqs.contains(&r.seq));
                 let storage = storage_floor(&floor_store.store, &written, per_batch.round() as usize).await;
                 // Time per issuance at both floors: the crypto on every
                 // core, then its record through the store.
