@@ -9,7 +9,9 @@
 //! parameter the query has.
 //!
 //! `audit_encoding`: `arbitrary` turns the input into records, which are
-//! normalised and chained as the stores do. Properties: a stored record
+//! normalised and chained as the stores do. Properties: the direct
+//! canonical encoding is the general one (`canonical_encoding_by_value`),
+//! for the raw records and the cleaned ones; a stored record
 //! reads back from its JSON (what `GET /v1/audit` serves) equal, with its
 //! hash; the canonical encoding is canonical JSON that decodes to the
 //! record, and distinct records encode distinctly; the chain check passes
@@ -22,6 +24,7 @@ use axum::extract::Query;
 use axum::http::Uri;
 use serde_json::{Map, Value};
 use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
+use talos_sso_api::chain::canonical_encoding_by_value;
 use talos_sso_api::{AuditQuery, audit::StoredRecord};
 use talos_sso_server::audit::text::clean_field;
 use talos_sso_server::audit::{
@@ -193,7 +196,18 @@ pub fn run_encoding(data: &[u8]) {
     let mut records = Vec::new();
     for _ in 0..count {
         match record(&mut u) {
-            Ok(r) => records.push(r.normalised()),
+            Ok(r) => {
+                // The direct encoding is the general one, before the
+                // record is cleaned too (control characters, any offset).
+                let seq = u.arbitrary::<i64>().unwrap_or(1);
+                let prev: String = u.arbitrary().unwrap_or_default();
+                assert_eq!(
+                    canonical_encoding(seq, &r, &prev),
+                    canonical_encoding_by_value(seq, &r, &prev),
+                    "the direct canonical encoding differs from the general one"
+                );
+                records.push(r.normalised());
+            }
             Err(_) => break,
         }
     }
@@ -225,6 +239,11 @@ pub fn run_encoding(data: &[u8]) {
 
         // The canonical encoding is canonical JSON of the record.
         let encoding = canonical_encoding(row.seq, &row.record, &row.prev_hash);
+        assert_eq!(
+            encoding,
+            canonical_encoding_by_value(row.seq, &row.record, &row.prev_hash),
+            "the direct canonical encoding differs from the general one"
+        );
         let value: Value = serde_json::from_slice(&encoding)
             .unwrap_or_else(|e| panic!("the canonical encoding is not JSON: {e}"));
         assert_eq!(

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use sqlx::Connection;
 use talos_sso_server::app::{App, SystemClock};
+use talos_sso_server::audit::store::{AuditStore, StoreOptions};
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::config::Config;
 use talos_sso_server::server::Server;
@@ -162,6 +163,45 @@ async fn drop_stale_databases(admin: &mut sqlx::PgConnection) {
 pub enum Backend {
     Postgres,
     Sqlite,
+}
+
+/// A migrated audit store of its own, with no server in front: a fresh
+/// Postgres database, or a SQLite file in a temporary folder (both kept as
+/// long as this is).
+#[derive(Debug)]
+pub struct BareStore {
+    pub store: AuditStore,
+    pub database: Option<TestDatabase>,
+    pub dir: Option<tempfile::TempDir>,
+}
+
+impl BareStore {
+    pub async fn open(backend: Backend) -> Self {
+        let (url, database, dir) = match backend {
+            Backend::Postgres => {
+                let database = TestDatabase::create().await;
+                (database.url.clone(), Some(database), None)
+            }
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}/audit.db", dir.path().display());
+                (url, None, Some(dir))
+            }
+        };
+        let store = AuditStore::connect(&url, &StoreOptions::default())
+            .await
+            .expect("audit store");
+        store.migrate().await.expect("migrations");
+        Self { store, database, dir }
+    }
+
+    /// Close the store and drop its database.
+    pub async fn close(self) {
+        self.store.close().await;
+        if let Some(database) = self.database {
+            database.drop_now().await;
+        }
+    }
 }
 
 /// Throwaway files of one test server: CA, secrets, SQLite database.

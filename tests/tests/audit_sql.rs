@@ -15,7 +15,7 @@ use sqlx::{Column, Row, TypeInfo, ValueRef};
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::audit::store::{AuditFilter, AuditStore, StoreOptions};
 use talos_sso_tests::audit_seed::{SeedPlan, Trail, in_company_ranges};
-use talos_sso_tests::harness::{Backend, TestDatabase};
+use talos_sso_tests::harness::{Backend, BareStore, TestDatabase};
 use time::{Duration, OffsetDateTime};
 
 /// A seeded store, and every record it holds.
@@ -28,19 +28,7 @@ struct Seeded {
 
 impl Seeded {
     async fn new(backend: Backend) -> Self {
-        let (url, database, dir) = match backend {
-            Backend::Postgres => {
-                let database = TestDatabase::create().await;
-                (database.url.clone(), Some(database), None)
-            }
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().unwrap();
-                let url = format!("sqlite://{}/audit.db", dir.path().display());
-                (url, None, Some(dir))
-            }
-        };
-        let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
-        store.migrate().await.unwrap();
+        let BareStore { store, database, dir } = BareStore::open(backend).await;
         let plan = SeedPlan {
             records: 20_000,
             seed: 11,

@@ -377,7 +377,7 @@ fn accepted_cas_join_the_trust_bundle() {
     };
     let source = CaSource::SecretsBundle(private_copy(dir.path(), "talos/secrets-bundle.yaml"));
     let ca = CertificateAuthority::load(&source, &options, OffsetDateTime::now_utc()).unwrap();
-    let bundle = talos_sso_server::ca::parse_certificates(&ca.trust_bundle_pem(), "bundle").unwrap();
+    let bundle = talos_sso_server::ca::parse_certificates(ca.trust_bundle_pem(), "bundle").unwrap();
     assert_eq!(bundle.len(), 2);
     assert_eq!(bundle[0].der, ca.signer().der);
     assert_eq!(

@@ -73,14 +73,14 @@ fn token_keys_sign_certificates_that_talos_and_openssl_accept() {
             assert_eq!(issued.leaf.raw_issuer, ca.signer().raw_subject);
             issued.leaf.verify_signed_by(ca.signer().spki()).unwrap();
             let accepted = talos_checker::handshake(
-                &ca.trust_bundle_pem(),
+                ca.trust_bundle_pem(),
                 &issued.chain_pem,
                 &client.private_key_pem(),
             )
             .unwrap_or_else(|e| panic!("{key:?} {role_set:?}: {e}"));
             assert_eq!(accepted.roles, roles);
             openssl::verify_client_certificate(
-                &ca.trust_bundle_pem(),
+                ca.trust_bundle_pem(),
                 &issued.leaf.to_pem(),
                 &ca.signer().to_pem(),
             )
@@ -394,7 +394,7 @@ async fn ca_intermediate_for_token_certifies_a_key_made_inside_the_token() {
     let roles = vec!["os:reader".to_owned()];
     let issued = issue_to(&ca, &client.csr_der().unwrap(), &roles).unwrap();
     let accepted = talos_checker::handshake(
-        &ca.trust_bundle_pem(),
+        ca.trust_bundle_pem(),
         &issued.chain_pem,
         &client.private_key_pem(),
     )

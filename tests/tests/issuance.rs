@@ -109,11 +109,11 @@ fn talos_accepts_certificates_from_every_ca_with_1_2_and_4_roles() {
             // The rule Go's TLS client applies before it sends anything.
             assert_eq!(issued.leaf.raw_issuer, ca.signer().raw_subject, "{name}");
             let accepted =
-                talos_checker::handshake(&ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem())
+                talos_checker::handshake(ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem())
                     .unwrap_or_else(|e| panic!("{name} {role_set:?}: {e}"));
             assert_eq!(accepted.roles, roles(role_set), "{name}");
             assert_eq!(accepted.common_name.as_deref(), Some("alice@example.com"));
-            openssl::verify_client_certificate(&ca.trust_bundle_pem(), &issued.leaf.to_pem(), "")
+            openssl::verify_client_certificate(ca.trust_bundle_pem(), &issued.leaf.to_pem(), "")
                 .unwrap_or_else(|e| panic!("{name}: openssl: {e}"));
         }
     }
@@ -393,11 +393,11 @@ fn intermediate_mode_sends_the_chain_and_talos_accepts_it() {
             assert_eq!(chain.len(), 2, "leaf then intermediate");
             assert_eq!(chain[1].der, inter.cert.der);
             let accepted =
-                talos_checker::handshake(&ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem())
+                talos_checker::handshake(ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem())
                     .unwrap_or_else(|e| panic!("{key_type:?}: {e}"));
             assert_eq!(accepted.roles, roles(role_set));
             openssl::verify_client_certificate(
-                &ca.trust_bundle_pem(),
+                ca.trust_bundle_pem(),
                 &issued.leaf.to_pem(),
                 &inter.cert.to_pem(),
             )
@@ -405,7 +405,7 @@ fn intermediate_mode_sends_the_chain_and_talos_accepts_it() {
             // Without the intermediate, Talos cannot build the chain.
             assert!(
                 talos_checker::handshake(
-                    &ca.trust_bundle_pem(),
+                    ca.trust_bundle_pem(),
                     &issued.leaf.to_pem(),
                     &key.private_key_pem()
                 )
@@ -473,11 +473,11 @@ fn checker_refuses_a_leaf_whose_issuer_bytes_differ() {
     };
     let forged = x509::sign_certificate(&template, ca.key(), ca.rng()).unwrap();
     let forged = ParsedCertificate::from_der(&forged).unwrap();
-    let error = talos_checker::handshake(&ca.trust_bundle_pem(), &forged.to_pem(), &key.private_key_pem())
+    let error = talos_checker::handshake(ca.trust_bundle_pem(), &forged.to_pem(), &key.private_key_pem())
         .unwrap_err();
     assert_eq!(error, "peer sent no certificates");
     // The genuine one passes the same checker.
-    talos_checker::handshake(&ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem()).unwrap();
+    talos_checker::handshake(ca.trust_bundle_pem(), &issued.chain_pem, &key.private_key_pem()).unwrap();
 }
 
 /// The issuance service on its own, without HTTP: what it returns has been

@@ -34,6 +34,9 @@
 //! - `quickstart`: the README's quick start as a newcomer runs it; its options.
 //! - `metrics`: what each metric counts on a running server, labels no
 //!   request can add, the TLS expiry, the metrics listener of their own.
+//! - `batch`: the audit store's batches on both stores: one statement per
+//!   table, and each record its own outcome (replays, denials, a record
+//!   the database refuses) through the store and the group-commit writer.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
 //! - `console`: the web console in a real headless Chromium (login through
@@ -68,6 +71,7 @@ macro_rules! on_both_stores {
 }
 
 mod audit_sql;
+mod batch;
 mod ca_sources;
 mod checkpoints;
 mod client_key;

@@ -28,8 +28,9 @@ pub struct CertificateAuthority {
     /// Empty when the signer is the root itself.
     chain: Vec<ParsedCertificate>,
     key: SigningKey,
-    /// What goes into the talosconfig `ca`: the root, then accepted CAs.
-    trust_bundle: Vec<ParsedCertificate>,
+    /// What goes into the talosconfig `ca` before base64: the root, then
+    /// accepted CAs, as PEM; made once, it is in every answer.
+    trust_bundle_pem: String,
     warnings: Vec<CaWarning>,
     rng: SystemRandom,
 }
@@ -142,7 +143,7 @@ impl CertificateAuthority {
             signer,
             chain,
             key,
-            trust_bundle,
+            trust_bundle_pem: trust_bundle.iter().map(ParsedCertificate::to_pem).collect(),
             warnings,
             rng: SystemRandom::new(),
         })
@@ -198,8 +199,8 @@ impl CertificateAuthority {
     }
 
     /// The talosconfig `ca` value before base64: root then accepted CAs, PEM.
-    pub fn trust_bundle_pem(&self) -> String {
-        self.trust_bundle.iter().map(ParsedCertificate::to_pem).collect()
+    pub fn trust_bundle_pem(&self) -> &str {
+        &self.trust_bundle_pem
     }
 
     pub fn warnings(&self) -> &[CaWarning] {

@@ -72,7 +72,7 @@ async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<Is
     let cluster = issued.cluster;
     Ok(IssuedCertificate {
         certificate: issued.certificate.chain_pem,
-        ca: cluster.ca.trust_bundle_pem(),
+        ca: cluster.ca.trust_bundle_pem().to_owned(),
         endpoints: cluster.config.endpoints.clone(),
         nodes: cluster.config.nodes.clone(),
         cluster: cluster.name.clone(),

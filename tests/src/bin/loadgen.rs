@@ -3,7 +3,13 @@
 //! concurrency levels, with the Postgres and the SQLite audit store, on this
 //! machine, load generator included; and the pure crypto cost per issuance
 //! (token verify + CSR verify + sign) measured in the same run, so that the
-//! throughput can be read as a ratio to that floor.
+//! throughput can be read as a ratio to that floor; and, for each level, the
+//! storage floor: the level's audit records appended again, in the batch
+//! size the group-commit writer made on average, straight through a fresh
+//! store of the same kind (no HTTP, no crypto, no writer task). The last
+//! column is the throughput's ratio to both floors added (time per
+//! issuance: the crypto on all cores, then the storage), which is what the
+//! HTTP and application layers cost.
 //!
 //! ```sh
 //! cargo run --release -p talos-sso-tests --bin loadgen -- [--requests 4000] [--concurrency 1,16,64] [--store postgres,sqlite] [--ca file,softhsm]
@@ -20,9 +26,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::Ordering;
+
+use talos_sso_server::audit::StoredRecord;
+use talos_sso_server::audit::store::{Append, AuditStore, TokenClaim};
 use talos_sso_server::certificate::{self, LeafRequest};
 use talos_sso_server::identity::jwks::KeySet;
-use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_tests::harness::{Backend, BareStore, TestEnv};
 use talos_sso_tests::load;
 
 /// Where the CA key is.
@@ -172,6 +182,77 @@ async fn crypto_cost(env: &TestEnv) -> Duration {
     started.elapsed() / work.len() as u32
 }
 
+/// Every record of `store` after `after`, in order.
+async fn records_after(store: &AuditStore, mut after: i64) -> Vec<StoredRecord> {
+    let mut all = Vec::new();
+    loop {
+        let page = store.page(after, 1000).await.expect("page");
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        all.extend(page);
+    }
+    all
+}
+
+/// Appends per second straight through `store`: `records` appended again
+/// (each with a token id of its own to claim, checked against the deny
+/// list, as an issuance is) in batches of `batch`, one after the other, as
+/// the writer commits them.
+async fn storage_floor(store: &AuditStore, records: &[StoredRecord], batch: usize) -> f64 {
+    let expires_at = Some(time::OffsetDateTime::now_utc() + Duration::from_secs(3600));
+    let appends: Vec<Append> = records
+        .iter()
+        .map(|stored| {
+            let mut record = stored.record.clone();
+            let token_id = format!(
+                "floor-{}",
+                record.token_id.as_deref().unwrap_or(&record.request_id)
+            );
+            record.token_id = Some(token_id.clone());
+            Append {
+                record,
+                claim: Some(TokenClaim { token_id, expires_at }),
+                deny_check: true,
+                deny_change: None,
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    for chunk in appends.chunks(batch.max(1)) {
+        store.append_batch(chunk).await.expect("storage floor append");
+    }
+    appends.len() as f64 / started.elapsed().as_secs_f64()
+}
+
+/// How the store makes a commit durable, as it says itself: what the
+/// figures depend on most.
+async fn durability(store: &AuditStore) -> String {
+    match store {
+        AuditStore::Postgres(pool) => {
+            let show = |setting: &'static str| async move {
+                let value: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
+                    .fetch_one(pool)
+                    .await
+                    .expect("SHOW");
+                format!("{setting} = {value}")
+            };
+            format!("{}, {}", show("fsync").await, show("synchronous_commit").await)
+        }
+        AuditStore::Sqlite(pool) => {
+            let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+                .fetch_one(pool)
+                .await
+                .expect("PRAGMA");
+            // 2 is FULL: each commit is fsynced.
+            let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(pool)
+                .await
+                .expect("PRAGMA");
+            format!("journal_mode = {journal}, synchronous = {synchronous} (2 is FULL)")
+        }
+    }
+}
+
 fn main() -> Result<(), String> {
     let options = options()?;
     let runtime = load::runtime()?;
@@ -179,8 +260,8 @@ fn main() -> Result<(), String> {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         println!("loadgen: {} requests per level, {cores} cores, server and load generator in one process", options.requests);
         println!();
-        println!("| store | CA key | concurrency | issuances/s | p50 | p99 | failures | ratio to crypto floor |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("| store | CA key | concurrency | issuances/s | p50 | p99 | failures | records per batch | storage floor/s | ratio to crypto floor | ratio to crypto + storage floor |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         let hsm = options
             .cas
             .contains(&CaKey::SoftHsm)
@@ -206,31 +287,60 @@ fn main() -> Result<(), String> {
                 None => yaml,
             })
             .await;
+            let store = env.server.app.audit.store().clone();
+            let settings = durability(&store).await;
             let cost = crypto_cost(&env).await;
             let floor = cores as f64 / cost.as_secs_f64();
             // Warm up connections, caches and the database.
             let warm = load::prepare(&env.emulator, 200);
             fire(&env, warm, 16).await;
+            let stats = env.server.app.audit.stats().clone();
+            let mut levels = Vec::new();
             for &concurrency in &options.concurrency {
                 let work = load::prepare(&env.emulator, options.requests);
+                let (head, _) = store.head().await.map_err(|e| e.to_string())?;
+                let (batches, records) = (stats.batches.load(Ordering::Relaxed), stats.records.load(Ordering::Relaxed));
+                // On stderr, for tools that watch the run (tests/profile-callgrind.sh
+                // measures between these two lines).
+                eprintln!("loadgen: {backend:?} concurrency {concurrency}: sending");
                 let run = fire(&env, work, concurrency).await;
+                eprintln!("loadgen: {backend:?} concurrency {concurrency}: answered");
+                let batches = stats.batches.load(Ordering::Relaxed) - batches;
+                let per_batch = (stats.records.load(Ordering::Relaxed) - records) as f64 / batches.max(1) as f64;
+                let (last, _) = store.head().await.map_err(|e| e.to_string())?;
+                levels.push((concurrency, run, head + 1..=last, per_batch));
+            }
+            // The storage floors after every level, into a database made
+            // now: making one (and appending to it) while the server is
+            // measured would load the same disk and database server.
+            let floor_store = BareStore::open(**backend).await;
+            for (concurrency, run, seqs, per_batch) in levels {
+                let mut written = records_after(&store, seqs.start() - 1).await;
+                written.retain(|r| seqs.contains(&r.seq));
+                let storage = storage_floor(&floor_store.store, &written, per_batch.round() as usize).await;
+                // Time per issuance at both floors: the crypto on every
+                // core, then its record through the store.
+                let both = 1.0 / (1.0 / floor + 1.0 / storage);
                 println!(
-                    "| {:?} | {ca:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {:.2} |",
+                    "| {:?} | {ca:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {per_batch:.1} | {storage:.0} | {:.2} | {:.2} |",
                     backend,
                     run.throughput,
                     run.p50.as_secs_f64() * 1000.0,
                     run.p99.as_secs_f64() * 1000.0,
                     run.failures,
-                    run.throughput / floor
+                    run.throughput / floor,
+                    run.throughput / both,
                 );
             }
             println!(
-                "| {:?} | {ca:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | 1.00 |",
+                "| {:?} | {ca:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | | | 1.00 | |",
                 backend,
                 cost.as_secs_f64() * 1e6
             );
+            println!("| {:?} | {ca:?} | durability | {settings} | | | | | | | |", backend);
+            floor_store.close().await;
             let check = env.server.app.audit.store().verify_chain().await.map_err(|e| e.to_string())?;
-            println!("| {:?} | {ca:?} | chain | {} records verified, intact: {} | | | | |", backend, check.verified, check.first_broken.is_none());
+            println!("| {:?} | {ca:?} | chain | {} records verified, intact: {} | | | | | | | |", backend, check.verified, check.first_broken.is_none());
             env.finish().await;
         }
         Ok(())

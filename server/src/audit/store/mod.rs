@@ -8,6 +8,9 @@
 //! - the chain head is read inside that transaction under a lock (Postgres:
 //!   an advisory lock; SQLite: `BEGIN IMMEDIATE`), so concurrent writers on
 //!   several replicas extend one chain;
+//! - while the lock is held, a batch costs the same statements whatever its
+//!   size: the head, the deny-list check, the token claims and the records
+//!   are each one statement for the whole batch;
 //! - nothing is acknowledged before the commit returns.
 //!
 //! This module holds what both backends share: the types, the order of the
@@ -201,46 +204,6 @@ const COLUMNS: &str = "seq, occurred_at, request_id, event, outcome, reason_code
      public_key_sha256, not_before, not_after, client_ip, user_agent, client_version, token_id, token_issued_at, \
      details, prev_hash, hash";
 
-/// Bind the values of one stored record to an `INSERT` of [`COLUMNS`], in
-/// their order, each backend saying how it writes a time, a list and the
-/// details (Postgres: native types; SQLite: text).
-macro_rules! bind_record {
-    ($query:expr, $stored:expr, time: $time:expr, list: $list:expr, json: $json:expr) => {{
-        let stored = $stored;
-        let r = &stored.record;
-        $query
-            .bind(stored.seq)
-            .bind($time(r.occurred_at))
-            .bind(&r.request_id)
-            .bind(&r.event)
-            .bind(&r.outcome)
-            .bind(&r.reason_code)
-            .bind(&r.cluster)
-            .bind(&r.issuer)
-            .bind(&r.tenant)
-            .bind(&r.subject)
-            .bind(&r.username)
-            .bind(r.identity_verified)
-            .bind($list(&r.groups_evaluated))
-            .bind($list(&r.roles_requested))
-            .bind($list(&r.roles_granted))
-            .bind(&r.serial)
-            .bind(&r.certificate_sha256)
-            .bind(&r.public_key_sha256)
-            .bind(r.not_before.map($time))
-            .bind(r.not_after.map($time))
-            .bind(&r.client_ip)
-            .bind(&r.user_agent)
-            .bind(&r.client_version)
-            .bind(&r.token_id)
-            .bind(r.token_issued_at.map($time))
-            .bind($json(&r.details))
-            .bind(&stored.prev_hash)
-            .bind(&stored.hash)
-    }};
-}
-use bind_record;
-
 /// Apply a deny-list change in the transaction `$tx`, each backend saying
 /// how it writes a time; the number of entries it changed.
 macro_rules! change_deny_list {
@@ -285,28 +248,30 @@ macro_rules! change_deny_list {
 }
 use change_deny_list;
 
-/// Claim each token id in the transaction `$tx` (the replay guard): for
-/// each, whether it was fresh. Each backend says how it writes a time.
-macro_rules! claim_tokens {
-    ($tx:expr, $claims:expr, time: $time:expr) => {{
-        let claims = $claims;
-        let mut fresh = Vec::with_capacity(claims.len());
-        for (claim, at) in claims {
-            let inserted = sqlx::query(
-                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (token_id) DO NOTHING",
-            )
-            .bind(&claim.token_id)
-            .bind($time(*at))
-            .bind(claim.expires_at.map($time))
-            .execute($tx)
-            .await?;
-            fresh.push(inserted.rows_affected() == 1);
-        }
-        Ok(fresh)
-    }};
+/// The claims of a batch as one statement takes them (the replay guard):
+/// each token id once, at its first claim, so that the statement never
+/// meets the same key twice. A later claim of the same id in the batch is
+/// a replay, whatever the table holds.
+fn distinct_claims<'c>(
+    claims: &'c [(&'c TokenClaim, OffsetDateTime)],
+) -> Vec<&'c (&'c TokenClaim, OffsetDateTime)> {
+    let mut seen = std::collections::HashSet::with_capacity(claims.len());
+    claims
+        .iter()
+        .filter(|(claim, _)| seen.insert(claim.token_id.as_str()))
+        .collect()
 }
-use claim_tokens;
+
+/// One answer per claim, in order, from the token ids the statement
+/// inserted (the ones nobody had claimed): fresh for the first claim of an
+/// inserted id, a replay for every other.
+fn claim_answers(claims: &[(&TokenClaim, OffsetDateTime)], inserted: Vec<String>) -> Vec<bool> {
+    let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    claims
+        .iter()
+        .map(|(claim, _)| inserted.remove(&claim.token_id))
+        .collect()
+}
 
 /// `$body` with `$pool` bound to the store's pool, whichever backend it is:
 /// for statements both backends run alike.
@@ -719,8 +684,9 @@ type DeniedPairs = Vec<(Option<String>, Option<String>)>;
 
 /// One backend's side of appending a batch, inside the transaction it
 /// opened under the lock that serialises chain appends. Each method is
-/// handed a step of the batch whole, so that a backend may write it with
-/// one statement per table; [`extend_chain`] decides what is written.
+/// handed a step of the batch whole and writes it with one statement (one
+/// round trip while the lock is held, whatever the batch's size);
+/// [`extend_chain`] decides what is written.
 trait BatchTx {
     /// The last record's sequence number and hash; `None` when the trail is empty.
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError>;
@@ -1323,6 +1289,27 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(appended[0].stored().seq, 6);
+    }
+
+    #[test]
+    fn a_token_claimed_twice_in_one_batch_is_sent_once_and_fresh_at_most_once() {
+        let claim = |id: &str| TokenClaim {
+            token_id: id.into(),
+            expires_at: None,
+        };
+        let (a, b, c) = (claim("a"), claim("b"), claim("c"));
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let claims = [(&a, at), (&b, at), (&a, at), (&c, at), (&c, at)];
+        let sent: Vec<&str> = distinct_claims(&claims)
+            .iter()
+            .map(|(claim, _)| claim.token_id.as_str())
+            .collect();
+        assert_eq!(sent, ["a", "b", "c"]);
+        // `b` was claimed before the batch: the statement inserted `c` and `a`.
+        assert_eq!(
+            claim_answers(&claims, vec!["c".into(), "a".into()]),
+            [true, false, false, true, false]
+        );
     }
 
     #[tokio::test]

@@ -6,16 +6,16 @@ use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgDatabaseError, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgBindIterExt, PgDatabaseError, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::{
     BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, RecordQuery,
-    RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list, claim_tokens, deny_entry,
-    stored_record,
+    RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers, deny_entry,
+    distinct_claims, stored_record,
 };
-use crate::audit::StoredRecord;
+use crate::audit::{AuditRecord, StoredRecord};
 
 /// Postgres advisory lock key that serialises chain appends (any constant
 /// works; this one spells "talosSSO" in a way nobody else will pick).
@@ -100,7 +100,18 @@ impl BatchTx for Transaction<'_, Postgres> {
         &mut self,
         claims: &[(&TokenClaim, OffsetDateTime)],
     ) -> Result<Vec<bool>, StoreError> {
-        claim_tokens!(&mut **self, claims, time: |t| t)
+        let distinct = distinct_claims(claims);
+        let inserted: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO used_tokens (token_id, used_at, expires_at) \
+             SELECT * FROM UNNEST($1::text[], $2::timestamptz[], $3::timestamptz[]) \
+             ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
+        )
+        .bind(distinct.iter().map(|(claim, _)| &claim.token_id).bind_iter())
+        .bind(distinct.iter().map(|(_, at)| *at).bind_iter())
+        .bind(distinct.iter().map(|(claim, _)| claim.expires_at).bind_iter())
+        .fetch_all(&mut **self)
+        .await?;
+        Ok(claim_answers(claims, inserted))
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
@@ -108,17 +119,114 @@ impl BatchTx for Transaction<'_, Postgres> {
     }
 
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO audit_events ({COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)"
-        );
-        for stored in records {
-            let query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
-            bind_record!(query, stored, time: |t| t, list: |l| l, json: |j| j)
-                .execute(&mut **self)
-                .await?;
+        let groups = FlatLists::of(records, |r| &r.groups_evaluated);
+        let requested = FlatLists::of(records, |r| &r.roles_requested);
+        let granted = FlatLists::of(records, |r| &r.roles_granted);
+        // Each column as one array, in the order of `INSERT_RECORDS`.
+        macro_rules! column {
+            ($value:expr) => {
+                records.iter().map($value).bind_iter()
+            };
         }
+        sqlx::query(sqlx::AssertSqlSafe(INSERT_RECORDS.as_str()))
+            .bind(column!(|s| s.seq))
+            .bind(column!(|s| s.record.occurred_at))
+            .bind(column!(|s| &s.record.request_id))
+            .bind(column!(|s| &s.record.event))
+            .bind(column!(|s| &s.record.outcome))
+            .bind(column!(|s| &s.record.reason_code))
+            .bind(column!(|s| &s.record.cluster))
+            .bind(column!(|s| &s.record.issuer))
+            .bind(column!(|s| &s.record.tenant))
+            .bind(column!(|s| &s.record.subject))
+            .bind(column!(|s| &s.record.username))
+            .bind(column!(|s| s.record.identity_verified))
+            .bind(groups.items)
+            .bind(groups.from)
+            .bind(groups.to)
+            .bind(requested.items)
+            .bind(requested.from)
+            .bind(requested.to)
+            .bind(granted.items)
+            .bind(granted.from)
+            .bind(granted.to)
+            .bind(column!(|s| &s.record.serial))
+            .bind(column!(|s| &s.record.certificate_sha256))
+            .bind(column!(|s| &s.record.public_key_sha256))
+            .bind(column!(|s| s.record.not_before))
+            .bind(column!(|s| s.record.not_after))
+            .bind(column!(|s| &s.record.client_ip))
+            .bind(column!(|s| &s.record.user_agent))
+            .bind(column!(|s| &s.record.client_version))
+            .bind(column!(|s| &s.record.token_id))
+            .bind(column!(|s| s.record.token_issued_at))
+            .bind(column!(|s| &s.record.details))
+            .bind(column!(|s| &s.prev_hash))
+            .bind(column!(|s| &s.hash))
+            .execute(&mut **self)
+            .await?;
         Ok(())
     }
+}
+
+/// A batch's records in one statement: each column is bound as one array
+/// and `UNNEST` turns the arrays back into rows, so that the statement's
+/// text (and its prepared plan) is the same whatever the batch's size.
+/// The three list columns cannot be arrays of arrays (Postgres arrays are
+/// rectangular): each is bound as the concatenation of every record's
+/// list, and each row takes its slice of it, `[from:to]` (empty when
+/// `from > to`). Placeholders, in order: `seq` ... `identity_verified`
+/// ($1 to $12), each list's items, from and to ($13 to $21), `serial` ...
+/// `hash` ($22 to $34).
+static INSERT_RECORDS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO audit_events ({COLUMNS}) \
+         SELECT seq, occurred_at, request_id, event, outcome, reason_code, cluster, issuer, tenant, subject, \
+           username, identity_verified, ($13::text[])[groups_from:groups_to], \
+           ($16::text[])[requested_from:requested_to], ($19::text[])[granted_from:granted_to], serial, \
+           certificate_sha256, public_key_sha256, not_before, not_after, client_ip, user_agent, client_version, \
+           token_id, token_issued_at, details, prev_hash, hash \
+         FROM UNNEST($1::int8[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+           $8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $14::int4[], $15::int4[], $17::int4[], \
+           $18::int4[], $20::int4[], $21::int4[], $22::text[], $23::text[], $24::text[], $25::timestamptz[], \
+           $26::timestamptz[], $27::text[], $28::text[], $29::text[], $30::text[], $31::timestamptz[], \
+           $32::jsonb[], $33::text[], $34::text[]) \
+         AS batch (seq, occurred_at, request_id, event, outcome, reason_code, cluster, issuer, tenant, subject, \
+           username, identity_verified, groups_from, groups_to, requested_from, requested_to, granted_from, \
+           granted_to, serial, certificate_sha256, public_key_sha256, not_before, not_after, client_ip, \
+           user_agent, client_version, token_id, token_issued_at, details, prev_hash, hash)"
+    )
+});
+
+/// One list column of a batch, flattened: every record's items in order,
+/// and where each record's run starts and ends in them (1-based, inclusive).
+struct FlatLists<'a> {
+    items: Vec<&'a String>,
+    from: Vec<i32>,
+    to: Vec<i32>,
+}
+
+impl<'a> FlatLists<'a> {
+    fn of(records: &'a [StoredRecord], list: fn(&AuditRecord) -> &Vec<String>) -> Self {
+        let mut flat = Self {
+            items: Vec::new(),
+            from: Vec::with_capacity(records.len()),
+            to: Vec::with_capacity(records.len()),
+        };
+        for stored in records {
+            let list = list(&stored.record);
+            flat.from.push(position(flat.items.len() + 1));
+            flat.items.extend(list);
+            flat.to.push(position(flat.items.len()));
+        }
+        flat
+    }
+}
+
+/// A position in a bound array: Postgres subscripts are `int4`. One past
+/// that cannot be wrong silently: an array that long cannot be bound.
+fn position(index: usize) -> i32 {
+    i32::try_from(index).unwrap_or(i32::MAX)
 }
 
 impl RecordRow for PgRow {

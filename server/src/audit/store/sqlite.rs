@@ -10,17 +10,18 @@ use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
+use sqlx::query::Query;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteError, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteError, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Connection, Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 
 use super::{
     BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow, HEAD_SQL,
-    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, bind_record, change_deny_list,
-    claim_tokens, deny_entry, stored_record,
+    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
+    deny_entry, distinct_claims, stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -139,7 +140,24 @@ impl BatchTx for Transaction<'_, Sqlite> {
         &mut self,
         claims: &[(&TokenClaim, OffsetDateTime)],
     ) -> Result<Vec<bool>, StoreError> {
-        claim_tokens!(&mut **self, claims, time: format_micros)
+        let distinct = distinct_claims(claims);
+        let mut inserted = Vec::with_capacity(distinct.len());
+        for chunk in distinct.chunks(rows_per_statement(3)) {
+            let sql = format!(
+                "INSERT INTO used_tokens (token_id, used_at, expires_at) VALUES {} \
+                 ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
+                placeholder_rows(3, chunk.len())
+            );
+            let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql));
+            for (claim, at) in chunk {
+                query = query
+                    .bind(&claim.token_id)
+                    .bind(format_micros(*at))
+                    .bind(claim.expires_at.map(format_micros));
+            }
+            inserted.extend(query.fetch_all(&mut **self).await?);
+        }
+        Ok(claim_answers(claims, inserted))
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
@@ -147,17 +165,77 @@ impl BatchTx for Transaction<'_, Sqlite> {
     }
 
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO audit_events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-        );
-        for stored in records {
-            let query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
-            bind_record!(query, stored, time: format_micros, list: json_list, json: Value::to_string)
+        for chunk in records.chunks(rows_per_statement(RECORD_COLUMNS)) {
+            let sql = format!(
+                "INSERT INTO audit_events ({COLUMNS}) VALUES {}",
+                placeholder_rows(RECORD_COLUMNS, chunk.len())
+            );
+            chunk
+                .iter()
+                .fold(sqlx::query(sqlx::AssertSqlSafe(sql)), bind_record)
                 .execute(&mut **self)
                 .await?;
         }
         Ok(())
     }
+}
+
+/// The columns of [`COLUMNS`].
+const RECORD_COLUMNS: usize = 28;
+
+/// Most placeholders SQLite takes in one statement (its
+/// `SQLITE_MAX_VARIABLE_NUMBER`, as the bundled library is built).
+const MAX_VARIABLES: usize = 32_766;
+
+/// Most rows of `columns` values one multi-row `INSERT` may carry: the
+/// writer's batches ([`crate::audit::writer::MAX_BATCH`]) always fit in
+/// one statement per table; larger batches of other callers are split.
+fn rows_per_statement(columns: usize) -> usize {
+    (MAX_VARIABLES / columns).max(1)
+}
+
+/// `(?,?,?),(?,?,?)` for `rows` rows of `columns` values.
+fn placeholder_rows(columns: usize, rows: usize) -> String {
+    let row = format!("({})", vec!["?"; columns].join(","));
+    vec![row; rows].join(",")
+}
+
+/// Bind the values of one stored record, in the order of [`COLUMNS`]:
+/// times as text in their one form, lists and details as JSON text.
+fn bind_record<'q>(
+    query: Query<'q, Sqlite, SqliteArguments>,
+    stored: &StoredRecord,
+) -> Query<'q, Sqlite, SqliteArguments> {
+    let r = &stored.record;
+    query
+        .bind(stored.seq)
+        .bind(format_micros(r.occurred_at))
+        .bind(&r.request_id)
+        .bind(&r.event)
+        .bind(&r.outcome)
+        .bind(&r.reason_code)
+        .bind(&r.cluster)
+        .bind(&r.issuer)
+        .bind(&r.tenant)
+        .bind(&r.subject)
+        .bind(&r.username)
+        .bind(r.identity_verified)
+        .bind(json_list(&r.groups_evaluated))
+        .bind(json_list(&r.roles_requested))
+        .bind(json_list(&r.roles_granted))
+        .bind(&r.serial)
+        .bind(&r.certificate_sha256)
+        .bind(&r.public_key_sha256)
+        .bind(r.not_before.map(format_micros))
+        .bind(r.not_after.map(format_micros))
+        .bind(&r.client_ip)
+        .bind(&r.user_agent)
+        .bind(&r.client_version)
+        .bind(&r.token_id)
+        .bind(r.token_issued_at.map(format_micros))
+        .bind(r.details.to_string())
+        .bind(&stored.prev_hash)
+        .bind(&stored.hash)
 }
 
 /// The SQLite database holds the trail, the deny list and the replay
@@ -245,6 +323,16 @@ fn clean(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::result_code_blames_the_data;
+
+    #[test]
+    fn a_batch_statement_has_a_placeholder_for_each_column_of_each_row() {
+        assert_eq!(super::COLUMNS.split(',').count(), super::RECORD_COLUMNS);
+        assert_eq!(super::placeholder_rows(3, 2), "(?,?,?),(?,?,?)");
+        // The writer's largest batch is one statement.
+        let rows = super::rows_per_statement(super::RECORD_COLUMNS);
+        assert!(rows >= crate::audit::writer::MAX_BATCH, "{rows}");
+        assert!(rows * super::RECORD_COLUMNS <= super::MAX_VARIABLES);
+    }
 
     #[test]
     fn only_data_errors_are_the_records_fault() {

@@ -1,0 +1,475 @@
+//! The audit store's batches, on both stores: a batch reaches the database
+//! as one statement per table, and every record of it still gets its own
+//! outcome. A token claimed twice in one batch, a token used before it, a
+//! deny-listed identity and a record the database refuses sit next to fresh
+//! records; each is answered as itself while the others commit, through the
+//! store and through the group-commit writer, and what is read back is
+//! exactly what was written (lists, absent values, large batches). And the
+//! connections to Postgres send a batch's message at once (no Nagle delay;
+//! vendor/README.md).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+
+use talos_sso_server::audit::store::{
+    Append, Appended, AuditStore, DenyChange, DenyEntry, StoreError, TokenClaim,
+};
+use talos_sso_server::audit::writer::{AuditError, AuditWriter};
+use talos_sso_server::audit::{AuditRecord, StoredRecord, event, outcome};
+use talos_sso_tests::harness::{Backend, BareStore};
+use time::OffsetDateTime;
+
+/// A fresh store of one kind.
+struct Store {
+    store: AuditStore,
+    bare: BareStore,
+}
+
+impl Store {
+    async fn open(backend: Backend) -> Self {
+        let bare = BareStore::open(backend).await;
+        Self {
+            store: bare.store.clone(),
+            bare,
+        }
+    }
+
+    /// A rule the sanitised records cannot break on their own: the
+    /// database refuses any record naming `username`.
+    async fn refuse_username(&self, username: &str) {
+        match &self.store {
+            AuditStore::Postgres(pool) => {
+                let sql = format!(
+                    "ALTER TABLE audit_events ADD CONSTRAINT refuse_{username} \
+                     CHECK (username IS DISTINCT FROM '{username}')"
+                );
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+            AuditStore::Sqlite(pool) => {
+                let sql = format!(
+                    "CREATE TRIGGER refuse_{username} BEFORE INSERT ON audit_events \
+                     WHEN NEW.username = '{username}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+                );
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// The claimed token ids, sorted.
+    async fn used_tokens(&self) -> Vec<String> {
+        let sql = "SELECT token_id FROM used_tokens ORDER BY token_id";
+        match &self.store {
+            AuditStore::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await.unwrap(),
+            AuditStore::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await.unwrap(),
+        }
+    }
+
+    /// Every record after `after`, in order.
+    async fn records_after(&self, mut after: i64) -> Vec<StoredRecord> {
+        let mut all = Vec::new();
+        loop {
+            let page = self.store.page(after, 1000).await.unwrap();
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            all.extend(page);
+        }
+        all
+    }
+
+    async fn finish(self) {
+        let check = self.store.verify_chain().await.unwrap();
+        assert_eq!(check.first_broken, None);
+        self.bare.close().await;
+    }
+}
+
+/// An issuance by `username` (subject `{username}-oid`) with token `token`,
+/// checked against the deny list, as the issuance service appends it.
+fn issuance(username: &str, token: &str) -> Append {
+    let mut record = AuditRecord::new(
+        event::CERTIFICATE_ISSUED,
+        outcome::SUCCESS,
+        &format!("req-{username}-{token}"),
+        OffsetDateTime::now_utc(),
+    );
+    record.subject = Some(format!("{username}-oid"));
+    record.username = Some(username.into());
+    record.identity_verified = true;
+    record.cluster = Some("prod".into());
+    record.groups_evaluated = vec!["oncall".into(), "platform".into()];
+    record.roles_requested = vec![];
+    record.roles_granted = vec!["os:operator".into()];
+    record.serial = Some(format!("{token}-serial"));
+    record.token_id = Some(token.into());
+    Append {
+        record,
+        claim: Some(TokenClaim {
+            token_id: token.into(),
+            expires_at: Some(OffsetDateTime::now_utc() + time::Duration::minutes(5)),
+        }),
+        deny_check: true,
+        deny_change: None,
+    }
+}
+
+/// An administrator puts `username`'s subject on the deny list.
+fn deny(username: &str) -> Append {
+    let mut record = AuditRecord::new(
+        event::DENY_ADDED,
+        outcome::SUCCESS,
+        &format!("req-deny-{username}"),
+        OffsetDateTime::now_utc(),
+    );
+    record.username = Some("admin".into());
+    Append {
+        record,
+        deny_change: Some(DenyChange::Add(DenyEntry {
+            subject: Some(format!("{username}-oid")),
+            username: None,
+            reason: "investigation".into(),
+            added_by: "admin".into(),
+            added_at: OffsetDateTime::now_utc(),
+            expires_at: None,
+        })),
+        ..Default::default()
+    }
+}
+
+/// Before each test's batch: `t0` is used, and `mallet` is deny-listed.
+async fn used_and_denied(store: &Store) {
+    store
+        .store
+        .append_batch(&[issuance("alice", "t0"), deny("mallet")])
+        .await
+        .unwrap();
+}
+
+fn kind(appended: &Appended) -> &'static str {
+    match appended {
+        Appended::Recorded(_) => "recorded",
+        Appended::Replayed(_) => "replayed",
+        Appended::Denied(_) => "denied",
+    }
+}
+
+/// Every future polled in one go, each to its end: all of them start (for
+/// appends: queue their job) in the same poll, before anything else on
+/// this runtime runs, so the writer finds them queued together.
+async fn all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    outputs.into_iter().map(Option::unwrap).collect()
+}
+
+/// One `append_batch`: fresh claims, a token claimed twice, a token used
+/// before, a deny-listed identity and a record without a claim, each with
+/// its outcome, in one transaction; read back exactly as returned.
+async fn one_batch_gives_each_record_its_own_outcome(backend: Backend) {
+    let store = Store::open(backend).await;
+    used_and_denied(&store).await;
+    let (head, _) = store.store.head().await.unwrap();
+    let mut break_glass = AuditRecord::new(
+        event::BREAK_GLASS_ISSUED,
+        outcome::SUCCESS,
+        "req-break-glass",
+        OffsetDateTime::now_utc(),
+    );
+    break_glass.username = Some("break-glass:root@host".into());
+    let batch = [
+        issuance("alice", "t1"),
+        issuance("bob", "t1"),
+        issuance("bob", "t0"),
+        issuance("mallet", "t2"),
+        issuance("carol", "t3"),
+        Append {
+            record: break_glass,
+            ..Default::default()
+        },
+    ];
+    let appended = store.store.append_batch(&batch).await.unwrap();
+    let kinds: Vec<&str> = appended.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "recorded", "replayed", "replayed", "denied", "recorded", "recorded"
+        ],
+        "{backend:?}"
+    );
+    let reasons: Vec<Option<&str>> = appended
+        .iter()
+        .map(|a| a.stored().record.reason_code.as_deref())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            None,
+            Some("token_replayed"),
+            Some("token_replayed"),
+            Some("identity_denied"),
+            None,
+            None
+        ]
+    );
+    // A replay or a denial is recorded as a denial, never as an issuance.
+    for denial in &appended[1..4] {
+        assert_eq!(denial.stored().record.event, event::CERTIFICATE_DENIED);
+    }
+    // Only fresh, allowed records claim their token: not the denied one.
+    assert_eq!(store.used_tokens().await, ["t0", "t1", "t3"], "{backend:?}");
+    let stored: Vec<StoredRecord> = appended.iter().map(|a| a.stored().clone()).collect();
+    assert_eq!(store.records_after(head).await, stored, "{backend:?}");
+    assert_eq!(stored[0].seq, head + 1);
+    store.finish().await;
+}
+
+/// A batch the database refuses for one record's content commits nothing:
+/// no record, no token claim, so that it can be written again record by
+/// record with the same answers.
+async fn a_refused_batch_leaves_nothing_behind(backend: Backend) {
+    let store = Store::open(backend).await;
+    used_and_denied(&store).await;
+    store.refuse_username("mallory").await;
+    let before = store.store.head().await.unwrap();
+    let batch = [
+        issuance("alice", "t1"),
+        issuance("mallory", "t2"),
+        issuance("carol", "t3"),
+    ];
+    let refused = store.store.append_batch(&batch).await;
+    assert!(
+        matches!(refused, Err(StoreError::Refused(_))),
+        "{backend:?}: {refused:?}"
+    );
+    assert_eq!(store.store.head().await.unwrap(), before);
+    assert_eq!(store.used_tokens().await, ["t0"]);
+    // Without the refused record, the same tokens are still fresh.
+    let appended = store
+        .store
+        .append_batch(&[issuance("alice", "t1"), issuance("carol", "t3")])
+        .await
+        .unwrap();
+    assert_eq!(
+        appended.iter().map(kind).collect::<Vec<_>>(),
+        ["recorded", "recorded"]
+    );
+    assert_eq!(store.used_tokens().await, ["t0", "t1", "t3"]);
+    store.finish().await;
+}
+
+/// Through the writer: requests queued together are one batch. Without a
+/// bad record it commits in one transaction; with one, the batch is
+/// written again record by record and every request still gets its own
+/// answer: the replays and the denial as such, the refused record refused
+/// (with a stand-in in the trail), the others committed.
+async fn the_writer_answers_each_request_of_a_mixed_batch(backend: Backend) {
+    let store = Store::open(backend).await;
+    used_and_denied(&store).await;
+    store.refuse_username("mallory").await;
+    let (head, _) = store.store.head().await.unwrap();
+    let (writer, task) = AuditWriter::start(store.store.clone(), Box::new(|_, _| {}));
+    let stats = writer.stats().clone();
+
+    let batch = vec![
+        issuance("alice", "t1"),
+        issuance("bob", "t1"),
+        issuance("bob", "t0"),
+        issuance("mallet", "t2"),
+        issuance("carol", "t3"),
+    ];
+    let answers = all(batch.into_iter().map(|a| writer.append(a)).collect()).await;
+    let kinds: Vec<&str> = answers.iter().map(|a| kind(a.as_ref().unwrap())).collect();
+    assert_eq!(
+        kinds,
+        ["recorded", "replayed", "replayed", "denied", "recorded"],
+        "{backend:?}"
+    );
+    assert_eq!(
+        (
+            stats.batches.load(Ordering::Relaxed),
+            stats.records.load(Ordering::Relaxed)
+        ),
+        (1, 5),
+        "{backend:?}: the five requests are one transaction"
+    );
+
+    let batch = vec![
+        issuance("dave", "t4"),
+        issuance("erin", "t4"),
+        issuance("erin", "t0"),
+        issuance("mallet", "t5"),
+        issuance("mallory", "t6"),
+        issuance("frank", "t7"),
+    ];
+    let answers = all(batch.into_iter().map(|a| writer.append(a)).collect()).await;
+    let kinds: Vec<&str> = answers
+        .iter()
+        .map(|a| match a {
+            Ok(appended) => kind(appended),
+            Err(AuditError::Unavailable) => "refused",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "recorded", "replayed", "replayed", "denied", "refused", "recorded"
+        ],
+        "{backend:?}"
+    );
+    assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
+    // Each answered record is in the trail at its place.
+    let answered: Vec<StoredRecord> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok().map(|a| a.stored().clone()))
+        .collect();
+    let rows = store.records_after(head).await;
+    for record in &answered {
+        assert!(
+            rows.contains(record),
+            "{backend:?}: seq {} is not as answered",
+            record.seq
+        );
+    }
+    // Ten answered records, and the refused one's stand-in.
+    assert_eq!(rows.len(), 11, "{backend:?}");
+    let standin: Vec<&StoredRecord> = rows
+        .iter()
+        .filter(|r| r.record.event == event::RECORD_REFUSED)
+        .collect();
+    assert_eq!(standin.len(), 1);
+    assert_eq!(standin[0].record.request_id, "req-mallory-t6");
+    assert_eq!(standin[0].record.details["event"], event::CERTIFICATE_ISSUED);
+    // Neither the refused record nor the denied ones claimed their token.
+    assert_eq!(
+        store.used_tokens().await,
+        ["t0", "t1", "t3", "t4", "t7"],
+        "{backend:?}"
+    );
+    drop(writer);
+    task.await.unwrap();
+    store.finish().await;
+}
+
+/// Awkward list items: separators and quotes of array and JSON syntax,
+/// words SQL treats specially, text beyond ASCII, the empty string.
+const ITEMS: [&str; 8] = [
+    "os:operator",
+    "a,b",
+    "{x}",
+    "\"quoted\"",
+    "back\\slash",
+    "NULL",
+    "ünïcødé ✓",
+    "",
+];
+
+/// A batch larger than any the writer makes (and than one SQLite
+/// statement's placeholders allow): lists of every length (none
+/// included) with awkward items, absent and present values, claims with
+/// replays among them; every record reads back as written.
+async fn a_large_batch_reads_back_as_written(backend: Backend) {
+    let store = Store::open(backend).await;
+    let count = 1_500;
+    let batch: Vec<Append> = (0..count)
+        .map(|i| {
+            // Every seventh request replays the token of the one before.
+            let token = if i % 7 == 6 { i - 1 } else { i };
+            let mut append = issuance(&format!("user{}", i % 13), &format!("tok-{token}"));
+            let list = |n: usize| (0..n).map(|k| ITEMS[(i + k) % ITEMS.len()].to_owned()).collect();
+            append.record.groups_evaluated = list(i % 5);
+            append.record.roles_requested = list((i / 5) % 3);
+            append.record.roles_granted = list((i / 15) % 4);
+            if i % 3 == 0 {
+                append.record.subject = None;
+                append.record.serial = None;
+                append.record.not_before = None;
+                append.record.token_issued_at = Some(OffsetDateTime::UNIX_EPOCH);
+            } else {
+                append.record.not_before = Some(OffsetDateTime::now_utc());
+                append.record.not_after = Some(OffsetDateTime::now_utc() + time::Duration::minutes(5));
+            }
+            append.record.details = serde_json::json!({"n": i, "item": ITEMS[i % ITEMS.len()]});
+            append
+        })
+        .collect();
+    let appended = store.store.append_batch(&batch).await.unwrap();
+    let replayed = appended
+        .iter()
+        .filter(|a| matches!(a, Appended::Replayed(_)))
+        .count();
+    assert_eq!(replayed, count / 7, "{backend:?}");
+    assert_eq!(store.used_tokens().await.len(), count - count / 7);
+    let stored: Vec<StoredRecord> = appended.iter().map(|a| a.stored().clone()).collect();
+    let read = store.records_after(0).await;
+    assert_eq!(read.len(), count);
+    for (read, written) in read.iter().zip(&stored) {
+        assert_eq!(read, written, "{backend:?}: seq {}", written.seq);
+    }
+    // The lists are the ones asked for, not merely consistent with their
+    // hash (a replay is recorded granting nothing).
+    for (read, append) in read.iter().zip(&batch) {
+        assert_eq!(read.record.groups_evaluated, append.record.groups_evaluated);
+        assert_eq!(read.record.roles_requested, append.record.roles_requested);
+        if read.record.outcome == outcome::SUCCESS {
+            assert_eq!(read.record.roles_granted, append.record.roles_granted);
+        } else {
+            assert!(read.record.roles_granted.is_empty());
+        }
+    }
+    store.finish().await;
+}
+
+on_both_stores!(
+    one_batch_gives_each_record_its_own_outcome,
+    a_refused_batch_leaves_nothing_behind,
+    the_writer_answers_each_request_of_a_mixed_batch,
+    a_large_batch_reads_back_as_written,
+);
+
+/// What [`sqlx_core::net::connect_tcp`] hands over: whether the TCP socket
+/// it opened has Nagle's algorithm off.
+struct NoDelay;
+
+impl sqlx_core::net::WithSocket for NoDelay {
+    type Output = Option<bool>;
+
+    fn with_socket<S: sqlx_core::net::Socket>(self, socket: S) -> impl Future<Output = Option<bool>> + Send {
+        let any: &dyn std::any::Any = &socket;
+        let nodelay = any
+            .downcast_ref::<tokio::net::TcpStream>()
+            .map(|tcp| tcp.nodelay().unwrap());
+        async move { nodelay }
+    }
+}
+
+/// The connections Postgres connections are made of (`PgConnection`
+/// connects through `connect_tcp`) send a batch's message in one go:
+/// with Nagle's algorithm on, a message of more than one TLS record waits
+/// for a delayed ACK (40 ms on loopback) before its end is sent.
+#[tokio::test]
+async fn postgres_connections_do_not_wait_for_acknowledgements() {
+    let url = url::Url::parse(&talos_sso_tests::harness::admin_database_url()).unwrap();
+    let (host, port) = (url.host_str().unwrap(), url.port().unwrap_or(5432));
+    let nodelay = sqlx_core::net::connect_tcp(host, port, NoDelay).await.unwrap();
+    assert_eq!(nodelay, Some(true), "TCP_NODELAY on the socket to {host}:{port}");
+}
