@@ -520,3 +520,38 @@ async fn console_over_http(backend: Backend) {
 }
 
 on_both_stores!(console_over_http);
+
+/// The console under abuse: windows too long to chart, floods of logins,
+/// views asked for from another site, refusals recorded as the API's.
+async fn console_under_abuse(backend: Backend) {
+    let checkpoints = CheckpointFiles::new();
+    let env = start(backend, &checkpoints).await;
+    let base = env.server.base_url.clone();
+    let mut auditor = Browserless::new();
+    auditor.login(&base, AUDITOR, "/ui").await;
+
+    // A chart over centuries is refused at once, with why; nothing recorded.
+    for (by, since) in [("hour", "0000-01-01T00:00:00Z"), ("hour", "15d"), ("day", "401d")] {
+        let charts = tokio::time::timeout(
+            Duration::from_secs(10),
+            auditor.get(&format!("{base}/ui/charts?by={by}&since={since}")),
+        )
+        .await
+        .expect("a chart's refusal is quick");
+        assert_eq!(charts.status(), 422, "{by} since {since}");
+        assert!(charts.text().await.unwrap().contains("covers at most"));
+    }
+    assert!(
+        !console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["view"] == "charts"),
+        "a refused chart records no view"
+    );
+    let fortnight = auditor.get(&format!("{base}/ui/charts?by=hour&since=13d")).await;
+    assert_eq!(fortnight.status(), 200);
+
+    env.finish().await;
+}
+
+on_both_stores!(console_under_abuse);

@@ -781,24 +781,33 @@ const PALETTE: [&str; 8] = [
     "#0b5cad", "#1a7f37", "#bf8700", "#8250df", "#cf222e", "#1b7c83", "#6e7781", "#bc4c00",
 ];
 
-/// The segments of `bucket`'s bar, stacked up from `base`: series, count,
-/// top and height.
-fn stack<'a>(counts: &'a Counts, bucket: &str, base: f64, scale: f64) -> Vec<(&'a str, i64, f64, f64)> {
+/// The longest window the charts draw per hour, and per day: beyond them
+/// a chart is unreadable and its counting costs the server for nothing.
+pub const CHART_HOURS_MAX: time::Duration = time::Duration::days(14);
+pub const CHART_DAYS_MAX: time::Duration = time::Duration::days(400);
+
+/// The segments of a bucket's bar (its series and counts), stacked up from
+/// `base`: series, count, top and height.
+fn stack<'a>(segments: &[(&'a str, i64)], base: f64, scale: f64) -> Vec<(&'a str, i64, f64, f64)> {
     let mut top = base;
-    counts
+    segments
         .iter()
-        .filter(|(b, _, _)| b == bucket)
-        .map(|(_, s, n)| {
+        .map(|(s, n)| {
             let h = *n as f64 * scale;
             top -= h;
-            (s.as_str(), *n, top, h)
+            (*s, *n, top, h)
         })
         .collect()
 }
 
 /// Stacked bars, one per bucket, one colour per series, as inline SVG.
 fn bar_chart(counts: &Counts) -> Markup {
-    let buckets: BTreeSet<&str> = counts.iter().map(|(b, _, _)| b.as_str()).collect();
+    // Grouped once: each bar reads its own segments, not every count.
+    let mut by_bucket: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
+    for (b, s, n) in counts {
+        by_bucket.entry(b.as_str()).or_default().push((s.as_str(), *n));
+    }
+    let buckets: Vec<(&str, &Vec<(&str, i64)>)> = by_bucket.iter().map(|(b, v)| (*b, v)).collect();
     let series: BTreeSet<&str> = counts.iter().map(|(_, s, _)| s.as_str()).collect();
     let colour = |s: &str| PALETTE[series.iter().position(|x| *x == s).unwrap_or(0) % PALETTE.len()];
     let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
@@ -816,9 +825,9 @@ fn bar_chart(counts: &Counts) -> Markup {
             line x1=(left) y1=(height - bottom) x2=(width) y2=(height - bottom) stroke="#57606a" {}
             text x="4" y="14" font-size="11" fill="#57606a" { (max as i64) }
             text x="4" y=(height - bottom) font-size="11" fill="#57606a" { "0" }
-            @for (i, bucket) in buckets.iter().enumerate() {
+            @for (i, (bucket, segments)) in buckets.iter().enumerate() {
                 @let x = left + i as f64 * slot + (slot - bar) / 2.0;
-                @for (s, n, top, h) in stack(counts, bucket, height - bottom, scale) {
+                @for (s, n, top, h) in stack(segments, height - bottom, scale) {
                     rect x=(format!("{x:.1}")) y=(format!("{top:.1}")) width=(format!("{bar:.1}")) height=(format!("{h:.1}")) fill=(colour(s)) {
                         title { (bucket) " " (s) ": " (n) }
                     }
@@ -860,6 +869,22 @@ pub async fn charts(
             "`since` is not an RFC 3339 time or a duration back from now",
         );
     };
+    let (longest, per) = if hourly {
+        (CHART_HOURS_MAX, "hour")
+    } else {
+        (CHART_DAYS_MAX, "day")
+    };
+    if app.clock.now() - since > longest {
+        return invalid(
+            &viewer,
+            broken.as_ref(),
+            "Charts",
+            &format!(
+                "a chart per {per} covers at most {} days: choose a later `since`",
+                longest.whole_days()
+            ),
+        );
+    }
     let details = json!({"action": "list", "view": "charts", "filter": {"since": since_text, "by": if hourly { "hour" } else { "day" }}});
     if let Err(page) = record_view(&app, &console, &viewer, &view_key("charts", &details), details).await {
         return page;
