@@ -33,8 +33,26 @@ fn free_port() -> u16 {
 /// A server on a port chosen first (the console's redirect URI names it),
 /// the console on, checkpoints signed.
 async fn start(backend: Backend, checkpoints: &CheckpointFiles) -> TestEnv {
+    start_limited(backend, checkpoints, 0, 600).await
+}
+
+/// As [`start`], with the address quota (0: none) and the audit API's
+/// quota per person.
+async fn start_limited(
+    backend: Backend,
+    checkpoints: &CheckpointFiles,
+    per_address: u32,
+    api_per_identity: u32,
+) -> TestEnv {
     let port = free_port();
     TestEnv::start_with(backend, |yaml| {
+        let yaml = yaml.replace(
+            "rate_limits: { per_identity_per_minute: 0, per_address_per_minute: 0 }",
+            &format!(
+                "rate_limits: {{ per_identity_per_minute: 0, per_address_per_minute: {per_address}, \
+                 api_per_identity_per_minute: {api_per_identity} }}"
+            ),
+        );
         let yaml = yaml.replace(
             "listen: \"127.0.0.1:0\"",
             &format!("listen: \"127.0.0.1:{port}\""),
@@ -112,11 +130,23 @@ async fn browser(env: &TestEnv, shots: &Path, scenario: &str, args: &[&str]) -> 
 
 /// The console's `audit.query` records of `user`, as stored.
 async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
+    console_records(
+        env,
+        AuditFilter {
+            username: Some(user.into()),
+            ..AuditFilter::default()
+        },
+    )
+    .await
+}
+
+/// The console's `audit.query` records `filter` finds: their details,
+/// with their outcome, reason and username.
+async fn console_records(env: &TestEnv, filter: AuditFilter) -> Vec<serde_json::Value> {
     let filter = AuditFilter {
         event: Some("audit.query".into()),
-        username: Some(user.into()),
         limit: 1000,
-        ..AuditFilter::default()
+        ..filter
     };
     let records = env
         .server
@@ -133,12 +163,12 @@ async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
             let mut details = r.record.details.clone();
             details["outcome"] = r.record.outcome.clone().into();
             details["reason_code"] = r.record.reason_code.clone().into();
+            details["username"] = r.record.username.clone().into();
             details
         })
         .collect()
 }
 
-/// The real CLI's browser login for `user` (the emulator signs them in):
 /// exit code, stdout and stderr.
 async fn cli_login(env: &TestEnv, user: &str) -> (i32, String, String) {
     use tokio::io::AsyncBufReadExt;
@@ -555,3 +585,48 @@ async fn console_under_abuse(backend: Backend) {
 }
 
 on_both_stores!(console_under_abuse);
+
+/// The API's quotas hold at the console: per client address on every
+/// `/ui` request (logins included), per person on every view.
+async fn console_rate_limits(backend: Backend) {
+    let checkpoints = CheckpointFiles::new();
+    let env = start_limited(backend, &checkpoints, 12, 600).await;
+    let base = env.server.base_url.clone();
+
+    // A flood of logins started from one address: refused past its quota,
+    // with the console's page and headers, and recorded.
+    let mut flooder = Browserless::new();
+    let mut started = 0;
+    for _ in 0..20 {
+        let login = flooder.get(&format!("{base}/ui/login")).await;
+        match login.status().as_u16() {
+            303 => started += 1,
+            429 => {
+                assert!(login.headers().contains_key(header::RETRY_AFTER));
+                assert!(login.headers().contains_key(header::CONTENT_SECURITY_POLICY));
+                assert!(login.text().await.unwrap().contains("Too many requests"));
+            }
+            other => panic!("a login answered {other}"),
+        }
+    }
+    assert!(started <= 12, "{started} logins started past the quota");
+    let callback = flooder.get(&format!("{base}/ui/callback?state=x&code=y")).await;
+    assert_eq!(callback.status(), 429, "the callback counts too");
+    let refusals = console_records(
+        &env,
+        AuditFilter {
+            outcome: Some("denied".into()),
+            ..AuditFilter::default()
+        },
+    )
+    .await;
+    assert!(
+        refusals
+            .iter()
+            .any(|d| d["reason_code"] == "rate_limited" && d["view"] == "/ui/login"),
+        "{refusals:?}"
+    );
+    env.finish().await;
+}
+
+on_both_stores!(console_rate_limits);

@@ -198,7 +198,7 @@ pub fn router(app: Arc<App>, console: Option<Arc<console::Console>>) -> Router {
         routes = routes.route(METRICS_PATH, get(status::metrics));
     }
     if let Some(console) = console {
-        routes = routes.merge(console::router(console));
+        routes = routes.merge(console::router(app.clone(), console));
     }
     routes
         .fallback(status::not_found)

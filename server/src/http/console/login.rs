@@ -18,18 +18,24 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use super::session::{LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, cookie, same_secret, set_cookie};
 use super::{Console, page, redirect};
 use crate::app::App;
+use crate::http::caller::Caller;
 
 /// The S256 challenge of a PKCE verifier.
 pub fn challenge(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()))
 }
 
+/// The longest path a login returns to: a filter's query fits; a login in
+/// progress held in memory stays small.
+pub const RETURN_MAX: usize = 1024;
+
 /// A console path to return to after login: `/ui` or below it, nothing
-/// that could lead off the site.
+/// that could lead off the site, at most [`RETURN_MAX`] bytes.
 fn return_path(asked: Option<&String>) -> String {
     match asked {
         Some(path)
-            if (path == "/ui" || path.starts_with("/ui/") || path.starts_with("/ui?"))
+            if path.len() <= RETURN_MAX
+                && (path == "/ui" || path.starts_with("/ui/") || path.starts_with("/ui?"))
                 && !path.contains("//")
                 && !path.contains('\\')
                 && !path.chars().any(char::is_control) =>
@@ -44,9 +50,13 @@ fn return_path(asked: Option<&String>) -> String {
 pub async fn login(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let Ok((id, pending)) = console.sessions.start_login(return_path(query.get("return"))) else {
+    let Ok((id, pending)) = console
+        .sessions
+        .start_login(return_path(query.get("return")), caller.address_key)
+    else {
         return page::failure("The server could not start a login (no randomness); try again.");
     };
     let endpoint = app
@@ -241,5 +251,9 @@ mod tests {
             assert_eq!(return_path(Some(&asked.to_owned())), to, "{asked}");
         }
         assert_eq!(return_path(None), "/ui");
+        let long = format!("/ui?user={}", "a".repeat(RETURN_MAX));
+        assert_eq!(return_path(Some(&long)), "/ui", "too long to keep");
+        let longest = format!("/ui?user={}", "a".repeat(RETURN_MAX - 9));
+        assert_eq!(return_path(Some(&longest)), longest);
     }
 }

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
@@ -174,7 +174,7 @@ pub struct Verification {
 pub const VERIFY_WAIT: Duration = Duration::from_secs(5);
 
 /// The console's routes, under `/ui`.
-pub fn router(console: Arc<Console>) -> Router<Arc<App>> {
+pub fn router(app: Arc<App>, console: Arc<Console>) -> Router<Arc<App>> {
     Router::new()
         .route("/ui", get(views::trail))
         .route("/ui/records/{seq}", get(views::record))
@@ -190,8 +190,39 @@ pub fn router(console: Arc<Console>) -> Router<Arc<App>> {
         .route("/ui/logout", post(login::logout))
         .route("/ui/signed-out", get(page::signed_out))
         .route(page::STYLESHEET_PATH, get(page::stylesheet))
+        .layer(axum::middleware::from_fn_with_state(app, address_limit))
         .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::Extension(console))
+}
+
+/// Every console request counts against its client address's quota, the
+/// API's (`rate_limits.per_address_per_minute`): a flood of logins started
+/// (anyone can start one) or of views stops here, before any work.
+async fn address_limit(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let caller = match Caller::from_request_parts(&mut parts, &app).await {
+        Ok(caller) => caller,
+        Err(error) => return error.into_response(),
+    };
+    if let Some(address) = &caller.address_key
+        && let Err(retry) = app.settings().rate_limits.check_address(address)
+    {
+        app.metrics.count_rate_limited("address");
+        let mut record = caller.record(&app, event::AUDIT_QUERY);
+        record.details = serde_json::json!({"via": "console", "view": parts.uri.path()});
+        return refuse_rate(&app, record, retry, "this address").await;
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// A rate-limit refusal, recorded as the API records its own (aggregated
+/// per address), answered with the console's page.
+async fn refuse_rate(app: &App, record: crate::audit::AuditRecord, retry: Duration, who: &str) -> Response {
+    let error = deny(app, record, ApiError::rate_limited(retry, who)).await;
+    if error.error == talos_sso_api::ErrorCode::AuditUnavailable {
+        return page::unavailable();
+    }
+    page::rate_limited(retry)
 }
 
 /// The Content-Security-Policy of every console answer: nothing but this

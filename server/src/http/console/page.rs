@@ -146,6 +146,24 @@ pub fn blocked(viewer: &Viewer) -> Response {
     )
 }
 
+/// Too many requests from this address or this person: when to come back.
+pub fn rate_limited(retry: std::time::Duration) -> Response {
+    let seconds = retry.as_secs().max(1);
+    let mut response = answer(
+        StatusCode::TOO_MANY_REQUESTS,
+        layout(
+            "Too many requests",
+            None,
+            None,
+            html! { p.refusal { "Too many requests; try again in " (seconds) " seconds." } },
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+    response
+}
+
 /// The trail cannot be read or written now.
 pub fn unavailable() -> Response {
     answer(

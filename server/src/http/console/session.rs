@@ -29,8 +29,15 @@ pub struct PendingLogin {
     pub verifier: String,
     /// The console page to return to (a path under `/ui`).
     pub return_to: String,
+    /// The client address that started it ([`crate::ratelimit::address_key`]):
+    /// room is made among one address's logins before anyone else's.
+    address: Option<String>,
     started: Instant,
 }
+
+/// Logins in progress one client address may hold: its oldest makes room
+/// for its next, so a flood from one address pushes out only its own.
+pub const LOGINS_PER_ADDRESS: usize = 16;
 
 /// A person logged in to the console.
 #[derive(Debug, Clone)]
@@ -110,25 +117,51 @@ impl Sessions {
             && now.duration_since(session.started) < self.lifetime
     }
 
-    /// A new login in progress: its id (for [`LOGIN_COOKIE`]) and what the
-    /// authorization request carries.
-    pub fn start_login(&self, return_to: String) -> Result<(String, PendingLogin), RandomError> {
+    /// A new login in progress from `address`: its id (for
+    /// [`LOGIN_COOKIE`]) and what the authorization request carries. Room
+    /// is made first among `address`'s own (at most
+    /// [`LOGINS_PER_ADDRESS`]); when every place is taken, the address
+    /// holding the most gives up its oldest: a flood evicts the flooder's.
+    pub fn start_login(
+        &self,
+        return_to: String,
+        address: Option<String>,
+    ) -> Result<(String, PendingLogin), RandomError> {
+        let now = Instant::now();
         let pending = PendingLogin {
             state: random_hex(16)?,
             nonce: random_hex(16)?,
             verifier: random_hex(32)?,
             return_to,
-            started: Instant::now(),
+            address,
+            started: now,
         };
         let id = random_hex(32)?;
-        let now = Instant::now();
         let mut logins = locked(&self.logins);
-        make_room(
-            &mut logins,
-            self.max,
-            |p| now.duration_since(p.started) < LOGIN_TIMEOUT,
-            |p| p.started,
-        );
+        logins.retain(|_, p| now.duration_since(p.started) < LOGIN_TIMEOUT);
+        let own = logins.values().filter(|p| p.address == pending.address).count();
+        let giver = if own >= LOGINS_PER_ADDRESS.min(self.max) {
+            Some(pending.address.clone())
+        } else if logins.len() >= self.max {
+            let mut held: HashMap<&Option<String>, usize> = HashMap::new();
+            for p in logins.values() {
+                *held.entry(&p.address).or_default() += 1;
+            }
+            held.into_iter()
+                .max_by_key(|(_, n)| *n)
+                .map(|(address, _)| address.clone())
+        } else {
+            None
+        };
+        if let Some(giver) = giver
+            && let Some(oldest) = logins
+                .iter()
+                .filter(|(_, p)| p.address == giver)
+                .min_by_key(|(_, p)| p.started)
+                .map(|(id, _)| id.clone())
+        {
+            logins.remove(&oldest);
+        }
         logins.insert(id.clone(), pending.clone());
         Ok((id, pending))
     }
@@ -265,7 +298,7 @@ mod tests {
     #[test]
     fn sessions_are_bounded_and_a_login_is_used_once() {
         let sessions = Sessions::new(2, Duration::from_secs(60), Duration::from_secs(600));
-        let (login, pending) = sessions.start_login("/ui".into()).unwrap();
+        let (login, pending) = sessions.start_login("/ui".into(), None).unwrap();
         assert_eq!(pending.verifier.len(), 64);
         assert!(sessions.take_login(&login).is_some());
         assert!(sessions.take_login(&login).is_none(), "a login is taken once");
@@ -284,9 +317,41 @@ mod tests {
         assert!(sessions.first_view(&b, "trail?x"));
         // A flood of logins started pushes out logins, never sessions.
         for _ in 0..10 {
-            sessions.start_login("/ui".into()).unwrap();
+            sessions.start_login("/ui".into(), None).unwrap();
         }
         assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
+    }
+
+    #[test]
+    fn a_flood_of_logins_from_one_address_pushes_out_only_its_own() {
+        let sessions = Sessions::new(40, Duration::from_secs(60), Duration::from_secs(600));
+        let mine = |n: usize| Some(format!("198.51.100.{n}"));
+        let others: Vec<String> = (0..20)
+            .map(|n| sessions.start_login("/ui".into(), mine(n)).unwrap().0)
+            .collect();
+        for _ in 0..1000 {
+            sessions
+                .start_login("/ui".into(), Some("203.0.113.66".into()))
+                .unwrap();
+        }
+        let flood = locked(&sessions.logins)
+            .values()
+            .filter(|p| p.address.as_deref() == Some("203.0.113.66"))
+            .count();
+        assert_eq!(flood, LOGINS_PER_ADDRESS);
+        for id in &others {
+            assert!(sessions.take_login(id).is_some(), "another address's login stays");
+        }
+        // Full of many addresses' logins: the one holding most gives way.
+        for n in 0..40 {
+            sessions.start_login("/ui".into(), mine(100 + n % 20)).unwrap();
+        }
+        let flood = locked(&sessions.logins)
+            .values()
+            .filter(|p| p.address.as_deref() == Some("203.0.113.66"))
+            .count();
+        assert!(flood < LOGINS_PER_ADDRESS, "{flood}");
+        assert!(locked(&sessions.logins).len() <= 40);
     }
 
     #[test]
