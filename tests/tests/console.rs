@@ -581,6 +581,51 @@ async fn console_under_abuse(backend: Backend) {
     let fortnight = auditor.get(&format!("{base}/ui/charts?by=hour&since=13d")).await;
     assert_eq!(fortnight.status(), 200);
 
+    // Someone neither auditor nor admin gets the membership page at the
+    // callback and no session: nobody's place is taken by theirs.
+    let mut nobody = Browserless::new();
+    let start_login = nobody.get(&format!("{base}/ui/login")).await;
+    let at_provider = nobody
+        .get(&format!("{}&login_hint=dave@example.com", location(&start_login)))
+        .await;
+    let callback = nobody.get(&location(&at_provider)).await;
+    assert_eq!(callback.status(), 403);
+    assert!(callback.text().await.unwrap().contains("Ask for membership in"));
+    assert!(
+        !nobody
+            .cookies
+            .iter()
+            .any(|c| c.starts_with("__Host-talos-sso-console=")),
+        "no session for a non-member"
+    );
+    assert!(
+        console_views(&env, "dave@example.com")
+            .await
+            .iter()
+            .any(|d| d["reason_code"] == "not_an_auditor" && d["view"] == "login"),
+        "the refusal is recorded"
+    );
+    // One person's logins push out only their own least recently used.
+    let mut elsewhere = Vec::new();
+    for _ in 0..5 {
+        let mut again = Browserless::new();
+        again.login(&base, AUDITOR, "/ui").await;
+        elsewhere.push(again);
+    }
+    let first = auditor.get(&format!("{base}/ui/chain")).await;
+    assert!(
+        first
+            .text()
+            .await
+            .unwrap()
+            .contains("Sign in with your company account"),
+        "a sixth session of one person ends their least recently used"
+    );
+    for mut again in elsewhere {
+        let page = again.get(&format!("{base}/ui/chain")).await;
+        assert!(page.text().await.unwrap().contains("The chain"));
+    }
+
     env.finish().await;
 }
 

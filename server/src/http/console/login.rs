@@ -18,7 +18,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use super::session::{LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, cookie, same_secret, set_cookie};
 use super::{Console, page, redirect};
 use crate::app::App;
-use crate::http::caller::Caller;
+use crate::audit::event;
+use crate::http::caller::{Caller, deny, with_identity};
+use crate::http::error::ApiError;
+use crate::http::privileged::is_member;
+use crate::identity::VerifiedIdentity;
+use talos_sso_api::ErrorCode;
 
 /// The S256 challenge of a PKCE verifier.
 pub fn challenge(verifier: &str) -> String {
@@ -89,6 +94,7 @@ pub async fn login(
 pub async fn callback(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
+    caller: Caller,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -98,13 +104,14 @@ pub async fn callback(
             "This login is unknown or took too long (over ten minutes). Start again from the console's sign-in page.",
         ),
         Some(pending) => match finish(&app, &console, &query, &pending).await {
-            Ok(session) => {
+            Ok(Finished::Session(session)) => {
                 let mut response = redirect(&pending.return_to);
                 if let Ok(value) = set_cookie(SESSION_COOKIE, Some(&session), console.lifetime).parse() {
                     response.headers_mut().append(header::SET_COOKIE, value);
                 }
                 response
             }
+            Ok(Finished::NotMember(verified)) => not_a_member(&app, &caller, &verified).await,
             Err(message) => page::failure(&message),
         },
     };
@@ -114,6 +121,37 @@ pub async fn callback(
     response
 }
 
+/// How a login that reached the ID token ended.
+enum Finished {
+    /// An auditor or admin: the session's id.
+    Session(String),
+    /// Someone else: no session, only the page that says whom to ask.
+    NotMember(Box<VerifiedIdentity>),
+}
+
+/// Someone who is neither an auditor nor an admin logged in: no session is
+/// kept for them (a session is a place others' could be pushed out of),
+/// the refusal is recorded as the API records `not_an_auditor`.
+async fn not_a_member(app: &App, caller: &Caller, verified: &VerifiedIdentity) -> Response {
+    let mut record = caller.record(app, event::AUDIT_QUERY);
+    with_identity(&mut record, verified);
+    record.details = serde_json::json!({"via": "console", "view": "login"});
+    let error = deny(
+        app,
+        record,
+        ApiError::new(
+            ErrorCode::NotAnAuditor,
+            "the console needs membership in `auditors` or `admins`",
+        ),
+    )
+    .await;
+    if error.error == ErrorCode::AuditUnavailable {
+        return page::unavailable();
+    }
+    let settings = app.settings();
+    page::membership(None, &verified.username, "auditors", &settings.config.auditors)
+}
+
 /// Redeem the code, verify the ID token, open a session: its id, or what
 /// to tell the person.
 async fn finish(
@@ -121,7 +159,7 @@ async fn finish(
     console: &Console,
     query: &HashMap<String, String>,
     pending: &super::session::PendingLogin,
-) -> Result<String, String> {
+) -> Result<Finished, String> {
     let sent_state = query.get("state").map(String::as_str).unwrap_or_default();
     if !same_secret(sent_state, &pending.state) {
         return Err(
@@ -193,10 +231,15 @@ async fn finish(
     if !same_secret(nonce, &pending.nonce) {
         return Err("The ID token was not issued for this login (nonce). Start again.".into());
     }
+    let settings = app.settings();
+    if !is_member(&settings.config.auditors, &verified) && !is_member(&settings.config.admins, &verified) {
+        return Ok(Finished::NotMember(Box::new(verified)));
+    }
     tracing::info!(target: "talos_sso::console", user = %crate::audit::text::clean_field(&verified.username), "console login");
     console
         .sessions
         .open(verified)
+        .map(Finished::Session)
         .map_err(|_| "The server could not open a session (no randomness); try again.".to_owned())
 }
 

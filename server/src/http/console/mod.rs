@@ -327,7 +327,12 @@ pub async fn viewer(
             let message = format!("the console needs membership in `{what}`");
             let _ = deny(app, record, ApiError::new(code, message)).await;
         }
-        return Err(page::membership(&viewer, what, list));
+        return Err(page::membership(
+            Some(&viewer),
+            &viewer.session.identity.username,
+            what,
+            list,
+        ));
     }
     let identity = &viewer.session.identity;
     match app

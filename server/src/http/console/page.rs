@@ -108,17 +108,18 @@ pub async fn signed_out() -> Response {
 }
 
 /// Logged in, but not an auditor (or admin): whom to ask.
-pub fn membership(viewer: &Viewer, what: &str, list: &GroupList) -> Response {
+/// `viewer` is `None` at login, when no session was opened.
+pub fn membership(viewer: Option<&Viewer>, username: &str, what: &str, list: &GroupList) -> Response {
     let members = members_of(list);
     answer(
         StatusCode::FORBIDDEN,
         layout(
             "No access",
-            Some(viewer),
+            viewer,
             None,
             html! {
                 p.refusal {
-                    "You (" (viewer.session.identity.username) ") are not one of this server's " (what) ". "
+                    "You (" (username) ") are not one of this server's " (what) ". "
                     "Ask for membership in "
                     @if members.is_empty() { "a group the server names in `" (what) "` (none is configured)" }
                     @for (i, member) in members.iter().enumerate() {

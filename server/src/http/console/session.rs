@@ -55,6 +55,11 @@ pub struct Session {
     last_seen: Instant,
 }
 
+/// Sessions one person may hold at once (browsers, machines): their
+/// least recently used makes room for their next, so nobody's logins push
+/// out anyone else's.
+pub const SESSIONS_PER_SUBJECT: usize = 5;
+
 /// Every session and login in progress, each kind bounded on its own: a
 /// flood of logins started (anyone can start one) never pushes out the
 /// sessions of people signed in.
@@ -76,29 +81,6 @@ impl std::fmt::Debug for Sessions {
 
 fn locked<V>(map: &Mutex<HashMap<String, V>>) -> std::sync::MutexGuard<'_, HashMap<String, V>> {
     map.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Make room for one more in `map` (at most `max`): ended entries go, then
-/// the oldest.
-fn make_room<V>(
-    map: &mut HashMap<String, V>,
-    max: usize,
-    live: impl Fn(&V) -> bool,
-    started: impl Fn(&V) -> Instant,
-) {
-    if map.len() >= max {
-        map.retain(|_, v| live(v));
-    }
-    while map.len() >= max {
-        let Some(oldest) = map
-            .iter()
-            .min_by_key(|(_, v)| started(v))
-            .map(|(id, _)| id.clone())
-        else {
-            break;
-        };
-        map.remove(&oldest);
-    }
 }
 
 impl Sessions {
@@ -173,9 +155,13 @@ impl Sessions {
             .filter(|p| p.started.elapsed() < LOGIN_TIMEOUT)
     }
 
-    /// A session for `identity`: its id, for [`SESSION_COOKIE`].
+    /// A session for `identity`: its id, for [`SESSION_COOKIE`]. Room is
+    /// made among the person's own first (at most
+    /// [`SESSIONS_PER_SUBJECT`]); when every place is taken, the session
+    /// least recently used gives way, not the oldest.
     pub fn open(&self, identity: VerifiedIdentity) -> Result<String, RandomError> {
         let now = Instant::now();
+        let subject = identity.qualified_subject();
         let session = Session {
             identity,
             csrf: random_hex(32)?,
@@ -185,12 +171,23 @@ impl Sessions {
         };
         let id = random_hex(32)?;
         let mut active = locked(&self.active);
-        make_room(
-            &mut active,
-            self.max,
-            |s| self.session_live(s, now),
-            |s| s.started,
-        );
+        active.retain(|_, s| self.session_live(s, now));
+        let own = |s: &Session| s.identity.qualified_subject() == subject;
+        let theirs = active.values().filter(|s| own(s)).count();
+        let unused = if theirs >= SESSIONS_PER_SUBJECT {
+            active
+                .iter()
+                .filter(|(_, s)| own(s))
+                .min_by_key(|(_, s)| s.last_seen)
+        } else if active.len() >= self.max {
+            active.iter().min_by_key(|(_, s)| s.last_seen)
+        } else {
+            None
+        }
+        .map(|(id, _)| id.clone());
+        if let Some(unused) = unused {
+            active.remove(&unused);
+        }
         active.insert(id.clone(), session);
         Ok(id)
     }
@@ -306,7 +303,7 @@ mod tests {
         let b = sessions.open(identity()).unwrap();
         let c = sessions.open(identity()).unwrap();
         assert_eq!(sessions.len(), 2);
-        assert!(sessions.get(&a).is_none(), "the oldest made room");
+        assert!(sessions.get(&a).is_none(), "the least recently used made room");
         assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
         // A session id is never a login in progress.
         assert!(sessions.take_login(&b).is_none());
@@ -352,6 +349,39 @@ mod tests {
             .count();
         assert!(flood < LOGINS_PER_ADDRESS, "{flood}");
         assert!(locked(&sessions.logins).len() <= 40);
+    }
+
+    fn someone(subject: &str) -> VerifiedIdentity {
+        VerifiedIdentity {
+            subject: subject.into(),
+            ..identity()
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_session_makes_room_and_each_person_holds_few() {
+        let sessions = Sessions::new(3, Duration::from_secs(60), Duration::from_secs(600));
+        let a = sessions.open(someone("a")).unwrap();
+        let b = sessions.open(someone("b")).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(sessions.get(&a).is_some(), "a is used again");
+        let c = sessions.open(someone("c")).unwrap();
+        let d = sessions.open(someone("d")).unwrap();
+        assert!(sessions.get(&b).is_none(), "b was used least recently");
+        assert!(sessions.get(&a).is_some() && sessions.get(&c).is_some() && sessions.get(&d).is_some());
+
+        // One person's many logins push out only their own sessions.
+        let sessions = Sessions::new(100, Duration::from_secs(60), Duration::from_secs(600));
+        let others: Vec<String> = (0..20)
+            .map(|n| sessions.open(someone(&format!("other-{n}"))).unwrap())
+            .collect();
+        let first = sessions.open(someone("many")).unwrap();
+        for _ in 0..200 {
+            sessions.open(someone("many")).unwrap();
+        }
+        assert_eq!(sessions.len(), 20 + SESSIONS_PER_SUBJECT);
+        assert!(sessions.get(&first).is_none());
+        assert!(others.iter().all(|id| sessions.get(id).is_some()));
     }
 
     #[test]
