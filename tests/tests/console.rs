@@ -605,6 +605,41 @@ async fn console_under_abuse(backend: Backend) {
             .any(|d| d["reason_code"] == "not_an_auditor" && d["view"] == "login"),
         "the refusal is recorded"
     );
+    // A view linked from another site (or asked for with no
+    // `Sec-Fetch-Site`) does nothing: a page with a link to open it here.
+    for site in [Some("cross-site"), Some("same-site"), None] {
+        let mut request = auditor
+            .http
+            .get(format!("{base}/ui/export?format=csv&username=abuse-{site:?}"))
+            .header(header::COOKIE, auditor.cookies.join("; "));
+        if let Some(site) = site {
+            request = request.header("sec-fetch-site", site);
+        }
+        let page = request.send().await.unwrap();
+        assert_eq!(page.status(), 200);
+        let text = page.text().await.unwrap();
+        assert!(
+            text.contains("Open this view") && !text.contains("seq,occurred_at"),
+            "{text}"
+        );
+    }
+    assert!(
+        !console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["view"] == "export"),
+        "nothing exported from another site's link"
+    );
+    let typed = auditor
+        .http
+        .get(format!("{base}/ui/export?format=csv&username=x"))
+        .header(header::COOKIE, auditor.cookies.join("; "))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .unwrap();
+    assert!(typed.text().await.unwrap().starts_with("seq,occurred_at"));
+
     // One person's logins push out only their own least recently used.
     let mut elsewhere = Vec::new();
     for _ in 0..5 {

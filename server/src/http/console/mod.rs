@@ -369,7 +369,22 @@ async fn extract(parts: &mut Parts, app: &Arc<App>, need: Need) -> Result<Viewer
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/ui".into());
+    if parts.method == axum::http::Method::GET && !fetched_here(&parts.headers) {
+        return Err(page::open_here(&here));
+    }
     viewer(app, &console, &parts.headers, caller, need, &here).await
+}
+
+/// Whether a view was asked for from the console itself or by the person
+/// (typed, bookmarked): `Sec-Fetch-Site` is `same-origin` or `none`. A
+/// view records, exports, verifies or computes; another site's link (the
+/// session cookie is SameSite=Lax, so it rides along) must do none of
+/// that. Browsers send the header; a request without it is treated as
+/// from elsewhere.
+fn fetched_here(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|site| matches!(site.as_bytes(), b"same-origin" | b"none"))
 }
 
 impl FromRequestParts<Arc<App>> for Auditor {

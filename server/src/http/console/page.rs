@@ -147,6 +147,23 @@ pub fn blocked(viewer: &Viewer) -> Response {
     )
 }
 
+/// A view asked for from another site: nothing done, a link to do it from
+/// here (`here` is this request's own path under `/ui`).
+pub fn open_here(here: &str) -> Response {
+    answer(
+        StatusCode::OK,
+        layout(
+            "Open this view",
+            None,
+            None,
+            html! {
+                p { "This link came from another site, so the console did nothing with it yet." }
+                p { a.button href=(here) { "Open this view" } }
+            },
+        ),
+    )
+}
+
 /// Too many requests from this address or this person: when to come back.
 pub fn rate_limited(retry: std::time::Duration) -> Response {
     let seconds = retry.as_secs().max(1);
