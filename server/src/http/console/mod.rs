@@ -289,6 +289,18 @@ pub async fn viewer(
         return Err(page::sign_in(here));
     };
     let settings = app.settings();
+    // The audit API's quota per person holds here too: each view reads
+    // the trail as an API call does.
+    if let Err(retry) = settings
+        .rate_limits
+        .check_api_identity(&session.identity.qualified_subject())
+    {
+        app.metrics.count_rate_limited("api_identity");
+        let mut record = caller.record(app, event::AUDIT_QUERY);
+        with_identity(&mut record, &session.identity);
+        record.details = serde_json::json!({"via": "console", "view": here});
+        return Err(refuse_rate(app, record, retry, "you").await);
+    }
     let (auditor, admin) = (
         is_member(&settings.config.auditors, &session.identity),
         is_member(&settings.config.admins, &session.identity),
