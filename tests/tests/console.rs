@@ -581,6 +581,55 @@ async fn console_under_abuse(backend: Backend) {
     let fortnight = auditor.get(&format!("{base}/ui/charts?by=hour&since=13d")).await;
     assert_eq!(fortnight.status(), 200);
 
+    // The chain: a verification minutes old answers the next views; a
+    // new one runs only when asked for with the form.
+    let verified_at = |page: &str| {
+        page.split("class=\"verified-at\">")
+            .nth(1)
+            .and_then(|rest| rest.split('<').next())
+            .expect("the page says when the chain was verified")
+            .to_owned()
+    };
+    let first = auditor
+        .get(&format!("{base}/ui/chain"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = first
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token")
+        .to_owned();
+    let reused = auditor
+        .get(&format!("{base}/ui/chain"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        verified_at(&first),
+        verified_at(&reused),
+        "the last result answers"
+    );
+    let forged = auditor.post(&format!("{base}/ui/chain"), &[]).await;
+    assert_eq!(
+        forged.status(),
+        403,
+        "no new verification without the form's token"
+    );
+    let again = auditor
+        .post(&format!("{base}/ui/chain"), &[("csrf", &csrf)])
+        .await;
+    let again = again.text().await.unwrap();
+    assert!(again.contains("The chain verifies."));
+    assert_ne!(
+        verified_at(&first),
+        verified_at(&again),
+        "verified again when asked"
+    );
+
     // Someone neither auditor nor admin gets the membership page at the
     // callback and no session: nobody's place is taken by theirs.
     let mut nobody = Browserless::new();

@@ -53,8 +53,10 @@ pub struct Console {
     pub origin: String,
     pub lifetime: Duration,
     http: reqwest::Client,
-    /// The last chain verification: when it failed, every page says so.
-    last_check: Mutex<Option<ChainStatus>>,
+    /// The last chain verification and when it finished: when it failed,
+    /// every page says so; younger than [`REVERIFY_AFTER`], it is the
+    /// chain page's answer.
+    last_check: Mutex<Option<(time::OffsetDateTime, ChainStatus)>>,
     /// The verification running now, if one is: what it will answer.
     verifying: Mutex<Option<Verification>>,
     /// The charts' counts of buckets that have ended.
@@ -121,11 +123,16 @@ impl Console {
     }
 
     fn last_check(&self) -> Option<ChainStatus> {
+        self.last_checked().map(|(_, status)| status)
+    }
+
+    /// The last verification that finished, and when.
+    fn last_checked(&self) -> Option<(time::OffsetDateTime, ChainStatus)> {
         self.last_check.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn set_last_check(&self, status: ChainStatus) {
-        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+    fn set_last_check(&self, at: time::OffsetDateTime, status: ChainStatus) {
+        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, status));
     }
 
     /// The running verification of the chain, started now when none is:
@@ -144,6 +151,9 @@ impl Console {
         *running = Some(verification.clone());
         let (app, console) = (app.clone(), self.clone());
         tokio::spawn(async move {
+            // However this task ends (a panic included), the next page may
+            // start a verification again.
+            let _running = NotVerifying(console.clone());
             let signed = match &app.checkpoints {
                 Some(checkpoints) => Some(checkpoints.read().await),
                 None => None,
@@ -152,14 +162,29 @@ impl Console {
                 .await
                 .ok();
             if let Some(status) = &status {
-                console.set_last_check(status.clone());
+                console.set_last_check(app.clock.now(), status.clone());
             }
-            *console.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            drop(_running);
             let _ = done.send(Some(status));
         });
         verification
     }
 }
+
+/// Clears [`Console::verifying`] when dropped.
+struct NotVerifying(Arc<Console>);
+
+impl Drop for NotVerifying {
+    fn drop(&mut self) {
+        *self.0.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// How long a finished verification of the chain answers the chain page:
+/// a full verification reads the whole trail, so pages (or another site's
+/// links) cannot keep one running without end. "Verify again" (a form,
+/// with its CSRF token) starts a new one.
+pub const REVERIFY_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// A verification of the chain under way: when it started, and its answer
 /// once there is one (`Some(None)`: the store could not be read).
@@ -180,7 +205,7 @@ pub fn router(app: Arc<App>, console: Arc<Console>) -> Router<Arc<App>> {
         .route("/ui/records/{seq}", get(views::record))
         .route("/ui/held", get(views::held))
         .route("/ui/person", get(views::person))
-        .route("/ui/chain", get(views::chain))
+        .route("/ui/chain", get(views::chain).post(views::verify_again))
         .route("/ui/charts", get(views::charts))
         .route("/ui/export", get(views::export))
         .route("/ui/deny", get(views::deny_list).post(views::deny_add))

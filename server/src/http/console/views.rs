@@ -564,17 +564,51 @@ pub async fn person(
     )
 }
 
-/// `GET /ui/chain`: verify the whole chain now, against the checkpoints.
+/// `GET /ui/chain`: the chain's status, verified within the last
+/// [`super::REVERIFY_AFTER`] or now.
 pub async fn chain(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
     Auditor(viewer): Auditor,
 ) -> Response {
+    chain_status(&app, &console, &viewer, false).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CsrfForm {
+    pub csrf: String,
+}
+
+/// `POST /ui/chain`: verify again now (one verification at a time still).
+pub async fn verify_again(
+    State(app): State<Arc<App>>,
+    Extension(console): Extension<Arc<Console>>,
+    Auditor(viewer): Auditor,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<CsrfForm>,
+) -> Response {
+    if forged(&console, &headers, &form.csrf, &viewer.session.csrf) {
+        let body = html! { p.refusal { "This form did not come from this console page (CSRF); reload it and try again." } };
+        return page::show(StatusCode::FORBIDDEN, "Chain status", &viewer, None, body);
+    }
+    chain_status(&app, &console, &viewer, true).await
+}
+
+/// The chain page: the last verification when younger than
+/// [`super::REVERIFY_AFTER`] (unless asked `again`), else the running one.
+async fn chain_status(app: &Arc<App>, console: &Arc<Console>, viewer: &Viewer, again: bool) -> Response {
     let details = json!({"action": "verify", "view": "chain"});
-    if let Err(page) = record_view(&app, &console, &viewer, &view_key("chain", &details), details).await {
+    if let Err(page) = record_view(app, console, viewer, &view_key("chain", &details), details).await {
         return page;
     }
-    let mut verification = console.verification(&app);
+    if !again
+        && let Some((at, last)) = console.last_checked()
+        && app.clock.now() - at < super::REVERIFY_AFTER
+    {
+        return chain_page(viewer, &last, Some(at), None);
+    }
+    let mut verification = console.verification(app);
     let finished =
         tokio::time::timeout(super::VERIFY_WAIT, verification.answer.wait_for(Option::is_some)).await;
     let status = match finished {
@@ -583,9 +617,9 @@ pub async fn chain(
             None => return page::unavailable(),
         },
         // Still running: the last verification that finished, if any.
-        _ => match console.last_check() {
-            Some(last) => {
-                return chain_page(&viewer, &last, Some(verification.started));
+        _ => match console.last_checked() {
+            Some((at, last)) => {
+                return chain_page(viewer, &last, Some(at), Some(verification.started));
             }
             None => {
                 let body = html! {
@@ -594,23 +628,32 @@ pub async fn chain(
                         a href="/ui/chain" { "Reload" } " for the answer."
                     }
                 };
-                return page::show(StatusCode::OK, "Chain status", &viewer, None, body);
+                return page::show(StatusCode::OK, "Chain status", viewer, None, body);
             }
         },
     };
-    chain_page(&viewer, &status, None)
+    let at = console.last_checked().map(|(at, _)| at);
+    chain_page(viewer, &status, at, None)
 }
 
-/// The chain page for `status`; `running` when a newer verification,
-/// started then, has not finished.
+/// The chain page for `status` (verified at `verified_at`); `running`
+/// when a newer verification, started then, has not finished.
 fn chain_page(
     viewer: &Viewer,
     status: &talos_sso_api::ChainStatus,
+    verified_at: Option<time::OffsetDateTime>,
     running: Option<time::OffsetDateTime>,
 ) -> Response {
     let body = html! {
         @if let Some(started) = running {
             p.notice { "A verification started " (format_micros(started)) " is still running; this is the last one that finished. " a href="/ui/chain" { "Reload" } }
+        }
+        @if let Some(at) = verified_at {
+            p.muted { "Verified at " span.verified-at { (format_micros(at)) } "." }
+        }
+        form method="post" action="/ui/chain" {
+            input type="hidden" name="csrf" value=(viewer.session.csrf);
+            button type="submit" { "Verify again" }
         }
         @if status.intact {
             p.ok { strong { "The chain verifies." } " " (status.verified) " records recomputed, from record 1 to " (status.last_seq) "." }
