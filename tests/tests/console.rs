@@ -128,6 +128,15 @@ async fn browser(env: &TestEnv, shots: &Path, scenario: &str, args: &[&str]) -> 
     out
 }
 
+/// The CSRF token of a console page's forms.
+fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token")
+        .to_owned()
+}
+
 /// The console's `audit.query` records of `user`, as stored.
 async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
     console_records(
@@ -140,11 +149,12 @@ async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
     .await
 }
 
-/// The console's `audit.query` records `filter` finds: their details,
+/// The console's records `filter` finds (`audit.query` unless it names
+/// an event): their details,
 /// with their outcome, reason and username.
 async fn console_records(env: &TestEnv, filter: AuditFilter) -> Vec<serde_json::Value> {
     let filter = AuditFilter {
-        event: Some("audit.query".into()),
+        event: filter.event.or(Some("audit.query".into())),
         limit: 1000,
         ..filter
     };
@@ -596,12 +606,7 @@ async fn console_under_abuse(backend: Backend) {
         .text()
         .await
         .unwrap();
-    let csrf = first
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("a CSRF token")
-        .to_owned();
+    let csrf = csrf_of(&first);
     let reused = auditor
         .get(&format!("{base}/ui/chain"))
         .await
@@ -709,6 +714,64 @@ async fn console_under_abuse(backend: Backend) {
         let page = again.get(&format!("{base}/ui/chain")).await;
         assert!(page.text().await.unwrap().contains("The chain"));
     }
+
+    // An auditor's deny-list form: refused and recorded as the API
+    // records it, with its target; without the token, nothing recorded.
+    auditor.login(&base, AUDITOR, "/ui").await;
+    let page = auditor.get(&format!("{base}/ui")).await.text().await.unwrap();
+    let csrf = csrf_of(&page);
+    let forged = auditor
+        .post(&format!("{base}/ui/deny"), &[("username", "carol@example.com")])
+        .await;
+    assert_eq!(forged.status(), 403);
+    for (path, event) in [("/ui/deny", "deny.added"), ("/ui/deny/remove", "deny.removed")] {
+        let refused = auditor
+            .post(
+                &format!("{base}{path}"),
+                &[
+                    ("csrf", &csrf),
+                    ("username", "carol@example.com"),
+                    ("reason", "x"),
+                ],
+            )
+            .await;
+        assert_eq!(refused.status(), 403);
+        let records = console_records(
+            &env,
+            AuditFilter {
+                event: Some(event.into()),
+                username: Some(AUDITOR.into()),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert_eq!(records.len(), 1, "{event}: {records:?}");
+        assert_eq!(records[0]["reason_code"], "not_an_admin");
+        assert_eq!(records[0]["target_username"], "carol@example.com");
+    }
+
+    // A blocked auditor: the blocked page, the refusal recorded.
+    let mut admin = Browserless::new();
+    admin.login(&base, ADMIN, "/ui").await;
+    let page = admin.get(&format!("{base}/ui/deny")).await.text().await.unwrap();
+    let admin_csrf = csrf_of(&page);
+    let added = admin
+        .post(
+            &format!("{base}/ui/deny"),
+            &[("csrf", &admin_csrf), ("username", AUDITOR), ("reason", "test")],
+        )
+        .await;
+    assert_eq!(added.status(), 200);
+    let blocked = auditor.get(&format!("{base}/ui/held")).await;
+    assert_eq!(blocked.status(), 403);
+    assert!(blocked.text().await.unwrap().contains("You are blocked"));
+    assert!(
+        console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["reason_code"] == "identity_denied"),
+        "the blocked auditor's refusal is recorded"
+    );
 
     env.finish().await;
 }

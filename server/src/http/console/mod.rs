@@ -297,9 +297,27 @@ pub struct Viewer {
     pub caller: Caller,
 }
 
+/// What a refusal of the viewer is recorded as.
+#[derive(Debug)]
+pub enum Refusal<'a> {
+    /// A view: `audit.query` (with the view), once per session, as the
+    /// API records each of its refusals for each request.
+    View,
+    /// A form's action (`deny.added`, `deny.removed`) with its details
+    /// (the target), each time, as the API records it; never for a form
+    /// without the session's CSRF token (another site's), which records
+    /// nothing.
+    Action {
+        event: &'static str,
+        details: Value,
+        csrf: &'a str,
+    },
+}
+
 /// The viewer of this request, allowed `need`; or the page to answer
-/// instead (sign in, ask for membership, blocked). A refusal is recorded
-/// once per session, as the API records each of its refusals.
+/// instead (sign in, too many requests, ask for membership, blocked).
+/// Every refusal is recorded as `refusal` says, with the API's codes
+/// (`not_an_auditor`, `not_an_admin`, `identity_denied`).
 pub async fn viewer(
     app: &App,
     console: &Console,
@@ -307,6 +325,7 @@ pub async fn viewer(
     caller: Caller,
     need: Need,
     here: &str,
+    refusal: Refusal<'_>,
 ) -> Result<Viewer, Response> {
     let Some((session_id, session)) =
         cookie(headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id).map(|s| (id.to_owned(), s)))
@@ -341,6 +360,42 @@ pub async fn viewer(
         admin,
         caller,
     };
+    if let Refusal::Action { csrf, .. } = &refusal
+        && let Some(page) = views::refused_form(console, headers, &viewer, csrf)
+    {
+        return Err(page);
+    }
+    // The refusal, recorded as `refusal` says; `once` names it in the
+    // session so that a view's is recorded once.
+    let refuse = |error: ApiError, once: String| {
+        let viewer = &viewer;
+        let refusal = &refusal;
+        async move {
+            let (event, details) = match refusal {
+                Refusal::View => {
+                    if !console.sessions.first_view(&viewer.session_id, &once) {
+                        return Ok(());
+                    }
+                    (
+                        event::AUDIT_QUERY,
+                        serde_json::json!({"via": "console", "view": here}),
+                    )
+                }
+                Refusal::Action { event, details, .. } => (*event, details.clone()),
+            };
+            let mut record = viewer.caller.record(app, event);
+            with_identity(&mut record, &viewer.session.identity);
+            record.details = details;
+            let answered = deny(app, record, error).await;
+            if answered.error == talos_sso_api::ErrorCode::AuditUnavailable {
+                if matches!(refusal, Refusal::View) {
+                    console.sessions.unrecord(&viewer.session_id, &once);
+                }
+                return Err(page::unavailable());
+            }
+            Ok(())
+        }
+    };
     if !allowed {
         let (list, code, what) = match need {
             Need::Auditor => (
@@ -354,16 +409,8 @@ pub async fn viewer(
                 "admins",
             ),
         };
-        if console
-            .sessions
-            .first_view(&viewer.session_id, &format!("refused {what}"))
-        {
-            let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
-            with_identity(&mut record, &viewer.session.identity);
-            record.details = serde_json::json!({"via": "console", "view": here});
-            let message = format!("the console needs membership in `{what}`");
-            let _ = deny(app, record, ApiError::new(code, message)).await;
-        }
+        let message = format!("the console needs membership in `{what}`");
+        refuse(ApiError::new(code, message), format!("refused {what}")).await?;
         return Err(page::membership(
             Some(&viewer),
             &viewer.session.identity.username,
@@ -379,7 +426,10 @@ pub async fn viewer(
         .await
     {
         Ok(false) => Ok(viewer),
-        Ok(true) => Err(page::blocked(&viewer)),
+        Ok(true) => {
+            refuse(super::privileged::identity_denied(), "refused blocked".into()).await?;
+            Err(page::blocked(&viewer))
+        }
         Err(_) => Err(page::unavailable()),
     }
 }
@@ -409,7 +459,7 @@ async fn extract(parts: &mut Parts, app: &Arc<App>, need: Need) -> Result<Viewer
     if parts.method == axum::http::Method::GET && !fetched_here(&parts.headers) {
         return Err(page::open_here(&here));
     }
-    viewer(app, &console, &parts.headers, caller, need, &here).await
+    viewer(app, &console, &parts.headers, caller, need, &here, Refusal::View).await
 }
 
 /// Whether a view was asked for from the console itself or by the person

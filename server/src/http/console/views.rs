@@ -21,6 +21,7 @@ use crate::app::App;
 use crate::audit::store::{AuditFilter, AuditStore};
 use crate::audit::{event, format_micros, outcome, text};
 use crate::http::audit::filter as audit_filter;
+use crate::http::caller::Caller;
 use crate::http::deny;
 
 /// Records on one page of the trail.
@@ -1223,7 +1224,12 @@ pub(super) fn forged(console: &Console, headers: &HeaderMap, csrf: &str, session
 
 /// Whether a deny-list form came from the console (its CSRF token and
 /// origin): `None`, or the page saying it did not.
-fn refused_form(console: &Console, headers: &HeaderMap, viewer: &Viewer, csrf: &str) -> Option<Response> {
+pub(super) fn refused_form(
+    console: &Console,
+    headers: &HeaderMap,
+    viewer: &Viewer,
+    csrf: &str,
+) -> Option<Response> {
     if forged(console, headers, csrf, &viewer.session.csrf) {
         return Some(page::show(
             StatusCode::FORBIDDEN,
@@ -1261,22 +1267,76 @@ pub enum Change {
 pub async fn deny_add(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
-    Admin(viewer): Admin,
+    caller: Caller,
     headers: HeaderMap,
     axum::Form(form): axum::Form<DenyForm>,
 ) -> Response {
-    deny_change(&app, &console, viewer, &headers, form, Change::Add).await
+    deny_form(&app, &console, caller, &headers, form, Change::Add).await
 }
 
 /// `POST /ui/deny/remove`: remove entries (recorded).
 pub async fn deny_remove(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
-    Admin(viewer): Admin,
+    caller: Caller,
     headers: HeaderMap,
     axum::Form(form): axum::Form<DenyForm>,
 ) -> Response {
-    deny_change(&app, &console, viewer, &headers, form, Change::Remove).await
+    deny_form(&app, &console, caller, &headers, form, Change::Remove).await
+}
+
+/// A deny-list form: an admin's change; anyone else's refusal recorded as
+/// the API records it, `deny.added` or `deny.removed` with the target.
+async fn deny_form(
+    app: &App,
+    console: &Console,
+    caller: Caller,
+    headers: &HeaderMap,
+    form: DenyForm,
+    change: Change,
+) -> Response {
+    let request = form.request(app.clock.now());
+    let (event, mut details) =
+        match change {
+            Change::Add => (
+                event::DENY_ADDED,
+                request
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| deny::addition(r).ok())
+                    .map(|a| deny::addition_details(&a)),
+            ),
+            Change::Remove => (
+                event::DENY_REMOVED,
+                request.as_ref().ok().and_then(|r| deny::target(r).ok()).map(
+                    |(subject, username)| json!({"target_subject": subject, "target_username": username}),
+                ),
+            ),
+        };
+    let details = details.get_or_insert_with(|| {
+        let some = |v: &str| (!v.trim().is_empty()).then(|| text::clean_field(v.trim()));
+        json!({"target_subject": some(&form.subject), "target_username": some(&form.username)})
+    });
+    details["via"] = "console".into();
+    let refusal = super::Refusal::Action {
+        event,
+        details: details.clone(),
+        csrf: &form.csrf,
+    };
+    match super::viewer(
+        app,
+        console,
+        headers,
+        caller,
+        super::Need::Admin,
+        "/ui/deny",
+        refusal,
+    )
+    .await
+    {
+        Ok(viewer) => deny_change(app, console, viewer, headers, form, change).await,
+        Err(page) => page,
+    }
 }
 
 async fn deny_change(
