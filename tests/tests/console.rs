@@ -570,6 +570,36 @@ async fn console_under_abuse(backend: Backend) {
     let mut auditor = Browserless::new();
     auditor.login(&base, AUDITOR, "/ui").await;
 
+    // Every answer under /ui carries the console's headers, those the
+    // router or its layers make too; unknown console paths get a console page.
+    let unknown = auditor.get(&format!("{base}/ui/no/such/page")).await;
+    assert_eq!(unknown.status(), 404);
+    assert!(unknown.headers().contains_key(header::CONTENT_SECURITY_POLICY));
+    assert!(
+        unknown
+            .text()
+            .await
+            .unwrap()
+            .contains("There is no such console page")
+    );
+    let wrong_method = auditor.post(&format!("{base}/ui/records/1"), &[]).await;
+    assert_eq!(wrong_method.status(), 405);
+    let csp = wrong_method.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    assert!(csp.starts_with("default-src 'none'"), "{csp}");
+    assert_eq!(wrong_method.headers()["x-frame-options"], "DENY");
+    assert!(
+        !unknown_headers_on_api(&env).await,
+        "the API's answers are left alone"
+    );
+    assert!(
+        !wrong_method
+            .headers()
+            .contains_key(header::STRICT_TRANSPORT_SECURITY),
+        "no HSTS over http"
+    );
+
     // A chart over centuries is refused at once, with why; nothing recorded.
     for (by, since) in [("hour", "0000-01-01T00:00:00Z"), ("hour", "15d"), ("day", "401d")] {
         let charts = tokio::time::timeout(
@@ -774,6 +804,35 @@ async fn console_under_abuse(backend: Backend) {
     );
 
     env.finish().await;
+
+    // Served over https: HSTS on the console's answers.
+    let https = TestEnv::start_with(backend, |yaml| {
+        format!("{yaml}\nconsole: {{ enabled: true, public_url: \"https://console.example\" }}\n")
+    })
+    .await;
+    let page = https
+        .http
+        .get(format!("{}/ui", https.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        page.headers()[header::STRICT_TRANSPORT_SECURITY],
+        "max-age=31536000"
+    );
+    https.finish().await;
+}
+
+/// Whether the API's own 404 carries the console's Content-Security-Policy.
+async fn unknown_headers_on_api(env: &TestEnv) -> bool {
+    let answer = env
+        .http
+        .get(format!("{}/v1/nothing", env.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404);
+    answer.headers().contains_key(header::CONTENT_SECURITY_POLICY)
 }
 
 on_both_stores!(console_under_abuse);

@@ -29,7 +29,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use serde_json::Value;
 use talos_sso_api::ChainStatus;
 
@@ -215,8 +215,8 @@ pub fn router(app: Arc<App>, console: Arc<Console>) -> Router<Arc<App>> {
         .route("/ui/logout", post(login::logout))
         .route("/ui/signed-out", get(page::signed_out))
         .route(page::STYLESHEET_PATH, get(page::stylesheet))
+        .route("/ui/{*rest}", any(page::not_found))
         .layer(axum::middleware::from_fn_with_state(app, address_limit))
-        .layer(axum::middleware::from_fn(security_headers))
         .layer(axum::Extension(console))
 }
 
@@ -255,9 +255,26 @@ async fn refuse_rate(app: &App, record: crate::audit::AuditRecord, retry: Durati
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
      form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-async fn security_headers(request: Request, next: Next) -> Response {
+/// HSTS when the console is served over https: a year.
+const STRICT_TRANSPORT_SECURITY: &str = "max-age=31536000";
+
+/// The console's headers on every answer under `/ui`, whoever made it
+/// (a view, or the server's outer layers: a 405, a 413, a timeout). The
+/// outermost layer of the server's router.
+pub async fn security_headers(State(console): State<Arc<Console>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let under_ui = path == "/ui" || path.starts_with("/ui/");
     let mut response = next.run(request).await;
+    if !under_ui {
+        return response;
+    }
     let headers = response.headers_mut();
+    if console.origin.starts_with("https://") {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            axum::http::HeaderValue::from_static(STRICT_TRANSPORT_SECURITY),
+        );
+    }
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),

@@ -147,6 +147,19 @@ pub fn blocked(viewer: &Viewer) -> Response {
     )
 }
 
+/// No such console page (the console's own fallback under `/ui/`).
+pub async fn not_found() -> Response {
+    answer(
+        StatusCode::NOT_FOUND,
+        layout(
+            "Not found",
+            None,
+            None,
+            html! { p { "There is no such console page. " a href="/ui" { "The trail" } } },
+        ),
+    )
+}
+
 /// A view asked for from another site: nothing done, a link to do it from
 /// here (`here` is this request's own path under `/ui`).
 pub fn open_here(here: &str) -> Response {
