@@ -5,8 +5,9 @@
 //! on its own, under a cookie of its own until the identity provider sends
 //! the browser back.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
@@ -39,20 +40,74 @@ pub struct PendingLogin {
 /// for its next, so a flood from one address pushes out only its own.
 pub const LOGINS_PER_ADDRESS: usize = 16;
 
-/// A person logged in to the console.
+/// A person logged in to the console, as each request sees them: cheap to
+/// hand out (the identity is shared, not copied).
 #[derive(Debug, Clone)]
 pub struct Session {
-    /// Who logged in, as the ID token the server verified says; whether
-    /// they are an auditor or admin is decided again at every request,
-    /// under the configuration of the moment.
-    pub identity: VerifiedIdentity,
+    /// Who logged in, as the ID token the server verified says (its
+    /// groups as at login); whether they are an auditor or admin is
+    /// decided from them at every request, under the configuration of the
+    /// moment.
+    pub identity: Arc<VerifiedIdentity>,
     /// Sent back with every form; a POST without it is refused.
     pub csrf: String,
+}
+
+/// A session as held: what requests see, and what only the holder keeps.
+#[derive(Debug)]
+struct Held {
+    session: Session,
     /// The views already recorded in the trail in this session (one
     /// `audit.query` record per view and filter, not per request).
-    pub recorded: HashSet<String>,
+    recorded: Recorded,
     started: Instant,
     last_seen: Instant,
+}
+
+/// Views recorded in one session, bounded: a hash of each (not its text),
+/// at most [`RECORDED_MAX`]; past that the oldest is forgotten (its view
+/// would be recorded once more, which is harmless).
+#[derive(Debug, Default)]
+struct Recorded {
+    seen: HashSet<u64>,
+    order: VecDeque<u64>,
+    hasher: std::hash::RandomState,
+}
+
+/// Views one session remembers having recorded.
+pub const RECORDED_MAX: usize = 4096;
+
+impl Recorded {
+    fn key(&self, view: &str) -> u64 {
+        self.hasher.hash_one(view)
+    }
+
+    /// False when `view` was recorded already.
+    fn insert(&mut self, view: &str) -> bool {
+        let key = self.key(view);
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        while self.order.len() > RECORDED_MAX {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    fn remove(&mut self, view: &str) {
+        let key = self.key(view);
+        if self.seen.remove(&key) {
+            self.order.retain(|k| *k != key);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.seen.len()
+    }
 }
 
 /// Sessions one person may hold at once (browsers, machines): their
@@ -64,7 +119,7 @@ pub const SESSIONS_PER_SUBJECT: usize = 5;
 /// flood of logins started (anyone can start one) never pushes out the
 /// sessions of people signed in.
 pub struct Sessions {
-    active: Mutex<HashMap<String, Session>>,
+    active: Mutex<HashMap<String, Held>>,
     logins: Mutex<HashMap<String, PendingLogin>>,
     max: usize,
     idle: Duration,
@@ -94,7 +149,7 @@ impl Sessions {
         }
     }
 
-    fn session_live(&self, session: &Session, now: Instant) -> bool {
+    fn session_live(&self, session: &Held, now: Instant) -> bool {
         now.duration_since(session.last_seen) < self.idle
             && now.duration_since(session.started) < self.lifetime
     }
@@ -162,17 +217,19 @@ impl Sessions {
     pub fn open(&self, identity: VerifiedIdentity) -> Result<String, RandomError> {
         let now = Instant::now();
         let subject = identity.qualified_subject();
-        let session = Session {
-            identity,
-            csrf: random_hex(32)?,
-            recorded: HashSet::new(),
+        let session = Held {
+            session: Session {
+                identity: Arc::new(identity),
+                csrf: random_hex(32)?,
+            },
+            recorded: Recorded::default(),
             started: now,
             last_seen: now,
         };
         let id = random_hex(32)?;
         let mut active = locked(&self.active);
         active.retain(|_, s| self.session_live(s, now));
-        let own = |s: &Session| s.identity.qualified_subject() == subject;
+        let own = |s: &Held| s.session.identity.qualified_subject() == subject;
         let theirs = active.values().filter(|s| own(s)).count();
         let unused = if theirs >= SESSIONS_PER_SUBJECT {
             active
@@ -200,7 +257,7 @@ impl Sessions {
         match active.get_mut(id) {
             Some(session) if self.session_live(session, now) => {
                 session.last_seen = now;
-                Some(session.clone())
+                Some(session.session.clone())
             }
             Some(_) => {
                 active.remove(id);
@@ -215,7 +272,7 @@ impl Sessions {
     pub fn first_view(&self, id: &str, view: &str) -> bool {
         locked(&self.active)
             .get_mut(id)
-            .is_some_and(|session| session.recorded.insert(view.to_owned()))
+            .is_some_and(|session| session.recorded.insert(view))
     }
 
     /// Forget that `view` was recorded (its record could not be written).
@@ -382,6 +439,22 @@ mod tests {
         assert_eq!(sessions.len(), 20 + SESSIONS_PER_SUBJECT);
         assert!(sessions.get(&first).is_none());
         assert!(others.iter().all(|id| sessions.get(id).is_some()));
+    }
+
+    #[test]
+    fn a_session_remembers_a_bounded_number_of_views() {
+        let sessions = Sessions::new(2, Duration::from_secs(60), Duration::from_secs(600));
+        let id = sessions.open(identity()).unwrap();
+        for n in 0..RECORDED_MAX + 100 {
+            assert!(sessions.first_view(&id, &format!("trail {n}")));
+        }
+        let held = |f: &dyn Fn(&Held)| f(&locked(&sessions.active)[&id]);
+        held(&|h| assert_eq!(h.recorded.len(), RECORDED_MAX));
+        assert!(!sessions.first_view(&id, &format!("trail {}", RECORDED_MAX + 99)));
+        assert!(sessions.first_view(&id, "trail 0"), "the oldest was forgotten");
+        // What a request gets shares the identity instead of copying it.
+        let (a, b) = (sessions.get(&id).unwrap(), sessions.get(&id).unwrap());
+        assert!(Arc::ptr_eq(&a.identity, &b.identity));
     }
 
     #[test]
