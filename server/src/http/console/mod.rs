@@ -40,13 +40,15 @@ use crate::app::App;
 use crate::audit::{event, outcome};
 use crate::config::GroupList;
 use session::{SESSION_COOKIE, Session, Sessions, cookie};
+use zeroize::Zeroizing;
 
 /// What the console needs beyond the app: its sessions and its client.
-#[derive(Debug)]
 pub struct Console {
     pub sessions: Sessions,
     pub client_id: String,
-    pub client_secret: Option<String>,
+    /// Never printed (see the `Debug` below), wiped from memory when
+    /// dropped.
+    pub client_secret: Option<Zeroizing<String>>,
     pub redirect_uri: String,
     /// `scheme://host[:port]` of `console.public_url`: what a form's
     /// `Origin` must be.
@@ -87,8 +89,9 @@ impl Console {
                         ));
                     }
                 }
-                let text = std::fs::read_to_string(path).map_err(|e| format!("{where_}: {e}"))?;
-                Some(text.trim().to_owned())
+                let text =
+                    Zeroizing::new(std::fs::read_to_string(path).map_err(|e| format!("{where_}: {e}"))?);
+                Some(Zeroizing::new(text.trim().to_owned()))
             }
             None => None,
         };
@@ -168,6 +171,22 @@ impl Console {
             let _ = done.send(Some(status));
         });
         verification
+    }
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console")
+            .field("sessions", &self.sessions)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("redirect_uri", &self.redirect_uri)
+            .field("origin", &self.origin)
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
     }
 }
 
@@ -549,4 +568,36 @@ pub fn members_of(list: &GroupList) -> Vec<String> {
         .map(|g| format!("group {g}"))
         .chain(list.app_roles.iter().map(|r| format!("app role {r}")))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_client_secret_is_never_printed() {
+        let dir = std::env::temp_dir().join(format!("console-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, "s3cr3t-value\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let yaml = format!(
+            "{}\nconsole: {{ enabled: true, public_url: \"https://sso.example.com\", client_secret_file: {} }}\n",
+            crate::config::tests::MINIMAL,
+            path.display()
+        );
+        let config = crate::config::Config::from_yaml(&yaml).unwrap();
+        let console = Console::new(&config).unwrap().expect("the console is on");
+        assert_eq!(
+            console.client_secret.as_deref().map(String::as_str),
+            Some("s3cr3t-value")
+        );
+        let shown = format!("{console:?}");
+        assert!(
+            !shown.contains("s3cr3t") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
