@@ -10,9 +10,11 @@
 //! - `views`: the trail, a record, who held a role, a person, the chain,
 //!   the charts, exports, the deny list.
 //!
-//! Who sees what is decided at every request under the live
-//! configuration, with the API's rules: `auditors` read the trail,
-//! `admins` also change the deny list. Every view that reads records is
+//! Only members of `auditors` or `admins` get a session. Who sees what is
+//! decided at every request, from the groups of the ID token of the login
+//! (kept until the session ends) under the live configuration, with the
+//! API's rules: `auditors` read the trail, `admins` also change the deny
+//! list; the deny list applies at once. Every view that reads records is
 //! itself recorded (`audit.query`), once per session and filter.
 
 pub mod login;
