@@ -577,6 +577,31 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    #[tokio::test]
+    async fn a_verification_that_panics_leaves_none_running() {
+        let yaml = format!(
+            "{}\nconsole: {{ enabled: true, public_url: \"https://sso.example.com\" }}\n",
+            crate::config::tests::MINIMAL
+        );
+        let config = crate::config::Config::from_yaml(&yaml).unwrap();
+        let console = Arc::new(Console::new(&config).unwrap().expect("the console is on"));
+        let (_done, answer) = tokio::sync::watch::channel(None);
+        *console.verifying.lock().unwrap() = Some(Verification {
+            started: time::OffsetDateTime::UNIX_EPOCH,
+            answer,
+        });
+        let held = console.clone();
+        let task = tokio::spawn(async move {
+            let _running = NotVerifying(held);
+            panic!("the store reader failed badly");
+        });
+        assert!(task.await.is_err(), "the task panicked");
+        assert!(
+            console.verifying.lock().unwrap().is_none(),
+            "the next page may start a verification"
+        );
+    }
+
     #[test]
     fn the_client_secret_is_never_printed() {
         let dir = std::env::temp_dir().join(format!("console-secret-{}", std::process::id()));
