@@ -1216,10 +1216,12 @@ pub fn read_secret(path: &Path) -> Result<Zeroizing<String>, ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    /// The least configuration that loads (other modules' tests start
+    /// from it too).
+    pub(crate) const MINIMAL: &str = r#"
 insecure_http: true
 identity:
   issuer: "https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0"

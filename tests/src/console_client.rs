@@ -40,11 +40,14 @@ impl Browserless {
         }
     }
 
+    /// A GET as a link on a console page makes it (`Sec-Fetch-Site:
+    /// same-origin`, as browsers send).
     pub async fn get(&mut self, url: &str) -> reqwest::Response {
         let response = self
             .http
             .get(url)
             .header(header::COOKIE, self.cookies.join("; "))
+            .header("sec-fetch-site", "same-origin")
             .send()
             .await
             .unwrap();

@@ -33,8 +33,26 @@ fn free_port() -> u16 {
 /// A server on a port chosen first (the console's redirect URI names it),
 /// the console on, checkpoints signed.
 async fn start(backend: Backend, checkpoints: &CheckpointFiles) -> TestEnv {
+    start_limited(backend, checkpoints, 0, 600).await
+}
+
+/// As [`start`], with the address quota (0: none) and the audit API's
+/// quota per person.
+async fn start_limited(
+    backend: Backend,
+    checkpoints: &CheckpointFiles,
+    per_address: u32,
+    api_per_identity: u32,
+) -> TestEnv {
     let port = free_port();
     TestEnv::start_with(backend, |yaml| {
+        let yaml = yaml.replace(
+            "rate_limits: { per_identity_per_minute: 0, per_address_per_minute: 0 }",
+            &format!(
+                "rate_limits: {{ per_identity_per_minute: 0, per_address_per_minute: {per_address}, \
+                 api_per_identity_per_minute: {api_per_identity} }}"
+            ),
+        );
         let yaml = yaml.replace(
             "listen: \"127.0.0.1:0\"",
             &format!("listen: \"127.0.0.1:{port}\""),
@@ -110,13 +128,35 @@ async fn browser(env: &TestEnv, shots: &Path, scenario: &str, args: &[&str]) -> 
     out
 }
 
+/// The CSRF token of a console page's forms.
+fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token")
+        .to_owned()
+}
+
 /// The console's `audit.query` records of `user`, as stored.
 async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
+    console_records(
+        env,
+        AuditFilter {
+            username: Some(user.into()),
+            ..AuditFilter::default()
+        },
+    )
+    .await
+}
+
+/// The console's records `filter` finds (`audit.query` unless it names
+/// an event): their details,
+/// with their outcome, reason and username.
+async fn console_records(env: &TestEnv, filter: AuditFilter) -> Vec<serde_json::Value> {
     let filter = AuditFilter {
-        event: Some("audit.query".into()),
-        username: Some(user.into()),
+        event: filter.event.or(Some("audit.query".into())),
         limit: 1000,
-        ..AuditFilter::default()
+        ..filter
     };
     let records = env
         .server
@@ -133,12 +173,12 @@ async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
             let mut details = r.record.details.clone();
             details["outcome"] = r.record.outcome.clone().into();
             details["reason_code"] = r.record.reason_code.clone().into();
+            details["username"] = r.record.username.clone().into();
             details
         })
         .collect()
 }
 
-/// The real CLI's browser login for `user` (the emulator signs them in):
 /// exit code, stdout and stderr.
 async fn cli_login(env: &TestEnv, user: &str) -> (i32, String, String) {
     use tokio::io::AsyncBufReadExt;
@@ -520,3 +560,339 @@ async fn console_over_http(backend: Backend) {
 }
 
 on_both_stores!(console_over_http);
+
+/// The console under abuse: windows too long to chart, floods of logins,
+/// views asked for from another site, refusals recorded as the API's.
+async fn console_under_abuse(backend: Backend) {
+    let checkpoints = CheckpointFiles::new();
+    let env = start(backend, &checkpoints).await;
+    let base = env.server.base_url.clone();
+    let mut auditor = Browserless::new();
+    auditor.login(&base, AUDITOR, "/ui").await;
+
+    // Every answer under /ui carries the console's headers, those the
+    // router or its layers make too; unknown console paths get a console page.
+    let unknown = auditor.get(&format!("{base}/ui/no/such/page")).await;
+    assert_eq!(unknown.status(), 404);
+    assert!(unknown.headers().contains_key(header::CONTENT_SECURITY_POLICY));
+    assert!(
+        unknown
+            .text()
+            .await
+            .unwrap()
+            .contains("There is no such console page")
+    );
+    let wrong_method = auditor.post(&format!("{base}/ui/records/1"), &[]).await;
+    assert_eq!(wrong_method.status(), 405);
+    let csp = wrong_method.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    assert!(csp.starts_with("default-src 'none'"), "{csp}");
+    assert_eq!(wrong_method.headers()["x-frame-options"], "DENY");
+    assert!(
+        !unknown_headers_on_api(&env).await,
+        "the API's answers are left alone"
+    );
+    assert!(
+        !wrong_method
+            .headers()
+            .contains_key(header::STRICT_TRANSPORT_SECURITY),
+        "no HSTS over http"
+    );
+
+    // A chart over centuries is refused at once, with why; nothing recorded.
+    for (by, since) in [("hour", "0000-01-01T00:00:00Z"), ("hour", "15d"), ("day", "401d")] {
+        let charts = tokio::time::timeout(
+            Duration::from_secs(10),
+            auditor.get(&format!("{base}/ui/charts?by={by}&since={since}")),
+        )
+        .await
+        .expect("a chart's refusal is quick");
+        assert_eq!(charts.status(), 422, "{by} since {since}");
+        assert!(charts.text().await.unwrap().contains("covers at most"));
+    }
+    assert!(
+        !console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["view"] == "charts"),
+        "a refused chart records no view"
+    );
+    let fortnight = auditor.get(&format!("{base}/ui/charts?by=hour&since=13d")).await;
+    assert_eq!(fortnight.status(), 200);
+
+    // The chain: a verification minutes old answers the next views; a
+    // new one runs only when asked for with the form.
+    let verified_at = |page: &str| {
+        page.split("class=\"verified-at\">")
+            .nth(1)
+            .and_then(|rest| rest.split('<').next())
+            .expect("the page says when the chain was verified")
+            .to_owned()
+    };
+    let first = auditor
+        .get(&format!("{base}/ui/chain"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_of(&first);
+    let reused = auditor
+        .get(&format!("{base}/ui/chain"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        verified_at(&first),
+        verified_at(&reused),
+        "the last result answers"
+    );
+    let forged = auditor.post(&format!("{base}/ui/chain"), &[]).await;
+    assert_eq!(
+        forged.status(),
+        403,
+        "no new verification without the form's token"
+    );
+    let again = auditor
+        .post(&format!("{base}/ui/chain"), &[("csrf", &csrf)])
+        .await;
+    let again = again.text().await.unwrap();
+    assert!(again.contains("The chain verifies."));
+    assert_ne!(
+        verified_at(&first),
+        verified_at(&again),
+        "verified again when asked"
+    );
+
+    // Someone neither auditor nor admin gets the membership page at the
+    // callback and no session: nobody's place is taken by theirs.
+    let mut nobody = Browserless::new();
+    let start_login = nobody.get(&format!("{base}/ui/login")).await;
+    let at_provider = nobody
+        .get(&format!("{}&login_hint=dave@example.com", location(&start_login)))
+        .await;
+    let callback = nobody.get(&location(&at_provider)).await;
+    assert_eq!(callback.status(), 403);
+    assert!(callback.text().await.unwrap().contains("Ask for membership in"));
+    assert!(
+        !nobody
+            .cookies
+            .iter()
+            .any(|c| c.starts_with("__Host-talos-sso-console=")),
+        "no session for a non-member"
+    );
+    assert!(
+        console_views(&env, "dave@example.com")
+            .await
+            .iter()
+            .any(|d| d["reason_code"] == "not_an_auditor" && d["view"] == "login"),
+        "the refusal is recorded"
+    );
+    // A view linked from another site (or asked for with no
+    // `Sec-Fetch-Site`) does nothing: a page with a link to open it here.
+    for site in [Some("cross-site"), Some("same-site"), None] {
+        let mut request = auditor
+            .http
+            .get(format!("{base}/ui/export?format=csv&username=abuse-{site:?}"))
+            .header(header::COOKIE, auditor.cookies.join("; "));
+        if let Some(site) = site {
+            request = request.header("sec-fetch-site", site);
+        }
+        let page = request.send().await.unwrap();
+        assert_eq!(page.status(), 200);
+        let text = page.text().await.unwrap();
+        assert!(
+            text.contains("Open this view") && !text.contains("seq,occurred_at"),
+            "{text}"
+        );
+    }
+    assert!(
+        !console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["view"] == "export"),
+        "nothing exported from another site's link"
+    );
+    let typed = auditor
+        .http
+        .get(format!("{base}/ui/export?format=csv&username=x"))
+        .header(header::COOKIE, auditor.cookies.join("; "))
+        .header("sec-fetch-site", "none")
+        .send()
+        .await
+        .unwrap();
+    assert!(typed.text().await.unwrap().starts_with("seq,occurred_at"));
+
+    // One person's logins push out only their own least recently used.
+    let mut elsewhere = Vec::new();
+    for _ in 0..5 {
+        let mut again = Browserless::new();
+        again.login(&base, AUDITOR, "/ui").await;
+        elsewhere.push(again);
+    }
+    let first = auditor.get(&format!("{base}/ui/chain")).await;
+    assert!(
+        first
+            .text()
+            .await
+            .unwrap()
+            .contains("Sign in with your company account"),
+        "a sixth session of one person ends their least recently used"
+    );
+    for mut again in elsewhere {
+        let page = again.get(&format!("{base}/ui/chain")).await;
+        assert!(page.text().await.unwrap().contains("The chain"));
+    }
+
+    // An auditor's deny-list form: refused and recorded as the API
+    // records it, with its target; without the token, nothing recorded.
+    auditor.login(&base, AUDITOR, "/ui").await;
+    let page = auditor.get(&format!("{base}/ui")).await.text().await.unwrap();
+    let csrf = csrf_of(&page);
+    let forged = auditor
+        .post(&format!("{base}/ui/deny"), &[("username", "carol@example.com")])
+        .await;
+    assert_eq!(forged.status(), 403);
+    for (path, event) in [("/ui/deny", "deny.added"), ("/ui/deny/remove", "deny.removed")] {
+        let refused = auditor
+            .post(
+                &format!("{base}{path}"),
+                &[
+                    ("csrf", &csrf),
+                    ("username", "carol@example.com"),
+                    ("reason", "x"),
+                ],
+            )
+            .await;
+        assert_eq!(refused.status(), 403);
+        let records = console_records(
+            &env,
+            AuditFilter {
+                event: Some(event.into()),
+                username: Some(AUDITOR.into()),
+                ..AuditFilter::default()
+            },
+        )
+        .await;
+        assert_eq!(records.len(), 1, "{event}: {records:?}");
+        assert_eq!(records[0]["reason_code"], "not_an_admin");
+        assert_eq!(records[0]["target_username"], "carol@example.com");
+    }
+
+    // A blocked auditor: the blocked page, the refusal recorded.
+    let mut admin = Browserless::new();
+    admin.login(&base, ADMIN, "/ui").await;
+    let page = admin.get(&format!("{base}/ui/deny")).await.text().await.unwrap();
+    let admin_csrf = csrf_of(&page);
+    let added = admin
+        .post(
+            &format!("{base}/ui/deny"),
+            &[("csrf", &admin_csrf), ("username", AUDITOR), ("reason", "test")],
+        )
+        .await;
+    assert_eq!(added.status(), 200);
+    let blocked = auditor.get(&format!("{base}/ui/held")).await;
+    assert_eq!(blocked.status(), 403);
+    assert!(blocked.text().await.unwrap().contains("You are blocked"));
+    assert!(
+        console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["reason_code"] == "identity_denied"),
+        "the blocked auditor's refusal is recorded"
+    );
+
+    env.finish().await;
+
+    // Served over https: HSTS on the console's answers.
+    let https = TestEnv::start_with(backend, |yaml| {
+        format!("{yaml}\nconsole: {{ enabled: true, public_url: \"https://console.example\" }}\n")
+    })
+    .await;
+    let page = https
+        .http
+        .get(format!("{}/ui", https.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        page.headers()[header::STRICT_TRANSPORT_SECURITY],
+        "max-age=31536000"
+    );
+    https.finish().await;
+}
+
+/// Whether the API's own 404 carries the console's Content-Security-Policy.
+async fn unknown_headers_on_api(env: &TestEnv) -> bool {
+    let answer = env
+        .http
+        .get(format!("{}/v1/nothing", env.server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404);
+    answer.headers().contains_key(header::CONTENT_SECURITY_POLICY)
+}
+
+on_both_stores!(console_under_abuse);
+
+/// The API's quotas hold at the console: per client address on every
+/// `/ui` request (logins included), per person on every view.
+async fn console_rate_limits(backend: Backend) {
+    let checkpoints = CheckpointFiles::new();
+    let env = start_limited(backend, &checkpoints, 30, 4).await;
+    let base = env.server.base_url.clone();
+
+    // One person's views: past their quota, refused and recorded with who.
+    let mut auditor = Browserless::new();
+    auditor.login(&base, AUDITOR, "/ui").await;
+    for _ in 0..4 {
+        assert_eq!(auditor.get(&format!("{base}/ui/chain")).await.status(), 200);
+    }
+    let over = auditor.get(&format!("{base}/ui/chain")).await;
+    assert_eq!(over.status(), 429);
+    assert!(over.headers().contains_key(header::RETRY_AFTER));
+    assert!(
+        console_views(&env, AUDITOR)
+            .await
+            .iter()
+            .any(|d| d["reason_code"] == "rate_limited" && d["view"] == "/ui/chain"),
+        "the refusal names the person"
+    );
+
+    // A flood of logins started from one address: refused past its quota,
+    // with the console's page and headers, and recorded.
+    let mut flooder = Browserless::new();
+    let mut started = 0;
+    for _ in 0..40 {
+        let login = flooder.get(&format!("{base}/ui/login")).await;
+        match login.status().as_u16() {
+            303 => started += 1,
+            429 => {
+                assert!(login.headers().contains_key(header::RETRY_AFTER));
+                assert!(login.headers().contains_key(header::CONTENT_SECURITY_POLICY));
+                assert!(login.text().await.unwrap().contains("Too many requests"));
+            }
+            other => panic!("a login answered {other}"),
+        }
+    }
+    assert!(started <= 30 - 7, "{started} logins started past the quota");
+    let callback = flooder.get(&format!("{base}/ui/callback?state=x&code=y")).await;
+    assert_eq!(callback.status(), 429, "the callback counts too");
+    // Counted by limit; recorded as the API's are, aggregated per address
+    // (this address's first rate-limit refusal, the person's, has its own).
+    let metrics = env.metrics().await;
+    let counted = |limit: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("talos_sso_rate_limited_total{{limit=\"{limit}\"}} ")))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(counted("api_identity"), 1, "{metrics}");
+    assert!(counted("address") >= 40 - 23, "{metrics}");
+    env.finish().await;
+}
+
+on_both_stores!(console_rate_limits);

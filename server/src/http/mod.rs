@@ -197,10 +197,10 @@ pub fn router(app: Arc<App>, console: Option<Arc<console::Console>>) -> Router {
     if settings.config.metrics.listen.is_none() {
         routes = routes.route(METRICS_PATH, get(status::metrics));
     }
-    if let Some(console) = console {
-        routes = routes.merge(console::router(console));
+    if let Some(console) = &console {
+        routes = routes.merge(console::router(app.clone(), console.clone()));
     }
-    routes
+    let routes = routes
         .fallback(status::not_found)
         .layer(RequestBodyLimitLayer::new(http.body_limit))
         .layer(TimeoutLayer::with_status_code(
@@ -208,8 +208,16 @@ pub fn router(app: Arc<App>, console: Option<Arc<console::Console>>) -> Router {
             http.request_timeout,
         ))
         .layer(axum::middleware::from_fn(request_id))
-        .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
-        .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), observe));
+    match console {
+        // Outermost: the console's headers on whatever answers under `/ui`.
+        Some(console) => routes.layer(axum::middleware::from_fn_with_state(
+            console,
+            console::security_headers,
+        )),
+        None => routes,
+    }
+    .with_state(app)
 }
 
 /// Where the metrics are served.

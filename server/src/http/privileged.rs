@@ -40,7 +40,7 @@ pub(super) fn is_member(list: &crate::config::GroupList, verified: &VerifiedIden
         || list.app_roles.iter().any(|r| verified.app_roles.contains(r))
 }
 
-fn identity_denied() -> ApiError {
+pub(super) fn identity_denied() -> ApiError {
     ApiError::new(
         ErrorCode::IdentityDenied,
         "you are blocked on this server (deny list); ask the platform team",

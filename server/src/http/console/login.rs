@@ -18,18 +18,29 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use super::session::{LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, cookie, same_secret, set_cookie};
 use super::{Console, page, redirect};
 use crate::app::App;
+use crate::audit::event;
+use crate::http::caller::{Caller, deny, with_identity};
+use crate::http::error::ApiError;
+use crate::http::privileged::is_member;
+use crate::identity::VerifiedIdentity;
+use talos_sso_api::ErrorCode;
 
 /// The S256 challenge of a PKCE verifier.
 pub fn challenge(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()))
 }
 
+/// The longest path a login returns to: a filter's query fits; a login in
+/// progress held in memory stays small.
+pub const RETURN_MAX: usize = 1024;
+
 /// A console path to return to after login: `/ui` or below it, nothing
-/// that could lead off the site.
+/// that could lead off the site, at most [`RETURN_MAX`] bytes.
 fn return_path(asked: Option<&String>) -> String {
     match asked {
         Some(path)
-            if (path == "/ui" || path.starts_with("/ui/") || path.starts_with("/ui?"))
+            if path.len() <= RETURN_MAX
+                && (path == "/ui" || path.starts_with("/ui/") || path.starts_with("/ui?"))
                 && !path.contains("//")
                 && !path.contains('\\')
                 && !path.chars().any(char::is_control) =>
@@ -44,9 +55,13 @@ fn return_path(asked: Option<&String>) -> String {
 pub async fn login(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let Ok((id, pending)) = console.sessions.start_login(return_path(query.get("return"))) else {
+    let Ok((id, pending)) = console
+        .sessions
+        .start_login(return_path(query.get("return")), caller.address_key)
+    else {
         return page::failure("The server could not start a login (no randomness); try again.");
     };
     let endpoint = app
@@ -79,6 +94,7 @@ pub async fn login(
 pub async fn callback(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
+    caller: Caller,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -88,13 +104,14 @@ pub async fn callback(
             "This login is unknown or took too long (over ten minutes). Start again from the console's sign-in page.",
         ),
         Some(pending) => match finish(&app, &console, &query, &pending).await {
-            Ok(session) => {
+            Ok(Finished::Session(session)) => {
                 let mut response = redirect(&pending.return_to);
                 if let Ok(value) = set_cookie(SESSION_COOKIE, Some(&session), console.lifetime).parse() {
                     response.headers_mut().append(header::SET_COOKIE, value);
                 }
                 response
             }
+            Ok(Finished::NotMember(verified)) => not_a_member(&app, &caller, &verified).await,
             Err(message) => page::failure(&message),
         },
     };
@@ -104,6 +121,37 @@ pub async fn callback(
     response
 }
 
+/// How a login that reached the ID token ended.
+enum Finished {
+    /// An auditor or admin: the session's id.
+    Session(String),
+    /// Someone else: no session, only the page that says whom to ask.
+    NotMember(Box<VerifiedIdentity>),
+}
+
+/// Someone who is neither an auditor nor an admin logged in: no session is
+/// kept for them (a session is a place others' could be pushed out of),
+/// the refusal is recorded as the API records `not_an_auditor`.
+async fn not_a_member(app: &App, caller: &Caller, verified: &VerifiedIdentity) -> Response {
+    let mut record = caller.record(app, event::AUDIT_QUERY);
+    with_identity(&mut record, verified);
+    record.details = serde_json::json!({"via": "console", "view": "login"});
+    let error = deny(
+        app,
+        record,
+        ApiError::new(
+            ErrorCode::NotAnAuditor,
+            "the console needs membership in `auditors` or `admins`",
+        ),
+    )
+    .await;
+    if error.error == ErrorCode::AuditUnavailable {
+        return page::unavailable();
+    }
+    let settings = app.settings();
+    page::membership(None, &verified.username, "auditors", &settings.config.auditors)
+}
+
 /// Redeem the code, verify the ID token, open a session: its id, or what
 /// to tell the person.
 async fn finish(
@@ -111,7 +159,7 @@ async fn finish(
     console: &Console,
     query: &HashMap<String, String>,
     pending: &super::session::PendingLogin,
-) -> Result<String, String> {
+) -> Result<Finished, String> {
     let sent_state = query.get("state").map(String::as_str).unwrap_or_default();
     if !same_secret(sent_state, &pending.state) {
         return Err(
@@ -183,10 +231,15 @@ async fn finish(
     if !same_secret(nonce, &pending.nonce) {
         return Err("The ID token was not issued for this login (nonce). Start again.".into());
     }
+    let settings = app.settings();
+    if !is_member(&settings.config.auditors, &verified) && !is_member(&settings.config.admins, &verified) {
+        return Ok(Finished::NotMember(Box::new(verified)));
+    }
     tracing::info!(target: "talos_sso::console", user = %crate::audit::text::clean_field(&verified.username), "console login");
     console
         .sessions
         .open(verified)
+        .map(Finished::Session)
         .map_err(|_| "The server could not open a session (no randomness); try again.".to_owned())
 }
 
@@ -241,5 +294,9 @@ mod tests {
             assert_eq!(return_path(Some(&asked.to_owned())), to, "{asked}");
         }
         assert_eq!(return_path(None), "/ui");
+        let long = format!("/ui?user={}", "a".repeat(RETURN_MAX));
+        assert_eq!(return_path(Some(&long)), "/ui", "too long to keep");
+        let longest = format!("/ui?user={}", "a".repeat(RETURN_MAX - 9));
+        assert_eq!(return_path(Some(&longest)), longest);
     }
 }

@@ -10,9 +10,11 @@
 //! - `views`: the trail, a record, who held a role, a person, the chain,
 //!   the charts, exports, the deny list.
 //!
-//! Who sees what is decided at every request under the live
-//! configuration, with the API's rules: `auditors` read the trail,
-//! `admins` also change the deny list. Every view that reads records is
+//! Only members of `auditors` or `admins` get a session. Who sees what is
+//! decided at every request, from the groups of the ID token of the login
+//! (kept until the session ends) under the live configuration, with the
+//! API's rules: `auditors` read the trail, `admins` also change the deny
+//! list; the deny list applies at once. Every view that reads records is
 //! itself recorded (`audit.query`), once per session and filter.
 
 pub mod login;
@@ -24,12 +26,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use serde_json::Value;
 use talos_sso_api::ChainStatus;
 
@@ -40,21 +42,25 @@ use crate::app::App;
 use crate::audit::{event, outcome};
 use crate::config::GroupList;
 use session::{SESSION_COOKIE, Session, Sessions, cookie};
+use zeroize::Zeroizing;
 
 /// What the console needs beyond the app: its sessions and its client.
-#[derive(Debug)]
 pub struct Console {
     pub sessions: Sessions,
     pub client_id: String,
-    pub client_secret: Option<String>,
+    /// Never printed (see the `Debug` below), wiped from memory when
+    /// dropped.
+    pub client_secret: Option<Zeroizing<String>>,
     pub redirect_uri: String,
     /// `scheme://host[:port]` of `console.public_url`: what a form's
     /// `Origin` must be.
     pub origin: String,
     pub lifetime: Duration,
     http: reqwest::Client,
-    /// The last chain verification: when it failed, every page says so.
-    last_check: Mutex<Option<ChainStatus>>,
+    /// The last chain verification and when it finished: when it failed,
+    /// every page says so; younger than [`REVERIFY_AFTER`], it is the
+    /// chain page's answer.
+    last_check: Mutex<Option<(time::OffsetDateTime, ChainStatus)>>,
     /// The verification running now, if one is: what it will answer.
     verifying: Mutex<Option<Verification>>,
     /// The charts' counts of buckets that have ended.
@@ -85,8 +91,9 @@ impl Console {
                         ));
                     }
                 }
-                let text = std::fs::read_to_string(path).map_err(|e| format!("{where_}: {e}"))?;
-                Some(text.trim().to_owned())
+                let text =
+                    Zeroizing::new(std::fs::read_to_string(path).map_err(|e| format!("{where_}: {e}"))?);
+                Some(Zeroizing::new(text.trim().to_owned()))
             }
             None => None,
         };
@@ -121,11 +128,16 @@ impl Console {
     }
 
     fn last_check(&self) -> Option<ChainStatus> {
+        self.last_checked().map(|(_, status)| status)
+    }
+
+    /// The last verification that finished, and when.
+    fn last_checked(&self) -> Option<(time::OffsetDateTime, ChainStatus)> {
         self.last_check.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn set_last_check(&self, status: ChainStatus) {
-        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+    fn set_last_check(&self, at: time::OffsetDateTime, status: ChainStatus) {
+        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, status));
     }
 
     /// The running verification of the chain, started now when none is:
@@ -144,6 +156,9 @@ impl Console {
         *running = Some(verification.clone());
         let (app, console) = (app.clone(), self.clone());
         tokio::spawn(async move {
+            // However this task ends (a panic included), the next page may
+            // start a verification again.
+            let _running = NotVerifying(console.clone());
             let signed = match &app.checkpoints {
                 Some(checkpoints) => Some(checkpoints.read().await),
                 None => None,
@@ -152,14 +167,45 @@ impl Console {
                 .await
                 .ok();
             if let Some(status) = &status {
-                console.set_last_check(status.clone());
+                console.set_last_check(app.clock.now(), status.clone());
             }
-            *console.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            drop(_running);
             let _ = done.send(Some(status));
         });
         verification
     }
 }
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console")
+            .field("sessions", &self.sessions)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("redirect_uri", &self.redirect_uri)
+            .field("origin", &self.origin)
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Clears [`Console::verifying`] when dropped.
+struct NotVerifying(Arc<Console>);
+
+impl Drop for NotVerifying {
+    fn drop(&mut self) {
+        *self.0.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// How long a finished verification of the chain answers the chain page:
+/// a full verification reads the whole trail, so pages (or another site's
+/// links) cannot keep one running without end. "Verify again" (a form,
+/// with its CSRF token) starts a new one.
+pub const REVERIFY_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// A verification of the chain under way: when it started, and its answer
 /// once there is one (`Some(None)`: the store could not be read).
@@ -174,13 +220,13 @@ pub struct Verification {
 pub const VERIFY_WAIT: Duration = Duration::from_secs(5);
 
 /// The console's routes, under `/ui`.
-pub fn router(console: Arc<Console>) -> Router<Arc<App>> {
+pub fn router(app: Arc<App>, console: Arc<Console>) -> Router<Arc<App>> {
     Router::new()
         .route("/ui", get(views::trail))
         .route("/ui/records/{seq}", get(views::record))
         .route("/ui/held", get(views::held))
         .route("/ui/person", get(views::person))
-        .route("/ui/chain", get(views::chain))
+        .route("/ui/chain", get(views::chain).post(views::verify_again))
         .route("/ui/charts", get(views::charts))
         .route("/ui/export", get(views::export))
         .route("/ui/deny", get(views::deny_list).post(views::deny_add))
@@ -190,8 +236,39 @@ pub fn router(console: Arc<Console>) -> Router<Arc<App>> {
         .route("/ui/logout", post(login::logout))
         .route("/ui/signed-out", get(page::signed_out))
         .route(page::STYLESHEET_PATH, get(page::stylesheet))
-        .layer(axum::middleware::from_fn(security_headers))
+        .route("/ui/{*rest}", any(page::not_found))
+        .layer(axum::middleware::from_fn_with_state(app, address_limit))
         .layer(axum::Extension(console))
+}
+
+/// Every console request counts against its client address's quota, the
+/// API's (`rate_limits.per_address_per_minute`): a flood of logins started
+/// (anyone can start one) or of views stops here, before any work.
+async fn address_limit(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let caller = match Caller::from_request_parts(&mut parts, &app).await {
+        Ok(caller) => caller,
+        Err(error) => return error.into_response(),
+    };
+    if let Some(address) = &caller.address_key
+        && let Err(retry) = app.settings().rate_limits.check_address(address)
+    {
+        app.metrics.count_rate_limited("address");
+        let mut record = caller.record(&app, event::AUDIT_QUERY);
+        record.details = serde_json::json!({"via": "console", "view": parts.uri.path()});
+        return refuse_rate(&app, record, retry, "this address").await;
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// A rate-limit refusal, recorded as the API records its own (aggregated
+/// per address), answered with the console's page.
+async fn refuse_rate(app: &App, record: crate::audit::AuditRecord, retry: Duration, who: &str) -> Response {
+    let error = deny(app, record, ApiError::rate_limited(retry, who)).await;
+    if error.error == talos_sso_api::ErrorCode::AuditUnavailable {
+        return page::unavailable();
+    }
+    page::rate_limited(retry)
 }
 
 /// The Content-Security-Policy of every console answer: nothing but this
@@ -199,9 +276,26 @@ pub fn router(console: Arc<Console>) -> Router<Arc<App>> {
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
      form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-async fn security_headers(request: Request, next: Next) -> Response {
+/// HSTS when the console is served over https: a year.
+const STRICT_TRANSPORT_SECURITY: &str = "max-age=31536000";
+
+/// The console's headers on every answer under `/ui`, whoever made it
+/// (a view, or the server's outer layers: a 405, a 413, a timeout). The
+/// outermost layer of the server's router.
+pub async fn security_headers(State(console): State<Arc<Console>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let under_ui = path == "/ui" || path.starts_with("/ui/");
     let mut response = next.run(request).await;
+    if !under_ui {
+        return response;
+    }
     let headers = response.headers_mut();
+    if console.origin.starts_with("https://") {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            axum::http::HeaderValue::from_static(STRICT_TRANSPORT_SECURITY),
+        );
+    }
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
@@ -241,9 +335,27 @@ pub struct Viewer {
     pub caller: Caller,
 }
 
+/// What a refusal of the viewer is recorded as.
+#[derive(Debug)]
+pub enum Refusal<'a> {
+    /// A view: `audit.query` (with the view), once per session, as the
+    /// API records each of its refusals for each request.
+    View,
+    /// A form's action (`deny.added`, `deny.removed`) with its details
+    /// (the target), each time, as the API records it; never for a form
+    /// without the session's CSRF token (another site's), which records
+    /// nothing.
+    Action {
+        event: &'static str,
+        details: Value,
+        csrf: &'a str,
+    },
+}
+
 /// The viewer of this request, allowed `need`; or the page to answer
-/// instead (sign in, ask for membership, blocked). A refusal is recorded
-/// once per session, as the API records each of its refusals.
+/// instead (sign in, too many requests, ask for membership, blocked).
+/// Every refusal is recorded as `refusal` says, with the API's codes
+/// (`not_an_auditor`, `not_an_admin`, `identity_denied`).
 pub async fn viewer(
     app: &App,
     console: &Console,
@@ -251,6 +363,7 @@ pub async fn viewer(
     caller: Caller,
     need: Need,
     here: &str,
+    refusal: Refusal<'_>,
 ) -> Result<Viewer, Response> {
     let Some((session_id, session)) =
         cookie(headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id).map(|s| (id.to_owned(), s)))
@@ -258,6 +371,18 @@ pub async fn viewer(
         return Err(page::sign_in(here));
     };
     let settings = app.settings();
+    // The audit API's quota per person holds here too: each view reads
+    // the trail as an API call does.
+    if let Err(retry) = settings
+        .rate_limits
+        .check_api_identity(&session.identity.qualified_subject())
+    {
+        app.metrics.count_rate_limited("api_identity");
+        let mut record = caller.record(app, event::AUDIT_QUERY);
+        with_identity(&mut record, &session.identity);
+        record.details = serde_json::json!({"via": "console", "view": here});
+        return Err(refuse_rate(app, record, retry, "you").await);
+    }
     let (auditor, admin) = (
         is_member(&settings.config.auditors, &session.identity),
         is_member(&settings.config.admins, &session.identity),
@@ -273,6 +398,42 @@ pub async fn viewer(
         admin,
         caller,
     };
+    if let Refusal::Action { csrf, .. } = &refusal
+        && let Some(page) = views::refused_form(console, headers, &viewer, csrf)
+    {
+        return Err(page);
+    }
+    // The refusal, recorded as `refusal` says; `once` names it in the
+    // session so that a view's is recorded once.
+    let refuse = |error: ApiError, once: String| {
+        let viewer = &viewer;
+        let refusal = &refusal;
+        async move {
+            let (event, details) = match refusal {
+                Refusal::View => {
+                    if !console.sessions.first_view(&viewer.session_id, &once) {
+                        return Ok(());
+                    }
+                    (
+                        event::AUDIT_QUERY,
+                        serde_json::json!({"via": "console", "view": here}),
+                    )
+                }
+                Refusal::Action { event, details, .. } => (*event, details.clone()),
+            };
+            let mut record = viewer.caller.record(app, event);
+            with_identity(&mut record, &viewer.session.identity);
+            record.details = details;
+            let answered = deny(app, record, error).await;
+            if answered.error == talos_sso_api::ErrorCode::AuditUnavailable {
+                if matches!(refusal, Refusal::View) {
+                    console.sessions.unrecord(&viewer.session_id, &once);
+                }
+                return Err(page::unavailable());
+            }
+            Ok(())
+        }
+    };
     if !allowed {
         let (list, code, what) = match need {
             Need::Auditor => (
@@ -286,17 +447,14 @@ pub async fn viewer(
                 "admins",
             ),
         };
-        if console
-            .sessions
-            .first_view(&viewer.session_id, &format!("refused {what}"))
-        {
-            let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
-            with_identity(&mut record, &viewer.session.identity);
-            record.details = serde_json::json!({"via": "console", "view": here});
-            let message = format!("the console needs membership in `{what}`");
-            let _ = deny(app, record, ApiError::new(code, message)).await;
-        }
-        return Err(page::membership(&viewer, what, list));
+        let message = format!("the console needs membership in `{what}`");
+        refuse(ApiError::new(code, message), format!("refused {what}")).await?;
+        return Err(page::membership(
+            Some(&viewer),
+            &viewer.session.identity.username,
+            what,
+            list,
+        ));
     }
     let identity = &viewer.session.identity;
     match app
@@ -306,7 +464,10 @@ pub async fn viewer(
         .await
     {
         Ok(false) => Ok(viewer),
-        Ok(true) => Err(page::blocked(&viewer)),
+        Ok(true) => {
+            refuse(super::privileged::identity_denied(), "refused blocked".into()).await?;
+            Err(page::blocked(&viewer))
+        }
         Err(_) => Err(page::unavailable()),
     }
 }
@@ -333,7 +494,22 @@ async fn extract(parts: &mut Parts, app: &Arc<App>, need: Need) -> Result<Viewer
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/ui".into());
-    viewer(app, &console, &parts.headers, caller, need, &here).await
+    if parts.method == axum::http::Method::GET && !fetched_here(&parts.headers) {
+        return Err(page::open_here(&here));
+    }
+    viewer(app, &console, &parts.headers, caller, need, &here, Refusal::View).await
+}
+
+/// Whether a view was asked for from the console itself or by the person
+/// (typed, bookmarked): `Sec-Fetch-Site` is `same-origin` or `none`. A
+/// view records, exports, verifies or computes; another site's link (the
+/// session cookie is SameSite=Lax, so it rides along) must do none of
+/// that. Browsers send the header; a request without it is treated as
+/// from elsewhere.
+fn fetched_here(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .is_some_and(|site| matches!(site.as_bytes(), b"same-origin" | b"none"))
 }
 
 impl FromRequestParts<Arc<App>> for Auditor {
@@ -394,4 +570,61 @@ pub fn members_of(list: &GroupList) -> Vec<String> {
         .map(|g| format!("group {g}"))
         .chain(list.app_roles.iter().map(|r| format!("app role {r}")))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[tokio::test]
+    async fn a_verification_that_panics_leaves_none_running() {
+        let yaml = format!(
+            "{}\nconsole: {{ enabled: true, public_url: \"https://sso.example.com\" }}\n",
+            crate::config::tests::MINIMAL
+        );
+        let config = crate::config::Config::from_yaml(&yaml).unwrap();
+        let console = Arc::new(Console::new(&config).unwrap().expect("the console is on"));
+        let (_done, answer) = tokio::sync::watch::channel(None);
+        *console.verifying.lock().unwrap() = Some(Verification {
+            started: time::OffsetDateTime::UNIX_EPOCH,
+            answer,
+        });
+        let held = console.clone();
+        let task = tokio::spawn(async move {
+            let _running = NotVerifying(held);
+            panic!("the store reader failed badly");
+        });
+        assert!(task.await.is_err(), "the task panicked");
+        assert!(
+            console.verifying.lock().unwrap().is_none(),
+            "the next page may start a verification"
+        );
+    }
+
+    #[test]
+    fn the_client_secret_is_never_printed() {
+        let dir = std::env::temp_dir().join(format!("console-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, "s3cr3t-value\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let yaml = format!(
+            "{}\nconsole: {{ enabled: true, public_url: \"https://sso.example.com\", client_secret_file: {} }}\n",
+            crate::config::tests::MINIMAL,
+            path.display()
+        );
+        let config = crate::config::Config::from_yaml(&yaml).unwrap();
+        let console = Console::new(&config).unwrap().expect("the console is on");
+        assert_eq!(
+            console.client_secret.as_deref().map(String::as_str),
+            Some("s3cr3t-value")
+        );
+        let shown = format!("{console:?}");
+        assert!(
+            !shown.contains("s3cr3t") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -108,17 +108,18 @@ pub async fn signed_out() -> Response {
 }
 
 /// Logged in, but not an auditor (or admin): whom to ask.
-pub fn membership(viewer: &Viewer, what: &str, list: &GroupList) -> Response {
+/// `viewer` is `None` at login, when no session was opened.
+pub fn membership(viewer: Option<&Viewer>, username: &str, what: &str, list: &GroupList) -> Response {
     let members = members_of(list);
     answer(
         StatusCode::FORBIDDEN,
         layout(
             "No access",
-            Some(viewer),
+            viewer,
             None,
             html! {
                 p.refusal {
-                    "You (" (viewer.session.identity.username) ") are not one of this server's " (what) ". "
+                    "You (" (username) ") are not one of this server's " (what) ". "
                     "Ask for membership in "
                     @if members.is_empty() { "a group the server names in `" (what) "` (none is configured)" }
                     @for (i, member) in members.iter().enumerate() {
@@ -144,6 +145,54 @@ pub fn blocked(viewer: &Viewer) -> Response {
             html! { p.refusal { "You are blocked on this server (deny list); ask the platform team." } },
         ),
     )
+}
+
+/// No such console page (the console's own fallback under `/ui/`).
+pub async fn not_found() -> Response {
+    answer(
+        StatusCode::NOT_FOUND,
+        layout(
+            "Not found",
+            None,
+            None,
+            html! { p { "There is no such console page. " a href="/ui" { "The trail" } } },
+        ),
+    )
+}
+
+/// A view asked for from another site: nothing done, a link to do it from
+/// here (`here` is this request's own path under `/ui`).
+pub fn open_here(here: &str) -> Response {
+    answer(
+        StatusCode::OK,
+        layout(
+            "Open this view",
+            None,
+            None,
+            html! {
+                p { "This link came from another site, so the console did nothing with it yet." }
+                p { a.button href=(here) { "Open this view" } }
+            },
+        ),
+    )
+}
+
+/// Too many requests from this address or this person: when to come back.
+pub fn rate_limited(retry: std::time::Duration) -> Response {
+    let seconds = retry.as_secs().max(1);
+    let mut response = answer(
+        StatusCode::TOO_MANY_REQUESTS,
+        layout(
+            "Too many requests",
+            None,
+            None,
+            html! { p.refusal { "Too many requests; try again in " (seconds) " seconds." } },
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+    response
 }
 
 /// The trail cannot be read or written now.

@@ -5,8 +5,9 @@
 //! on its own, under a cookie of its own until the identity provider sends
 //! the browser back.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
@@ -29,30 +30,96 @@ pub struct PendingLogin {
     pub verifier: String,
     /// The console page to return to (a path under `/ui`).
     pub return_to: String,
+    /// The client address that started it ([`crate::ratelimit::address_key`]):
+    /// room is made among one address's logins before anyone else's.
+    address: Option<String>,
     started: Instant,
 }
 
-/// A person logged in to the console.
+/// Logins in progress one client address may hold: its oldest makes room
+/// for its next, so a flood from one address pushes out only its own.
+pub const LOGINS_PER_ADDRESS: usize = 16;
+
+/// A person logged in to the console, as each request sees them: cheap to
+/// hand out (the identity is shared, not copied).
 #[derive(Debug, Clone)]
 pub struct Session {
-    /// Who logged in, as the ID token the server verified says; whether
-    /// they are an auditor or admin is decided again at every request,
-    /// under the configuration of the moment.
-    pub identity: VerifiedIdentity,
+    /// Who logged in, as the ID token the server verified says (its
+    /// groups as at login); whether they are an auditor or admin is
+    /// decided from them at every request, under the configuration of the
+    /// moment.
+    pub identity: Arc<VerifiedIdentity>,
     /// Sent back with every form; a POST without it is refused.
     pub csrf: String,
+}
+
+/// A session as held: what requests see, and what only the holder keeps.
+#[derive(Debug)]
+struct Held {
+    session: Session,
     /// The views already recorded in the trail in this session (one
     /// `audit.query` record per view and filter, not per request).
-    pub recorded: HashSet<String>,
+    recorded: Recorded,
     started: Instant,
     last_seen: Instant,
 }
+
+/// Views recorded in one session, bounded: a hash of each (not its text),
+/// at most [`RECORDED_MAX`]; past that the oldest is forgotten (its view
+/// would be recorded once more, which is harmless).
+#[derive(Debug, Default)]
+struct Recorded {
+    seen: HashSet<u64>,
+    order: VecDeque<u64>,
+    hasher: std::hash::RandomState,
+}
+
+/// Views one session remembers having recorded.
+pub const RECORDED_MAX: usize = 4096;
+
+impl Recorded {
+    fn key(&self, view: &str) -> u64 {
+        self.hasher.hash_one(view)
+    }
+
+    /// False when `view` was recorded already.
+    fn insert(&mut self, view: &str) -> bool {
+        let key = self.key(view);
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        while self.order.len() > RECORDED_MAX {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    fn remove(&mut self, view: &str) {
+        let key = self.key(view);
+        if self.seen.remove(&key) {
+            self.order.retain(|k| *k != key);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+/// Sessions one person may hold at once (browsers, machines): their
+/// least recently used makes room for their next, so nobody's logins push
+/// out anyone else's.
+pub const SESSIONS_PER_SUBJECT: usize = 5;
 
 /// Every session and login in progress, each kind bounded on its own: a
 /// flood of logins started (anyone can start one) never pushes out the
 /// sessions of people signed in.
 pub struct Sessions {
-    active: Mutex<HashMap<String, Session>>,
+    active: Mutex<HashMap<String, Held>>,
     logins: Mutex<HashMap<String, PendingLogin>>,
     max: usize,
     idle: Duration,
@@ -71,29 +138,6 @@ fn locked<V>(map: &Mutex<HashMap<String, V>>) -> std::sync::MutexGuard<'_, HashM
     map.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Make room for one more in `map` (at most `max`): ended entries go, then
-/// the oldest.
-fn make_room<V>(
-    map: &mut HashMap<String, V>,
-    max: usize,
-    live: impl Fn(&V) -> bool,
-    started: impl Fn(&V) -> Instant,
-) {
-    if map.len() >= max {
-        map.retain(|_, v| live(v));
-    }
-    while map.len() >= max {
-        let Some(oldest) = map
-            .iter()
-            .min_by_key(|(_, v)| started(v))
-            .map(|(id, _)| id.clone())
-        else {
-            break;
-        };
-        map.remove(&oldest);
-    }
-}
-
 impl Sessions {
     pub fn new(max: usize, idle: Duration, lifetime: Duration) -> Self {
         Self {
@@ -105,30 +149,56 @@ impl Sessions {
         }
     }
 
-    fn session_live(&self, session: &Session, now: Instant) -> bool {
+    fn session_live(&self, session: &Held, now: Instant) -> bool {
         now.duration_since(session.last_seen) < self.idle
             && now.duration_since(session.started) < self.lifetime
     }
 
-    /// A new login in progress: its id (for [`LOGIN_COOKIE`]) and what the
-    /// authorization request carries.
-    pub fn start_login(&self, return_to: String) -> Result<(String, PendingLogin), RandomError> {
+    /// A new login in progress from `address`: its id (for
+    /// [`LOGIN_COOKIE`]) and what the authorization request carries. Room
+    /// is made first among `address`'s own (at most
+    /// [`LOGINS_PER_ADDRESS`]); when every place is taken, the address
+    /// holding the most gives up its oldest: a flood evicts the flooder's.
+    pub fn start_login(
+        &self,
+        return_to: String,
+        address: Option<String>,
+    ) -> Result<(String, PendingLogin), RandomError> {
+        let now = Instant::now();
         let pending = PendingLogin {
             state: random_hex(16)?,
             nonce: random_hex(16)?,
             verifier: random_hex(32)?,
             return_to,
-            started: Instant::now(),
+            address,
+            started: now,
         };
         let id = random_hex(32)?;
-        let now = Instant::now();
         let mut logins = locked(&self.logins);
-        make_room(
-            &mut logins,
-            self.max,
-            |p| now.duration_since(p.started) < LOGIN_TIMEOUT,
-            |p| p.started,
-        );
+        logins.retain(|_, p| now.duration_since(p.started) < LOGIN_TIMEOUT);
+        let own = logins.values().filter(|p| p.address == pending.address).count();
+        let giver = if own >= LOGINS_PER_ADDRESS.min(self.max) {
+            Some(pending.address.clone())
+        } else if logins.len() >= self.max {
+            let mut held: HashMap<&Option<String>, usize> = HashMap::new();
+            for p in logins.values() {
+                *held.entry(&p.address).or_default() += 1;
+            }
+            held.into_iter()
+                .max_by_key(|(_, n)| *n)
+                .map(|(address, _)| address.clone())
+        } else {
+            None
+        };
+        if let Some(giver) = giver
+            && let Some(oldest) = logins
+                .iter()
+                .filter(|(_, p)| p.address == giver)
+                .min_by_key(|(_, p)| p.started)
+                .map(|(id, _)| id.clone())
+        {
+            logins.remove(&oldest);
+        }
         logins.insert(id.clone(), pending.clone());
         Ok((id, pending))
     }
@@ -140,24 +210,41 @@ impl Sessions {
             .filter(|p| p.started.elapsed() < LOGIN_TIMEOUT)
     }
 
-    /// A session for `identity`: its id, for [`SESSION_COOKIE`].
+    /// A session for `identity`: its id, for [`SESSION_COOKIE`]. Room is
+    /// made among the person's own first (at most
+    /// [`SESSIONS_PER_SUBJECT`]); when every place is taken, the session
+    /// least recently used gives way, not the oldest.
     pub fn open(&self, identity: VerifiedIdentity) -> Result<String, RandomError> {
         let now = Instant::now();
-        let session = Session {
-            identity,
-            csrf: random_hex(32)?,
-            recorded: HashSet::new(),
+        let subject = identity.qualified_subject();
+        let session = Held {
+            session: Session {
+                identity: Arc::new(identity),
+                csrf: random_hex(32)?,
+            },
+            recorded: Recorded::default(),
             started: now,
             last_seen: now,
         };
         let id = random_hex(32)?;
         let mut active = locked(&self.active);
-        make_room(
-            &mut active,
-            self.max,
-            |s| self.session_live(s, now),
-            |s| s.started,
-        );
+        active.retain(|_, s| self.session_live(s, now));
+        let own = |s: &Held| s.session.identity.qualified_subject() == subject;
+        let theirs = active.values().filter(|s| own(s)).count();
+        let unused = if theirs >= SESSIONS_PER_SUBJECT {
+            active
+                .iter()
+                .filter(|(_, s)| own(s))
+                .min_by_key(|(_, s)| s.last_seen)
+        } else if active.len() >= self.max {
+            active.iter().min_by_key(|(_, s)| s.last_seen)
+        } else {
+            None
+        }
+        .map(|(id, _)| id.clone());
+        if let Some(unused) = unused {
+            active.remove(&unused);
+        }
         active.insert(id.clone(), session);
         Ok(id)
     }
@@ -170,7 +257,7 @@ impl Sessions {
         match active.get_mut(id) {
             Some(session) if self.session_live(session, now) => {
                 session.last_seen = now;
-                Some(session.clone())
+                Some(session.session.clone())
             }
             Some(_) => {
                 active.remove(id);
@@ -185,7 +272,7 @@ impl Sessions {
     pub fn first_view(&self, id: &str, view: &str) -> bool {
         locked(&self.active)
             .get_mut(id)
-            .is_some_and(|session| session.recorded.insert(view.to_owned()))
+            .is_some_and(|session| session.recorded.insert(view))
     }
 
     /// Forget that `view` was recorded (its record could not be written).
@@ -265,7 +352,7 @@ mod tests {
     #[test]
     fn sessions_are_bounded_and_a_login_is_used_once() {
         let sessions = Sessions::new(2, Duration::from_secs(60), Duration::from_secs(600));
-        let (login, pending) = sessions.start_login("/ui".into()).unwrap();
+        let (login, pending) = sessions.start_login("/ui".into(), None).unwrap();
         assert_eq!(pending.verifier.len(), 64);
         assert!(sessions.take_login(&login).is_some());
         assert!(sessions.take_login(&login).is_none(), "a login is taken once");
@@ -273,7 +360,7 @@ mod tests {
         let b = sessions.open(identity()).unwrap();
         let c = sessions.open(identity()).unwrap();
         assert_eq!(sessions.len(), 2);
-        assert!(sessions.get(&a).is_none(), "the oldest made room");
+        assert!(sessions.get(&a).is_none(), "the least recently used made room");
         assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
         // A session id is never a login in progress.
         assert!(sessions.take_login(&b).is_none());
@@ -284,9 +371,90 @@ mod tests {
         assert!(sessions.first_view(&b, "trail?x"));
         // A flood of logins started pushes out logins, never sessions.
         for _ in 0..10 {
-            sessions.start_login("/ui".into()).unwrap();
+            sessions.start_login("/ui".into(), None).unwrap();
         }
         assert!(sessions.get(&b).is_some() && sessions.get(&c).is_some());
+    }
+
+    #[test]
+    fn a_flood_of_logins_from_one_address_pushes_out_only_its_own() {
+        let sessions = Sessions::new(40, Duration::from_secs(60), Duration::from_secs(600));
+        let mine = |n: usize| Some(format!("198.51.100.{n}"));
+        let others: Vec<String> = (0..20)
+            .map(|n| sessions.start_login("/ui".into(), mine(n)).unwrap().0)
+            .collect();
+        for _ in 0..1000 {
+            sessions
+                .start_login("/ui".into(), Some("203.0.113.66".into()))
+                .unwrap();
+        }
+        let flood = locked(&sessions.logins)
+            .values()
+            .filter(|p| p.address.as_deref() == Some("203.0.113.66"))
+            .count();
+        assert_eq!(flood, LOGINS_PER_ADDRESS);
+        for id in &others {
+            assert!(sessions.take_login(id).is_some(), "another address's login stays");
+        }
+        // Full of many addresses' logins: the one holding most gives way.
+        for n in 0..40 {
+            sessions.start_login("/ui".into(), mine(100 + n % 20)).unwrap();
+        }
+        let flood = locked(&sessions.logins)
+            .values()
+            .filter(|p| p.address.as_deref() == Some("203.0.113.66"))
+            .count();
+        assert!(flood < LOGINS_PER_ADDRESS, "{flood}");
+        assert!(locked(&sessions.logins).len() <= 40);
+    }
+
+    fn someone(subject: &str) -> VerifiedIdentity {
+        VerifiedIdentity {
+            subject: subject.into(),
+            ..identity()
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_session_makes_room_and_each_person_holds_few() {
+        let sessions = Sessions::new(3, Duration::from_secs(60), Duration::from_secs(600));
+        let a = sessions.open(someone("a")).unwrap();
+        let b = sessions.open(someone("b")).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(sessions.get(&a).is_some(), "a is used again");
+        let c = sessions.open(someone("c")).unwrap();
+        let d = sessions.open(someone("d")).unwrap();
+        assert!(sessions.get(&b).is_none(), "b was used least recently");
+        assert!(sessions.get(&a).is_some() && sessions.get(&c).is_some() && sessions.get(&d).is_some());
+
+        // One person's many logins push out only their own sessions.
+        let sessions = Sessions::new(100, Duration::from_secs(60), Duration::from_secs(600));
+        let others: Vec<String> = (0..20)
+            .map(|n| sessions.open(someone(&format!("other-{n}"))).unwrap())
+            .collect();
+        let first = sessions.open(someone("many")).unwrap();
+        for _ in 0..200 {
+            sessions.open(someone("many")).unwrap();
+        }
+        assert_eq!(sessions.len(), 20 + SESSIONS_PER_SUBJECT);
+        assert!(sessions.get(&first).is_none());
+        assert!(others.iter().all(|id| sessions.get(id).is_some()));
+    }
+
+    #[test]
+    fn a_session_remembers_a_bounded_number_of_views() {
+        let sessions = Sessions::new(2, Duration::from_secs(60), Duration::from_secs(600));
+        let id = sessions.open(identity()).unwrap();
+        for n in 0..RECORDED_MAX + 100 {
+            assert!(sessions.first_view(&id, &format!("trail {n}")));
+        }
+        let held = |f: &dyn Fn(&Held)| f(&locked(&sessions.active)[&id]);
+        held(&|h| assert_eq!(h.recorded.len(), RECORDED_MAX));
+        assert!(!sessions.first_view(&id, &format!("trail {}", RECORDED_MAX + 99)));
+        assert!(sessions.first_view(&id, "trail 0"), "the oldest was forgotten");
+        // What a request gets shares the identity instead of copying it.
+        let (a, b) = (sessions.get(&id).unwrap(), sessions.get(&id).unwrap());
+        assert!(Arc::ptr_eq(&a.identity, &b.identity));
     }
 
     #[test]

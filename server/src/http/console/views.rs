@@ -21,6 +21,7 @@ use crate::app::App;
 use crate::audit::store::{AuditFilter, AuditStore};
 use crate::audit::{event, format_micros, outcome, text};
 use crate::http::audit::filter as audit_filter;
+use crate::http::caller::Caller;
 use crate::http::deny;
 
 /// Records on one page of the trail.
@@ -564,17 +565,51 @@ pub async fn person(
     )
 }
 
-/// `GET /ui/chain`: verify the whole chain now, against the checkpoints.
+/// `GET /ui/chain`: the chain's status, verified within the last
+/// [`super::REVERIFY_AFTER`] or now.
 pub async fn chain(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
     Auditor(viewer): Auditor,
 ) -> Response {
+    chain_status(&app, &console, &viewer, false).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CsrfForm {
+    pub csrf: String,
+}
+
+/// `POST /ui/chain`: verify again now (one verification at a time still).
+pub async fn verify_again(
+    State(app): State<Arc<App>>,
+    Extension(console): Extension<Arc<Console>>,
+    Auditor(viewer): Auditor,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<CsrfForm>,
+) -> Response {
+    if forged(&console, &headers, &form.csrf, &viewer.session.csrf) {
+        let body = html! { p.refusal { "This form did not come from this console page (CSRF); reload it and try again." } };
+        return page::show(StatusCode::FORBIDDEN, "Chain status", &viewer, None, body);
+    }
+    chain_status(&app, &console, &viewer, true).await
+}
+
+/// The chain page: the last verification when younger than
+/// [`super::REVERIFY_AFTER`] (unless asked `again`), else the running one.
+async fn chain_status(app: &Arc<App>, console: &Arc<Console>, viewer: &Viewer, again: bool) -> Response {
     let details = json!({"action": "verify", "view": "chain"});
-    if let Err(page) = record_view(&app, &console, &viewer, &view_key("chain", &details), details).await {
+    if let Err(page) = record_view(app, console, viewer, &view_key("chain", &details), details).await {
         return page;
     }
-    let mut verification = console.verification(&app);
+    if !again
+        && let Some((at, last)) = console.last_checked()
+        && app.clock.now() - at < super::REVERIFY_AFTER
+    {
+        return chain_page(viewer, &last, Some(at), None);
+    }
+    let mut verification = console.verification(app);
     let finished =
         tokio::time::timeout(super::VERIFY_WAIT, verification.answer.wait_for(Option::is_some)).await;
     let status = match finished {
@@ -583,9 +618,9 @@ pub async fn chain(
             None => return page::unavailable(),
         },
         // Still running: the last verification that finished, if any.
-        _ => match console.last_check() {
-            Some(last) => {
-                return chain_page(&viewer, &last, Some(verification.started));
+        _ => match console.last_checked() {
+            Some((at, last)) => {
+                return chain_page(viewer, &last, Some(at), Some(verification.started));
             }
             None => {
                 let body = html! {
@@ -594,23 +629,32 @@ pub async fn chain(
                         a href="/ui/chain" { "Reload" } " for the answer."
                     }
                 };
-                return page::show(StatusCode::OK, "Chain status", &viewer, None, body);
+                return page::show(StatusCode::OK, "Chain status", viewer, None, body);
             }
         },
     };
-    chain_page(&viewer, &status, None)
+    let at = console.last_checked().map(|(at, _)| at);
+    chain_page(viewer, &status, at, None)
 }
 
-/// The chain page for `status`; `running` when a newer verification,
-/// started then, has not finished.
+/// The chain page for `status` (verified at `verified_at`); `running`
+/// when a newer verification, started then, has not finished.
 fn chain_page(
     viewer: &Viewer,
     status: &talos_sso_api::ChainStatus,
+    verified_at: Option<time::OffsetDateTime>,
     running: Option<time::OffsetDateTime>,
 ) -> Response {
     let body = html! {
         @if let Some(started) = running {
             p.notice { "A verification started " (format_micros(started)) " is still running; this is the last one that finished. " a href="/ui/chain" { "Reload" } }
+        }
+        @if let Some(at) = verified_at {
+            p.muted { "Verified at " span.verified-at { (format_micros(at)) } "." }
+        }
+        form method="post" action="/ui/chain" {
+            input type="hidden" name="csrf" value=(viewer.session.csrf);
+            button type="submit" { "Verify again" }
         }
         @if status.intact {
             p.ok { strong { "The chain verifies." } " " (status.verified) " records recomputed, from record 1 to " (status.last_seq) "." }
@@ -781,24 +825,33 @@ const PALETTE: [&str; 8] = [
     "#0b5cad", "#1a7f37", "#bf8700", "#8250df", "#cf222e", "#1b7c83", "#6e7781", "#bc4c00",
 ];
 
-/// The segments of `bucket`'s bar, stacked up from `base`: series, count,
-/// top and height.
-fn stack<'a>(counts: &'a Counts, bucket: &str, base: f64, scale: f64) -> Vec<(&'a str, i64, f64, f64)> {
+/// The longest window the charts draw per hour, and per day: beyond them
+/// a chart is unreadable and its counting costs the server for nothing.
+pub const CHART_HOURS_MAX: time::Duration = time::Duration::days(14);
+pub const CHART_DAYS_MAX: time::Duration = time::Duration::days(400);
+
+/// The segments of a bucket's bar (its series and counts), stacked up from
+/// `base`: series, count, top and height.
+fn stack<'a>(segments: &[(&'a str, i64)], base: f64, scale: f64) -> Vec<(&'a str, i64, f64, f64)> {
     let mut top = base;
-    counts
+    segments
         .iter()
-        .filter(|(b, _, _)| b == bucket)
-        .map(|(_, s, n)| {
+        .map(|(s, n)| {
             let h = *n as f64 * scale;
             top -= h;
-            (s.as_str(), *n, top, h)
+            (*s, *n, top, h)
         })
         .collect()
 }
 
 /// Stacked bars, one per bucket, one colour per series, as inline SVG.
 fn bar_chart(counts: &Counts) -> Markup {
-    let buckets: BTreeSet<&str> = counts.iter().map(|(b, _, _)| b.as_str()).collect();
+    // Grouped once: each bar reads its own segments, not every count.
+    let mut by_bucket: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
+    for (b, s, n) in counts {
+        by_bucket.entry(b.as_str()).or_default().push((s.as_str(), *n));
+    }
+    let buckets: Vec<(&str, &Vec<(&str, i64)>)> = by_bucket.iter().map(|(b, v)| (*b, v)).collect();
     let series: BTreeSet<&str> = counts.iter().map(|(_, s, _)| s.as_str()).collect();
     let colour = |s: &str| PALETTE[series.iter().position(|x| *x == s).unwrap_or(0) % PALETTE.len()];
     let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
@@ -816,9 +869,9 @@ fn bar_chart(counts: &Counts) -> Markup {
             line x1=(left) y1=(height - bottom) x2=(width) y2=(height - bottom) stroke="#57606a" {}
             text x="4" y="14" font-size="11" fill="#57606a" { (max as i64) }
             text x="4" y=(height - bottom) font-size="11" fill="#57606a" { "0" }
-            @for (i, bucket) in buckets.iter().enumerate() {
+            @for (i, (bucket, segments)) in buckets.iter().enumerate() {
                 @let x = left + i as f64 * slot + (slot - bar) / 2.0;
-                @for (s, n, top, h) in stack(counts, bucket, height - bottom, scale) {
+                @for (s, n, top, h) in stack(segments, height - bottom, scale) {
                     rect x=(format!("{x:.1}")) y=(format!("{top:.1}")) width=(format!("{bar:.1}")) height=(format!("{h:.1}")) fill=(colour(s)) {
                         title { (bucket) " " (s) ": " (n) }
                     }
@@ -860,6 +913,22 @@ pub async fn charts(
             "`since` is not an RFC 3339 time or a duration back from now",
         );
     };
+    let (longest, per) = if hourly {
+        (CHART_HOURS_MAX, "hour")
+    } else {
+        (CHART_DAYS_MAX, "day")
+    };
+    if app.clock.now() - since > longest {
+        return invalid(
+            &viewer,
+            broken.as_ref(),
+            "Charts",
+            &format!(
+                "a chart per {per} covers at most {} days: choose a later `since`",
+                longest.whole_days()
+            ),
+        );
+    }
     let details = json!({"action": "list", "view": "charts", "filter": {"since": since_text, "by": if hourly { "hour" } else { "day" }}});
     if let Err(page) = record_view(&app, &console, &viewer, &view_key("charts", &details), details).await {
         return page;
@@ -1155,7 +1224,12 @@ pub(super) fn forged(console: &Console, headers: &HeaderMap, csrf: &str, session
 
 /// Whether a deny-list form came from the console (its CSRF token and
 /// origin): `None`, or the page saying it did not.
-fn refused_form(console: &Console, headers: &HeaderMap, viewer: &Viewer, csrf: &str) -> Option<Response> {
+pub(super) fn refused_form(
+    console: &Console,
+    headers: &HeaderMap,
+    viewer: &Viewer,
+    csrf: &str,
+) -> Option<Response> {
     if forged(console, headers, csrf, &viewer.session.csrf) {
         return Some(page::show(
             StatusCode::FORBIDDEN,
@@ -1193,22 +1267,76 @@ pub enum Change {
 pub async fn deny_add(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
-    Admin(viewer): Admin,
+    caller: Caller,
     headers: HeaderMap,
     axum::Form(form): axum::Form<DenyForm>,
 ) -> Response {
-    deny_change(&app, &console, viewer, &headers, form, Change::Add).await
+    deny_form(&app, &console, caller, &headers, form, Change::Add).await
 }
 
 /// `POST /ui/deny/remove`: remove entries (recorded).
 pub async fn deny_remove(
     State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
-    Admin(viewer): Admin,
+    caller: Caller,
     headers: HeaderMap,
     axum::Form(form): axum::Form<DenyForm>,
 ) -> Response {
-    deny_change(&app, &console, viewer, &headers, form, Change::Remove).await
+    deny_form(&app, &console, caller, &headers, form, Change::Remove).await
+}
+
+/// A deny-list form: an admin's change; anyone else's refusal recorded as
+/// the API records it, `deny.added` or `deny.removed` with the target.
+async fn deny_form(
+    app: &App,
+    console: &Console,
+    caller: Caller,
+    headers: &HeaderMap,
+    form: DenyForm,
+    change: Change,
+) -> Response {
+    let request = form.request(app.clock.now());
+    let (event, mut details) =
+        match change {
+            Change::Add => (
+                event::DENY_ADDED,
+                request
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| deny::addition(r).ok())
+                    .map(|a| deny::addition_details(&a)),
+            ),
+            Change::Remove => (
+                event::DENY_REMOVED,
+                request.as_ref().ok().and_then(|r| deny::target(r).ok()).map(
+                    |(subject, username)| json!({"target_subject": subject, "target_username": username}),
+                ),
+            ),
+        };
+    let details = details.get_or_insert_with(|| {
+        let some = |v: &str| (!v.trim().is_empty()).then(|| text::clean_field(v.trim()));
+        json!({"target_subject": some(&form.subject), "target_username": some(&form.username)})
+    });
+    details["via"] = "console".into();
+    let refusal = super::Refusal::Action {
+        event,
+        details: details.clone(),
+        csrf: &form.csrf,
+    };
+    match super::viewer(
+        app,
+        console,
+        headers,
+        caller,
+        super::Need::Admin,
+        "/ui/deny",
+        refusal,
+    )
+    .await
+    {
+        Ok(viewer) => deny_change(app, console, viewer, headers, form, change).await,
+        Err(page) => page,
+    }
 }
 
 async fn deny_change(
