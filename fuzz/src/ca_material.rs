@@ -93,7 +93,7 @@ pub fn run(data: &[u8]) {
     );
     let _ = ca.summary(now);
     let bundle = ca.trust_bundle_pem();
-    let trusted = parse_certificates(&bundle, "trust bundle")
+    let trusted = parse_certificates(bundle, "trust bundle")
         .unwrap_or_else(|e| panic!("the trust bundle does not read back: {e}"));
     assert_eq!(
         trusted[0].der,
