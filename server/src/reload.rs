@@ -45,14 +45,18 @@ impl Trigger {
     }
 }
 
-/// The sections a reload applies; every other section takes a restart.
+/// The sections a reload applies besides the clusters (which are compared
+/// one by one); every other section takes a restart.
+const RELOADED_BESIDES_CLUSTERS: [&str; 4] = ["policy_examples", "auditors", "admins", "rate_limits"];
+
+/// Every section a reload applies.
 pub const RELOADED_SECTIONS: [&str; 6] = [
     "clusters",
     "clusters_dir",
-    "policy_examples",
-    "auditors",
-    "admins",
-    "rate_limits",
+    RELOADED_BESIDES_CLUSTERS[0],
+    RELOADED_BESIDES_CLUSTERS[1],
+    RELOADED_BESIDES_CLUSTERS[2],
+    RELOADED_BESIDES_CLUSTERS[3],
 ];
 
 /// Reloads so far, for the metrics.
@@ -317,7 +321,7 @@ fn changes(running: &Config, current: &Settings, new: &Config, clusters: &crate:
         })
         .map(|name| name.to_string())
         .collect();
-    let sections_changed = ["policy_examples", "auditors", "admins", "rate_limits"]
+    let sections_changed = RELOADED_BESIDES_CLUSTERS
         .into_iter()
         .filter(|section| running.document.get(section) != new.document.get(section))
         .map(str::to_owned)

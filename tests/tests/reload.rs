@@ -512,3 +512,34 @@ async fn sighup_during_start_is_not_fatal() {
     let _ = child.wait();
     env.finish().await;
 }
+
+/// A server given its configuration as text has no file to read again: a
+/// reload is refused, counted and recorded, and nothing changes.
+#[tokio::test]
+async fn a_server_without_a_configuration_file_refuses_to_reload() {
+    use talos_sso_server::reload::{ReloadError, Trigger};
+    let env = TestEnv::start(Backend::Sqlite).await;
+    let refused = env.server.app.reload(Trigger::Signal).await;
+    assert!(matches!(refused, Err(ReloadError::NoSource)), "{refused:?}");
+    let text = env.metrics().await;
+    assert_eq!(
+        metric(&text, "talos_sso_config_reloads_total{result=\"failed\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, "talos_sso_config_last_reload_successful"),
+        Some(0.0)
+    );
+    let records = reload_records(&env).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].record.details["trigger"], "signal");
+    assert!(
+        records[0].record.details["error"]
+            .as_str()
+            .unwrap()
+            .contains("not started from a configuration file"),
+        "{records:?}"
+    );
+    assert_eq!(ask(&env, "bob@example.com", "prod", &[]).await.0, 201);
+    env.finish().await;
+}
