@@ -205,7 +205,9 @@ async fn finish(
     let body: serde_json::Value = answer.json().await.unwrap_or_default();
     if !status.is_success() {
         // The provider's error code and description only: no token here.
-        tracing::warn!(target: "talos_sso::console", status = status.as_u16(), error = %body["error"], "the code was not redeemed");
+        // The provider's answer is outside text: escaped and bounded in the log.
+        let error = crate::audit::text::clean_field(body["error"].as_str().unwrap_or("no error code"));
+        tracing::warn!(target: "talos_sso::console", status = status.as_u16(), error = %error, "the code was not redeemed");
         return Err(format!(
             "The identity provider did not redeem the login ({}): {}",
             crate::audit::text::clean_field(body["error"].as_str().unwrap_or("no error code")),
