@@ -205,12 +205,45 @@ impl ConfigSource {
 
     /// Read the file again, with the same overrides.
     pub fn load(&self) -> Result<Config, ConfigError> {
-        Config::load_with_env(&self.path, self.overrides.clone())
+        self.snapshot()?.load()
     }
 
-    /// The digest of the files as they are now (see [`Config::fingerprint`]).
-    pub fn fingerprint(&self) -> Result<String, ConfigError> {
-        Ok(Files::read(&self.path, &self.overrides)?.fingerprint())
+    /// The configuration's files as they are now, read once: what is
+    /// compared and what is loaded are the same text.
+    pub fn snapshot(&self) -> Result<Snapshot, ConfigError> {
+        Ok(Snapshot {
+            files: Files::read(&self.path, &self.overrides)?,
+            source: self.clone(),
+        })
+    }
+}
+
+/// The configuration's files as read at one moment (see
+/// [`ConfigSource::snapshot`]).
+pub struct Snapshot {
+    files: Files,
+    source: ConfigSource,
+}
+
+/// Names the files by their digest, never their text.
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("source", &self.source)
+            .field("fingerprint", &self.fingerprint())
+            .finish()
+    }
+}
+
+impl Snapshot {
+    /// The digest of these files (see [`Config::fingerprint`]).
+    pub fn fingerprint(&self) -> String {
+        self.files.fingerprint()
+    }
+
+    /// The configuration these files hold.
+    pub fn load(self) -> Result<Config, ConfigError> {
+        Config::from_files(&self.source.path, self.files, self.source.overrides)
     }
 }
 
@@ -943,6 +976,10 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let overrides = document::overrides(env);
         let files = Files::read(path, &overrides)?;
+        Self::from_files(path, files, overrides)
+    }
+
+    fn from_files(path: &Path, files: Files, overrides: Vec<(String, String)>) -> Result<Self, ConfigError> {
         let mut config = Self::typed(files.document.clone(), &files.clusters, &overrides)?;
         config.fingerprint = files.fingerprint();
         config.source = Some(ConfigSource {
@@ -1743,8 +1780,18 @@ rules = [ { users = ["alice"], roles = ["os:reader"] } ]
         )
         .unwrap();
         let source = config.source.clone().unwrap();
-        assert_ne!(source.fingerprint().unwrap(), fingerprint);
+        let snapshot = source.snapshot().unwrap();
+        assert_ne!(snapshot.fingerprint(), fingerprint);
         assert_eq!(source.load().unwrap().clusters["lab"].endpoints, ["10.0.0.3"]);
+        // A snapshot loads what it read, whatever the files hold since.
+        std::fs::write(
+            dir.join("clusters.d/lab.toml"),
+            "endpoints = [\"10.0.0.4\"]\nca = { cert_file = \"/ca.crt\", key_file = \"/ca.key\" }\n",
+        )
+        .unwrap();
+        let loaded = snapshot.load().unwrap();
+        assert_eq!(loaded.clusters["lab"].endpoints, ["10.0.0.3"]);
+        assert_ne!(loaded.fingerprint, source.snapshot().unwrap().fingerprint());
         std::fs::create_dir(dir.join("elsewhere")).unwrap();
         let moved = Config::load_with_env(&yaml, env(&[("TALOS_SSO__CLUSTERS_DIR", "elsewhere")])).unwrap();
         assert!(!moved.clusters.contains_key("lab"));

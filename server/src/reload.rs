@@ -25,7 +25,7 @@ use talos_sso_api::audit::{AuditRecord, event, outcome};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::app::{App, Settings};
-use crate::config::{Config, ConfigError, ConfigSource};
+use crate::config::{Config, ConfigError, ConfigSource, Snapshot};
 
 /// What made the server read its configuration again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,17 +123,30 @@ impl App {
     /// server runs; refused as a whole, with the running configuration
     /// kept, when any of it fails. Every attempt is recorded and counted.
     pub async fn reload(&self, trigger: Trigger) -> Result<Changes, ReloadError> {
-        let result = self.attempt_reload(trigger).await;
+        let result = self.attempt_reload(trigger, None).await;
+        self.report_reload(trigger, &result).await;
+        result
+    }
+
+    /// As [`App::reload`], from the files as `snapshot` read them, whatever
+    /// they hold now.
+    pub async fn reload_from(&self, trigger: Trigger, snapshot: Snapshot) -> Result<Changes, ReloadError> {
+        let result = self.attempt_reload(trigger, Some(Ok(snapshot))).await;
         self.report_reload(trigger, &result).await;
         result
     }
 
     /// Read and apply the configuration; nothing is logged or counted (but
-    /// an applied configuration is recorded before it serves).
-    async fn attempt_reload(&self, trigger: Trigger) -> Result<Changes, ReloadError> {
+    /// an applied configuration is recorded before it serves). From the
+    /// files as `read` has them, or as they are now.
+    async fn attempt_reload(
+        &self,
+        trigger: Trigger,
+        read: Option<Result<Snapshot, ConfigError>>,
+    ) -> Result<Changes, ReloadError> {
         let current = self.settings();
         match &current.config.source {
-            Some(source) => self.try_reload(&current, source, trigger).await,
+            Some(source) => self.try_reload(&current, source, trigger, read).await,
             None => Err(ReloadError::NoSource),
         }
     }
@@ -182,11 +195,12 @@ impl App {
         current: &Settings,
         source: &ConfigSource,
         trigger: Trigger,
+        read: Option<Result<Snapshot, ConfigError>>,
     ) -> Result<Changes, ReloadError> {
         // Files, CA material and PKCS#11 logins block: off the runtime.
         let (source, now) = (source.clone(), self.clock.now());
         let (new, clusters, warnings) = tokio::task::spawn_blocking(move || {
-            let new = source.load()?;
+            let new = read.unwrap_or_else(|| source.snapshot())?.load()?;
             let (clusters, warnings) = crate::app::load_clusters(&new, now)?;
             Ok::<_, ReloadError>((new, clusters, warnings))
         })
@@ -349,15 +363,16 @@ fn changes(running: &Config, current: &Settings, new: &Config, clusters: &crate:
 
 /// Reload on SIGHUP, and when the configuration's files change: checked
 /// every `interval` (zero: on SIGHUP only), applied once the same change
-/// has been seen at two checks in a row (a file written in place is not
-/// read half-written). A change that cannot be applied is tried again at
+/// has been seen at two checks in a row, and only if what is then read is
+/// what was seen (a file written in place is not read half-written; a
+/// failure while the files moved on is not reported). A change that cannot be applied is tried again at
 /// every check (a Secret that arrives after its ConfigMap, a database
 /// that was away), but reported (logged, counted, recorded) once for the
 /// same files and the same error. Ends with the app.
 ///
 /// `loaded` is the state of the files the running configuration was read
 /// from ([`loaded_state`], taken before its CA material was read).
-pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> tokio::task::JoinHandle<()> {
+pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: WatchState) -> tokio::task::JoinHandle<()> {
     let weak = Arc::downgrade(app);
     tokio::spawn(async move {
         let mut hangups = match signal(SignalKind::hangup()) {
@@ -370,8 +385,8 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> toki
             }
         };
         let mut applied = loaded;
-        let mut seen_once: Option<String> = None;
-        let mut reported: Option<(String, String)> = None;
+        let mut seen_once: Option<WatchState> = None;
+        let mut reported: Option<(WatchState, String)> = None;
         loop {
             let hangup = async {
                 match hangups.as_mut() {
@@ -390,7 +405,7 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> toki
                 () = tick => Trigger::FileChanged,
             };
             let Some(app) = weak.upgrade() else { return };
-            let state = watch_state(&app).await;
+            let (state, read) = watch_state(&app).await;
             if trigger == Trigger::FileChanged {
                 if state == applied {
                     seen_once = None;
@@ -401,7 +416,9 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> toki
                     continue;
                 }
             }
-            let result = app.attempt_reload(trigger).await;
+            // What was compared is what is loaded: a file written in place
+            // between the two would otherwise be read half-written.
+            let result = app.attempt_reload(trigger, read).await;
             match &result {
                 Ok(_) => {
                     applied = state;
@@ -410,6 +427,13 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> toki
                     app.report_reload(trigger, &result).await;
                 }
                 Err(error) => {
+                    // The CA material is read after the comparison: a failure
+                    // while it was being replaced (a key read half-written)
+                    // says nothing of the new files; wait for them to settle.
+                    if trigger == Trigger::FileChanged && watch_state(&app).await.0.named != state.named {
+                        seen_once = None;
+                        continue;
+                    }
                     let this = (state, error.to_string());
                     // An operator's SIGHUP is always answered.
                     if trigger == Trigger::Signal || reported.as_ref() != Some(&this) {
@@ -422,29 +446,55 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: String) -> toki
     })
 }
 
-/// What the watcher compares: the configuration's files (content) and the
-/// files the running configuration names (CA material, accepted CAs, PIN
-/// files: their identity, size and time, so that a file replaced at the
-/// same path, or a Secret's link swapped, is seen). Read off the runtime.
-async fn watch_state(app: &App) -> String {
+/// What the watcher compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchState {
+    /// The digest of the configuration's files (their content), as
+    /// [`Config::fingerprint`] has it, or why they cannot be read.
+    files: String,
+    /// The files the running configuration names (CA material, accepted
+    /// CAs, PIN files): their identity, size and time, so that a file
+    /// replaced at the same path, or a Secret's link swapped, is seen.
+    named: String,
+}
+
+/// The watcher's state of the files now, and the configuration's files as
+/// read for it. Read off the runtime.
+async fn watch_state(app: &App) -> (WatchState, Option<Result<Snapshot, ConfigError>>) {
     let settings = app.settings();
     let Some(source) = settings.config.source.clone() else {
-        return String::new();
+        let nothing = WatchState {
+            files: String::new(),
+            named: String::new(),
+        };
+        return (nothing, None);
     };
     tokio::task::spawn_blocking(move || {
-        let files = source
-            .fingerprint()
-            .unwrap_or_else(|error| format!("unreadable: {error}"));
-        files + &stamps(&named_files(&settings.config))
+        let read = source.snapshot();
+        let files = match &read {
+            Ok(snapshot) => snapshot.fingerprint(),
+            Err(error) => format!("unreadable: {error}"),
+        };
+        let named = stamps(&named_files(&settings.config));
+        (WatchState { files, named }, Some(read))
     })
     .await
-    .unwrap_or_default()
+    .unwrap_or_else(|error| {
+        let failed = WatchState {
+            files: format!("unreadable: {error}"),
+            named: String::new(),
+        };
+        (failed, None)
+    })
 }
 
 /// The watcher's state for `config` as it was loaded: its files' digest,
 /// and the named files as they are now (call it before reading them).
-pub fn loaded_state(config: &Config) -> String {
-    config.fingerprint.clone() + &stamps(&named_files(config))
+pub fn loaded_state(config: &Config) -> WatchState {
+    WatchState {
+        files: config.fingerprint.clone(),
+        named: stamps(&named_files(config)),
+    }
 }
 
 fn stamps(files: &[std::path::PathBuf]) -> String {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use talos_sso_api::audit::event;
 use talos_sso_server::audit::StoredRecord;
+use talos_sso_server::reload::Trigger;
 use talos_sso_tests::emulator::{GROUP_ONCALL, GROUP_SECURITY, TokenKind};
 use talos_sso_tests::harness::{Backend, TestEnv, json_of};
 
@@ -266,6 +267,44 @@ async fn a_bad_configuration_is_refused_and_the_running_one_keeps_serving() {
     env.finish().await;
 }
 
+/// The watcher loads the files it compared, not the files as they are a
+/// moment later: a file written in place in between (truncated, then
+/// written) is not read half-written, applied or reported.
+#[tokio::test]
+async fn a_reload_applies_the_files_as_they_were_compared() {
+    let env = TestEnv::start_from_file(Backend::Sqlite, |yaml| {
+        format!("{yaml}\nreload: {{ interval: 0s }}\n")
+    })
+    .await;
+    let file = env.config_file();
+    let good = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, good.replace("max_ttl: 15m", "max_ttl: 10m")).unwrap();
+    let source = env.server.app.settings().config.source.clone().unwrap();
+    let compared = source.snapshot().unwrap();
+    let fingerprint = compared.fingerprint();
+    // Caught between the truncation and the write.
+    std::fs::write(&file, "").unwrap();
+    let changes = env
+        .server
+        .app
+        .reload_from(Trigger::FileChanged, compared)
+        .await
+        .expect("the compared files are valid");
+    assert_eq!(changes.clusters_changed, ["prod"]);
+    assert_eq!(
+        env.server.app.settings().clusters["prod"].config.max_ttl,
+        Duration::from_secs(600)
+    );
+    let records = reload_records(&env).await;
+    let applied = &records.last().unwrap().record;
+    assert_eq!(applied.outcome, "success");
+    assert_eq!(applied.details["fingerprint"], fingerprint.as_str());
+    // The empty file, read now, is what a reload from the files refuses.
+    let error = env.server.app.reload(Trigger::Signal).await.unwrap_err();
+    assert!(error.to_string().contains("identity"), "{error}");
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn sighup_reloads_the_running_binary() {
     use talos_sso_tests::faults::{ServerProcess, server_binary, write_server_config};
@@ -517,7 +556,7 @@ async fn sighup_during_start_is_not_fatal() {
 /// reload is refused, counted and recorded, and nothing changes.
 #[tokio::test]
 async fn a_server_without_a_configuration_file_refuses_to_reload() {
-    use talos_sso_server::reload::{ReloadError, Trigger};
+    use talos_sso_server::reload::ReloadError;
     let env = TestEnv::start(Backend::Sqlite).await;
     let refused = env.server.app.reload(Trigger::Signal).await;
     assert!(matches!(refused, Err(ReloadError::NoSource)), "{refused:?}");
