@@ -27,6 +27,10 @@ pub mod end {
     pub const SHUTTING_DOWN: &str = "shutting_down";
     /// The trail could not be read: reconnect later.
     pub const AUDIT_UNAVAILABLE: &str = "audit_unavailable";
+    /// The caller may no longer read the trail: the running configuration
+    /// no longer makes them an auditor (it was reloaded), or they are on
+    /// the deny list. A reconnection is refused, saying why.
+    pub const ACCESS_REVOKED: &str = "access_revoked";
 }
 
 /// Sent when nothing else was for a while, so that proxies keep the

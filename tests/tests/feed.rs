@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use talos_sso_server::audit::StoredRecord;
+use talos_sso_server::reload::Trigger;
 use talos_sso_tests::emulator::{
     OTHER_APP_CLIENT_ID, OTHER_APP_CLIENT_SECRET, SERVER_APP_ID, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET,
     TENANT_ID, TokenKind,
@@ -18,6 +19,7 @@ on_both_stores!(
     a_follow_stream_sends_the_backlog_then_each_new_record_and_is_recorded_once,
     a_service_principal_with_the_auditor_role_reads_and_follows_and_gets_no_certificate,
     a_stream_ends_when_its_token_expires_and_streams_are_capped,
+    a_stream_ends_when_its_caller_is_no_longer_an_auditor,
 );
 
 /// The test server with the SIEM collector's app role among the auditors,
@@ -25,17 +27,18 @@ on_both_stores!(
 /// than the streams of these tests last.
 async fn feed_env(backend: Backend, extra: &str) -> TestEnv {
     let extra = extra.to_owned();
-    TestEnv::start_with(backend, move |yaml| {
-        let yaml = yaml.replace(
-            "auditors: { groups: [",
-            "auditors: { app_roles: [Talos.Auditor], groups: [",
-        );
-        format!(
-            "{yaml}\nhttp: {{ request_timeout: 1s, idle_timeout: 2s }}\n\
-             audit: {{ feed: {{ heartbeat: 300ms, poll_interval: 300ms{extra} }} }}\n"
-        )
-    })
-    .await
+    TestEnv::start_with(backend, move |yaml| feed_yaml(yaml, &extra)).await
+}
+
+fn feed_yaml(yaml: String, extra: &str) -> String {
+    let yaml = yaml.replace(
+        "auditors: { groups: [",
+        "auditors: { app_roles: [Talos.Auditor], groups: [",
+    );
+    format!(
+        "{yaml}\nhttp: {{ request_timeout: 1s, idle_timeout: 2s }}\n\
+         audit: {{ feed: {{ heartbeat: 300ms, poll_interval: 300ms{extra} }} }}\n"
+    )
 }
 
 async fn records(env: &TestEnv) -> Vec<StoredRecord> {
@@ -105,6 +108,21 @@ impl Stream {
                 .unwrap()?;
             self.buffer.extend_from_slice(&chunk);
         }
+    }
+
+    /// The last line, read through to the end of the stream, which must
+    /// come within 30 s (heartbeats keep a stream that does not end going).
+    async fn last(&mut self) -> Value {
+        let read = async {
+            let mut last = None;
+            while let Some(line) = self.line().await {
+                last = Some(line);
+            }
+            last.expect("a stream ends with a line saying why")
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("the stream ends within 30 s")
     }
 
     /// Lines until a record with `event` (and `username`, when given); the
@@ -384,11 +402,7 @@ async fn a_stream_ends_when_its_token_expires_and_streams_are_capped(backend: Ba
 
     // The stream ends at the token's expiry, saying so, with the cursor to
     // go on from.
-    let mut last = None;
-    while let Some(line) = stream.line().await {
-        last = Some(line);
-    }
-    let last = last.unwrap();
+    let last = stream.last().await;
     assert_eq!(last["end"], "token_expired", "{last}");
     let head = records(&env).await.last().unwrap().seq;
     assert!(last["cursor"].as_i64().unwrap() <= head);
@@ -413,11 +427,60 @@ async fn a_stream_ends_when_its_token_expires_and_streams_are_capped(backend: Ba
     let mut on_replica = Stream::open(&env, &replica.base_url, &siem, "").await.unwrap();
     on_replica.until("audit.query", Some(SIEM_CLIENT_ID)).await;
     let stopping = tokio::spawn(replica.stop());
-    let mut last = None;
-    while let Some(line) = on_replica.line().await {
-        last = Some(line);
-    }
-    assert_eq!(last.unwrap()["end"], "shutting_down");
+    assert_eq!(on_replica.last().await["end"], "shutting_down");
     stopping.await.unwrap();
     env.finish().await;
 }
+
+/// Access taken away while a stream runs ends it: an auditor the reloaded
+/// configuration no longer names at the stream's next read, a deny-listed
+/// one within a poll interval. Each reconnection is refused, saying why;
+/// the other auditors' streams go on.
+async fn a_stream_ends_when_its_caller_is_no_longer_an_auditor(backend: Backend) {
+    let env = TestEnv::start_from_file(backend, |yaml| feed_yaml(yaml, "")).await;
+    let base = env.server.base_url.clone();
+    let sam = env
+        .emulator
+        .token_for("sam@example.com", TokenKind::id())
+        .unwrap();
+    let siem = client_credentials(&env, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET).await;
+    let mut sams = Stream::open(&env, &base, &sam, "").await.unwrap();
+    sams.until("audit.query", Some("sam@example.com")).await;
+    let mut siems = Stream::open(&env, &base, &siem, "").await.unwrap();
+    siems.until("audit.query", Some(SIEM_CLIENT_ID)).await;
+
+    // The collector's app role is taken out of `auditors`.
+    let file = env.config_file();
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("app_roles: [Talos.Auditor], ", "")).unwrap();
+    env.server.app.reload(Trigger::Signal).await.unwrap();
+    let last = siems.last().await;
+    assert_eq!(last["end"], "access_revoked", "{last}");
+    let refused = Stream::open(&env, &base, &siem, "").await.err().unwrap();
+    assert_eq!((refused.status, refused.code()), (403, Some("not_an_auditor")));
+    // Sam's stream goes on: the reload's record reaches it.
+    sams.until("config.reloaded", None).await;
+
+    // Sam is put on the deny list.
+    let alice = env
+        .emulator
+        .token_for("alice@example.com", TokenKind::id())
+        .unwrap();
+    let added = env
+        .http
+        .post(format!("{base}/v1/deny"))
+        .bearer_auth(alice)
+        .json(&json!({"subject": SAM_OID, "reason": "investigation INC-9"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 201);
+    let last = sams.last().await;
+    assert_eq!(last["end"], "access_revoked", "{last}");
+    let refused = Stream::open(&env, &base, &sam, "").await.err().unwrap();
+    assert_eq!((refused.status, refused.code()), (403, Some("identity_denied")));
+    env.finish().await;
+}
+
+/// Sam's object id in the emulator's tenant.
+const SAM_OID: &str = "f6000000-0000-4000-8000-000000000006";

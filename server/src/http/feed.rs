@@ -7,8 +7,10 @@
 //! match the filter, then each new one as it commits, a heartbeat when
 //! nothing else was sent for `audit.feed.heartbeat`, and a last line saying
 //! why the server ended the stream. It ends when the caller's token
-//! expires, so a revoked auditor stops within a token lifetime; the client
-//! reconnects with a fresh token and the last cursor.
+//! expires (the client reconnects with a fresh token and the last cursor),
+//! and as soon as the caller is no longer an auditor: before each page read
+//! against the running configuration (a reload that removes them stops
+//! their streams), and against the deny list once per poll interval.
 //!
 //! New records are noticed at once when this replica commits them (the
 //! writer publishes its head), and within `audit.feed.poll_interval` when
@@ -36,11 +38,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use super::audit::filter;
 use super::caller::{Caller, deny};
 use super::error::ApiError;
-use super::privileged::{Privilege, authorize, commit};
+use super::privileged::{Privilege, authorize, commit, is_member};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
 use crate::audit::store::AuditFilter;
 use crate::audit::{event, text};
+use crate::identity::VerifiedIdentity;
 
 /// The `audit.feed` section.
 #[derive(Debug, Clone, Deserialize)]
@@ -170,6 +173,7 @@ pub async fn stream(
     let follower = Follower {
         _slot: slot,
         app: app.clone(),
+        caller: verified,
         filter,
         lines,
         ends_at: tokio::time::Instant::now() + left,
@@ -213,6 +217,9 @@ struct Follower {
     /// `lines`, so that it is free again before the reader sees the end.
     _slot: OwnedSemaphorePermit,
     app: Arc<App>,
+    /// Who opened the stream, as authenticated then: checked again while
+    /// it runs.
+    caller: VerifiedIdentity,
     filter: AuditFilter,
     lines: mpsc::Sender<Bytes>,
     ends_at: tokio::time::Instant,
@@ -232,7 +239,15 @@ impl Follower {
         let mut stopping = self.app.feeds.stopping.subscribe();
         let feed = self.app.settings().config.audit.feed.clone();
         let mut last_sent = tokio::time::Instant::now();
+        // `authorize` has just looked at the deny list.
+        let mut deny_checked_at = tokio::time::Instant::now();
         let stop = loop {
+            if deny_checked_at.elapsed() >= feed.poll_interval {
+                if let Err(stop) = self.not_denied().await {
+                    break stop;
+                }
+                deny_checked_at = tokio::time::Instant::now();
+            }
             match self.send_new(&mut committed, &mut last_sent).await {
                 Ok(()) => {}
                 Err(stop) => break stop,
@@ -286,6 +301,7 @@ impl Follower {
             if tokio::time::Instant::now() >= self.ends_at {
                 return Ok(());
             }
+            self.still_an_auditor()?;
             let head = *committed.borrow_and_update();
             let page = AuditFilter {
                 limit: MAX_PAGE,
@@ -310,6 +326,39 @@ impl Follower {
             if !full {
                 self.filter.after_seq = self.filter.after_seq.max(head);
                 return Ok(());
+            }
+        }
+    }
+
+    /// Whether the running configuration (reloaded since the stream
+    /// started, perhaps) still makes the caller an auditor.
+    fn still_an_auditor(&self) -> Result<(), Stop> {
+        if is_member(&self.app.settings().config.auditors, &self.caller) {
+            return Ok(());
+        }
+        tracing::info!("an audit stream ended: its caller is no longer among the auditors");
+        Err(Stop::Ended(end::ACCESS_REVOKED))
+    }
+
+    /// Whether the caller is off the deny list; a list that cannot be read
+    /// ends the stream too.
+    async fn not_denied(&self) -> Result<(), Stop> {
+        let caller = &self.caller;
+        match self
+            .app
+            .audit
+            .store()
+            .is_denied(&caller.subject, &caller.username)
+            .await
+        {
+            Ok(false) => Ok(()),
+            Ok(true) => {
+                tracing::info!("an audit stream ended: its caller is on the deny list");
+                Err(Stop::Ended(end::ACCESS_REVOKED))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "an audit stream could not read the deny list; ending it");
+                Err(Stop::Ended(end::AUDIT_UNAVAILABLE))
             }
         }
     }
