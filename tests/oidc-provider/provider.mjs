@@ -18,12 +18,19 @@
 //   tokens are JWTs as RFC 9068 writes them (`aud: talos-sso`, `client_id`,
 //   `sub` the client). The CLI asks for no resource, so its tokens stay as
 //   they were.
+// - With `--console-redirect URL`, one confidential web client for the
+//   server's console (`talos-sso-console`): the authorization code flow
+//   only, PKCE required as for the CLI, its secret sent in the form body
+//   (`client_secret_post`, what the server sends), its one redirect URI
+//   the console's callback on the server under test (its port is chosen
+//   per test, hence the argument).
 // - Sign-in without a person: the interaction route signs in the account
 //   named by the `x-test-login` request header (the tests' browser sends it)
 //   and grants every scope and claim asked for. A request without it gets a
 //   403, so a login that should have been silent cannot pass unnoticed.
 //
 // Usage: node provider.mjs [--device-interval SECONDS] [--strict-offline-access]
+//                          [--console-redirect URL]
 // It listens on 127.0.0.1 on a free port, prints `issuer <URL>` on stdout
 // once it serves, logs to stderr, and exits when its stdin closes (the test
 // that started it ended, however it ended).
@@ -47,6 +54,8 @@ const CLIENT_ID = 'talos-sso-cli';
 const COLLECTOR_ID = 'siem-collector';
 const COLLECTOR_SECRET = 'siem-collector-secret';
 const API_RESOURCE = 'urn:talos-sso';
+const CONSOLE_ID = 'talos-sso-console';
+const CONSOLE_SECRET = 'talos-sso-console-secret';
 
 // The people: one on call, one in no group, one auditor. Subjects are
 // opaque ids, as Keycloak's (UUIDs) and Dex's are; usernames are names.
@@ -72,6 +81,9 @@ const deviceInterval = intervalAt === -1 ? 5 : Number(args[intervalAt + 1]);
 // `--strict-offline-access`: oidc-provider's own rule for refresh tokens
 // (below), as a provider deployed with its defaults has it.
 const strictOfflineAccess = args.includes('--strict-offline-access');
+// `--console-redirect URL`: the console's callback, `<public_url>/ui/callback`.
+const consoleAt = args.indexOf('--console-redirect');
+const consoleRedirect = consoleAt === -1 ? undefined : args[consoleAt + 1];
 
 function signingKey() {
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
@@ -98,7 +110,16 @@ function configuration() {
       redirect_uris: [],
       grant_types: ['client_credentials'],
       response_types: [],
-    }],
+    }, ...(consoleRedirect ? [{
+      client_id: CONSOLE_ID,
+      client_secret: CONSOLE_SECRET,
+      client_name: 'talos-sso console',
+      application_type: 'web',
+      token_endpoint_auth_method: 'client_secret_post',
+      redirect_uris: [consoleRedirect],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+    }] : [])],
     jwks: { keys: [signingKey()] },
     cookies: { keys: [randomBytes(32).toString('hex')] },
     scopes: ['openid', 'offline_access', 'profile', 'email', 'groups'],

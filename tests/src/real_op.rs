@@ -4,15 +4,18 @@
 //! scope, opaque access tokens, ID tokens without `jti`, PKCE, a public
 //! native client with a loopback redirect, refresh tokens, the device flow;
 //! a confidential collector client with the client credentials grant and
-//! RFC 9068 JWT access tokens).
+//! RFC 9068 JWT access tokens; when asked, a confidential web client for
+//! the server's console, whose redirect URI is the console's callback).
 //!
 //! This module owns starting it (a free port, a bounded wait for it to
-//! serve, killed when dropped), a talos-sso server configured for it, and
-//! the "browser" that clicks through its pages: it keeps the provider's
-//! cookies, follows redirects, submits its forms, and names the person to
-//! sign in with the `x-test-login` header the provider's test interaction
-//! reads. A machine without Node.js or without the npm packages fails the
-//! test with what to run; it never skips it.
+//! serve, killed when dropped), a talos-sso server configured for it (the
+//! console on, if asked), and the "browser" that clicks through its pages
+//! and the console's: it keeps cookies per host as browsers do, sends
+//! `Sec-Fetch-Site` as they do, follows redirects, submits forms, follows
+//! links, and names the person to sign in with the `x-test-login` header
+//! the provider's test interaction reads. A machine without Node.js or
+//! without the npm packages fails the test with what to run; it never
+//! skips it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::harness::{TestServer, Workdir};
+use crate::material::write_file;
 
 /// The CLI's public client at the provider.
 pub const CLIENT_ID: &str = "talos-sso-cli";
@@ -37,6 +41,11 @@ pub const NO_GROUP_USER: &str = "dave";
 /// `talos-sso`; in `auditors` by its client id.
 pub const COLLECTOR_ID: &str = "siem-collector";
 pub const COLLECTOR_SECRET: &str = "siem-collector-secret";
+/// The console's confidential web client (registered when
+/// [`Options::console_redirect`] is set); its ID tokens are for this
+/// audience.
+pub const CONSOLE_CLIENT_ID: &str = "talos-sso-console";
+pub const CONSOLE_CLIENT_SECRET: &str = "talos-sso-console-secret";
 /// In `auditors`: reads the audit trail, no role on `prod`.
 pub const AUDITOR_USER: &str = "sam";
 pub const GROUP_ONCALL: &str = "oncall";
@@ -115,21 +124,58 @@ pub struct RealOp {
     log: tempfile::NamedTempFile,
 }
 
-impl RealOp {
-    /// Start the provider; `device_interval` is the polling interval it
-    /// announces for the device flow, in seconds; `strict_offline_access`
-    /// keeps oidc-provider's own rule for refresh tokens (`offline_access`
+/// How the provider is started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The polling interval it announces for the device flow, in seconds.
+    pub device_interval: u32,
+    /// oidc-provider's own rule for refresh tokens (`offline_access`
     /// granted, which needs `prompt=consent`) instead of Keycloak's (always).
+    pub strict_offline_access: bool,
+    /// The console's callback (`<public_url>/ui/callback`): the console's
+    /// client ([`CONSOLE_CLIENT_ID`]) is registered with it as its only
+    /// redirect URI, which the provider matches exactly.
+    pub console_redirect: Option<String>,
+}
+
+impl Default for Options {
+    /// As [`RealOpEnv::start`] has it: a 1 s polling interval, Keycloak's
+    /// refresh tokens, no console client.
+    fn default() -> Self {
+        Self {
+            device_interval: 1,
+            strict_offline_access: false,
+            console_redirect: None,
+        }
+    }
+}
+
+impl RealOp {
+    /// Start the provider; `device_interval` and `strict_offline_access`
+    /// as [`Options`] describes them.
     pub async fn start(device_interval: u32, strict_offline_access: bool) -> Self {
+        Self::start_with(&Options {
+            device_interval,
+            strict_offline_access,
+            ..Options::default()
+        })
+        .await
+    }
+
+    /// Start the provider as `options` say.
+    pub async fn start_with(options: &Options) -> Self {
         check_installed();
         let log = tempfile::NamedTempFile::new().expect("log file");
         let mut command = Command::new("node");
         command
             .arg("provider.mjs")
             .arg("--device-interval")
-            .arg(device_interval.to_string());
-        if strict_offline_access {
+            .arg(options.device_interval.to_string());
+        if options.strict_offline_access {
             command.arg("--strict-offline-access");
+        }
+        if let Some(redirect) = &options.console_redirect {
+            command.arg("--console-redirect").arg(redirect);
         }
         let mut child = command
             .current_dir(provider_dir())
@@ -200,22 +246,78 @@ pub struct Page {
     pub url: String,
     pub status: u16,
     pub body: String,
+    /// Every URL of the navigation, the redirects followed and this page's
+    /// own last: what went back and forth (the console's callback with its
+    /// `code`, `state` and `iss`, say).
+    pub chain: Vec<String>,
 }
 
-/// A person's browser, as far as the provider's pages need one: cookies
-/// (for the provider's origin only), redirects, forms.
+impl Page {
+    /// The page at the end of `chain`.
+    fn of(chain: &[url::Url], status: u16, body: String) -> Self {
+        Self {
+            url: chain.last().map(url::Url::to_string).unwrap_or_default(),
+            status,
+            body,
+            chain: chain.iter().map(url::Url::to_string).collect(),
+        }
+    }
+}
+
+/// A person's browser, as far as the provider's and the console's pages
+/// need one: cookies, redirects, forms, links, `Sec-Fetch-Site`.
+///
+/// Cookies are kept per host, as browsers keep them (RFC 6265, section
+/// 8.5: cookies are not kept apart by port): the provider and the server
+/// under test, both on 127.0.0.1 on different ports, each get the other's
+/// cookies too, as they would from a browser, and must tell theirs by name.
+/// Their `Path`, `Domain` and expiry are not kept; a cookie set empty (how
+/// both clear theirs) is removed.
 #[derive(Debug)]
 pub struct Browser {
     http: reqwest::Client,
     provider: url::Url,
     user: String,
-    cookies: Mutex<BTreeMap<String, String>>,
+    /// Host, then name, then value.
+    cookies: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 impl Browser {
-    /// Open `url` and follow redirects (at most 20) to the page they end on.
+    /// Open `url` as if typed, and follow redirects (at most 20) to the
+    /// page they end on.
     pub async fn visit(&self, url: &str) -> Page {
-        self.go(url::Url::parse(url).expect("URL"), None).await
+        self.go(url::Url::parse(url).expect("URL"), None, None, None)
+            .await
+    }
+
+    /// As [`Self::visit`], but stop at the first redirect to a URL that
+    /// starts with `prefix`, without opening it: the page is that URL, with
+    /// the status of the redirect and no body. How a test holds on to an
+    /// authorization response (its `code`, `state`, `iss`) to replay or
+    /// change it.
+    pub async fn visit_until(&self, url: &str, prefix: &str) -> Page {
+        self.go(url::Url::parse(url).expect("URL"), None, None, Some(prefix))
+            .await
+    }
+
+    /// Follow the first link on `page` whose text contains `text`.
+    pub async fn follow(&self, page: &Page, text: &str) -> Page {
+        let href = link(&page.body, text).unwrap_or_else(|| {
+            panic!(
+                "no link \"{text}\" on {} ({}): {}",
+                page.url, page.status, page.body
+            )
+        });
+        let base = url::Url::parse(&page.url).expect("page URL");
+        let target = base.join(&href).expect("link");
+        self.go(target, None, Some(base.origin()), None).await
+    }
+
+    /// The cookie `name` this browser holds for `url`'s host, if any.
+    pub fn cookie(&self, url: &str, name: &str) -> Option<String> {
+        let host = url::Url::parse(url).ok()?.host_str()?.to_owned();
+        let jar = self.cookies.lock().expect("jar");
+        jar.get(&host)?.get(name).cloned()
     }
 
     /// Approve the device login `user_code` from `verification_uri`: the
@@ -226,7 +328,7 @@ impl Browser {
         url.query_pairs_mut().append_pair("user_code", user_code);
         // The provider posts the code to itself (a form a script submits),
         // then asks to confirm it.
-        let posted = self.submit_form(&self.go(url, None).await).await;
+        let posted = self.submit_form(&self.go(url, None, None, None).await).await;
         self.submit_form(&posted).await
     }
 
@@ -236,30 +338,46 @@ impl Browser {
             .unwrap_or_else(|| panic!("no form on {} ({}): {}", page.url, page.status, page.body));
         let base = url::Url::parse(&page.url).expect("page URL");
         let target = base.join(&action).expect("form action");
-        self.go(target, Some(fields)).await
+        self.go(target, Some(fields), Some(base.origin()), None).await
     }
 
-    async fn go(&self, mut url: url::Url, mut form: Option<Vec<(String, String)>>) -> Page {
+    /// Navigate to `url` (posting `form`, if any) and follow redirects,
+    /// up to one to a URL starting with `stop`; `initiator` is the origin
+    /// of the page that started the navigation (a link, a form), none when
+    /// typed.
+    async fn go(
+        &self,
+        mut url: url::Url,
+        mut form: Option<Vec<(String, String)>>,
+        initiator: Option<url::Origin>,
+        stop: Option<&str>,
+    ) -> Page {
+        let mut chain: Vec<url::Url> = Vec::new();
+        let mut redirected = None;
         for _ in 0..20 {
-            let ours = url.origin() == self.provider.origin();
+            chain.push(url.clone());
+            if let (Some(stop), Some(status)) = (stop, redirected)
+                && url.as_str().starts_with(stop)
+            {
+                return Page::of(&chain, status, String::new());
+            }
             let mut request = match &form {
                 Some(fields) => self.http.post(url.clone()).form(fields),
                 None => self.http.get(url.clone()),
             };
-            if ours {
+            request = request.header("sec-fetch-site", fetch_site(initiator.as_ref(), &chain));
+            if url.origin() == self.provider.origin() {
                 request = request.header("x-test-login", &self.user);
-                let cookies = self.cookie_header();
-                if !cookies.is_empty() {
-                    request = request.header(reqwest::header::COOKIE, cookies);
-                }
+            }
+            let cookies = self.cookie_header(&url);
+            if !cookies.is_empty() {
+                request = request.header(reqwest::header::COOKIE, cookies);
             }
             let response = request
                 .send()
                 .await
                 .unwrap_or_else(|e| panic!("GET/POST {url}: {e}"));
-            if ours {
-                self.keep_cookies(&response);
-            }
+            self.keep_cookies(&url, &response);
             let status = response.status();
             if status.is_redirection() {
                 let location = response
@@ -269,32 +387,36 @@ impl Browser {
                     .unwrap_or_else(|| panic!("a redirect without Location from {url}"))
                     .to_owned();
                 url = url.join(&location).expect("Location");
+                redirected = Some(status.as_u16());
                 // 303 (and, as browsers do, 301/302) turn a POST into a GET.
                 form = None;
                 continue;
             }
             let body = response.text().await.unwrap_or_default();
-            return Page {
-                url: url.to_string(),
-                status: status.as_u16(),
-                body,
-            };
+            return Page::of(&chain, status.as_u16(), body);
         }
         panic!("more than 20 redirects, the last to {url}");
     }
 
-    fn cookie_header(&self) -> String {
+    /// The `Cookie` header for `url`: every cookie of its host.
+    fn cookie_header(&self, url: &url::Url) -> String {
         let jar = self.cookies.lock().expect("jar");
-        jar.iter()
+        jar.get(url.host_str().unwrap_or_default())
+            .into_iter()
+            .flatten()
             .map(|(name, value)| format!("{name}={value}"))
             .collect::<Vec<_>>()
             .join("; ")
     }
 
-    /// Keep each `Set-Cookie` (name and value; an emptied one is removed,
-    /// as the provider clears cookies that way).
-    fn keep_cookies(&self, response: &reqwest::Response) {
-        let mut jar = self.cookies.lock().expect("jar");
+    /// Keep each `Set-Cookie` of the answer from `url` for its host (name
+    /// and value; an emptied one is removed, as the provider and the
+    /// console clear cookies that way).
+    fn keep_cookies(&self, url: &url::Url, response: &reqwest::Response) {
+        let mut all = self.cookies.lock().expect("jar");
+        let jar = all
+            .entry(url.host_str().unwrap_or_default().to_owned())
+            .or_default();
         for header in response.headers().get_all(reqwest::header::SET_COOKIE) {
             let Ok(text) = header.to_str() else { continue };
             let pair = text.split(';').next().unwrap_or_default();
@@ -308,6 +430,50 @@ impl Browser {
             }
         }
     }
+}
+
+/// `Sec-Fetch-Site` of a navigation's request to the last URL of
+/// `chain`, as the Fetch Metadata specification computes it: `none` for a
+/// typed one, else the farthest any URL of the chain so far is from the
+/// `initiator` (the page of the link or form). Same site is taken as same
+/// scheme and host, which is what it is for the tests' hosts (an IP
+/// address or `localhost` is a site of its own); no public suffix list.
+fn fetch_site(initiator: Option<&url::Origin>, chain: &[url::Url]) -> &'static str {
+    let Some(initiator) = initiator else {
+        return "none";
+    };
+    let mut site = "same-origin";
+    for url in chain {
+        if url.origin() == *initiator {
+            continue;
+        }
+        let same_site = match initiator {
+            url::Origin::Tuple(scheme, host, _) => {
+                url.scheme() == scheme && url.host_str() == Some(host.to_string().as_str())
+            }
+            url::Origin::Opaque(_) => false,
+        };
+        if !same_site {
+            return "cross-site";
+        }
+        site = "same-site";
+    }
+    site
+}
+
+/// The `href` of the first `<a>` in `html` whose text contains `text`.
+fn link(html: &str, text: &str) -> Option<String> {
+    let mut rest = html;
+    while let Some(at) = rest.find("<a ") {
+        let tag = &rest[at..];
+        let close = tag.find('>')?;
+        let end = tag.find("</a>").unwrap_or(tag.len());
+        if end > close && tag[close + 1..end].contains(text) {
+            return attribute(&tag[..close], "href");
+        }
+        rest = &tag[close..];
+    }
+    None
 }
 
 /// The action and hidden inputs of the first `<form>` in `html`.
@@ -353,9 +519,56 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
 /// the trail, and `token` (`id_token` or `access_token`) is what the CLI
 /// sends.
 pub fn config_yaml(op: &RealOp, work: &Workdir, token: &str) -> String {
+    server_yaml(op, work, token, None)
+}
+
+/// The console as the server is to serve it: the port the server listens
+/// on (browsers reach it at [`Self::public_url`]), and the file with its
+/// client's secret.
+#[derive(Debug)]
+pub struct ConsoleSetup {
+    pub port: u16,
+    pub secret_file: PathBuf,
+}
+
+impl ConsoleSetup {
+    /// `console.public_url`: `http://127.0.0.1:<port>`.
+    pub fn public_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The console's callback: the redirect URI the provider registers.
+    pub fn redirect_uri(&self) -> String {
+        format!("{}/ui/callback", self.public_url())
+    }
+}
+
+/// [`config_yaml`] with the console on as `console` says, logging in as
+/// the confidential client [`CONSOLE_CLIENT_ID`], whose ID tokens (for
+/// that audience) the server accepts as the CLI's.
+pub fn console_config_yaml(op: &RealOp, work: &Workdir, token: &str, console: &ConsoleSetup) -> String {
+    server_yaml(op, work, token, Some(console))
+}
+
+/// The server's configuration, with the console as `console` says (on
+/// its port), or off (on any port).
+fn server_yaml(op: &RealOp, work: &Workdir, token: &str, console: Option<&ConsoleSetup>) -> String {
+    let port = console.map_or(0, |c| c.port);
+    let console_audience = if console.is_some() {
+        format!(", {CONSOLE_CLIENT_ID}")
+    } else {
+        String::new()
+    };
+    let console_section = console.map_or_else(String::new, |c| {
+        format!(
+            "console: {{ enabled: true, public_url: \"{}\", client_id: {CONSOLE_CLIENT_ID}, client_secret_file: \"{}\" }}\n",
+            c.public_url(),
+            c.secret_file.display()
+        )
+    });
     format!(
         r#"
-listen: "127.0.0.1:0"
+listen: "127.0.0.1:{port}"
 insecure_http: true
 data_dir: "{data_dir}"
 database: {{ url: "sqlite://{data_dir}/audit.db" }}
@@ -363,7 +576,7 @@ identity:
   kind: oidc
   issuer: "{issuer}"
   client_id: "{CLIENT_ID}"
-  audiences: ["{CLIENT_ID}", talos-sso]
+  audiences: ["{CLIENT_ID}", talos-sso{console_audience}]
   scopes: [openid, profile, email, groups, offline_access]
   token: {token}
   username_claim: preferred_username
@@ -377,7 +590,7 @@ clusters:
       - {{ groups: ["{GROUP_ONCALL}"], roles: [os:operator] }}
 auditors: {{ groups: ["{GROUP_AUDITORS}"], client_ids: ["{COLLECTOR_ID}"] }}
 rate_limits: {{ per_identity_per_minute: 0, per_address_per_minute: 0 }}
-"#,
+{console_section}"#,
         data_dir = work.path().display(),
         issuer = op.issuer,
         ca_cert = work.ca_cert.display(),
@@ -402,7 +615,31 @@ impl RealOpEnv {
     /// A server for a provider already started.
     pub async fn start_with(op: RealOp, token: &str) -> Self {
         let work = Workdir::new();
-        let config = Config::from_yaml(&config_yaml(&op, &work, token)).expect("server configuration");
+        let yaml = config_yaml(&op, &work, token);
+        Self::serve(op, work, &yaml).await
+    }
+
+    /// Provider and server with the console on (the CLI sends ID tokens).
+    /// The server's port is chosen first: the provider registers the
+    /// console's callback on it as the redirect URI.
+    pub async fn start_console() -> Self {
+        let work = Workdir::new();
+        let console = ConsoleSetup {
+            port: crate::faults::free_port().expect("a free port"),
+            // The server refuses a secret file others may read.
+            secret_file: write_file(work.path(), "console-secret", CONSOLE_CLIENT_SECRET, 0o600),
+        };
+        let op = RealOp::start_with(&Options {
+            console_redirect: Some(console.redirect_uri()),
+            ..Options::default()
+        })
+        .await;
+        let yaml = console_config_yaml(&op, &work, "id_token", &console);
+        Self::serve(op, work, &yaml).await
+    }
+
+    async fn serve(op: RealOp, work: Workdir, yaml: &str) -> Self {
+        let config = Config::from_yaml(yaml).expect("server configuration");
         let server = TestServer::start(config).await;
         Self { op, work, server }
     }

@@ -18,7 +18,7 @@ use reqwest::header;
 use talos_sso_server::audit::store::AuditFilter;
 use talos_sso_tests::console_client::{Browserless, location};
 use talos_sso_tests::emulator::GROUP_SECURITY;
-use talos_sso_tests::harness::{Backend, CheckpointFiles, TestEnv};
+use talos_sso_tests::harness::{Backend, CheckpointFiles, TestEnv, TestServer};
 
 const AUDITOR: &str = "sam@example.com";
 const ADMIN: &str = "alice@example.com";
@@ -138,9 +138,9 @@ fn csrf_of(page: &str) -> String {
 }
 
 /// The console's `audit.query` records of `user`, as stored.
-async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
+pub(super) async fn console_views(server: &TestServer, user: &str) -> Vec<serde_json::Value> {
     console_records(
-        env,
+        server,
         AuditFilter {
             username: Some(user.into()),
             ..AuditFilter::default()
@@ -152,20 +152,13 @@ async fn console_views(env: &TestEnv, user: &str) -> Vec<serde_json::Value> {
 /// The console's records `filter` finds (`audit.query` unless it names
 /// an event): their details,
 /// with their outcome, reason and username.
-async fn console_records(env: &TestEnv, filter: AuditFilter) -> Vec<serde_json::Value> {
+async fn console_records(server: &TestServer, filter: AuditFilter) -> Vec<serde_json::Value> {
     let filter = AuditFilter {
         event: filter.event.or(Some("audit.query".into())),
         limit: 1000,
         ..filter
     };
-    let records = env
-        .server
-        .app
-        .audit
-        .store()
-        .query(&filter)
-        .await
-        .expect("the trail");
+    let records = server.app.audit.store().query(&filter).await.expect("the trail");
     records
         .into_iter()
         .filter(|r| r.record.details["via"] == "console")
@@ -261,7 +254,7 @@ async fn the_console_in_a_real_browser() {
         "{out}"
     );
     assert!(out.contains("shows its chain position: record"), "{out}");
-    let views = console_views(&env, AUDITOR).await;
+    let views = console_views(&env.server, AUDITOR).await;
     let trail_views: Vec<_> = views
         .iter()
         .filter(|d| d["view"] == "trail" && d["filter"]["username"] == ADMIN)
@@ -282,7 +275,7 @@ async fn the_console_in_a_real_browser() {
     // Someone who is not an auditor: the membership page, the refusal recorded.
     let out = browser(&env, &shots, "nobody", &["dave@example.com"]).await;
     assert!(out.contains(&format!("group {GROUP_SECURITY}")), "{out}");
-    let refusals = console_views(&env, "dave@example.com").await;
+    let refusals = console_views(&env.server, "dave@example.com").await;
     assert!(
         refusals
             .iter()
@@ -612,7 +605,7 @@ async fn console_under_abuse(backend: Backend) {
         assert!(charts.text().await.unwrap().contains("covers at most"));
     }
     assert!(
-        !console_views(&env, AUDITOR)
+        !console_views(&env.server, AUDITOR)
             .await
             .iter()
             .any(|d| d["view"] == "charts"),
@@ -683,7 +676,7 @@ async fn console_under_abuse(backend: Backend) {
         "no session for a non-member"
     );
     assert!(
-        console_views(&env, "dave@example.com")
+        console_views(&env.server, "dave@example.com")
             .await
             .iter()
             .any(|d| d["reason_code"] == "not_an_auditor" && d["view"] == "login"),
@@ -708,7 +701,7 @@ async fn console_under_abuse(backend: Backend) {
         );
     }
     assert!(
-        !console_views(&env, AUDITOR)
+        !console_views(&env.server, AUDITOR)
             .await
             .iter()
             .any(|d| d["view"] == "export"),
@@ -767,7 +760,7 @@ async fn console_under_abuse(backend: Backend) {
             .await;
         assert_eq!(refused.status(), 403);
         let records = console_records(
-            &env,
+            &env.server,
             AuditFilter {
                 event: Some(event.into()),
                 username: Some(AUDITOR.into()),
@@ -796,7 +789,7 @@ async fn console_under_abuse(backend: Backend) {
     assert_eq!(blocked.status(), 403);
     assert!(blocked.text().await.unwrap().contains("You are blocked"));
     assert!(
-        console_views(&env, AUDITOR)
+        console_views(&env.server, AUDITOR)
             .await
             .iter()
             .any(|d| d["reason_code"] == "identity_denied"),
@@ -854,7 +847,7 @@ async fn console_rate_limits(backend: Backend) {
     assert_eq!(over.status(), 429);
     assert!(over.headers().contains_key(header::RETRY_AFTER));
     assert!(
-        console_views(&env, AUDITOR)
+        console_views(&env.server, AUDITOR)
             .await
             .iter()
             .any(|d| d["reason_code"] == "rate_limited" && d["view"] == "/ui/chain"),

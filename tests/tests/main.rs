@@ -42,6 +42,8 @@
 //! - `console`: the web console in a real headless Chromium (login through
 //!   the emulator, filters, a record's chain position, refusals, the deny
 //!   list and the CLI, a tampered trail), and over HTTP on both stores.
+//! - `console_real_op`: the console's login through a real OpenID provider
+//!   (oidc-provider), as its confidential web client, with no emulator.
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
 //!   against the server's metrics; promtool on the exposition; a real
 //!   Prometheus scraping a real server.
@@ -76,6 +78,7 @@ mod ca_sources;
 mod checkpoints;
 mod client_key;
 mod console;
+mod console_real_op;
 mod deploy;
 mod faults;
 mod feed;

@@ -51,6 +51,25 @@ fn return_path(asked: Option<&String>) -> String {
     }
 }
 
+/// The scopes the console asks for: the CLI's (`identity.scopes`), which
+/// are chosen so that the provider releases the claims the server decides
+/// on (Keycloak, Dex and oidc-provider put `groups` in the ID token only
+/// for a `groups` scope; `openid profile` alone gets a person with no
+/// groups, never an auditor). Less `offline_access`: the console redeems
+/// its code once and keeps no token, so a refresh token would be a
+/// credential issued for nothing. `openid` always: the login is an ID token.
+fn scope(configured: &[String]) -> String {
+    std::iter::once("openid")
+        .chain(
+            configured
+                .iter()
+                .map(String::as_str)
+                .filter(|s| !matches!(*s, "openid" | "offline_access")),
+        )
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `GET /ui/login`: off to the identity provider.
 pub async fn login(
     State(app): State<Arc<App>>,
@@ -78,7 +97,7 @@ pub async fn login(
         .append_pair("response_type", "code")
         .append_pair("redirect_uri", &console.redirect_uri)
         .append_pair("response_mode", "query")
-        .append_pair("scope", "openid profile")
+        .append_pair("scope", &scope(&app.settings().config.identity.scopes))
         .append_pair("state", &pending.state)
         .append_pair("nonce", &pending.nonce)
         .append_pair("code_challenge", &challenge(&pending.verifier))
@@ -280,6 +299,18 @@ mod tests {
             challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
             "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
+    }
+
+    #[test]
+    fn the_console_asks_for_the_clis_scopes_but_offline_access() {
+        let scopes = |list: &[&str]| scope(&list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(scopes(&["openid", "profile", "offline_access"]), "openid profile");
+        assert_eq!(
+            scopes(&["openid", "profile", "email", "groups", "offline_access"]),
+            "openid profile email groups"
+        );
+        assert_eq!(scopes(&["groups", "openid"]), "openid groups");
+        assert_eq!(scopes(&[]), "openid");
     }
 
     #[test]
