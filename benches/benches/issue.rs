@@ -66,7 +66,7 @@ fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, IssuerRules)> {
         discovery_url: None,
         additional_issuers: Vec::new(),
         audiences: vec!["cli".into()],
-        client_id: Some("cli".into()),
+        clients: vec!["cli".into()],
         allowed_tenants: vec![tenant.into()],
         username_claim: None,
         leeway: Duration::from_secs(300),

@@ -46,7 +46,7 @@ fn issuer_config(name: &str, kind: &str, issuer: &str, tenants: &[&str]) -> Issu
         discovery_url: None,
         additional_issuers: Vec::new(),
         audiences: vec![CLIENT.into(), "api://talos-sso".into()],
-        client_id: Some(CLIENT.into()),
+        clients: vec![CLIENT.into()],
         allowed_tenants: tenants.iter().map(|t| t.to_string()).collect(),
         username_claim: None,
         leeway: LEEWAY,

@@ -474,6 +474,10 @@ pub struct IdentityConfig {
     /// (discovery, keys, Graph): a provider behind a company CA.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// `console.client_id` when the console is on and has a client of its
+    /// own (set from the `console` section, not read here).
+    #[serde(skip)]
+    pub console_client_id: Option<String>,
 }
 
 impl IdentityConfig {
@@ -493,7 +497,9 @@ impl IdentityConfig {
             } else {
                 self.audiences.clone()
             },
-            client_id: Some(self.client_id.clone()),
+            clients: std::iter::once(self.client_id.clone())
+                .chain(self.console_client_id.clone())
+                .collect(),
             allowed_tenants: self.allowed_tenants.clone(),
             username_claim: self.username_claim.clone(),
             leeway: self.leeway,
@@ -532,10 +538,11 @@ pub struct IssuerConfig {
     pub additional_issuers: Vec<String>,
     /// Accepted `aud` values (no default: there is no client id here).
     pub audiences: Vec<String>,
-    /// The login issuer's `identity.client_id`: `azp`/`appid`, when
-    /// present, must name it. Never set for a trusted issuer.
+    /// The login issuer's clients, `identity.client_id` and the console's
+    /// own `console.client_id`: `azp`/`appid`, when present, must name one
+    /// of them. Empty for a trusted issuer.
     #[serde(skip)]
-    pub client_id: Option<String>,
+    pub clients: Vec<String>,
     #[serde(default)]
     pub allowed_tenants: Vec<String>,
     #[serde(default)]
@@ -552,7 +559,7 @@ pub struct IssuerConfig {
 impl IssuerConfig {
     /// Where this issuer is in the configuration, for messages.
     pub fn section(&self) -> String {
-        if self.client_id.is_some() {
+        if !self.clients.is_empty() {
             "identity".into()
         } else {
             format!(
@@ -1025,6 +1032,7 @@ impl Config {
                 .try_deserialize()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             config.validate()?;
+            config.link_sections();
             config.document = Document(document);
             Ok::<_, ConfigError>(config)
         };
@@ -1061,8 +1069,20 @@ impl Config {
             ));
         }
         config.validate()?;
+        config.link_sections();
         config.document = Document(document::parse(text, Format::Yaml).map_err(ConfigError::Invalid)?);
         Ok(config)
+    }
+
+    /// What one section tells another, once both are read: a console with
+    /// a client of its own logs in through the login issuer, so the ID
+    /// tokens it redeems may name that client.
+    fn link_sections(&mut self) {
+        self.identity.console_client_id = self
+            .console
+            .enabled
+            .then(|| self.console.client_id.clone())
+            .flatten();
     }
 
     /// Checks that need more than one key.
@@ -1398,6 +1418,16 @@ clusters:
             (Duration::from_secs(900), Duration::from_secs(3600), 1000)
         );
         assert!(with("enabled: true, public_url: \"http://127.0.0.1:8443\"").is_ok());
+        // A console client of its own is one the login issuer's ID tokens
+        // may name (`azp`); only while the console is on.
+        let cli = "11111111-2222-3333-4444-555555555555";
+        let clients = |section: &str| with(section).unwrap().identity.login_issuer().clients;
+        assert_eq!(
+            clients("enabled: true, public_url: \"https://a.example\", client_id: console-web"),
+            [cli, "console-web"]
+        );
+        assert_eq!(clients("enabled: true, public_url: \"https://a.example\""), [cli]);
+        assert_eq!(clients("enabled: false, client_id: console-web"), [cli]);
         for (section, says) in [
             ("enabled: true", "console.public_url is required"),
             (
@@ -1569,7 +1599,8 @@ clusters:
             ["login", "ci"]
         );
         assert_eq!(
-            issuers[1].client_id, None,
+            issuers[1].clients,
+            Vec::<String>::new(),
             "only the login issuer checks azp/appid"
         );
         assert_eq!(issuers[1].section(), "identity.trusted_issuers[ci]");

@@ -269,7 +269,7 @@ fn entra(emulator: &EmulatorHandle) -> IssuerConfig {
             SERVER_APP_ID.into(),
             format!("api://{SERVER_APP_ID}"),
         ],
-        client_id: Some(CLI_CLIENT_ID.into()),
+        clients: vec![CLI_CLIENT_ID.into()],
         allowed_tenants: vec![TENANT_ID.into()],
         username_claim: None,
         leeway: Duration::from_secs(300),

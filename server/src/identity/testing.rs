@@ -126,7 +126,7 @@ pub fn entra_config() -> IssuerConfig {
         discovery_url: None,
         additional_issuers: vec![],
         audiences: vec![CLI.into()],
-        client_id: Some(CLI.into()),
+        clients: vec![CLI.into()],
         allowed_tenants: vec![TENANT.into()],
         username_claim: None,
         leeway: std::time::Duration::from_secs(300),
@@ -142,7 +142,7 @@ pub fn oidc_config(username_claim: Option<&str>) -> IssuerConfig {
         kind: "oidc".into(),
         issuer: "https://idp.example.com".into(),
         audiences: vec!["talos-sso".into()],
-        client_id: None,
+        clients: Vec::new(),
         allowed_tenants: vec![],
         username_claim: username_claim.map(str::to_owned),
         ..entra_config()

@@ -44,8 +44,9 @@ pub struct TokenRules {
     /// Accepted `aud` values (the CLI's client id for ID tokens, the server's
     /// API for access tokens).
     pub audiences: Vec<String>,
-    /// When set, `azp` / `appid` must equal it where present.
-    pub client_id: Option<String>,
+    /// When not empty, `azp` / `appid` must equal one of these where
+    /// present.
+    pub clients: Vec<String>,
     /// Leeway on `exp`, `nbf` and `iat`.
     pub leeway: Duration,
 }
@@ -306,9 +307,9 @@ impl<'a> Jwt<'a> {
         if !audiences.iter().any(|aud| rules.audiences.contains(aud)) {
             return Err(TokenError::WrongAudience);
         }
-        if let Some(client_id) = rules.client_id.as_ref().filter(|_| !application_token(&claims)) {
+        if !rules.clients.is_empty() && !application_token(&claims) {
             for name in ["azp", "appid"] {
-                if string_claim(&claims, name).is_some_and(|v| v != client_id) {
+                if string_claim(&claims, name).is_some_and(|v| !rules.clients.iter().any(|c| c == v)) {
                     return Err(TokenError::WrongClient);
                 }
             }
@@ -334,7 +335,7 @@ mod tests {
     fn rules() -> TokenRules {
         TokenRules {
             audiences: vec![CLI.into()],
-            client_id: Some(CLI.into()),
+            clients: vec![CLI.into()],
             leeway: Duration::from_secs(300),
         }
     }
@@ -472,8 +473,20 @@ mod tests {
             "token_client_invalid"
         );
         assert_eq!(code(&s, &with(json!({"azp": CLI})), &r, NOW), "ok");
+        // A second client of the same provider (the console's own).
+        let mut two_clients = r.clone();
+        two_clients.clients.push("the-console".into());
+        assert_eq!(
+            code(&s, &with(json!({"azp": "the-console"})), &two_clients, NOW),
+            "ok"
+        );
+        assert_eq!(code(&s, &with(json!({"azp": CLI})), &two_clients, NOW), "ok");
+        assert_eq!(
+            code(&s, &with(json!({"azp": "another-app"})), &two_clients, NOW),
+            "token_client_invalid"
+        );
         let mut any_client = r.clone();
-        any_client.client_id = None;
+        any_client.clients.clear();
         assert_eq!(
             code(&s, &with(json!({"azp": "another-app"})), &any_client, NOW),
             "ok"

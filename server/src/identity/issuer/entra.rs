@@ -475,7 +475,7 @@ mod tests {
     fn an_application_token_is_told_from_a_persons_and_named_by_its_client_id() {
         let s = signers();
         let mut config = entra_config();
-        config.client_id = Some("the-cli".into());
+        config.clients = vec!["the-cli".into()];
         config.audiences = vec!["11111111-1111-1111-1111-111111111111".into()];
         config.username_claim = Some("preferred_username".into());
         let r = rules(&config);

@@ -183,7 +183,7 @@ impl IssuerRules {
             name: config.name.clone(),
             token: TokenRules {
                 audiences: config.audiences.clone(),
-                client_id: config.client_id.clone(),
+                clients: config.clients.clone(),
                 leeway: config.leeway,
             },
             kind,

@@ -292,7 +292,7 @@ mod tests {
     fn an_rfc_9068_client_credentials_token_is_an_application() {
         let s = signers();
         let mut config = oidc_config(Some("email"));
-        config.client_id = Some("talos-sso-cli".into());
+        config.clients = vec!["talos-sso-cli".into()];
         let rules = rules(&config);
         for patch in [
             json!({"sub": "collector", "client_id": "collector"}),
