@@ -10,7 +10,8 @@
 //! What the emulator cannot tell: that the login asks for what a provider
 //! needs to release the groups (oidc-provider, as Keycloak and Dex, gives
 //! `groups` only for the `groups` scope), that the provider's authorization
-//! response (with RFC 9207's `iss`) is accepted, that a changed `state` is
+//! response (with RFC 9207's `iss`) is accepted, one naming another issuer
+//! is refused, that a changed `state` is
 //! refused before the provider's code is redeemed, and that the provider's
 //! refusal of a code from another login is shown, with no session.
 
@@ -197,6 +198,22 @@ async fn the_console_login_through_a_real_provider() {
     let late = second.visit(&held).await;
     assert_eq!(late.status, 403);
     assert!(late.body.contains("This login is unknown"), "{}", late.body);
+    assert_eq!(second.cookie(&base, SESSION_COOKIE), None);
+
+    // An answer that names another provider (RFC 9207's `iss`), though its
+    // `state` is right: refused before the code is redeemed.
+    let held = held_callback(&env, &second).await;
+    let mixed_up = second
+        .visit(&with_param(&held, "iss", "https://elsewhere.example"))
+        .await;
+    assert_eq!(mixed_up.status, 403);
+    assert!(
+        mixed_up
+            .body
+            .contains("another identity provider than this server's (iss)"),
+        "{}",
+        mixed_up.body
+    );
     assert_eq!(second.cookie(&base, SESSION_COOKIE), None);
 
     // The code the auditor's login redeemed, given to another login in

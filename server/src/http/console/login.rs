@@ -185,6 +185,14 @@ async fn finish(
             "The identity provider's answer does not belong to this login (state). Start again.".into(),
         );
     }
+    // RFC 9207: a provider that names itself in its answer must name the
+    // login issuer, or the answer is another provider's (a mix-up).
+    let issuer = app.authenticator.login().provider().metadata().issuer;
+    if query.get("iss").is_some_and(|iss| iss != &issuer) {
+        return Err(
+            "The answer names another identity provider than this server's (iss). Start again.".into(),
+        );
+    }
     if let Some(error) = query.get("error") {
         let description = query
             .get("error_description")
