@@ -11,7 +11,7 @@
 //! needs to release the groups (oidc-provider, as Keycloak and Dex, gives
 //! `groups` only for the `groups` scope), that the provider's authorization
 //! response (with RFC 9207's `iss`) is accepted, one naming another issuer
-//! is refused, that a changed `state` is
+//! or none is refused, that a changed `state` is
 //! refused before the provider's code is redeemed, and that the provider's
 //! refusal of a code from another login is shown, with no session.
 
@@ -42,16 +42,21 @@ fn query_of(url: &str) -> HashMap<String, String> {
 
 /// `url` with its query parameter `name` set to `value`.
 fn with_param(url: &str, name: &str, value: &str) -> String {
+    edit_param(url, name, Some(value))
+}
+
+/// `url` with its query parameter `name` set to `value`, or removed.
+fn edit_param(url: &str, name: &str, value: Option<&str>) -> String {
     let mut url = url::Url::parse(url).expect("a URL");
     let pairs: Vec<(String, String)> = url
         .query_pairs()
-        .map(|(k, v)| {
+        .filter_map(|(k, v)| {
             let v = if k == name {
-                value.to_owned()
+                value?.to_owned()
             } else {
                 v.into_owned()
             };
-            (k.into_owned(), v)
+            Some((k.into_owned(), v))
         })
         .collect();
     url.query_pairs_mut().clear().extend_pairs(pairs);
@@ -213,6 +218,17 @@ async fn the_console_login_through_a_real_provider() {
             .contains("another identity provider than this server's (iss)"),
         "{}",
         mixed_up.body
+    );
+    assert_eq!(second.cookie(&base, SESSION_COOKIE), None);
+    // The provider says it names itself in every answer: one without `iss`
+    // is refused too.
+    let held = held_callback(&env, &second).await;
+    let unnamed = second.visit(&edit_param(&held, "iss", None)).await;
+    assert_eq!(unnamed.status, 403);
+    assert!(
+        unnamed.body.contains("does not name the identity provider"),
+        "{}",
+        unnamed.body
     );
     assert_eq!(second.cookie(&base, SESSION_COOKIE), None);
 

@@ -79,6 +79,10 @@ pub struct ProviderMetadata {
     #[serde(default)]
     pub device_authorization_endpoint: Option<String>,
     pub jwks_uri: String,
+    /// RFC 9207: the provider names itself (`iss`) in every authorization
+    /// answer, so one without it is not the provider's.
+    #[serde(default)]
+    pub authorization_response_iss_parameter_supported: bool,
 }
 
 /// A discovered provider with its key cache.

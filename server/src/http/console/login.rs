@@ -185,13 +185,23 @@ async fn finish(
             "The identity provider's answer does not belong to this login (state). Start again.".into(),
         );
     }
-    // RFC 9207: a provider that names itself in its answer must name the
-    // login issuer, or the answer is another provider's (a mix-up).
-    let issuer = app.authenticator.login().provider().metadata().issuer;
-    if query.get("iss").is_some_and(|iss| iss != &issuer) {
-        return Err(
-            "The answer names another identity provider than this server's (iss). Start again.".into(),
-        );
+    // RFC 9207: an answer that names its provider must name the login
+    // issuer, or it is another provider's (a mix-up); a provider that says
+    // it names itself in every answer sent none without.
+    let metadata = app.authenticator.login().provider().metadata();
+    match query.get("iss") {
+        Some(iss) if iss != &metadata.issuer => {
+            return Err(
+                "The answer names another identity provider than this server's (iss). Start again.".into(),
+            );
+        }
+        None if metadata.authorization_response_iss_parameter_supported => {
+            return Err(
+                "The answer does not name the identity provider, which names itself in all of its answers (iss). Start again."
+                    .into(),
+            );
+        }
+        _ => {}
     }
     if let Some(error) = query.get("error") {
         let description = query
