@@ -430,7 +430,7 @@ pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: WatchState) -> 
                     // The CA material is read after the comparison: a failure
                     // while it was being replaced (a key read half-written)
                     // says nothing of the new files; wait for them to settle.
-                    if trigger == Trigger::FileChanged && watch_state(&app).await.0.named != state.named {
+                    if trigger == Trigger::FileChanged && named_state(&app).await != state.named {
                         seen_once = None;
                         continue;
                     }
@@ -486,6 +486,15 @@ async fn watch_state(app: &App) -> (WatchState, Option<Result<Snapshot, ConfigEr
         };
         (failed, None)
     })
+}
+
+/// The stamps of the files the running configuration names, now (the
+/// `named` of [`WatchState`], without reading the configuration again).
+async fn named_state(app: &App) -> String {
+    let settings = app.settings();
+    tokio::task::spawn_blocking(move || stamps(&named_files(&settings.config)))
+        .await
+        .unwrap_or_default()
 }
 
 /// The watcher's state for `config` as it was loaded: its files' digest,
