@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::reload::Trigger;
 use talos_sso_tests::emulator::{
-    OTHER_APP_CLIENT_ID, OTHER_APP_CLIENT_SECRET, SERVER_APP_ID, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET,
+    OTHER_APP_CLIENT_ID, OTHER_APP_CLIENT_SECRET, SAM_OID, SERVER_APP_ID, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET,
     TENANT_ID, TokenKind,
 };
 use talos_sso_tests::harness::{Answer, Backend, TestEnv, json_of};
@@ -481,6 +481,3 @@ async fn a_stream_ends_when_its_caller_is_no_longer_an_auditor(backend: Backend)
     assert_eq!((refused.status, refused.code()), (403, Some("identity_denied")));
     env.finish().await;
 }
-
-/// Sam's object id in the emulator's tenant.
-const SAM_OID: &str = "f6000000-0000-4000-8000-000000000006";

@@ -13,7 +13,7 @@ use talos_sso::key::ClientKey;
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::audit::store::{Append, Appended, DenyChange, DenyEntry};
 use talos_sso_server::audit::{AuditRecord, event, outcome};
-use talos_sso_tests::emulator::TokenKind;
+use talos_sso_tests::emulator::{SAM_OID, TokenKind};
 use talos_sso_tests::harness::{Backend, TestEnv};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,7 +21,6 @@ on_both_stores!(poisoned_requests_fail_alone_while_honest_ones_issue);
 
 const BOB_OID: &str = "b2000000-0000-4000-8000-000000000002";
 const ALICE_OID: &str = "a1000000-0000-4000-8000-000000000001";
-const SAM_OID: &str = "f6000000-0000-4000-8000-000000000006";
 
 async fn records(env: &TestEnv) -> Vec<StoredRecord> {
     env.server.app.audit.store().page(0, 100_000).await.unwrap()

@@ -52,6 +52,9 @@ pub const GROUP_PLATFORM_ADMINS: &str = "3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a01";
 pub const GROUP_ONCALL: &str = "3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a02";
 pub const GROUP_SECURITY: &str = "3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a03";
 
+/// Sam Security's object id (`sam@example.com`, in `GROUP_SECURITY`).
+pub const SAM_OID: &str = "f6000000-0000-4000-8000-000000000006";
+
 /// A person who can log in.
 #[derive(Debug, Clone)]
 pub struct TestUser {
@@ -130,13 +133,7 @@ pub fn demo_users() -> Vec<TestUser> {
                 &[],
             )
         },
-        TestUser::new(
-            "f6000000-0000-4000-8000-000000000006",
-            "sam@example.com",
-            "Sam Security",
-            &[GROUP_SECURITY],
-            &[],
-        ),
+        TestUser::new(SAM_OID, "sam@example.com", "Sam Security", &[GROUP_SECURITY], &[]),
     ]
 }
 
