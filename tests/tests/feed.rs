@@ -481,3 +481,25 @@ async fn a_stream_ends_when_its_caller_is_no_longer_an_auditor(backend: Backend)
     assert_eq!((refused.status, refused.code()), (403, Some("identity_denied")));
     env.finish().await;
 }
+
+/// A deny list that cannot be read ends the stream (`audit_unavailable`)
+/// rather than letting it go on unchecked.
+#[tokio::test]
+async fn a_stream_whose_deny_list_cannot_be_read_ends() {
+    let env = feed_env(Backend::Sqlite, "").await;
+    let siem = client_credentials(&env, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET).await;
+    let mut stream = Stream::open(&env, &env.server.base_url, &siem, "").await.unwrap();
+    stream.until("audit.query", Some(SIEM_CLIENT_ID)).await;
+    let talos_sso_server::audit::store::AuditStore::Sqlite(pool) = env.server.app.audit.store() else {
+        panic!("a SQLite store")
+    };
+    // The file's owner drops the view the deny list is read through; the
+    // trail itself stays readable.
+    sqlx::raw_sql("DROP VIEW deny_list_active")
+        .execute(pool)
+        .await
+        .unwrap();
+    let last = stream.last().await;
+    assert_eq!(last["end"], "audit_unavailable", "{last}");
+    env.finish().await;
+}
