@@ -2,7 +2,8 @@
 //! token (client credentials from the emulator) reading and following the
 //! trail, the follow stream (`GET /v1/audit/stream`) with its backlog, new
 //! records from this replica and another, heartbeats, one `audit.query`
-//! record per stream, its end at the token's expiry, and its cap.
+//! record per stream, its end at the token's expiry or when access goes
+//! (a reload, the deny list, a deny list that cannot be read), and its cap.
 
 use std::time::Duration;
 
