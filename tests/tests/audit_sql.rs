@@ -163,7 +163,8 @@ async fn run(store: &AuditStore, sql: &str) -> Vec<BTreeMap<String, Value>> {
                 .map(|r| object(serde_json::from_str(r).unwrap()))
                 .collect()
         }
-        AuditStore::Sqlite(pool) => {
+        AuditStore::Sqlite(sqlite) => {
+            let pool = sqlite.pool();
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
                 .fetch_all(pool)
                 .await
@@ -684,9 +685,10 @@ async fn sqlite_role_table_says_what_the_records_say() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/audit.db", dir.path().display());
     let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
-    let AuditStore::Sqlite(pool) = &store else {
+    let AuditStore::Sqlite(sqlite) = &store else {
         panic!("{url} is not SQLite")
     };
+    let pool = sqlite.pool();
     let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
     let all = sqlx::migrate::Migrator::new(folder).await.unwrap();
     let before_0004 =

@@ -50,7 +50,8 @@ impl Store {
                     .await
                     .unwrap();
             }
-            AuditStore::Sqlite(pool) => {
+            AuditStore::Sqlite(sqlite) => {
+                let pool = sqlite.pool();
                 let sql = format!(
                     "CREATE TRIGGER refuse_{username} BEFORE INSERT ON audit_events \
                      WHEN NEW.username = '{username}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
@@ -68,7 +69,7 @@ impl Store {
         let sql = "SELECT token_id FROM used_tokens ORDER BY token_id";
         match &self.store {
             AuditStore::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await.unwrap(),
-            AuditStore::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await.unwrap(),
+            AuditStore::Sqlite(sqlite) => sqlx::query_scalar(sql).fetch_all(sqlite.pool()).await.unwrap(),
         }
     }
 

@@ -491,9 +491,10 @@ async fn a_stream_whose_deny_list_cannot_be_read_ends() {
     let siem = client_credentials(&env, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET).await;
     let mut stream = Stream::open(&env, &env.server.base_url, &siem, "").await.unwrap();
     stream.until("audit.query", Some(SIEM_CLIENT_ID)).await;
-    let talos_sso_server::audit::store::AuditStore::Sqlite(pool) = env.server.app.audit.store() else {
+    let talos_sso_server::audit::store::AuditStore::Sqlite(sqlite) = env.server.app.audit.store() else {
         panic!("a SQLite store")
     };
+    let pool = sqlite.pool();
     // The file's owner drops the view the deny list is read through; the
     // trail itself stays readable.
     sqlx::raw_sql("DROP VIEW deny_list_active")

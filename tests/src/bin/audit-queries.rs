@@ -267,7 +267,8 @@ async fn indexes(store: &AuditStore) -> Result<Vec<String>, sqlx::Error> {
             .fetch_all(pool)
             .await
         }
-        AuditStore::Sqlite(pool) => {
+        AuditStore::Sqlite(sqlite) => {
+            let pool = sqlite.pool();
             sqlx::query_scalar(
                 "SELECT coalesce(sql, name || ' (automatic)') FROM sqlite_master \
              WHERE (type = 'index' AND tbl_name IN ('audit_events', 'audit_event_roles')) \

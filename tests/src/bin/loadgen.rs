@@ -35,6 +35,10 @@ use talos_sso_server::identity::jwks::KeySet;
 use talos_sso_tests::harness::{Backend, BareStore, TestEnv};
 use talos_sso_tests::load;
 
+// The server's own allocator: what is measured is what the binary runs.
+#[global_allocator]
+static ALLOCATOR: talos_sso_server::Allocator = talos_sso_server::Allocator;
+
 /// Where the CA key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CaKey {
@@ -238,7 +242,9 @@ async fn durability(store: &AuditStore) -> String {
             };
             format!("{}, {}", show("fsync").await, show("synchronous_commit").await)
         }
-        AuditStore::Sqlite(pool) => {
+        AuditStore::Sqlite(sqlite) => {
+            // The connection that commits the trail's appends.
+            let pool = sqlite.appends();
             let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
                 .fetch_one(pool)
                 .await

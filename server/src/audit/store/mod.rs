@@ -26,13 +26,12 @@
 mod postgres;
 pub mod roles;
 pub mod schema;
-mod sqlite;
+pub mod sqlite;
 
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::PgPool;
-use sqlx::sqlite::SqlitePool;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
@@ -195,7 +194,7 @@ fn deny_entry(
 #[derive(Debug, Clone)]
 pub enum AuditStore {
     Postgres(PgPool),
-    Sqlite(SqlitePool),
+    Sqlite(sqlite::SqliteStore),
 }
 
 /// Every column of `audit_events`, in the order both backends write them.
@@ -279,7 +278,10 @@ macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match $store {
             AuditStore::Postgres($pool) => $body,
-            AuditStore::Sqlite($pool) => $body,
+            AuditStore::Sqlite(store) => {
+                let $pool = store.pool();
+                $body
+            }
         }
     };
 }
@@ -434,7 +436,7 @@ impl AuditStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let result = match self {
             AuditStore::Postgres(pool) => postgres::MIGRATOR.run(pool).await,
-            AuditStore::Sqlite(pool) => sqlite::MIGRATOR.run(pool).await,
+            AuditStore::Sqlite(store) => sqlite::MIGRATOR.run(store.pool()).await,
         };
         result.map_err(|e| StoreError::Migration(e.to_string()))
     }
@@ -445,7 +447,10 @@ impl AuditStore {
     }
 
     pub async fn close(&self) {
-        on_pool!(self, pool => pool.close().await)
+        match self {
+            AuditStore::Postgres(pool) => pool.close().await,
+            AuditStore::Sqlite(store) => store.close().await,
+        }
     }
 
     /// Append records in one transaction; see the module comment. A
@@ -471,7 +476,7 @@ impl AuditStore {
         }
         match self {
             AuditStore::Postgres(pool) => on_fresh_failure!(pool, postgres::begin_chain),
-            AuditStore::Sqlite(pool) => on_fresh_failure!(pool, sqlite::begin_chain),
+            AuditStore::Sqlite(store) => on_fresh_failure!(store.appends(), sqlite::begin_chain),
         }
     }
 
@@ -496,7 +501,7 @@ impl AuditStore {
         }
         let hash = match self {
             AuditStore::Postgres(pool) => hash_at_seq!(pool, postgres::begin_chain),
-            AuditStore::Sqlite(pool) => hash_at_seq!(pool, sqlite::begin_chain),
+            AuditStore::Sqlite(store) => hash_at_seq!(store.appends(), sqlite::begin_chain),
         };
         Ok(hash.as_deref() == Some(record.hash.as_str()))
     }
@@ -535,7 +540,7 @@ impl AuditStore {
     async fn records(&self, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
         match self {
             AuditStore::Postgres(pool) => postgres::records(pool, query).await,
-            AuditStore::Sqlite(pool) => sqlite::records(pool, query).await,
+            AuditStore::Sqlite(store) => sqlite::records(store.pool(), query).await,
         }
     }
 
@@ -543,7 +548,7 @@ impl AuditStore {
     pub async fn deny_list(&self) -> Result<Vec<DenyEntry>, StoreError> {
         match self {
             AuditStore::Postgres(pool) => postgres::deny_list(pool).await,
-            AuditStore::Sqlite(pool) => sqlite::deny_list(pool).await,
+            AuditStore::Sqlite(store) => sqlite::deny_list(store.pool()).await,
         }
     }
 
@@ -682,6 +687,29 @@ where
 /// `(subject, username)` of deny-list entries that match a batch.
 type DeniedPairs = Vec<(Option<String>, Option<String>)>;
 
+/// A row of a backend's `head_and_denied` statement: the chain head as
+/// `(seq, hash, NULL, NULL)`, or a matching deny-list entry as
+/// `(NULL, NULL, subject, username)`.
+type HeadOrDenied = (Option<i64>, Option<String>, Option<String>, Option<String>);
+
+/// The head and the deny-list entries from the rows of [`HeadOrDenied`].
+fn head_and_denied(rows: Vec<HeadOrDenied>) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+    let mut head = None;
+    let mut denied = Vec::new();
+    for row in rows {
+        match row {
+            (Some(seq), Some(hash), None, None) if head.is_none() => head = Some((seq, hash)),
+            (None, None, subject, username) => denied.push((subject, username)),
+            (seq, ..) => {
+                return Err(StoreError::Corrupt(format!(
+                    "the chain head query answered an unexpected row (seq {seq:?})"
+                )));
+            }
+        }
+    }
+    Ok((head, denied))
+}
+
 /// One backend's side of appending a batch, inside the transaction it
 /// opened under the lock that serialises chain appends. Each method is
 /// handed a step of the batch whole and writes it with one statement (one
@@ -690,6 +718,16 @@ type DeniedPairs = Vec<(Option<String>, Option<String>)>;
 trait BatchTx {
     /// The last record's sequence number and hash; `None` when the trail is empty.
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError>;
+    /// The last record's sequence number and hash (`None` when the trail
+    /// is empty), and the deny-list entries matching any of these subjects
+    /// or (lower-cased) usernames: what every batch reads first, in one
+    /// statement (rows of [`HeadOrDenied`]), since each statement is a
+    /// round trip made while the chain's lock is held.
+    async fn head_and_denied(
+        &mut self,
+        subjects: &[String],
+        usernames: &[String],
+    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError>;
     /// Deny-list entries matching any of these subjects or (lower-cased) usernames.
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError>;
     /// Claim these token ids, each used at its time, in order: one answer
@@ -762,7 +800,6 @@ where
 }
 
 async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
-    let (seq, hash) = tx.head().await?.unwrap_or((0, GENESIS_HASH.to_owned()));
     // Checks compare what is stored: deny entries hold cleaned text, so the
     // record is cleaned first (a subject with a zero-width space must match
     // the entry an admin wrote from the trail).
@@ -778,11 +815,15 @@ async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<App
             )
         })
         .unzip();
-    let mut denied = if subjects.is_empty() {
-        Vec::new()
+    // Records that check no identity (one-off commands' records) read the
+    // head alone: they are also what is written to a schema older than the
+    // deny list's view (migrations/sqlite/0006).
+    let (head, mut denied) = if subjects.is_empty() {
+        (tx.head().await?, Vec::new())
     } else {
-        tx.denied(&subjects, &usernames).await?
+        tx.head_and_denied(&subjects, &usernames).await?
     };
+    let (seq, hash) = head.unwrap_or((0, GENESIS_HASH.to_owned()));
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut start = 0;
     while start < batch.len() {
@@ -1076,9 +1117,10 @@ mod tests {
         ));
         let url = format!("sqlite://{}/audit.db", dir.display());
         let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
-        let AuditStore::Sqlite(pool) = &store else {
+        let AuditStore::Sqlite(sqlite) = &store else {
             panic!("{url} is not SQLite")
         };
+        let pool = sqlite.pool();
         released_sqlite().run(pool).await.unwrap();
         store.migrate().await.unwrap();
         assert_eq!(store.verify_chain().await.unwrap().verified, 0);
@@ -1163,20 +1205,35 @@ mod tests {
         short_of_answers: bool,
     }
 
+    impl Recorder {
+        fn listed(&self, subjects: &[String]) -> DeniedPairs {
+            self.deny_list
+                .iter()
+                .filter(|(subject, _)| subject.as_ref().is_some_and(|s| subjects.contains(s)))
+                .cloned()
+                .collect()
+        }
+    }
+
     impl BatchTx for Recorder {
         async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
             self.calls.push("head".into());
             Ok(self.records.last().map(|r| (r.seq, r.hash.clone())))
         }
 
+        async fn head_and_denied(
+            &mut self,
+            subjects: &[String],
+            _: &[String],
+        ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+            self.calls.push("head and denied".into());
+            let head = self.records.last().map(|r| (r.seq, r.hash.clone()));
+            Ok((head, self.listed(subjects)))
+        }
+
         async fn denied(&mut self, subjects: &[String], _: &[String]) -> Result<DeniedPairs, StoreError> {
             self.calls.push("denied".into());
-            Ok(self
-                .deny_list
-                .iter()
-                .filter(|(subject, _)| subject.as_ref().is_some_and(|s| subjects.contains(s)))
-                .cloned()
-                .collect())
+            Ok(self.listed(subjects))
         }
 
         async fn claim_tokens(
@@ -1268,8 +1325,7 @@ mod tests {
         assert_eq!(
             backend.calls,
             [
-                "head",
-                "denied",
+                "head and denied",
                 "claim t1,t1,t2",
                 "change",
                 "denied",
@@ -1310,6 +1366,34 @@ mod tests {
             claim_answers(&claims, vec!["c".into(), "a".into()]),
             [true, false, false, true, false]
         );
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_checks_no_identity_reads_the_head_alone() {
+        let mut backend = Recorder::default();
+        let unchecked = Append {
+            deny_check: false,
+            ..issuance("alice", "t1")
+        };
+        extend_chain(&mut backend, &[unchecked]).await.unwrap();
+        assert_eq!(backend.calls, ["head", "claim t1", "insert 1"]);
+    }
+
+    #[test]
+    fn the_head_and_the_deny_entries_are_told_apart_by_their_columns() {
+        let entry = |s: &str| (None, None, Some(s.to_owned()), None);
+        let head = (Some(7), Some("h7".to_owned()), None, None);
+        let (found, denied) = head_and_denied(vec![entry("a"), head.clone(), entry("b")]).unwrap();
+        assert_eq!(found, Some((7, "h7".to_owned())));
+        assert_eq!(
+            denied,
+            [(Some("a".to_owned()), None), (Some("b".to_owned()), None)]
+        );
+        // An empty trail: no head row.
+        assert_eq!(head_and_denied(vec![entry("a")]).unwrap().0, None);
+        // Two heads, or a row that is neither, is not an answer to trust.
+        assert!(head_and_denied(vec![head.clone(), head]).is_err());
+        assert!(head_and_denied(vec![(Some(1), None, Some("a".into()), None)]).is_err());
     }
 
     #[tokio::test]

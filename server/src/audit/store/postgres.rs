@@ -11,14 +11,16 @@ use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 
 use super::{
-    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, RecordQuery,
-    RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers, deny_entry,
-    distinct_claims, stored_record,
+    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, HeadOrDenied,
+    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
+    deny_entry, distinct_claims, head_and_denied, stored_record,
 };
 use crate::audit::{AuditRecord, StoredRecord};
 
 /// Postgres advisory lock key that serialises chain appends (any constant
-/// works; this one spells "talosSSO" in a way nobody else will pick).
+/// works; this one spells "talosSSO" in a way nobody else will pick);
+/// [`BEGIN_CHAIN`] spells it in decimal.
+#[cfg(test)]
 const CHAIN_LOCK_KEY: i64 = 0x7461_6c6f_7353_534f;
 
 /// The files of `migrations/postgres`, embedded at build time; each file's
@@ -73,17 +75,35 @@ pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreErro
 pub(super) async fn begin_chain(
     connection: &mut PoolConnection<Postgres>,
 ) -> Result<Transaction<'_, Postgres>, StoreError> {
-    let mut tx = connection.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(CHAIN_LOCK_KEY)
-        .execute(&mut *tx)
-        .await?;
-    Ok(tx)
+    Ok(connection.begin_with(BEGIN_CHAIN).await?)
 }
+
+/// `BEGIN`, then the chain's lock, sent together: one round trip. Each
+/// statement of a simple query takes its own snapshot, so the head read
+/// next (a statement of its own) sees every commit made before the lock
+/// was granted.
+const BEGIN_CHAIN: &str = "BEGIN; SELECT pg_advisory_xact_lock(8386103207072584527)";
 
 impl BatchTx for Transaction<'_, Postgres> {
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
+    }
+
+    async fn head_and_denied(
+        &mut self,
+        subjects: &[String],
+        usernames: &[String],
+    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+        let rows: Vec<HeadOrDenied> = sqlx::query_as(
+            "SELECT seq, hash, NULL::text, NULL::text FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) AS head \
+             UNION ALL \
+             SELECT NULL, NULL, subject, username FROM deny_list_active WHERE subject = ANY($1) OR username = ANY($2)",
+        )
+        .bind(subjects)
+        .bind(usernames)
+        .fetch_all(&mut **self)
+        .await?;
+        head_and_denied(rows)
     }
 
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
@@ -246,6 +266,14 @@ impl RecordRow for PgRow {
 #[cfg(test)]
 mod tests {
     use super::sqlstate_blames_the_data;
+
+    #[test]
+    fn a_batch_begins_by_taking_the_chain_lock() {
+        assert_eq!(
+            super::BEGIN_CHAIN,
+            format!("BEGIN; SELECT pg_advisory_xact_lock({})", super::CHAIN_LOCK_KEY)
+        );
+    }
 
     #[test]
     fn only_data_errors_are_the_records_fault() {

@@ -85,7 +85,8 @@ impl AuditStore {
                     .fetch_one(pool)
                     .await?
             }
-            AuditStore::Sqlite(pool) => {
+            AuditStore::Sqlite(sqlite) => {
+                let pool = sqlite.pool();
                 sqlx::query_scalar(
                     "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = $1",
                 )
@@ -101,7 +102,11 @@ impl AuditStore {
                 AuditStore::Postgres(pool) => {
                     sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(pool).await?
                 }
-                AuditStore::Sqlite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(pool).await?,
+                AuditStore::Sqlite(sqlite) => {
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .fetch_all(sqlite.pool())
+                        .await?
+                }
             }
         } else {
             Vec::new()

@@ -1,7 +1,8 @@
 //! The SQLite backend (the embedded default, one node): its private file,
-//! its pool, its SQL, `BEGIN IMMEDIATE` as the lock that serialises chain
-//! appends, how its rows decode (times as text, lists as JSON), and which of
-//! its errors blame the data.
+//! its two pools (readers, and the one connection appends go through), its
+//! SQL, `BEGIN IMMEDIATE` as the lock that serialises chain appends, how its
+//! rows decode (times as text, lists as JSON), and which of its errors blame
+//! the data.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -20,8 +21,8 @@ use time::OffsetDateTime;
 
 use super::{
     BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow, HEAD_SQL,
-    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
-    deny_entry, distinct_claims, stored_record,
+    HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list,
+    claim_answers, deny_entry, distinct_claims, head_and_denied, stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -29,20 +30,86 @@ use crate::audit::{StoredRecord, format_micros, parse_micros};
 /// name gives its version and description.
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
+/// The SQLite store: a pool for reads (and migrations), and one connection
+/// of its own for the chain's appends.
+///
+/// Appends are serialised anyway (`BEGIN IMMEDIATE`), and one connection
+/// keeps what they need warm: SQLite empties a connection's page cache
+/// whenever another connection wrote since it last read, so appends taking
+/// turns on a pool's connections read every index page they touch again
+/// (docs/performance.md, "SQLite's cost per record").
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    appends: SqlitePool,
+}
+
+impl SqliteStore {
+    /// The pool for reads and migrations.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The one connection appends go through, as a pool of one (for tools
+    /// that read its settings; writes belong to [`super::AuditStore::append_batch`]).
+    pub fn appends(&self) -> &SqlitePool {
+        &self.appends
+    }
+
+    pub(super) async fn close(&self) {
+        self.appends.close().await;
+        self.pool.close().await;
+    }
+}
+
+/// Pages the append connection keeps in memory (SQLite's `cache_size`,
+/// negative: in KiB): the interior pages and the recently written leaves of
+/// the table and its indexes. Readers keep SQLite's default (2 MiB each).
+const APPEND_CACHE_KIB: i64 = 32 * 1024;
+
+/// WAL pages after which a commit of the append connection copies the WAL
+/// back into the database (SQLite's `wal_autocheckpoint`; its default is
+/// 1,000). A checkpoint writes each page once however often the commits
+/// since the last one changed it; with the default, the random-order
+/// indexes were checkpointed every few batches.
+const APPEND_WAL_AUTOCHECKPOINT: u32 = 10_000;
+
 /// `url` is `sqlite://<path>[?options]`; the file is created private when
 /// missing.
-pub(super) async fn connect(url: &str, path: &str, options: &StoreOptions) -> Result<SqlitePool, StoreError> {
+pub(super) async fn connect(
+    url: &str,
+    path: &str,
+    options: &StoreOptions,
+) -> Result<SqliteStore, StoreError> {
     create_private_file(path.split('?').next().unwrap_or(path))?;
     let connect = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(5));
-    Ok(SqlitePoolOptions::new()
+    let pool = SqlitePoolOptions::new()
         .max_connections(options.max_connections.clamp(1, 4))
         .acquire_timeout(options.acquire_timeout)
-        .connect_with(connect)
-        .await?)
+        .connect_with(connect.clone())
+        .await?;
+    // Temporary data of a statement (the journal that undoes one statement
+    // of a transaction, the role trigger's `UNION`) in memory rather than
+    // in files made, written and removed for each batch: it never outlives
+    // its transaction, so durability does not depend on it.
+    let appends = connect
+        .pragma("temp_store", "memory")
+        .pragma("cache_size", (-APPEND_CACHE_KIB).to_string())
+        .pragma("wal_autocheckpoint", APPEND_WAL_AUTOCHECKPOINT.to_string());
+    // No ping before each batch (a round trip to the connection's worker
+    // thread): a file does not hang up, and a batch that fails closes its
+    // connection anyway.
+    let appends = SqlitePoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(appends)
+        .await?;
+    Ok(SqliteStore { pool, appends })
 }
 
 /// Whether SQLite refused a statement for its data: primary result codes
@@ -123,6 +190,24 @@ pub(super) async fn begin_chain(
 impl BatchTx for Transaction<'_, Sqlite> {
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
+    }
+
+    async fn head_and_denied(
+        &mut self,
+        subjects: &[String],
+        usernames: &[String],
+    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+        let rows: Vec<HeadOrDenied> = sqlx::query_as(
+            "SELECT seq, hash, NULL, NULL FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) \
+             UNION ALL \
+             SELECT NULL, NULL, subject, username FROM deny_list_active \
+             WHERE subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(json_list(subjects))
+        .bind(json_list(usernames))
+        .fetch_all(&mut **self)
+        .await?;
+        head_and_denied(rows)
     }
 
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
@@ -323,6 +408,47 @@ fn clean(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::result_code_blames_the_data;
+
+    #[tokio::test]
+    async fn appends_go_through_one_connection_set_for_them() {
+        let dir = std::env::temp_dir().join(format!(
+            "talos-sso-appends-{}",
+            crate::random::random_hex(6).unwrap()
+        ));
+        let url = format!("sqlite://{}/audit.db", dir.display());
+        let store = super::super::AuditStore::connect(&url, &super::StoreOptions::default())
+            .await
+            .unwrap();
+        let super::super::AuditStore::Sqlite(sqlite) = &store else {
+            panic!("{url} is not SQLite")
+        };
+        assert_eq!(sqlite.appends().options().get_max_connections(), 1);
+        let pragma = |pool: &super::SqlitePool, name: &'static str| {
+            let pool = pool.clone();
+            async move {
+                let value: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("PRAGMA {name}")))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                value
+            }
+        };
+        let appends = sqlite.appends();
+        assert_eq!(pragma(appends, "temp_store").await, 2, "temp_store = MEMORY");
+        assert_eq!(pragma(appends, "cache_size").await, -super::APPEND_CACHE_KIB);
+        assert_eq!(
+            pragma(appends, "wal_autocheckpoint").await,
+            i64::from(super::APPEND_WAL_AUTOCHECKPOINT)
+        );
+        // Durability is the same on every connection: each commit synced.
+        for pool in [appends, sqlite.pool()] {
+            assert_eq!(pragma(pool, "synchronous").await, 2, "synchronous = FULL");
+        }
+        // Readers keep SQLite's defaults.
+        assert_eq!(pragma(sqlite.pool(), "wal_autocheckpoint").await, 1000);
+        store.close().await;
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn a_batch_statement_has_a_placeholder_for_each_column_of_each_row() {

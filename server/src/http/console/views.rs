@@ -730,7 +730,8 @@ async fn chart_counts(
             .await?;
             Ok((issued, denied))
         }
-        AuditStore::Sqlite(pool) => {
+        AuditStore::Sqlite(sqlite) => {
+            let pool = sqlite.pool();
             let (length, suffix) = if hourly { (13, ":00") } else { (10, "") };
             let (since, until) = (format_micros(since), format_micros(until));
             let issued = sqlx::query_as(sqlx::AssertSqlSafe(format!(
