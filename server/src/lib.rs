@@ -50,17 +50,6 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `TALOS_SSO_REVISION` at build time), `unknown` when neither was there.
 pub const REVISION: &str = env!("TALOS_SSO_REVISION");
 
-/// The memory allocator `talos-sso-server` runs with (mimalloc: under load,
-/// glibc's malloc and free took about a tenth of the server's CPU,
-/// docs/performance.md). Tools that run the server in their own process to
-/// measure it declare it too, so that they measure what the binary does:
-///
-/// ```ignore
-/// #[global_allocator]
-/// static ALLOCATOR: talos_sso_server::Allocator = talos_sso_server::Allocator;
-/// ```
-pub use mimalloc::MiMalloc as Allocator;
-
 pub mod app;
 pub mod audit;
 pub mod break_glass;

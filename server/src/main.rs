@@ -5,9 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use talos_sso_server::cli::{self, Cli};
 
-#[global_allocator]
-static ALLOCATOR: talos_sso_server::Allocator = talos_sso_server::Allocator;
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

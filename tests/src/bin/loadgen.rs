@@ -35,10 +35,6 @@ use talos_sso_server::identity::jwks::KeySet;
 use talos_sso_tests::harness::{Backend, BareStore, TestEnv};
 use talos_sso_tests::load;
 
-// The server's own allocator: what is measured is what the binary runs.
-#[global_allocator]
-static ALLOCATOR: talos_sso_server::Allocator = talos_sso_server::Allocator;
-
 /// Where the CA key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CaKey {

@@ -23,10 +23,6 @@ use std::time::{Duration, Instant};
 use talos_sso_server::audit::store::{Append, AuditStore, StoreOptions};
 use talos_sso_tests::audit_seed::{SeedPlan, Trail};
 
-// The server's own allocator: what is measured is what the binary runs.
-#[global_allocator]
-static ALLOCATOR: talos_sso_server::Allocator = talos_sso_server::Allocator;
-
 /// The secondary indexes of `audit_events` (migrations 0001, 0004, 0005).
 const INDEXES: [&str; 6] = [
     "audit_events_occurred_at",
