@@ -725,12 +725,7 @@ pub async fn sqlite_disk(timing: Timing) -> Result<Report, String> {
         )),
         None => {
             let log = server.log_text();
-            let last: Vec<&str> = log
-                .lines()
-                .filter(|l| l.contains("audit"))
-                .rev()
-                .take(2)
-                .collect();
+            let last = last_audit_lines(&log);
             report.expect(
                 false,
                 format!("no certificate within 30 s of space coming back; the server says: {last:?}"),
@@ -771,7 +766,14 @@ pub async fn sqlite_disk(timing: Timing) -> Result<Report, String> {
             "writable again: the first request sent afterwards was issued {:.3} s later",
             after.as_secs_f64()
         )),
-        None => report.expect(false, "no certificate within 30 s of the remount read-write"),
+        None => {
+            let log = server.log_text();
+            let last = last_audit_lines(&log);
+            report.expect(
+                false,
+                format!("no certificate within 30 s of the remount read-write; the server says: {last:?}"),
+            )
+        }
     }
     tokio::time::sleep(timing.after).await;
     let attempts = load.stop().await;
@@ -805,6 +807,16 @@ pub async fn sqlite_disk(timing: Timing) -> Result<Report, String> {
     server.kill();
     drop(tmpfs);
     Ok(report)
+}
+
+/// The server's last two log lines about the audit trail, newest first:
+/// what it says when it does not recover.
+fn last_audit_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains("audit"))
+        .rev()
+        .take(2)
+        .collect()
 }
 
 /// Wait until a request sent after `since` was refused.

@@ -461,7 +461,8 @@ impl AuditStore {
     /// The connection of a batch that failed is closed, not put back: its
     /// transaction may not have ended cleanly (SQLite that ran out of disk
     /// leaves the driver believing a transaction is still open, and every
-    /// later batch on that connection would fail).
+    /// later batch on that connection would fail). With SQLite, the idle
+    /// readers go too ([`sqlite::SqliteStore::close_idle_readers`]).
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
         // The same steps on either backend's connection type.
         macro_rules! on_fresh_failure {
@@ -476,7 +477,13 @@ impl AuditStore {
         }
         match self {
             AuditStore::Postgres(pool) => on_fresh_failure!(pool, postgres::begin_chain),
-            AuditStore::Sqlite(store) => on_fresh_failure!(store.appends(), sqlite::begin_chain),
+            AuditStore::Sqlite(store) => {
+                let result = on_fresh_failure!(store.appends(), sqlite::begin_chain);
+                if result.is_err() {
+                    store.close_idle_readers();
+                }
+                result
+            }
         }
     }
 

@@ -56,6 +56,18 @@ impl SqliteStore {
         &self.appends
     }
 
+    /// Close the readers' idle connections (after an append failed).
+    /// Connections of one process to one file share SQLite's memory-mapped
+    /// WAL index: one opened while the file system was read-only leaves it
+    /// read-only for every connection, new ones included, until the last
+    /// connection sharing it closes. Appends fail meanwhile, and the
+    /// readers, which never write, would otherwise keep it forever.
+    pub(super) fn close_idle_readers(&self) {
+        while let Some(mut connection) = self.pool.try_acquire() {
+            connection.close_on_drop();
+        }
+    }
+
     pub(super) async fn close(&self) {
         self.appends.close().await;
         self.pool.close().await;
@@ -66,13 +78,6 @@ impl SqliteStore {
 /// negative: in KiB): the interior pages and the recently written leaves of
 /// the table and its indexes. Readers keep SQLite's default (2 MiB each).
 const APPEND_CACHE_KIB: i64 = 32 * 1024;
-
-/// WAL pages after which a commit of the append connection copies the WAL
-/// back into the database (SQLite's `wal_autocheckpoint`; its default is
-/// 1,000). A checkpoint writes each page once however often the commits
-/// since the last one changed it; with the default, the random-order
-/// indexes were checkpointed every few batches.
-const APPEND_WAL_AUTOCHECKPOINT: u32 = 10_000;
 
 /// `url` is `sqlite://<path>[?options]`; the file is created private when
 /// missing.
@@ -98,8 +103,7 @@ pub(super) async fn connect(
     // its transaction, so durability does not depend on it.
     let appends = connect
         .pragma("temp_store", "memory")
-        .pragma("cache_size", (-APPEND_CACHE_KIB).to_string())
-        .pragma("wal_autocheckpoint", APPEND_WAL_AUTOCHECKPOINT.to_string());
+        .pragma("cache_size", (-APPEND_CACHE_KIB).to_string());
     // No ping before each batch (a round trip to the connection's worker
     // thread): a file does not hang up, and a batch that fails closes its
     // connection anyway.
@@ -436,16 +440,18 @@ mod tests {
         let appends = sqlite.appends();
         assert_eq!(pragma(appends, "temp_store").await, 2, "temp_store = MEMORY");
         assert_eq!(pragma(appends, "cache_size").await, -super::APPEND_CACHE_KIB);
-        assert_eq!(
-            pragma(appends, "wal_autocheckpoint").await,
-            i64::from(super::APPEND_WAL_AUTOCHECKPOINT)
-        );
         // Durability is the same on every connection: each commit synced.
         for pool in [appends, sqlite.pool()] {
             assert_eq!(pragma(pool, "synchronous").await, 2, "synchronous = FULL");
         }
-        // Readers keep SQLite's defaults.
-        assert_eq!(pragma(sqlite.pool(), "wal_autocheckpoint").await, 1000);
+        // The WAL is copied back every 1,000 pages (4 MiB), SQLite's default:
+        // a larger WAL fills a small disk by itself, and a full disk then
+        // refuses the commit that would have checkpointed it.
+        for pool in [appends, sqlite.pool()] {
+            assert_eq!(pragma(pool, "wal_autocheckpoint").await, 1000);
+        }
+        // Readers keep SQLite's default cache.
+        assert_eq!(pragma(sqlite.pool(), "cache_size").await, -2000);
         store.close().await;
         std::fs::remove_dir_all(dir).unwrap();
     }
