@@ -413,18 +413,24 @@ fn clean(text: &str) -> String {
 mod tests {
     use super::result_code_blames_the_data;
 
-    #[tokio::test]
-    async fn appends_go_through_one_connection_set_for_them() {
+    /// A store in a new SQLite file, not migrated, and its directory.
+    async fn new_store() -> (std::path::PathBuf, super::super::AuditStore) {
         let dir = std::env::temp_dir().join(format!(
-            "talos-sso-appends-{}",
+            "talos-sso-sqlite-{}",
             crate::random::random_hex(6).unwrap()
         ));
         let url = format!("sqlite://{}/audit.db", dir.display());
         let store = super::super::AuditStore::connect(&url, &super::StoreOptions::default())
             .await
             .unwrap();
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn appends_go_through_one_connection_set_for_them() {
+        let (dir, store) = new_store().await;
         let super::super::AuditStore::Sqlite(sqlite) = &store else {
-            panic!("{url} is not SQLite")
+            panic!("a sqlite:// URL opens SQLite")
         };
         assert_eq!(sqlite.appends().options().get_max_connections(), 1);
         let pragma = |pool: &super::SqlitePool, name: &'static str| {
@@ -452,6 +458,31 @@ mod tests {
         }
         // Readers keep SQLite's default cache.
         assert_eq!(pragma(sqlite.pool(), "cache_size").await, -2000);
+        store.close().await;
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_append_that_fails_closes_the_idle_readers() {
+        let (dir, store) = new_store().await;
+        let super::super::AuditStore::Sqlite(sqlite) = &store else {
+            panic!("a sqlite:// URL opens SQLite")
+        };
+        sqlx::query("SELECT 1").execute(sqlite.pool()).await.unwrap();
+        // A connection goes back to the pool in a task of its own.
+        for _ in 0..100 {
+            if sqlite.pool().num_idle() > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(sqlite.pool().num_idle() > 0);
+        // Not migrated: there is no table to append to.
+        let failed = store.append_batch(&[super::super::Append::default()]).await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(sqlite.pool().num_idle(), 0, "the idle readers are closed");
+        // The readers open again when asked.
+        sqlx::query("SELECT 1").execute(sqlite.pool()).await.unwrap();
         store.close().await;
         std::fs::remove_dir_all(dir).unwrap();
     }
