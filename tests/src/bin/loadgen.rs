@@ -239,8 +239,8 @@ async fn durability(store: &AuditStore) -> String {
             format!("{}, {}", show("fsync").await, show("synchronous_commit").await)
         }
         AuditStore::Sqlite(sqlite) => {
-            // The connection that commits the trail's appends.
-            let pool = sqlite.appends();
+            // The same on every connection (a unit test checks both pools).
+            let pool = sqlite.pool();
             let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
                 .fetch_one(pool)
                 .await

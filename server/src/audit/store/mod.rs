@@ -478,7 +478,16 @@ impl AuditStore {
         match self {
             AuditStore::Postgres(pool) => on_fresh_failure!(pool, postgres::begin_chain),
             AuditStore::Sqlite(store) => {
-                let result = on_fresh_failure!(store.appends(), sqlite::begin_chain);
+                let result = match store.appender().await {
+                    Ok(mut appender) => {
+                        let result = append_in(sqlite::begin_chain(appender.connection()?), batch).await;
+                        if result.is_err() {
+                            appender.discard();
+                        }
+                        result
+                    }
+                    Err(error) => Err(error),
+                };
                 if result.is_err() {
                     store.close_idle_readers();
                 }
@@ -495,9 +504,8 @@ impl AuditStore {
     pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
         // The same three statements on either backend's transaction type.
         macro_rules! hash_at_seq {
-            ($pool:expr, $begin:path) => {{
-                let mut connection = $pool.acquire().await?;
-                let mut tx = $begin(&mut connection).await?;
+            ($connection:expr, $begin:path) => {{
+                let mut tx = $begin($connection).await?;
                 let hash: Option<String> = sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
                     .bind(record.seq)
                     .fetch_optional(&mut *tx)
@@ -507,8 +515,14 @@ impl AuditStore {
             }};
         }
         let hash = match self {
-            AuditStore::Postgres(pool) => hash_at_seq!(pool, postgres::begin_chain),
-            AuditStore::Sqlite(store) => hash_at_seq!(store.appends(), sqlite::begin_chain),
+            AuditStore::Postgres(pool) => {
+                let mut connection = pool.acquire().await?;
+                hash_at_seq!(&mut connection, postgres::begin_chain)
+            }
+            AuditStore::Sqlite(store) => {
+                let mut appender = store.appender().await?;
+                hash_at_seq!(appender.connection()?, sqlite::begin_chain)
+            }
         };
         Ok(hash.as_deref() == Some(record.hash.as_str()))
     }

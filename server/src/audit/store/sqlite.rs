@@ -5,6 +5,7 @@
 //! the data.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -18,6 +19,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Connection, Row, Sqlite, Transaction};
 use time::OffsetDateTime;
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::{
     BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow, HEAD_SQL,
@@ -37,11 +39,37 @@ pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 /// keeps what they need warm: SQLite empties a connection's page cache
 /// whenever another connection wrote since it last read, so appends taking
 /// turns on a pool's connections read every index page they touch again
-/// (docs/performance.md, "SQLite's cost per record").
+/// (docs/performance.md, "SQLite's cost per record"). The connection is
+/// kept between batches rather than given back to its pool, which would
+/// return it in a task of its own that the next batch waits for.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Where the append connection comes from: a pool of one, holding its
+    /// settings.
     appends: SqlitePool,
+    /// The append connection between batches; `None` before the first and
+    /// after a failure.
+    held: Arc<Mutex<Option<PoolConnection<Sqlite>>>>,
+}
+
+/// The append connection, for one batch: other appends wait for it.
+pub(super) struct Appender<'a>(MutexGuard<'a, Option<PoolConnection<Sqlite>>>);
+
+impl Appender<'_> {
+    pub(super) fn connection(&mut self) -> Result<&mut PoolConnection<Sqlite>, StoreError> {
+        self.0
+            .as_mut()
+            .ok_or_else(|| StoreError::Unavailable("the append connection is gone".into()))
+    }
+
+    /// After a failure: the connection is closed, not kept; its
+    /// transaction may not have ended cleanly.
+    pub(super) fn discard(&mut self) {
+        if let Some(mut connection) = self.0.take() {
+            connection.close_on_drop();
+        }
+    }
 }
 
 impl SqliteStore {
@@ -50,10 +78,13 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// The one connection appends go through, as a pool of one (for tools
-    /// that read its settings; writes belong to [`super::AuditStore::append_batch`]).
-    pub fn appends(&self) -> &SqlitePool {
-        &self.appends
+    /// The append connection: the one kept, or a new one from its pool.
+    pub(super) async fn appender(&self) -> Result<Appender<'_>, StoreError> {
+        let mut held = self.held.lock().await;
+        if held.is_none() {
+            *held = Some(self.appends.acquire().await?);
+        }
+        Ok(Appender(held))
     }
 
     /// Close the readers' idle connections (after an append failed).
@@ -69,6 +100,8 @@ impl SqliteStore {
     }
 
     pub(super) async fn close(&self) {
+        // Given back, so that closing the pool closes it.
+        self.held.lock().await.take();
         self.appends.close().await;
         self.pool.close().await;
     }
@@ -113,7 +146,11 @@ pub(super) async fn connect(
         .acquire_timeout(options.acquire_timeout)
         .connect_with(appends)
         .await?;
-    Ok(SqliteStore { pool, appends })
+    Ok(SqliteStore {
+        pool,
+        appends,
+        held: Arc::default(),
+    })
 }
 
 /// Whether SQLite refused a statement for its data: primary result codes
@@ -432,7 +469,7 @@ mod tests {
         let super::super::AuditStore::Sqlite(sqlite) = &store else {
             panic!("a sqlite:// URL opens SQLite")
         };
-        assert_eq!(sqlite.appends().options().get_max_connections(), 1);
+        assert_eq!(sqlite.appends.options().get_max_connections(), 1);
         let pragma = |pool: &super::SqlitePool, name: &'static str| {
             let pool = pool.clone();
             async move {
@@ -443,7 +480,7 @@ mod tests {
                 value
             }
         };
-        let appends = sqlite.appends();
+        let appends = &sqlite.appends;
         assert_eq!(pragma(appends, "temp_store").await, 2, "temp_store = MEMORY");
         assert_eq!(pragma(appends, "cache_size").await, -super::APPEND_CACHE_KIB);
         // Durability is the same on every connection: each commit synced.
@@ -458,6 +495,17 @@ mod tests {
         }
         // Readers keep SQLite's default cache.
         assert_eq!(pragma(sqlite.pool(), "cache_size").await, -2000);
+        // Kept between batches: never idle in its pool, never a second one.
+        store.migrate().await.unwrap();
+        for _ in 0..2 {
+            store
+                .append_batch(&[super::super::Append::default()])
+                .await
+                .unwrap();
+            // Long enough for a connection given back to be idle again.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!((sqlite.appends.size(), sqlite.appends.num_idle()), (1, 0));
+        }
         store.close().await;
         std::fs::remove_dir_all(dir).unwrap();
     }
