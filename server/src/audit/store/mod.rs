@@ -286,7 +286,40 @@ macro_rules! on_pool {
     };
 }
 
-const HEAD_SQL: &str = "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1";
+/// The chain head, as a literal for `concat!` ([`HEAD_SQL`], and each
+/// backend's `head_and_denied` statement).
+macro_rules! head_sql {
+    () => {
+        "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1"
+    };
+}
+use head_sql;
+
+const HEAD_SQL: &str = head_sql!();
+
+/// The statements that read the deny list in a batch, from a backend's
+/// literals: `$null` is its NULL text column, `$matches` its test that an
+/// entry names one of the subjects (`$1`) or usernames (`$2`). `denied`:
+/// the matching entries; `head_and_denied`: the rows of [`HeadOrDenied`].
+macro_rules! deny_list_sql {
+    (denied, $matches:expr) => {
+        concat!("SELECT subject, username FROM deny_list_active WHERE ", $matches)
+    };
+    (head_and_denied, $null:literal, $matches:expr) => {
+        concat!(
+            "SELECT seq, hash, ",
+            $null,
+            ", ",
+            $null,
+            " FROM (",
+            $crate::audit::store::head_sql!(),
+            ") AS head \
+             UNION ALL SELECT NULL, NULL, subject, username FROM deny_list_active WHERE ",
+            $matches
+        )
+    };
+}
+use deny_list_sql;
 
 /// The entries that block now (`deny_list_active` leaves out expired ones).
 const DENY_LIST_SQL: &str = "SELECT subject, username, reason, added_by, added_at, expires_at \
@@ -461,38 +494,19 @@ impl AuditStore {
     /// The connection of a batch that failed is closed, not put back: its
     /// transaction may not have ended cleanly (SQLite that ran out of disk
     /// leaves the driver believing a transaction is still open, and every
-    /// later batch on that connection would fail). With SQLite, the idle
-    /// readers go too ([`sqlite::SqliteStore::close_idle_readers`]).
+    /// later batch on that connection would fail). SQLite keeps its append
+    /// connection between batches ([`sqlite::SqliteStore::append_batch`]).
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
-        // The same steps on either backend's connection type.
-        macro_rules! on_fresh_failure {
-            ($pool:expr, $begin:path) => {{
-                let mut connection = $pool.acquire().await?;
-                let result = append_in($begin(&mut connection), batch).await;
+        match self {
+            AuditStore::Postgres(pool) => {
+                let mut connection = pool.acquire().await?;
+                let result = append_in(postgres::begin_chain(&mut connection), batch).await;
                 if result.is_err() {
                     connection.close_on_drop();
                 }
                 result
-            }};
-        }
-        match self {
-            AuditStore::Postgres(pool) => on_fresh_failure!(pool, postgres::begin_chain),
-            AuditStore::Sqlite(store) => {
-                let result = match store.appender().await {
-                    Ok(mut appender) => {
-                        let result = append_in(sqlite::begin_chain(appender.connection()?), batch).await;
-                        if result.is_err() {
-                            appender.discard();
-                        }
-                        result
-                    }
-                    Err(error) => Err(error),
-                };
-                if result.is_err() {
-                    store.close_idle_readers();
-                }
-                result
             }
+            AuditStore::Sqlite(store) => store.append_batch(batch).await,
         }
     }
 

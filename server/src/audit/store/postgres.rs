@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use super::{
     BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, HeadOrDenied,
     RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
-    deny_entry, distinct_claims, head_and_denied, stored_record,
+    deny_entry, deny_list_sql, distinct_claims, head_and_denied, stored_record,
 };
 use crate::audit::{AuditRecord, StoredRecord};
 
@@ -84,6 +84,14 @@ pub(super) async fn begin_chain(
 /// was granted.
 const BEGIN_CHAIN: &str = "BEGIN; SELECT pg_advisory_xact_lock(8386103207072584527)";
 
+/// A deny-list entry names one of the subjects (`$1`) or usernames (`$2`),
+/// each bound as an array.
+macro_rules! deny_matches {
+    () => {
+        "subject = ANY($1) OR username = ANY($2)"
+    };
+}
+
 impl BatchTx for Transaction<'_, Postgres> {
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
@@ -94,26 +102,21 @@ impl BatchTx for Transaction<'_, Postgres> {
         subjects: &[String],
         usernames: &[String],
     ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
-        let rows: Vec<HeadOrDenied> = sqlx::query_as(
-            "SELECT seq, hash, NULL::text, NULL::text FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) AS head \
-             UNION ALL \
-             SELECT NULL, NULL, subject, username FROM deny_list_active WHERE subject = ANY($1) OR username = ANY($2)",
-        )
-        .bind(subjects)
-        .bind(usernames)
-        .fetch_all(&mut **self)
-        .await?;
+        let rows: Vec<HeadOrDenied> =
+            sqlx::query_as(deny_list_sql!(head_and_denied, "NULL::text", deny_matches!()))
+                .bind(subjects)
+                .bind(usernames)
+                .fetch_all(&mut **self)
+                .await?;
         head_and_denied(rows)
     }
 
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT subject, username FROM deny_list_active WHERE subject = ANY($1) OR username = ANY($2)",
-        )
-        .bind(subjects)
-        .bind(usernames)
-        .fetch_all(&mut **self)
-        .await?)
+        Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
+            .bind(subjects)
+            .bind(usernames)
+            .fetch_all(&mut **self)
+            .await?)
     }
 
     async fn claim_tokens(

@@ -22,9 +22,10 @@ use time::OffsetDateTime;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::{
-    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow, HEAD_SQL,
-    HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list,
-    claim_answers, deny_entry, distinct_claims, head_and_denied, stored_record,
+    Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
+    HEAD_SQL, HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, append_in,
+    change_deny_list, claim_answers, deny_entry, deny_list_sql, distinct_claims, head_and_denied,
+    stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
@@ -63,9 +64,8 @@ impl Appender<'_> {
             .ok_or_else(|| StoreError::Unavailable("the append connection is gone".into()))
     }
 
-    /// After a failure: the connection is closed, not kept; its
-    /// transaction may not have ended cleanly.
-    pub(super) fn discard(&mut self) {
+    /// After a failure: the connection is closed, not kept.
+    fn discard(&mut self) {
         if let Some(mut connection) = self.0.take() {
             connection.close_on_drop();
         }
@@ -76,6 +76,26 @@ impl SqliteStore {
     /// The pool for reads and migrations.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// [`super::AuditStore::append_batch`] on the kept append connection.
+    /// A batch that failed closes it (its transaction may not have ended
+    /// cleanly), and the readers' idle connections too
+    /// ([`Self::close_idle_readers`]).
+    pub(super) async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+        let result = async {
+            let mut appender = self.appender().await?;
+            let result = append_in(begin_chain(appender.connection()?), batch).await;
+            if result.is_err() {
+                appender.discard();
+            }
+            result
+        }
+        .await;
+        if result.is_err() {
+            self.close_idle_readers();
+        }
+        result
     }
 
     /// The append connection: the one kept, or a new one from its pool.
@@ -93,7 +113,7 @@ impl SqliteStore {
     /// read-only for every connection, new ones included, until the last
     /// connection sharing it closes. Appends fail meanwhile, and the
     /// readers, which never write, would otherwise keep it forever.
-    pub(super) fn close_idle_readers(&self) {
+    fn close_idle_readers(&self) {
         while let Some(mut connection) = self.pool.try_acquire() {
             connection.close_on_drop();
         }
@@ -228,6 +248,14 @@ pub(super) async fn begin_chain(
     Ok(connection.begin_with("BEGIN IMMEDIATE").await?)
 }
 
+/// A deny-list entry names one of the subjects (`?1`) or usernames (`?2`),
+/// each bound as a JSON list.
+macro_rules! deny_matches {
+    () => {
+        "subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))"
+    };
+}
+
 impl BatchTx for Transaction<'_, Sqlite> {
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
@@ -238,28 +266,21 @@ impl BatchTx for Transaction<'_, Sqlite> {
         subjects: &[String],
         usernames: &[String],
     ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
-        let rows: Vec<HeadOrDenied> = sqlx::query_as(
-            "SELECT seq, hash, NULL, NULL FROM (SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1) \
-             UNION ALL \
-             SELECT NULL, NULL, subject, username FROM deny_list_active \
-             WHERE subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(json_list(subjects))
-        .bind(json_list(usernames))
-        .fetch_all(&mut **self)
-        .await?;
+        let rows: Vec<HeadOrDenied> =
+            sqlx::query_as(deny_list_sql!(head_and_denied, "NULL", deny_matches!()))
+                .bind(json_list(subjects))
+                .bind(json_list(usernames))
+                .fetch_all(&mut **self)
+                .await?;
         head_and_denied(rows)
     }
 
     async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT subject, username FROM deny_list_active \
-             WHERE subject IN (SELECT value FROM json_each(?1)) OR username IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(json_list(subjects))
-        .bind(json_list(usernames))
-        .fetch_all(&mut **self)
-        .await?)
+        Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
+            .bind(json_list(subjects))
+            .bind(json_list(usernames))
+            .fetch_all(&mut **self)
+            .await?)
     }
 
     async fn claim_tokens(
@@ -529,6 +550,10 @@ mod tests {
         let failed = store.append_batch(&[super::super::Append::default()]).await;
         assert!(failed.is_err(), "{failed:?}");
         assert_eq!(sqlite.pool().num_idle(), 0, "the idle readers are closed");
+        assert!(
+            sqlite.held.lock().await.is_none(),
+            "the append connection is not kept"
+        );
         // The readers open again when asked.
         sqlx::query("SELECT 1").execute(sqlite.pool()).await.unwrap();
         store.close().await;
