@@ -14,9 +14,9 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use talos_sso_server::audit::store::{
-    Append, Appended, AuditStore, DenyChange, DenyEntry, StoreError, TokenClaim,
+    Append, Appended, AuditStore, DenyChange, DenyEntry, StoreError, StoreOptions, TokenClaim,
 };
-use talos_sso_server::audit::writer::{AuditError, AuditWriter};
+use talos_sso_server::audit::writer::{AuditError, AuditWriter, MAX_BATCH};
 use talos_sso_server::audit::{AuditRecord, StoredRecord, event, outcome};
 use talos_sso_tests::harness::{Backend, BareStore};
 use time::OffsetDateTime;
@@ -445,7 +445,196 @@ on_both_stores!(
     a_refused_batch_leaves_nothing_behind,
     the_writer_answers_each_request_of_a_mixed_batch,
     a_large_batch_reads_back_as_written,
+    a_busy_writer_answers_every_request_on_one_chain,
+    the_writer_commits_while_the_requests_runtime_is_blocked,
 );
+
+/// A second replica's store on the same Postgres database as `store`.
+async fn replica_of(store: &Store) -> AuditStore {
+    let url = &store.bare.database.as_ref().expect("a Postgres store").url;
+    AuditStore::connect(url, &StoreOptions::default()).await.unwrap()
+}
+
+/// Postgres takes the next batch's chain lock while a batch commits
+/// (`LockAhead`). Each lock taken ahead carries the next batch, which
+/// extends the chain from the commit before it, while another replica
+/// appends through the same lock in between: a transaction begun ahead
+/// without the lock, or reading the head before the lock was granted,
+/// forks the chain (a duplicate `seq`, or a hash that does not follow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_ahead_carries_the_next_batch_on_the_chain() {
+    let store = Store::open(Backend::Postgres).await;
+    let replica = replica_of(&store).await;
+    let other = tokio::spawn(async move {
+        for i in 0..40 {
+            let token = format!("r{i}");
+            replica.append_batch(&[issuance("rita", &token)]).await.unwrap();
+        }
+        replica.close().await;
+    });
+    let mut ahead = None;
+    for i in 0..40 {
+        let batch = [
+            issuance("alice", &format!("a{i}")),
+            issuance("bob", &format!("b{i}")),
+        ];
+        let (written, next) = store
+            .store
+            .append_batch_ahead(&batch, ahead.take(), || true)
+            .await;
+        let kinds: Vec<&str> = written.unwrap().iter().map(kind).collect();
+        assert_eq!(kinds, ["recorded", "recorded"]);
+        assert!(
+            next.is_some(),
+            "batch {i}: records were said to wait, and no lock was taken ahead"
+        );
+        ahead = next;
+    }
+    drop(ahead);
+    other.await.unwrap();
+    let rows = store.records_after(0).await;
+    assert_eq!(rows.len(), 40 * 2 + 40);
+    assert!(
+        rows.iter().zip(1..).all(|(r, seq)| r.seq == seq),
+        "seq runs 1, 2, 3, ..."
+    );
+    store.finish().await;
+}
+
+/// A lock taken ahead that no batch takes (the writer stopped, or the batch
+/// before it failed) frees the chain's lock when dropped: its connection
+/// is closed, not handed back to the pool inside an open transaction
+/// holding the lock, where every other replica would wait for it.
+#[tokio::test]
+async fn a_lock_ahead_dropped_untaken_frees_the_chain_lock() {
+    let store = Store::open(Backend::Postgres).await;
+    let (written, ahead) = store
+        .store
+        .append_batch_ahead(&[issuance("alice", "t1")], None, || true)
+        .await;
+    written.unwrap();
+    assert!(ahead.is_some());
+    // Long enough for the lock to be granted to the transaction ahead.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(ahead);
+    let replica = replica_of(&store).await;
+    let appended = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        replica.append_batch(&[issuance("bob", "t2")]),
+    )
+    .await
+    .expect("the other replica gets the chain lock")
+    .unwrap();
+    assert_eq!(appended[0].stored().seq, 2);
+    replica.close().await;
+    store.finish().await;
+}
+
+/// A batch that fails takes no lock ahead: what follows a failure (the
+/// record-by-record retries, the read-back of an unacknowledged commit)
+/// needs the chain lock itself, and would wait behind it. And with no
+/// record waiting, none is taken either.
+#[tokio::test]
+async fn no_lock_is_taken_ahead_after_a_failed_batch_or_with_nothing_waiting() {
+    let store = Store::open(Backend::Postgres).await;
+    store.refuse_username("mallory").await;
+    let (written, ahead) = store
+        .store
+        .append_batch_ahead(&[issuance("mallory", "t1")], None, || true)
+        .await;
+    assert!(matches!(written, Err(StoreError::Refused(_))), "{written:?}");
+    assert!(ahead.is_none(), "a failed batch took the next batch's lock");
+    let (written, ahead) = store
+        .store
+        .append_batch_ahead(&[issuance("alice", "t2")], None, || false)
+        .await;
+    written.unwrap();
+    assert!(ahead.is_none(), "nothing waited, and a lock was taken ahead");
+    // The same store's retry, on another of its connections, is not held up.
+    let appended = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        store.store.append_batch(&[issuance("bob", "t3")]),
+    )
+    .await
+    .expect("the chain lock is free")
+    .unwrap();
+    assert_eq!(kind(&appended[0]), "recorded");
+    store.finish().await;
+}
+
+/// Through the writer, with requests arriving all the time: on Postgres the
+/// batches run in locks taken ahead, on SQLite never; every request is
+/// answered with its own record and the chain holds them all, in order.
+async fn a_busy_writer_answers_every_request_on_one_chain(backend: Backend) {
+    let store = Store::open(backend).await;
+    let (writer, task) = AuditWriter::start(store.store.clone(), Box::new(|_, _| {}));
+    let stats = writer.stats().clone();
+    // More clients than one batch takes: records are always waiting.
+    let clients: Vec<_> = (0..MAX_BATCH + 44)
+        .map(|client| {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for i in 0..4 {
+                    let appended = writer
+                        .append(issuance(&format!("user{client}"), &format!("c{client}-{i}")))
+                        .await
+                        .unwrap();
+                    assert_eq!(kind(&appended), "recorded");
+                    seqs.push(appended.stored().seq);
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for client in clients {
+        seqs.extend(client.await.unwrap());
+    }
+    seqs.sort_unstable();
+    let requests = (MAX_BATCH + 44) as i64 * 4;
+    assert_eq!(seqs, (1..=requests).collect::<Vec<i64>>(), "{backend:?}");
+    let batches = stats.batches.load(Ordering::Relaxed);
+    let ahead = stats.locked_ahead.load(Ordering::Relaxed);
+    assert!(
+        (batches as i64) < requests,
+        "{backend:?}: {batches} batches, no group commit"
+    );
+    match backend {
+        Backend::Postgres => assert!(ahead > 0, "{batches} batches, none in a lock taken ahead"),
+        Backend::Sqlite => assert_eq!(ahead, 0),
+    }
+    drop(writer);
+    task.await.unwrap();
+    store.finish().await;
+}
+
+/// The writer has a thread, a runtime and database connections of its own:
+/// it commits while the runtime its requests come from is busy, here
+/// blocked outright (this test's only thread waits for the answer, which
+/// comes through a thread of its own). A writer task on that runtime, or
+/// one whose sockets that runtime watches, would never answer.
+async fn the_writer_commits_while_the_requests_runtime_is_blocked(backend: Backend) {
+    let store = Store::open(backend).await;
+    let (writer, task) = AuditWriter::start(store.store.clone(), Box::new(|_, _| {}));
+    let client = writer.clone();
+    let (answer, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let appended = runtime.block_on(client.append(issuance("alice", "t1")));
+        let _ = answer.send(appended.map(|a| a.stored().seq));
+    });
+    let seq = answered
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("no answer while this runtime was blocked");
+    assert_eq!(seq.unwrap(), 1, "{backend:?}");
+    drop(writer);
+    task.await.unwrap();
+    store.finish().await;
+}
 
 /// What [`sqlx_core::net::connect_tcp`] hands over: whether the TCP socket
 /// it opened has Nagle's algorithm off.

@@ -19,6 +19,12 @@
 //! size and commit time), committed or not; the record-by-record retries of
 //! a refused batch are not batches.
 //!
+//! The writer runs on a thread and a runtime of its own, with Postgres
+//! connections of its own, so that each step of a batch waits for the
+//! database only, not for a turn among the requests. On Postgres, while a
+//! batch commits and records are waiting, the next batch's transaction is
+//! begun and its lock requested ([`LockAhead`]).
+//!
 //! After each commit the writer publishes the highest sequence number it
 //! committed ([`AuditWriter::committed`]), so that followers of the trail
 //! (`GET /v1/audit/stream`) wake up at once instead of polling.
@@ -29,7 +35,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::store::{Append, Appended, AuditStore, StoreError};
+use super::store::{Append, Appended, AuditStore, LockAhead, StoreError};
 use super::{AuditRecord, RecordExt, StoredRecord, event, outcome};
 
 /// Most records in one transaction.
@@ -62,6 +68,9 @@ pub struct WriterStats {
     pub refused: AtomicU64,
     /// Commits that were not acknowledged (see the module comment).
     pub unacknowledged: AtomicU64,
+    /// Batches committed in a transaction begun ahead, while the batch
+    /// before them committed (Postgres; see [`LockAhead`]).
+    pub locked_ahead: AtomicU64,
 }
 
 /// Told of each batch transaction the writer runs: its records and how long
@@ -105,15 +114,19 @@ impl AuditWriter {
         let stats = Arc::new(WriterStats::default());
         let (published, committed) = watch::channel(0);
         let published = Published(published);
-        let task_store = store.clone();
+        let main_store = store.clone();
         let task_stats = stats.clone();
-        let task = tokio::spawn(async move {
+        let run = async move {
+            let task_store = main_store.for_writer();
             let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
             let mut in_doubt: Vec<Vec<Appended>> = Vec::new();
             // Settling costs the batch that does it a read (at most
             // RESOLVE_WITHIN); while the database cannot tell, not more
             // often than this.
             let mut next_settle = tokio::time::Instant::now();
+            // The next batch's transaction, begun while the last one
+            // committed (Postgres; see `LockAhead`).
+            let mut ahead: Option<LockAhead> = None;
             while let Some(first) = queue.recv().await {
                 if !in_doubt.is_empty() && tokio::time::Instant::now() >= next_settle {
                     settle_in_doubt(&task_store, &mut in_doubt, &mut batch).await;
@@ -126,10 +139,39 @@ impl AuditWriter {
                         Err(_) => break,
                     }
                 }
-                if let Some(doubt) = write(&task_store, &task_stats, &published, &observer, &mut batch).await
-                {
+                // Only when nothing is in doubt: settling it reads under the
+                // lock, which a lock taken ahead would hold.
+                let settled = in_doubt.is_empty();
+                let more_waiting = || settled && !queue.is_empty();
+                let doubt = write(
+                    &task_store,
+                    &task_stats,
+                    &published,
+                    &observer,
+                    &mut batch,
+                    (ahead.take(), more_waiting),
+                    &mut ahead,
+                )
+                .await;
+                if let Some(doubt) = doubt {
                     in_doubt.push(doubt);
                 }
+            }
+            drop(ahead);
+            task_store.close_for_writer().await;
+        };
+        // A thread and a runtime of the writer's own: under load, a task on
+        // the server's runtime waits behind every runnable request (each
+        // verifying and signing) each time it is woken, once per statement
+        // of a batch, and the batch's cycle is what paces issuance
+        // (docs/performance.md). Its connections are its own too
+        // (`AuditStore::for_writer`), so that their sockets are watched by
+        // this runtime rather than by the busy one.
+        let task = tokio::task::spawn_blocking(move || {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(run),
+                // The queue's end is dropped: every append is refused.
+                Err(error) => tracing::error!(%error, "the audit writer could not start its runtime"),
             }
         });
         let writer = Self {
@@ -167,21 +209,30 @@ impl AuditWriter {
     }
 }
 
-/// Write `batch` and answer its jobs; an unacknowledged commit that could
-/// not be resolved comes back, to be settled later.
+/// Write `batch` (in the transaction taken ahead for it, if any) and
+/// answer its jobs; an unacknowledged commit that could not be resolved
+/// comes back, to be settled later. `next` gets the next batch's lock
+/// ahead when this one committed and records are waiting.
 async fn write(
     store: &AuditStore,
     stats: &WriterStats,
     published: &Published,
     observer: &CommitObserver,
     batch: &mut Vec<Job>,
+    (ahead, more_waiting): (Option<LockAhead>, impl FnOnce() -> bool),
+    next: &mut Option<LockAhead>,
 ) -> Option<Vec<Appended>> {
     let appends: Vec<Append> = batch.iter().map(|job| job.append.clone()).collect();
     let started = tokio::time::Instant::now();
-    let written = store.append_batch(&appends).await;
+    let began_ahead = ahead.is_some();
+    let (written, taken_ahead) = store.append_batch_ahead(&appends, ahead, more_waiting).await;
+    *next = taken_ahead;
     observer(appends.len(), started.elapsed());
     match written {
         Ok(results) => {
+            if began_ahead {
+                stats.locked_ahead.fetch_add(1, Ordering::Relaxed);
+            }
             published.committed(&results);
             answer_committed(stats, batch, results);
         }

@@ -302,12 +302,15 @@ fn main() -> Result<(), String> {
                 let work = load::prepare(&env.emulator, options.requests);
                 let (head, _) = store.head().await.map_err(|e| e.to_string())?;
                 let (batches, records) = (stats.batches.load(Ordering::Relaxed), stats.records.load(Ordering::Relaxed));
+                let ahead = stats.locked_ahead.load(Ordering::Relaxed);
                 // On stderr, for tools that watch the run (tests/profile-callgrind.sh
                 // measures between these two lines).
                 eprintln!("loadgen: {backend:?} concurrency {concurrency}: sending");
                 let run = fire(&env, work, concurrency).await;
                 eprintln!("loadgen: {backend:?} concurrency {concurrency}: answered");
                 let batches = stats.batches.load(Ordering::Relaxed) - batches;
+                let ahead = stats.locked_ahead.load(Ordering::Relaxed) - ahead;
+                eprintln!("loadgen: {backend:?} concurrency {concurrency}: {ahead} of {batches} batches began with the lock taken ahead");
                 let per_batch = (stats.records.load(Ordering::Relaxed) - records) as f64 / batches.max(1) as f64;
                 let (last, _) = store.head().await.map_err(|e| e.to_string())?;
                 levels.push((concurrency, run, head + 1..=last, per_batch));

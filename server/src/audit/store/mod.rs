@@ -28,6 +28,8 @@ pub mod roles;
 pub mod schema;
 pub mod sqlite;
 
+pub use postgres::LockAhead;
+
 use std::time::Duration;
 
 use serde_json::Value;
@@ -479,6 +481,27 @@ impl AuditStore {
         Ok(())
     }
 
+    /// The store the group-commit writer appends through, on the runtime
+    /// it runs on (`writer.rs`): for Postgres a pool of its own, with the
+    /// same settings and at most two connections (a batch, and the next
+    /// one's lock taken ahead), opened lazily from that runtime so that it
+    /// is the one watching their sockets; SQLite's appends already have a
+    /// connection, and a thread, of their own.
+    pub(crate) fn for_writer(&self) -> AuditStore {
+        match self {
+            AuditStore::Postgres(pool) => AuditStore::Postgres(postgres::writer_pool(pool)),
+            AuditStore::Sqlite(store) => AuditStore::Sqlite(store.clone()),
+        }
+    }
+
+    /// Close what [`Self::for_writer`] opened (the writer's Postgres pool;
+    /// the SQLite store is shared and stays open).
+    pub(crate) async fn close_for_writer(&self) {
+        if let AuditStore::Postgres(pool) = self {
+            pool.close().await;
+        }
+    }
+
     pub async fn close(&self) {
         match self {
             AuditStore::Postgres(pool) => pool.close().await,
@@ -497,16 +520,43 @@ impl AuditStore {
     /// later batch on that connection would fail). SQLite keeps its append
     /// connection between batches ([`sqlite::SqliteStore::append_batch`]).
     pub async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
+        self.append_batch_ahead(batch, None, || false).await.0
+    }
+
+    /// [`Self::append_batch`] for a writer that batches continuously: the
+    /// batch runs in the transaction `ahead` began, when there is one, and
+    /// when `more_waiting` says, as the commit is sent, that records are
+    /// waiting, Postgres takes the next batch's lock ahead
+    /// ([`LockAhead`]), returned for that batch. A batch that fails drops
+    /// both. SQLite has one append connection and takes no lock ahead.
+    pub async fn append_batch_ahead(
+        &self,
+        batch: &[Append],
+        ahead: Option<LockAhead>,
+        more_waiting: impl FnOnce() -> bool,
+    ) -> (Result<Vec<Appended>, StoreError>, Option<LockAhead>) {
         match self {
             AuditStore::Postgres(pool) => {
-                let mut connection = pool.acquire().await?;
-                let result = append_in(postgres::begin_chain(&mut connection), batch).await;
+                let mut next = None;
+                let begin = async {
+                    match ahead {
+                        Some(ahead) => ahead.take().await,
+                        None => postgres::ChainTx::begin(pool).await,
+                    }
+                };
+                let result = append_in(begin, batch, || {
+                    if more_waiting() {
+                        next = Some(LockAhead::start(pool));
+                    }
+                })
+                .await;
                 if result.is_err() {
-                    connection.close_on_drop();
+                    // Closed, freeing the lock for the retries and the read-back.
+                    next = None;
                 }
-                result
+                (result, next)
             }
-            AuditStore::Sqlite(store) => store.append_batch(batch).await,
+            AuditStore::Sqlite(store) => (store.append_batch(batch).await, None),
         }
     }
 
@@ -776,6 +826,8 @@ trait BatchTx {
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError>;
     /// Write the batch's records, already chained, in order.
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError>;
+    /// Commit: the lock is freed, the batch is durable.
+    async fn commit(self) -> Result<(), sqlx::Error>;
 }
 
 /// Whether a deny-list entry `(subject, username)` blocks `record`. Entries
@@ -801,14 +853,14 @@ fn entry_blocks(
 /// The batch is taken in runs that end with a record changing the deny
 /// list: every record of a run sees the same list, so a run's token claims
 /// go to the backend together, before the run's change is applied.
-/// The batch in `tx`, which holds the chain lock, then the commit.
-async fn append_in<'c, DB: sqlx::Database>(
-    begin: impl Future<Output = Result<sqlx::Transaction<'c, DB>, StoreError>>,
+/// The batch in `tx`, which holds the chain lock, then the commit;
+/// `before_commit` runs when the records are written and the `COMMIT` is
+/// about to be sent (where the next batch's lock is taken ahead).
+async fn append_in<Tx: BatchTx>(
+    begin: impl Future<Output = Result<Tx, StoreError>>,
     batch: &[Append],
-) -> Result<Vec<Appended>, StoreError>
-where
-    for<'t> sqlx::Transaction<'t, DB>: BatchTx,
-{
+    before_commit: impl FnOnce(),
+) -> Result<Vec<Appended>, StoreError> {
     let silent = || StoreError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"));
     // Dropped on a timeout: the connection goes, the transaction with it.
     let (tx, out) = tokio::time::timeout(WRITE_TIMEOUT, async {
@@ -818,6 +870,7 @@ where
     })
     .await
     .map_err(|_| silent())??;
+    before_commit();
     let committed = tokio::time::timeout(WRITE_TIMEOUT, tx.commit())
         .await
         .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::Error::other(silent().to_string()))));
@@ -1299,6 +1352,10 @@ mod tests {
         async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
             self.calls.push(format!("insert {}", records.len()));
             self.records.extend_from_slice(records);
+            Ok(())
+        }
+
+        async fn commit(self) -> Result<(), sqlx::Error> {
             Ok(())
         }
     }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgBindIterExt, PgDatabaseError, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgBindIterExt, PgConnection, PgDatabaseError, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 
@@ -33,6 +33,16 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
         .acquire_timeout(options.acquire_timeout)
         .connect(url)
         .await?)
+}
+
+/// The group-commit writer's pool: `pool`'s database and settings, at most
+/// two connections, none opened before the writer asks (from its own
+/// runtime: [`super::AuditStore::for_writer`]).
+pub(super) fn writer_pool(pool: &PgPool) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(pool.options().get_acquire_timeout())
+        .connect_lazy_with((*pool.connect_options()).clone())
 }
 
 /// SQLSTATE classes that blame the data: 22 (data exception), 23
@@ -78,6 +88,84 @@ pub(super) async fn begin_chain(
     Ok(connection.begin_with(BEGIN_CHAIN).await?)
 }
 
+/// A batch's transaction: a pooled connection on which [`BEGIN_CHAIN`] was
+/// sent, so that it holds the chain's lock, and which this type alone ends.
+/// It is not a `sqlx::Transaction` because it is opened in one task (a
+/// [`LockAhead`]) and carried on in another; a transaction that did not
+/// commit (an error, a timeout, a lock ahead nobody took) closes its
+/// connection when dropped, which ends the transaction and frees the lock
+/// at once, rather than going back to the pool with either still open.
+pub(super) struct ChainTx {
+    connection: PoolConnection<Postgres>,
+    open: bool,
+}
+
+impl ChainTx {
+    /// A connection from `pool`, then the chain's lock, waited for as long
+    /// as another transaction holds it.
+    pub(super) async fn begin(pool: &PgPool) -> Result<Self, StoreError> {
+        let mut tx = Self {
+            connection: pool.acquire().await?,
+            // Closed if dropped from here on, half-begun included.
+            open: true,
+        };
+        sqlx::raw_sql(BEGIN_CHAIN).execute(&mut *tx.connection).await?;
+        Ok(tx)
+    }
+
+    fn connection(&mut self) -> &mut PgConnection {
+        &mut self.connection
+    }
+}
+
+impl Drop for ChainTx {
+    fn drop(&mut self) {
+        if self.open {
+            self.connection.close_on_drop();
+        }
+    }
+}
+
+/// The next batch's transaction, begun while the current batch commits:
+/// the pool hands out a connection and Postgres queues the lock request
+/// behind the current transaction while its `COMMIT` is on the way, so the
+/// next batch starts with the lock already granted instead of spending two
+/// round trips after the commit (the writer's cycle is what sets the pace
+/// under load: docs/performance.md). The lock is granted only once the
+/// current transaction has ended, so the next batch still reads the head
+/// that commit left. Dropped untaken, it closes its connection, which
+/// frees the lock: a lock ahead is only ever taken by the very next batch,
+/// and dropped when the batch before it fails (the retries and the
+/// read-back that follow a failure need the lock themselves).
+pub struct LockAhead(tokio::task::JoinHandle<Result<ChainTx, StoreError>>);
+
+impl LockAhead {
+    pub(super) fn start(pool: &PgPool) -> Self {
+        let pool = pool.clone();
+        Self(tokio::spawn(async move { ChainTx::begin(&pool).await }))
+    }
+
+    pub(super) async fn take(mut self) -> Result<ChainTx, StoreError> {
+        (&mut self.0).await.map_err(|error| {
+            StoreError::Unavailable(format!("the chain lock taken ahead was lost: {error}"))
+        })?
+    }
+}
+
+impl Drop for LockAhead {
+    /// Stops the task if it is still waiting; a transaction it already
+    /// began is dropped with the task's output, which closes it.
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl std::fmt::Debug for LockAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LockAhead")
+    }
+}
+
 /// `BEGIN`, then the chain's lock, sent together: one round trip. Each
 /// statement of a simple query takes its own snapshot, so the head read
 /// next (a statement of its own) sees every commit made before the lock
@@ -92,9 +180,9 @@ macro_rules! deny_matches {
     };
 }
 
-impl BatchTx for Transaction<'_, Postgres> {
+impl BatchTx for ChainTx {
     async fn head(&mut self) -> Result<Option<(i64, String)>, StoreError> {
-        Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
+        Ok(sqlx::query_as(HEAD_SQL).fetch_optional(self.connection()).await?)
     }
 
     async fn head_and_denied(
@@ -106,7 +194,7 @@ impl BatchTx for Transaction<'_, Postgres> {
             sqlx::query_as(deny_list_sql!(head_and_denied, "NULL::text", deny_matches!()))
                 .bind(subjects)
                 .bind(usernames)
-                .fetch_all(&mut **self)
+                .fetch_all(self.connection())
                 .await?;
         head_and_denied(rows)
     }
@@ -115,7 +203,7 @@ impl BatchTx for Transaction<'_, Postgres> {
         Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
             .bind(subjects)
             .bind(usernames)
-            .fetch_all(&mut **self)
+            .fetch_all(self.connection())
             .await?)
     }
 
@@ -132,13 +220,19 @@ impl BatchTx for Transaction<'_, Postgres> {
         .bind(distinct.iter().map(|(claim, _)| &claim.token_id).bind_iter())
         .bind(distinct.iter().map(|(_, at)| *at).bind_iter())
         .bind(distinct.iter().map(|(claim, _)| claim.expires_at).bind_iter())
-        .fetch_all(&mut **self)
+        .fetch_all(self.connection())
         .await?;
         Ok(claim_answers(claims, inserted))
     }
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
-        change_deny_list!(&mut **self, change, time: |t| t)
+        change_deny_list!(self.connection(), change, time: |t| t)
+    }
+
+    async fn commit(mut self) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql("COMMIT").execute(self.connection()).await?;
+        self.open = false;
+        Ok(())
     }
 
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
@@ -186,7 +280,7 @@ impl BatchTx for Transaction<'_, Postgres> {
             .bind(column!(|s| &s.record.details))
             .bind(column!(|s| &s.prev_hash))
             .bind(column!(|s| &s.hash))
-            .execute(&mut **self)
+            .execute(self.connection())
             .await?;
         Ok(())
     }

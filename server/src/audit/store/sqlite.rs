@@ -85,7 +85,7 @@ impl SqliteStore {
     pub(super) async fn append_batch(&self, batch: &[Append]) -> Result<Vec<Appended>, StoreError> {
         let result = async {
             let mut appender = self.appender().await?;
-            let result = append_in(begin_chain(appender.connection()?), batch).await;
+            let result = append_in(begin_chain(appender.connection()?), batch, || ()).await;
             if result.is_err() {
                 appender.discard();
             }
@@ -309,6 +309,10 @@ impl BatchTx for Transaction<'_, Sqlite> {
 
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
         change_deny_list!(&mut **self, change, time: format_micros)
+    }
+
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        Transaction::commit(self).await
     }
 
     async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {
