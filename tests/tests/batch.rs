@@ -458,19 +458,40 @@ async fn replica_of(store: &Store) -> AuditStore {
 /// Postgres takes the next batch's chain lock while a batch commits
 /// (`LockAhead`). Each lock taken ahead carries the next batch, which
 /// extends the chain from the commit before it, while another replica
-/// appends through the same lock in between: a transaction begun ahead
-/// without the lock, or reading the head before the lock was granted,
-/// forks the chain (a duplicate `seq`, or a hash that does not follow).
+/// appends through the same lock all along, its records landing between
+/// the batches: a transaction begun ahead without the lock, or reading the
+/// head before the lock was granted, forks the chain (a duplicate `seq`,
+/// or a hash that does not follow). The database's default isolation is
+/// `REPEATABLE READ` here, under which a transaction that did not ask for
+/// `READ COMMITTED` takes its snapshot as the lock is requested, before
+/// the commit it waits for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_taken_ahead_carries_the_next_batch_on_the_chain() {
-    let store = Store::open(Backend::Postgres).await;
-    let replica = replica_of(&store).await;
-    let other = tokio::spawn(async move {
-        for i in 0..40 {
-            let token = format!("r{i}");
-            replica.append_batch(&[issuance("rita", &token)]).await.unwrap();
+    let bare = Store::open(Backend::Postgres).await;
+    let name = &bare.bare.database.as_ref().unwrap().name;
+    let sql = format!("ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'repeatable read'");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(postgres_pool(&bare))
+        .await
+        .unwrap();
+    // Pools opened after the change: every connection has the default.
+    let store = replica_of(&bare).await;
+    let replica = replica_of(&bare).await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let mut i = 0;
+            while !done.load(Ordering::Relaxed) {
+                replica
+                    .append_batch(&[issuance("rita", &format!("r{i}"))])
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+            replica.close().await;
+            i
         }
-        replica.close().await;
     });
     let mut ahead = None;
     for i in 0..40 {
@@ -478,10 +499,7 @@ async fn a_lock_taken_ahead_carries_the_next_batch_on_the_chain() {
             issuance("alice", &format!("a{i}")),
             issuance("bob", &format!("b{i}")),
         ];
-        let (written, next) = store
-            .store
-            .append_batch_ahead(&batch, ahead.take(), || true)
-            .await;
+        let (written, next) = store.append_batch_ahead(&batch, ahead.take(), || true).await;
         let kinds: Vec<&str> = written.unwrap().iter().map(kind).collect();
         assert_eq!(kinds, ["recorded", "recorded"]);
         assert!(
@@ -491,13 +509,140 @@ async fn a_lock_taken_ahead_carries_the_next_batch_on_the_chain() {
         ahead = next;
     }
     drop(ahead);
-    other.await.unwrap();
-    let rows = store.records_after(0).await;
-    assert_eq!(rows.len(), 40 * 2 + 40);
+    done.store(true, Ordering::Relaxed);
+    let replicated = other.await.unwrap();
+    store.close().await;
+    let rows = bare.records_after(0).await;
+    assert_eq!(rows.len(), 40 * 2 + replicated);
     assert!(
         rows.iter().zip(1..).all(|(r, seq)| r.seq == seq),
         "seq runs 1, 2, 3, ..."
     );
+    let named = |name: &str, r: &StoredRecord| r.record.username.as_deref() == Some(name);
+    let alice: Vec<i64> = rows.iter().filter(|r| named("alice", r)).map(|r| r.seq).collect();
+    let (first, last) = (alice[0], alice[alice.len() - 1]);
+    assert!(
+        rows.iter()
+            .any(|r| named("rita", r) && first < r.seq && r.seq < last),
+        "the other replica's records all landed before or after the batches"
+    );
+    bare.finish().await;
+}
+
+/// The Postgres pool of a Postgres store.
+fn postgres_pool(store: &Store) -> &sqlx::PgPool {
+    match &store.store {
+        AuditStore::Postgres(pool) => pool,
+        AuditStore::Sqlite(_) => panic!("a Postgres store"),
+    }
+}
+
+/// A lock taken ahead whose connection broke while it waited for the lock
+/// (here: its backend terminated, queued behind another replica's
+/// transaction) began nothing; the batch it was for begins afresh and
+/// commits.
+#[tokio::test]
+async fn a_batch_whose_lock_ahead_broke_begins_afresh() {
+    let store = Store::open(Backend::Postgres).await;
+    let pool = postgres_pool(&store).clone();
+    let lock = "BEGIN; SELECT pg_advisory_xact_lock(8386103207072584527)";
+    let waiting = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    let waiters = |count: usize| {
+        let pool = pool.clone();
+        async move {
+            loop {
+                let pids: Vec<i32> = sqlx::query_scalar(waiting).fetch_all(&pool).await.unwrap();
+                if pids.len() == count {
+                    break pids;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // Replica one holds the lock; the batch, then replica two, queue for it.
+    let mut one = pool.acquire().await.unwrap();
+    sqlx::raw_sql(lock).execute(&mut *one).await.unwrap();
+    let batch = tokio::spawn({
+        let store = store.store.clone();
+        async move {
+            store
+                .append_batch_ahead(&[issuance("alice", "t1")], None, || true)
+                .await
+        }
+    });
+    waiters(1).await;
+    let two = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            let mut two = pool.acquire().await.unwrap();
+            sqlx::raw_sql(lock).execute(&mut *two).await.unwrap();
+            two
+        }
+    });
+    waiters(2).await;
+    // The batch commits; the lock ahead it asks for queues behind two.
+    sqlx::raw_sql("COMMIT").execute(&mut *one).await.unwrap();
+    let (written, ahead) = batch.await.unwrap();
+    written.unwrap();
+    assert!(ahead.is_some());
+    let mut two = two.await.unwrap();
+    let ahead_pid = waiters(1).await[0];
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(ahead_pid)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(terminated);
+    sqlx::raw_sql("COMMIT").execute(&mut *two).await.unwrap();
+    let (written, _) = store
+        .store
+        .append_batch_ahead(&[issuance("bob", "t2")], ahead, || false)
+        .await;
+    let appended = written.expect("the batch began afresh");
+    assert_eq!(kind(&appended[0]), "recorded");
+    assert_eq!(appended[0].stored().seq, 2);
+    drop((one, two));
+    store.finish().await;
+}
+
+/// The read-back of an unacknowledged commit (`holds`) given up while it
+/// waits for the chain lock (the writer's deadline) leaves no connection
+/// behind that would be granted the lock and then sit idle in the pool
+/// holding it, stalling every replica.
+#[tokio::test]
+async fn a_read_back_given_up_while_waiting_for_the_lock_leaves_the_lock_free() {
+    let store = Store::open(Backend::Postgres).await;
+    let appended = store
+        .store
+        .append_batch(&[issuance("alice", "t1")])
+        .await
+        .unwrap();
+    // Another replica's transaction holds the lock meanwhile.
+    let mut other = postgres_pool(&store).acquire().await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT pg_advisory_xact_lock(8386103207072584527)")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let given_up = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        store.store.holds(appended[0].stored()),
+    )
+    .await;
+    assert!(given_up.is_err(), "the read-back did not wait for the lock");
+    sqlx::raw_sql("COMMIT").execute(&mut *other).await.unwrap();
+    drop(other);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let replica = replica_of(&store).await;
+    let appended = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        replica.append_batch(&[issuance("bob", "t2")]),
+    )
+    .await
+    .expect("the other replica gets the chain lock")
+    .unwrap();
+    assert_eq!(appended[0].stored().seq, 2);
+    replica.close().await;
     store.finish().await;
 }
 
@@ -532,33 +677,54 @@ async fn a_lock_ahead_dropped_untaken_frees_the_chain_lock() {
 
 /// A batch that fails takes no lock ahead: what follows a failure (the
 /// record-by-record retries, the read-back of an unacknowledged commit)
-/// needs the chain lock itself, and would wait behind it. And with no
-/// record waiting, none is taken either.
+/// needs the chain lock itself, and would wait behind it. The batch here
+/// fails at its `COMMIT` (a deferred constraint), after the lock ahead was
+/// requested. And with no record waiting, none is taken either.
 #[tokio::test]
 async fn no_lock_is_taken_ahead_after_a_failed_batch_or_with_nothing_waiting() {
     let store = Store::open(Backend::Postgres).await;
-    store.refuse_username("mallory").await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_mallory() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF NEW.username = 'mallory' THEN RAISE EXCEPTION 'refused at commit' USING ERRCODE = '23514'; END IF; \
+           RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER refuse_mallory_at_commit AFTER INSERT ON audit_events \
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_mallory()",
+    )
+    .execute(postgres_pool(&store))
+    .await
+    .unwrap();
+    let asked = std::sync::atomic::AtomicBool::new(false);
     let (written, ahead) = store
         .store
-        .append_batch_ahead(&[issuance("mallory", "t1")], None, || true)
+        .append_batch_ahead(&[issuance("mallory", "t1")], None, || {
+            asked.store(true, Ordering::Relaxed);
+            true
+        })
         .await;
     assert!(matches!(written, Err(StoreError::Refused(_))), "{written:?}");
-    assert!(ahead.is_none(), "a failed batch took the next batch's lock");
-    let (written, ahead) = store
-        .store
-        .append_batch_ahead(&[issuance("alice", "t2")], None, || false)
-        .await;
-    written.unwrap();
-    assert!(ahead.is_none(), "nothing waited, and a lock was taken ahead");
-    // The same store's retry, on another of its connections, is not held up.
+    assert!(
+        asked.load(Ordering::Relaxed),
+        "the batch failed before its commit"
+    );
+    assert!(
+        ahead.is_none(),
+        "a failed batch handed over the next batch's lock"
+    );
+    // The retry, on another connection, is not held up behind it.
     let appended = tokio::time::timeout(
         std::time::Duration::from_secs(2),
-        store.store.append_batch(&[issuance("bob", "t3")]),
+        store.store.append_batch(&[issuance("alice", "t2")]),
     )
     .await
     .expect("the chain lock is free")
     .unwrap();
     assert_eq!(kind(&appended[0]), "recorded");
+    let (written, ahead) = store
+        .store
+        .append_batch_ahead(&[issuance("bob", "t3")], None, || false)
+        .await;
+    written.unwrap();
+    assert!(ahead.is_none(), "nothing waited, and a lock was taken ahead");
     store.finish().await;
 }
 

@@ -539,8 +539,14 @@ impl AuditStore {
             AuditStore::Postgres(pool) => {
                 let mut next = None;
                 let begin = async {
-                    match ahead {
-                        Some(ahead) => ahead.take().await,
+                    match ahead.map(LockAhead::take) {
+                        // A lock ahead that failed began nothing (its
+                        // connection broke, or none was to be had): the
+                        // batch begins afresh, as without one.
+                        Some(taken) => match taken.await {
+                            Ok(tx) => Ok(tx),
+                            Err(_) => postgres::ChainTx::begin(pool).await,
+                        },
                         None => postgres::ChainTx::begin(pool).await,
                     }
                 };
@@ -566,26 +572,29 @@ impl AuditStore {
     /// connection this server lost has finished, one way or the other,
     /// before the answer is given.
     pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
-        // The same three statements on either backend's transaction type.
-        macro_rules! hash_at_seq {
-            ($connection:expr, $begin:path) => {{
-                let mut tx = $begin($connection).await?;
-                let hash: Option<String> = sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
+        const HASH_AT_SEQ: &str = "SELECT hash FROM audit_events WHERE seq = $1";
+        let hash: Option<String> = match self {
+            AuditStore::Postgres(pool) => {
+                // A `ChainTx`: given up while it waits for the lock (the
+                // caller's deadline), its connection is closed, never
+                // handed back to the pool to be granted the lock there.
+                let mut tx = postgres::ChainTx::begin(pool).await?;
+                let hash = sqlx::query_scalar(HASH_AT_SEQ)
+                    .bind(record.seq)
+                    .fetch_optional(tx.connection())
+                    .await?;
+                tx.rollback().await?;
+                hash
+            }
+            AuditStore::Sqlite(store) => {
+                let mut appender = store.appender().await?;
+                let mut tx = sqlite::begin_chain(appender.connection()?).await?;
+                let hash = sqlx::query_scalar(HASH_AT_SEQ)
                     .bind(record.seq)
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.rollback().await?;
                 hash
-            }};
-        }
-        let hash = match self {
-            AuditStore::Postgres(pool) => {
-                let mut connection = pool.acquire().await?;
-                hash_at_seq!(&mut connection, postgres::begin_chain)
-            }
-            AuditStore::Sqlite(store) => {
-                let mut appender = store.appender().await?;
-                hash_at_seq!(appender.connection()?, sqlite::begin_chain)
             }
         };
         Ok(hash.as_deref() == Some(record.hash.as_str()))

@@ -7,7 +7,7 @@ use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgBindIterExt, PgConnection, PgDatabaseError, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection, Postgres, Row, Transaction};
+use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
 
 use super::{
@@ -81,13 +81,6 @@ pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreErro
     Ok(rows.into_iter().map(deny_entry).collect())
 }
 
-/// A transaction holding the advisory lock: replicas extend one chain.
-pub(super) async fn begin_chain(
-    connection: &mut PoolConnection<Postgres>,
-) -> Result<Transaction<'_, Postgres>, StoreError> {
-    Ok(connection.begin_with(BEGIN_CHAIN).await?)
-}
-
 /// A batch's transaction: a pooled connection on which [`BEGIN_CHAIN`] was
 /// sent, so that it holds the chain's lock, and which this type alone ends.
 /// It is not a `sqlx::Transaction` because it is opened in one task (a
@@ -113,8 +106,15 @@ impl ChainTx {
         Ok(tx)
     }
 
-    fn connection(&mut self) -> &mut PgConnection {
+    pub(super) fn connection(&mut self) -> &mut PgConnection {
         &mut self.connection
+    }
+
+    /// End it without writing (a read under the lock); the lock is freed.
+    pub(super) async fn rollback(mut self) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql("ROLLBACK").execute(self.connection()).await?;
+        self.open = false;
+        Ok(())
     }
 }
 
@@ -166,11 +166,15 @@ impl std::fmt::Debug for LockAhead {
     }
 }
 
-/// `BEGIN`, then the chain's lock, sent together: one round trip. Each
-/// statement of a simple query takes its own snapshot, so the head read
+/// `BEGIN`, then the chain's lock, sent together: one round trip. Under
+/// `READ COMMITTED` each statement takes its own snapshot, so the head read
 /// next (a statement of its own) sees every commit made before the lock
-/// was granted.
-const BEGIN_CHAIN: &str = "BEGIN; SELECT pg_advisory_xact_lock(8386103207072584527)";
+/// was granted. Said explicitly: under a database's or role's default of
+/// `REPEATABLE READ` or `SERIALIZABLE`, the snapshot would be taken as the
+/// lock is requested, which a lock taken ahead always is before the commit
+/// it waits for, and the head read would be stale.
+const BEGIN_CHAIN: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(8386103207072584527)";
 
 /// A deny-list entry names one of the subjects (`$1`) or usernames (`$2`),
 /// each bound as an array.
@@ -368,7 +372,10 @@ mod tests {
     fn a_batch_begins_by_taking_the_chain_lock() {
         assert_eq!(
             super::BEGIN_CHAIN,
-            format!("BEGIN; SELECT pg_advisory_xact_lock({})", super::CHAIN_LOCK_KEY)
+            format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({})",
+                super::CHAIN_LOCK_KEY
+            )
         );
     }
 
