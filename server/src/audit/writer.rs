@@ -107,8 +107,9 @@ impl Published {
 }
 
 impl AuditWriter {
-    /// Start the writer task. It ends when every handle is dropped, after
-    /// writing what is still queued.
+    /// Start the writer, on its thread. It ends when every handle is
+    /// dropped, after writing what is still queued; the task returned
+    /// finishes then.
     pub fn start(store: AuditStore, observer: CommitObserver) -> (Self, tokio::task::JoinHandle<()>) {
         let (jobs, mut queue) = mpsc::channel::<Job>(MAX_BATCH * 16);
         let stats = Arc::new(WriterStats::default());
@@ -166,13 +167,27 @@ impl AuditWriter {
         // of a batch, and the batch's cycle is what paces issuance
         // (docs/performance.md). Its connections are its own too
         // (`AuditStore::for_writer`), so that their sockets are watched by
-        // this runtime rather than by the busy one.
-        let task = tokio::task::spawn_blocking(move || {
-            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(runtime) => runtime.block_on(run),
-                // The queue's end is dropped: every append is refused.
-                Err(error) => tracing::error!(%error, "the audit writer could not start its runtime"),
-            }
+        // this runtime rather than by the busy one. A thread of its own, not
+        // one of the runtime's blocking pool: named in profiles, and not
+        // waited for when the server's runtime is dropped (as a task, it
+        // would be cancelled there; the server waits for it to drain first).
+        let (finished, done) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime.block_on(run),
+                    Err(error) => tracing::error!(%error, "the audit writer could not start its runtime"),
+                }
+                let _ = finished.send(());
+            });
+        // Either way the queue's end is dropped when the writer cannot
+        // run: every append is refused.
+        if let Err(error) = thread {
+            tracing::error!(%error, "the audit writer could not start its thread");
+        }
+        let task = tokio::spawn(async move {
+            let _ = done.await;
         });
         let writer = Self {
             jobs,
