@@ -529,6 +529,21 @@ async fn a_lock_taken_ahead_carries_the_next_batch_on_the_chain() {
     bare.finish().await;
 }
 
+/// Another replica appends a record within two seconds, well inside
+/// `WRITE_TIMEOUT` (the chain lock is free), and it lands at `seq`.
+async fn another_replica_appends_at_once(store: &Store, seq: i64) {
+    let replica = replica_of(store).await;
+    let appended = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        replica.append_batch(&[issuance("rita", &format!("replica-{seq}"))]),
+    )
+    .await
+    .expect("the other replica gets the chain lock")
+    .unwrap();
+    assert_eq!(appended[0].stored().seq, seq);
+    replica.close().await;
+}
+
 /// The Postgres pool of a Postgres store.
 fn postgres_pool(store: &Store) -> &sqlx::PgPool {
     match &store.store {
@@ -633,16 +648,7 @@ async fn a_read_back_given_up_while_waiting_for_the_lock_leaves_the_lock_free() 
     sqlx::raw_sql("COMMIT").execute(&mut *other).await.unwrap();
     drop(other);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let replica = replica_of(&store).await;
-    let appended = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        replica.append_batch(&[issuance("bob", "t2")]),
-    )
-    .await
-    .expect("the other replica gets the chain lock")
-    .unwrap();
-    assert_eq!(appended[0].stored().seq, 2);
-    replica.close().await;
+    another_replica_appends_at_once(&store, 2).await;
     store.finish().await;
 }
 
@@ -662,16 +668,7 @@ async fn a_lock_ahead_dropped_untaken_frees_the_chain_lock() {
     // Long enough for the lock to be granted to the transaction ahead.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     drop(ahead);
-    let replica = replica_of(&store).await;
-    let appended = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        replica.append_batch(&[issuance("bob", "t2")]),
-    )
-    .await
-    .expect("the other replica gets the chain lock")
-    .unwrap();
-    assert_eq!(appended[0].stored().seq, 2);
-    replica.close().await;
+    another_replica_appends_at_once(&store, 2).await;
     store.finish().await;
 }
 

@@ -150,8 +150,8 @@ impl AuditWriter {
                     &published,
                     &observer,
                     &mut batch,
-                    (ahead.take(), more_waiting),
                     &mut ahead,
+                    more_waiting,
                 )
                 .await;
                 if let Some(doubt) = doubt {
@@ -224,24 +224,27 @@ impl AuditWriter {
     }
 }
 
-/// Write `batch` (in the transaction taken ahead for it, if any) and
+/// Write `batch` (in the transaction `ahead` holds for it, if any) and
 /// answer its jobs; an unacknowledged commit that could not be resolved
-/// comes back, to be settled later. `next` gets the next batch's lock
-/// ahead when this one committed and records are waiting.
+/// comes back, to be settled later. `ahead` is left holding the next
+/// batch's lock when this one committed and `more_waiting` said records
+/// were waiting.
 async fn write(
     store: &AuditStore,
     stats: &WriterStats,
     published: &Published,
     observer: &CommitObserver,
     batch: &mut Vec<Job>,
-    (ahead, more_waiting): (Option<LockAhead>, impl FnOnce() -> bool),
-    next: &mut Option<LockAhead>,
+    ahead: &mut Option<LockAhead>,
+    more_waiting: impl FnOnce() -> bool,
 ) -> Option<Vec<Appended>> {
     let appends: Vec<Append> = batch.iter().map(|job| job.append.clone()).collect();
     let started = tokio::time::Instant::now();
     let began_ahead = ahead.is_some();
-    let (written, taken_ahead) = store.append_batch_ahead(&appends, ahead, more_waiting).await;
-    *next = taken_ahead;
+    let (written, next) = store
+        .append_batch_ahead(&appends, ahead.take(), more_waiting)
+        .await;
+    *ahead = next;
     observer(appends.len(), started.elapsed());
     match written {
         Ok(results) => {

@@ -482,8 +482,9 @@ impl AuditStore {
     }
 
     /// The store the group-commit writer appends through, on the runtime
-    /// it runs on (`writer.rs`): for Postgres a pool of its own, with the
-    /// same settings and at most two connections (a batch, and the next
+    /// it runs on (`writer.rs`): for Postgres a pool of its own, to the
+    /// same database with the same acquire timeout and at most two
+    /// connections (a batch, and the next
     /// one's lock taken ahead), opened lazily from that runtime so that it
     /// is the one watching their sockets; SQLite's appends already have a
     /// connection, and a thread, of their own.
@@ -539,16 +540,14 @@ impl AuditStore {
             AuditStore::Postgres(pool) => {
                 let mut next = None;
                 let begin = async {
-                    match ahead.map(LockAhead::take) {
-                        // A lock ahead that failed began nothing (its
-                        // connection broke, or none was to be had): the
-                        // batch begins afresh, as without one.
-                        Some(taken) => match taken.await {
-                            Ok(tx) => Ok(tx),
-                            Err(_) => postgres::ChainTx::begin(pool).await,
-                        },
-                        None => postgres::ChainTx::begin(pool).await,
+                    if let Some(ahead) = ahead
+                        && let Some(tx) = ahead.take().await
+                    {
+                        return Ok(tx);
                     }
+                    // None taken ahead, or it failed and began nothing (its
+                    // connection broke, or none was to be had).
+                    postgres::ChainTx::begin(pool).await
                 };
                 let result = append_in(begin, batch, || {
                     if more_waiting() {

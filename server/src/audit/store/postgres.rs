@@ -35,8 +35,8 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
         .await?)
 }
 
-/// The group-commit writer's pool: `pool`'s database and settings, at most
-/// two connections, none opened before the writer asks (from its own
+/// The group-commit writer's pool: `pool`'s database and acquire timeout,
+/// at most two connections, none opened before the writer asks (from its own
 /// runtime: [`super::AuditStore::for_writer`]).
 pub(super) fn writer_pool(pool: &PgPool) -> PgPool {
     PgPoolOptions::new()
@@ -145,10 +145,10 @@ impl LockAhead {
         Self(tokio::spawn(async move { ChainTx::begin(&pool).await }))
     }
 
-    pub(super) async fn take(mut self) -> Result<ChainTx, StoreError> {
-        (&mut self.0).await.map_err(|error| {
-            StoreError::Unavailable(format!("the chain lock taken ahead was lost: {error}"))
-        })?
+    /// The transaction, once its lock is granted; `None` when it failed
+    /// (no connection, or it broke while waiting), having begun nothing.
+    pub(super) async fn take(mut self) -> Option<ChainTx> {
+        (&mut self.0).await.ok()?.ok()
     }
 }
 
