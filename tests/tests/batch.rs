@@ -799,6 +799,63 @@ async fn the_writer_commits_while_the_requests_runtime_is_blocked(backend: Backe
     store.finish().await;
 }
 
+/// The writer's connections are not pinged before each batch (a round trip
+/// per batch at low load); one that died while idle is found out by the
+/// batch's `BEGIN` and replaced. Here both of the writer's connections
+/// are ended by Postgres between batches, as a restart or an
+/// `idle_session_timeout` would, and the next requests are answered all
+/// the same: none is refused for a connection that was already gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writers_connections_ended_while_idle_are_replaced_unnoticed() {
+    let store = Store::open(Backend::Postgres).await;
+    let pool = postgres_pool(&store).clone();
+    let (writer, task) = AuditWriter::start(store.store.clone(), Box::new(|_, _| {}));
+    // Both of the writer's connections open: batches in a lock taken ahead.
+    let clients: Vec<_> = (0..MAX_BATCH + 8)
+        .map(|client| {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                writer
+                    .append(issuance(&format!("user{client}"), &format!("a{client}")))
+                    .await
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap().unwrap();
+    }
+    let others = "SELECT pid FROM pg_stat_activity \
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    let mut ours = pool.acquire().await.unwrap();
+    let idle: Vec<i32> = sqlx::query_scalar(others).fetch_all(&mut *ours).await.unwrap();
+    assert!(
+        idle.len() >= 2,
+        "the writer's two connections and the store's: {idle:?}"
+    );
+    for pid in &idle {
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+            .bind(pid)
+            .fetch_one(&mut *ours)
+            .await
+            .unwrap();
+        assert!(ended, "backend {pid}");
+    }
+    let left: Vec<i32> = sqlx::query_scalar(others).fetch_all(&mut *ours).await.unwrap();
+    assert!(left.is_empty(), "still there: {left:?}");
+    drop(ours);
+    for i in 0..3 {
+        let appended = writer
+            .append(issuance("bob", &format!("b{i}")))
+            .await
+            .expect("answered on a connection of its own");
+        assert_eq!(kind(&appended), "recorded");
+        assert_eq!(appended.stored().seq, (MAX_BATCH + 9 + i) as i64);
+    }
+    drop(writer);
+    task.await.unwrap();
+    store.finish().await;
+}
+
 /// What [`sqlx_core::net::connect_tcp`] hands over: whether the TCP socket
 /// it opened has Nagle's algorithm off.
 struct NoDelay;

@@ -38,11 +38,32 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
 /// The group-commit writer's pool: `pool`'s database and acquire timeout,
 /// at most two connections, none opened before the writer asks (from its own
 /// runtime: [`super::AuditStore::for_writer`]).
+///
+/// No ping before each batch: it was a round trip of every batch that did
+/// not begin with its lock taken ahead, every batch at low load. A
+/// connection that died while idle (Postgres restarted, the backend
+/// terminated, `idle_session_timeout`) is found out by the batch's first
+/// statement instead, which [`ChainTx::begin`] sends again on another.
 pub(super) fn writer_pool(pool: &PgPool) -> PgPool {
     PgPoolOptions::new()
         .max_connections(2)
+        .test_before_acquire(false)
         .acquire_timeout(pool.options().get_acquire_timeout())
         .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+/// Whether `error`, the answer to a transaction's first statement, says
+/// that the connection was dead before it was sent (cut, or ended by
+/// Postgres: SQLSTATE 57P01 admin shutdown, 57P02 crash shutdown, 57P05
+/// idle session timeout), rather than anything about the statement.
+fn connection_was_dead(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(error) => error
+            .try_downcast_ref::<PgDatabaseError>()
+            .is_some_and(|error| matches!(error.code(), "57P01" | "57P02" | "57P05")),
+        _ => false,
+    }
 }
 
 /// SQLSTATE classes that blame the data: 22 (data exception), 23
@@ -95,15 +116,27 @@ pub(super) struct ChainTx {
 
 impl ChainTx {
     /// A connection from `pool`, then the chain's lock, waited for as long
-    /// as another transaction holds it.
+    /// as another transaction holds it. A pooled connection found dead by
+    /// `BEGIN` is closed and another tried, as many times as the pool
+    /// holds connections and once more: a `BEGIN` writes nothing, so
+    /// sending it again cannot write anything twice.
     pub(super) async fn begin(pool: &PgPool) -> Result<Self, StoreError> {
-        let mut tx = Self {
-            connection: pool.acquire().await?,
-            // Closed if dropped from here on, half-begun included.
-            open: true,
-        };
-        sqlx::raw_sql(BEGIN_CHAIN).execute(&mut *tx.connection).await?;
-        Ok(tx)
+        let mut tries = pool.options().get_max_connections() + 1;
+        loop {
+            let mut tx = Self {
+                connection: pool.acquire().await?,
+                // Closed if dropped from here on, half-begun included.
+                open: true,
+            };
+            match sqlx::raw_sql(BEGIN_CHAIN).execute(&mut *tx.connection).await {
+                Ok(_) => return Ok(tx),
+                Err(error) if tries > 1 && connection_was_dead(&error) => {
+                    tracing::info!(%error, "audit store: a pooled connection was dead; beginning on another");
+                    tries -= 1;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 
     pub(super) fn connection(&mut self) -> &mut PgConnection {
