@@ -6,10 +6,14 @@
 //! throughput can be read as a ratio to that floor; and, for each level, the
 //! storage floor: the level's audit records appended again, in the batch
 //! size the group-commit writer made on average, straight through a fresh
-//! store of the same kind (no HTTP, no crypto, no writer task). The last
-//! column is the throughput's ratio to both floors added (time per
-//! issuance: the crypto on all cores, then the storage), which is what the
-//! HTTP and application layers cost.
+//! store of the same kind (no HTTP, no crypto, no writer task), and the CPU
+//! time that took per record (this process's, and the Postgres server's).
+//! The last columns are the throughput's ratios to both floors added: in
+//! time per issuance (the crypto on all cores, then the storage, one batch
+//! after another, so round trips on an idle machine count in full), and in
+//! CPU time (the crypto and the storage's CPU work shared by all cores: the
+//! machine's capacity for the two alone). What is left is what the HTTP and
+//! application layers and the load generator cost.
 //!
 //! ```sh
 //! cargo run --release -p talos-sso-tests --bin loadgen -- [--requests 4000] [--concurrency 1,16,64] [--store postgres,sqlite] [--ca file,softhsm]
@@ -194,11 +198,22 @@ async fn records_after(store: &AuditStore, mut after: i64) -> Vec<StoredRecord> 
     all
 }
 
-/// Appends per second straight through `store`: `records` appended again
-/// (each with a token id of its own to claim, checked against the deny
-/// list, as an issuance is) in batches of `batch`, one after the other, as
-/// the writer commits them.
-async fn storage_floor(store: &AuditStore, records: &[StoredRecord], batch: usize) -> f64 {
+/// The storage floor of one level.
+struct StorageFloor {
+    /// Appends per second, one batch after the other.
+    rate: f64,
+    /// CPU time per record: this process's and, on Postgres, the database
+    /// server's (SQLite runs in this process).
+    cpu: Duration,
+    /// The database server's part of `cpu` (Postgres).
+    database_cpu: Duration,
+}
+
+/// `records` appended again straight through `store` (each with a token id
+/// of its own to claim, checked against the deny list, as an issuance is)
+/// in batches of `batch`, one after the other, as the writer commits them:
+/// how fast, and the CPU time it took.
+async fn storage_floor(store: &AuditStore, records: &[StoredRecord], batch: usize) -> StorageFloor {
     let expires_at = Some(time::OffsetDateTime::now_utc() + Duration::from_secs(3600));
     let appends: Vec<Append> = records
         .iter()
@@ -217,11 +232,22 @@ async fn storage_floor(store: &AuditStore, records: &[StoredRecord], batch: usiz
             }
         })
         .collect();
-    let started = Instant::now();
+    let database_cpu = || match store {
+        AuditStore::Postgres(_) => load::postgres_cpu(),
+        AuditStore::Sqlite(_) => Duration::ZERO,
+    };
+    let (started, own, database) = (Instant::now(), load::own_cpu(), database_cpu());
     for chunk in appends.chunks(batch.max(1)) {
         store.append_batch(chunk).await.expect("storage floor append");
     }
-    appends.len() as f64 / started.elapsed().as_secs_f64()
+    let elapsed = started.elapsed();
+    let (own, database) = (load::own_cpu() - own, database_cpu() - database);
+    let records = appends.len().max(1) as u32;
+    StorageFloor {
+        rate: appends.len() as f64 / elapsed.as_secs_f64(),
+        cpu: (own + database) / records,
+        database_cpu: database / records,
+    }
 }
 
 /// How the store makes a commit durable, as it says itself: what the
@@ -262,8 +288,8 @@ fn main() -> Result<(), String> {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         println!("loadgen: {} requests per level, {cores} cores, server and load generator in one process", options.requests);
         println!();
-        println!("| store | CA key | concurrency | issuances/s | p50 | p99 | failures | records per batch | storage floor/s | ratio to crypto floor | ratio to crypto + storage floor |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| store | CA key | concurrency | issuances/s | p50 | p99 | failures | records per batch | storage floor/s | storage CPU per record | ratio to crypto floor | ratio to crypto + storage floor | ratio to CPU floor |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let hsm = options
             .cas
             .contains(&CaKey::SoftHsm)
@@ -325,27 +351,40 @@ fn main() -> Result<(), String> {
                 let storage = storage_floor(&floor_store.store, &written, per_batch.round() as usize).await;
                 // Time per issuance at both floors: the crypto on every
                 // core, then its record through the store.
-                let both = 1.0 / (1.0 / floor + 1.0 / storage);
+                let both = 1.0 / (1.0 / floor + 1.0 / storage.rate);
+                // Issuances per second if every core did nothing but the
+                // crypto and the storage's CPU work.
+                let cpu_floor = cores as f64 / (cost + storage.cpu).as_secs_f64();
+                let storage_cpu = match backend {
+                    Backend::Postgres => format!(
+                        "{:.0} µs ({:.0} µs Postgres)",
+                        storage.cpu.as_secs_f64() * 1e6,
+                        storage.database_cpu.as_secs_f64() * 1e6
+                    ),
+                    Backend::Sqlite => format!("{:.0} µs", storage.cpu.as_secs_f64() * 1e6),
+                };
                 println!(
-                    "| {:?} | {ca:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {per_batch:.1} | {storage:.0} | {:.2} | {:.2} |",
+                    "| {:?} | {ca:?} | {concurrency} | {:.0} | {:.2} ms | {:.2} ms | {} | {per_batch:.1} | {:.0} | {storage_cpu} | {:.2} | {:.2} | {:.2} |",
                     backend,
                     run.throughput,
                     run.p50.as_secs_f64() * 1000.0,
                     run.p99.as_secs_f64() * 1000.0,
                     run.failures,
+                    storage.rate,
                     run.throughput / floor,
                     run.throughput / both,
+                    run.throughput / cpu_floor,
                 );
             }
             println!(
-                "| {:?} | {ca:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | | | 1.00 | |",
+                "| {:?} | {ca:?} | crypto floor | {floor:.0} ({:.1} µs per issuance on one core, x{cores} cores) | | | | | | | 1.00 | | |",
                 backend,
                 cost.as_secs_f64() * 1e6
             );
-            println!("| {:?} | {ca:?} | durability | {settings} | | | | | | | |", backend);
+            println!("| {:?} | {ca:?} | durability | {settings} | | | | | | | | | |", backend);
             floor_store.close().await;
             let check = env.server.app.audit.store().verify_chain().await.map_err(|e| e.to_string())?;
-            println!("| {:?} | {ca:?} | chain | {} records verified, intact: {} | | | | | | | |", backend, check.verified, check.first_broken.is_none());
+            println!("| {:?} | {ca:?} | chain | {} records verified, intact: {} | | | | | | | | | |", backend, check.verified, check.first_broken.is_none());
             env.finish().await;
         }
         Ok(())
