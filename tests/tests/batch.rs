@@ -244,6 +244,51 @@ async fn one_batch_gives_each_record_its_own_outcome(backend: Backend) {
     store.finish().await;
 }
 
+/// The deny list is read and the tokens claimed together (one statement on
+/// Postgres) when no record of the batch changes the list: a claim is made
+/// only for a record no entry blocks, here an entry without a subject,
+/// which matches the username lower-cased. A token first named by a
+/// blocked record is fresh for the next record that is allowed, and a
+/// replay after that.
+async fn a_claim_is_made_only_for_a_record_no_entry_blocks(backend: Backend) {
+    let store = Store::open(backend).await;
+    let mut by_name = deny("eve");
+    if let Some(DenyChange::Add(entry)) = &mut by_name.deny_change {
+        entry.subject = None;
+        entry.username = Some("Eve".into());
+    }
+    store.store.append_batch(&[by_name]).await.unwrap();
+    let batch = [
+        issuance("EVE", "s1"),
+        issuance("frank", "s1"),
+        issuance("frank", "s1"),
+        issuance("eve", "s2"),
+        issuance("EVE", "s4"),
+        issuance("grace", "s3"),
+    ];
+    let appended = store.store.append_batch(&batch).await.unwrap();
+    let kinds: Vec<&str> = appended.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        ["denied", "recorded", "replayed", "denied", "denied", "recorded"],
+        "{backend:?}"
+    );
+    assert_eq!(store.used_tokens().await, ["s1", "s3"], "{backend:?}");
+    // The token of a blocked record is still unused: once the entry is
+    // gone, it is fresh.
+    let unblock = Append {
+        deny_change: Some(DenyChange::Remove {
+            subject: None,
+            username: Some("eve".into()),
+        }),
+        ..deny("admin")
+    };
+    store.store.append_batch(&[unblock]).await.unwrap();
+    let appended = store.store.append_batch(&[issuance("eve", "s2")]).await.unwrap();
+    assert_eq!(kind(&appended[0]), "recorded", "{backend:?}");
+    store.finish().await;
+}
+
 /// A batch the database refuses for one record's content commits nothing:
 /// no record, no token claim, so that it can be written again record by
 /// record with the same answers.
@@ -442,6 +487,7 @@ async fn a_large_batch_reads_back_as_written(backend: Backend) {
 
 on_both_stores!(
     one_batch_gives_each_record_its_own_outcome,
+    a_claim_is_made_only_for_a_record_no_entry_blocks,
     a_refused_batch_leaves_nothing_behind,
     the_writer_answers_each_request_of_a_mixed_batch,
     a_large_batch_reads_back_as_written,
