@@ -244,12 +244,11 @@ async fn one_batch_gives_each_record_its_own_outcome(backend: Backend) {
     store.finish().await;
 }
 
-/// The deny list is read and the tokens claimed together (one statement on
-/// Postgres) when no record of the batch changes the list: a claim is made
-/// only for a record no entry blocks, here an entry without a subject,
-/// which matches the username lower-cased. A token first named by a
-/// blocked record is fresh for the next record that is allowed, and a
-/// replay after that.
+/// A claim is made only for a record no deny-list entry blocks, here an
+/// entry without a subject, which matches the username lower-cased. A
+/// token first named by a blocked record is fresh for the next record that
+/// is allowed, and a replay after that; a blocked record's token stays
+/// unused.
 async fn a_claim_is_made_only_for_a_record_no_entry_blocks(backend: Backend) {
     let store = Store::open(backend).await;
     let mut by_name = deny("eve");

@@ -785,10 +785,6 @@ type DeniedPairs = Vec<(Option<String>, Option<String>)>;
 /// `(NULL, NULL, subject, username)`.
 type HeadOrDenied = (Option<i64>, Option<String>, Option<String>, Option<String>);
 
-/// What [`BatchTx::head_denied_and_claims`] answers: the chain head, the
-/// matching deny-list entries, the token ids claimed.
-type HeadDeniedClaimed = (Option<(i64, String)>, DeniedPairs, Vec<String>);
-
 /// The head and the deny-list entries from the rows of [`HeadOrDenied`].
 fn head_and_denied(rows: Vec<HeadOrDenied>) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
     let mut head = None;
@@ -834,40 +830,6 @@ trait BatchTx {
         &mut self,
         claims: &[(&TokenClaim, OffsetDateTime)],
     ) -> Result<Vec<bool>, StoreError>;
-    /// [`Self::head_and_denied`], then the claims of `claims` that no
-    /// matching entry blocks, made as [`Self::claim_tokens`] makes them:
-    /// the head, the entries, and the token ids claimed now (each once).
-    /// What a batch that changes no deny-list entry reads and claims
-    /// first; a backend may do it in one statement (one round trip fewer
-    /// while the lock is held), this is the same in two.
-    async fn head_denied_and_claims(
-        &mut self,
-        subjects: &[String],
-        usernames: &[String],
-        claims: &[EarlyClaim<'_>],
-    ) -> Result<HeadDeniedClaimed, StoreError> {
-        let (head, denied) = self.head_and_denied(subjects, usernames).await?;
-        let unblocked: Vec<(&TokenClaim, OffsetDateTime)> = claims
-            .iter()
-            .filter(|early| !early.blocked_by(&denied))
-            .map(|early| (early.claim, early.at))
-            .collect();
-        let mut claimed = Vec::new();
-        if !unblocked.is_empty() {
-            let fresh = self.claim_tokens(&unblocked).await?;
-            if fresh.len() != unblocked.len() {
-                return Err(short_of_claim_answers(fresh.len(), unblocked.len()));
-            }
-            claimed.extend(
-                unblocked
-                    .iter()
-                    .zip(fresh)
-                    .filter(|(_, fresh)| *fresh)
-                    .map(|((claim, _), _)| claim.token_id.clone()),
-            );
-        }
-        Ok((head, denied, claimed))
-    }
     /// Apply a deny-list change; the number of entries it touched.
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError>;
     /// Write the batch's records, already chained, in order.
@@ -889,33 +851,6 @@ fn entry_blocks(
         (Some(listed), _) => Some(listed.as_str()) == subject,
         (None, Some(name)) => username.is_some_and(|u| u.to_lowercase() == *name),
         (None, None) => false,
-    }
-}
-
-/// Whether any of `denied` blocks the identity `(subject, username)`.
-fn blocked(denied: &DeniedPairs, subject: Option<&str>, username: Option<&str>) -> bool {
-    denied.iter().any(|entry| entry_blocks(entry, subject, username))
-}
-
-fn short_of_claim_answers(answered: usize, asked: usize) -> StoreError {
-    StoreError::Unavailable(format!("the store answered {answered} of {asked} token claims"))
-}
-
-/// A token claim made with the batch's first read
-/// ([`BatchTx::head_denied_and_claims`]).
-struct EarlyClaim<'a> {
-    claim: &'a TokenClaim,
-    /// The record's time: when the token was used.
-    at: OffsetDateTime,
-    /// The record's subject and username, when it is checked against the
-    /// deny list: the claim is not made when an entry blocks them.
-    checked: Option<(Option<&'a str>, Option<&'a str>)>,
-}
-
-impl EarlyClaim<'_> {
-    fn blocked_by(&self, denied: &DeniedPairs) -> bool {
-        self.checked
-            .is_some_and(|(subject, username)| blocked(denied, subject, username))
     }
 }
 
@@ -979,50 +914,12 @@ async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<App
     // Records that check no identity (one-off commands' records) read the
     // head alone: they are also what is written to a schema older than the
     // deny list's view (migrations/sqlite/0006).
-    if !subjects.is_empty() && batch.iter().all(|a| a.deny_change.is_none()) {
-        // Every record sees the same deny list: it is read, and the
-        // unblocked claims made, together.
-        let early: Vec<EarlyClaim> = batch
-            .iter()
-            .zip(&records)
-            .filter_map(|(append, record)| {
-                Some(EarlyClaim {
-                    claim: append.claim.as_ref()?,
-                    at: record.occurred_at,
-                    checked: append
-                        .deny_check
-                        .then_some((record.subject.as_deref(), record.username.as_deref())),
-                })
-            })
-            .collect();
-        let (head, denied, claimed) = tx.head_denied_and_claims(&subjects, &usernames, &early).await?;
-        // Fresh: the first unblocked claim of an id this transaction
-        // claimed; any other claim of an id is a replay.
-        let mut claimed: std::collections::HashSet<String> = claimed.into_iter().collect();
-        let outcomes: Vec<Outcome> = batch
-            .iter()
-            .zip(&records)
-            .map(|(append, record)| {
-                if append.deny_check
-                    && blocked(&denied, record.subject.as_deref(), record.username.as_deref())
-                {
-                    Outcome::Denied
-                } else if let Some(claim) = &append.claim
-                    && !claimed.remove(&claim.token_id)
-                {
-                    Outcome::Replayed
-                } else {
-                    Outcome::Recorded
-                }
-            })
-            .collect();
-        return write_chained(tx, head, records, outcomes).await;
-    }
     let (head, mut denied) = if subjects.is_empty() {
         (tx.head().await?, Vec::new())
     } else {
         tx.head_and_denied(&subjects, &usernames).await?
     };
+    let (seq, hash) = head.unwrap_or((0, GENESIS_HASH.to_owned()));
     let mut outcomes = Vec::with_capacity(batch.len());
     let mut start = 0;
     while start < batch.len() {
@@ -1031,8 +928,10 @@ async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<App
             .position(|a| a.deny_change.is_some())
             .map_or(batch.len(), |changer| start + changer + 1);
         for (append, record) in batch[start..end].iter().zip(&records[start..end]) {
-            let blocked =
-                append.deny_check && blocked(&denied, record.subject.as_deref(), record.username.as_deref());
+            let blocked = append.deny_check
+                && denied
+                    .iter()
+                    .any(|entry| entry_blocks(entry, record.subject.as_deref(), record.username.as_deref()));
             outcomes.push(if blocked {
                 Outcome::Denied
             } else {
@@ -1052,7 +951,11 @@ async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<App
                 .collect();
             let fresh = tx.claim_tokens(&claims).await?;
             if fresh.len() != claims.len() {
-                return Err(short_of_claim_answers(fresh.len(), claims.len()));
+                return Err(StoreError::Unavailable(format!(
+                    "the store answered {} of {} token claims",
+                    fresh.len(),
+                    claims.len()
+                )));
             }
             for ((i, _), fresh) in claiming.into_iter().zip(fresh) {
                 if !fresh {
@@ -1071,19 +974,8 @@ async fn extend_chain(tx: &mut impl BatchTx, batch: &[Append]) -> Result<Vec<App
         }
         start = end;
     }
-    write_chained(tx, head, records, outcomes).await
-}
-
-/// The batch's records, each as its outcome makes it, chained on from
-/// `head` and written.
-async fn write_chained(
-    tx: &mut impl BatchTx,
-    head: Option<(i64, String)>,
-    records: Vec<AuditRecord>,
-    outcomes: Vec<Outcome>,
-) -> Result<Vec<Appended>, StoreError> {
-    let (mut seq, mut hash) = head.unwrap_or((0, GENESIS_HASH.to_owned()));
     let mut stored = Vec::with_capacity(records.len());
+    let (mut seq, mut hash) = (seq, hash);
     for (record, outcome) in records.into_iter().zip(&outcomes) {
         // Already normalised above; `apply` only clears fields.
         let next = chain(seq, &hash, outcome.apply(record));
@@ -1560,7 +1452,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_that_changes_no_entry_reads_the_list_then_claims_for_the_unblocked_only() {
+    async fn a_token_named_first_by_a_blocked_record_is_fresh_for_the_next_allowed_one() {
         let mut backend = Recorder {
             deny_list: vec![(Some("mallet".into()), None)],
             ..Default::default()

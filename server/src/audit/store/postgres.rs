@@ -11,10 +11,9 @@ use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
 
 use super::{
-    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, EarlyClaim, HEAD_SQL,
-    HeadDeniedClaimed, HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim,
-    change_deny_list, claim_answers, deny_entry, deny_list_sql, distinct_claims, head_and_denied,
-    stored_record,
+    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, HeadOrDenied,
+    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
+    deny_entry, deny_list_sql, distinct_claims, head_and_denied, stored_record,
 };
 use crate::audit::{AuditRecord, StoredRecord};
 
@@ -263,55 +262,6 @@ impl BatchTx for ChainTx {
         Ok(claim_answers(claims, inserted))
     }
 
-    /// One statement: the claims are inserted by a `WITH` clause of the
-    /// head and deny-list read, each unless an active entry blocks its
-    /// record, decided as [`super::entry_blocks`] decides (the subject, or
-    /// for an entry without one the username lower-cased here). The answer's
-    /// rows: the head `(seq, hash, NULL, NULL, NULL)`, each matching entry
-    /// `(NULL, NULL, subject, username, NULL)`, each id claimed
-    /// `(NULL, NULL, NULL, NULL, token_id)`.
-    async fn head_denied_and_claims(
-        &mut self,
-        subjects: &[String],
-        usernames: &[String],
-        claims: &[EarlyClaim<'_>],
-    ) -> Result<HeadDeniedClaimed, StoreError> {
-        macro_rules! column {
-            ($value:expr) => {
-                claims.iter().map($value).bind_iter()
-            };
-        }
-        let rows: Vec<HeadDeniedOrClaimed> = sqlx::query_as(HEAD_DENIED_AND_CLAIMS)
-            .bind(subjects)
-            .bind(usernames)
-            .bind(column!(|c| &c.claim.token_id))
-            .bind(column!(|c| c.at))
-            .bind(column!(|c| c.claim.expires_at))
-            .bind(column!(|c| c.checked.is_some()))
-            .bind(column!(|c| c.checked.and_then(|(subject, _)| subject)))
-            .bind(column!(|c| c
-                .checked
-                .and_then(|(_, username)| username)
-                .map(str::to_lowercase)))
-            .fetch_all(self.connection())
-            .await?;
-        let mut claimed = Vec::new();
-        let mut head_or_denied = Vec::with_capacity(rows.len());
-        for row in rows {
-            match row {
-                (None, None, None, None, Some(token_id)) => claimed.push(token_id),
-                (seq, hash, subject, username, None) => head_or_denied.push((seq, hash, subject, username)),
-                (seq, ..) => {
-                    return Err(StoreError::Corrupt(format!(
-                        "the head, deny-list and claims statement answered an unexpected row (seq {seq:?})"
-                    )));
-                }
-            }
-        }
-        let (head, denied) = head_and_denied(head_or_denied)?;
-        Ok((head, denied, claimed))
-    }
-
     async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
         change_deny_list!(self.connection(), change, time: |t| t)
     }
@@ -372,39 +322,6 @@ impl BatchTx for ChainTx {
         Ok(())
     }
 }
-
-/// A row of [`HEAD_DENIED_AND_CLAIMS`]: the head, an entry or a claimed id.
-type HeadDeniedOrClaimed = (
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-
-/// [`ChainTx::head_denied_and_claims`]: subjects `$1` and usernames `$2`
-/// for the deny list, as [`deny_matches`] reads them; then one array per
-/// claim field, in claim order: token id `$3`, used at `$4`, expires at
-/// `$5`, whether the record is checked `$6`, its subject `$7` and
-/// lower-cased username `$8`. Each id is inserted once, at its first
-/// unblocked claim (`DISTINCT ON`, in claim order).
-const HEAD_DENIED_AND_CLAIMS: &str = concat!(
-    "WITH claimed AS (\
-       INSERT INTO used_tokens (token_id, used_at, expires_at) \
-       SELECT DISTINCT ON (c.token_id) c.token_id, c.used_at, c.expires_at \
-       FROM UNNEST($3::text[], $4::timestamptz[], $5::timestamptz[], $6::bool[], $7::text[], $8::text[]) \
-         WITH ORDINALITY AS c (token_id, used_at, expires_at, checked, subject, username, n) \
-       WHERE NOT (c.checked AND EXISTS (SELECT 1 FROM deny_list_active AS d \
-         WHERE d.subject = c.subject OR (d.subject IS NULL AND d.username = c.username))) \
-       ORDER BY c.token_id, c.n \
-       ON CONFLICT (token_id) DO NOTHING RETURNING token_id) ",
-    "SELECT seq, hash, NULL::text AS subject, NULL::text AS username, NULL::text AS token_id FROM (",
-    super::head_sql!(),
-    ") AS head \
-     UNION ALL SELECT NULL, NULL, subject, username, NULL FROM deny_list_active WHERE ",
-    deny_matches!(),
-    " UNION ALL SELECT NULL, NULL, NULL, NULL, token_id FROM claimed"
-);
 
 /// A batch's records in one statement: each column is bound as one array
 /// and `UNNEST` turns the arrays back into rows, so that the statement's
