@@ -6,7 +6,9 @@ use serde_json::Value;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgBindIterExt, PgConnection, PgDatabaseError, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{
+    PgBindIterExt, PgConnection, PgDatabaseError, PgPool, PgPoolOptions, PgRow, PgSeverity,
+};
 use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
 
@@ -39,9 +41,10 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
 /// at most two connections, none opened before the writer asks (from its own
 /// runtime: [`super::AuditStore::for_writer`]).
 ///
-/// No ping before each batch: it was a round trip of every batch that did
-/// not begin with its lock taken ahead, every batch at low load. A
-/// connection that died while idle (Postgres restarted, the backend
+/// No ping when a connection is handed out: sqlx already pings each one
+/// as it is handed back (before it is idle again), so a second ping only
+/// delayed every batch, or the lock taken ahead for it, by a round trip.
+/// A connection that died while idle (Postgres restarted, the backend
 /// terminated, `idle_session_timeout`) is found out by the batch's first
 /// statement instead, which [`ChainTx::begin`] sends again on another.
 pub(super) fn writer_pool(pool: &PgPool) -> PgPool {
@@ -53,18 +56,26 @@ pub(super) fn writer_pool(pool: &PgPool) -> PgPool {
 }
 
 /// Whether `error`, the answer to a transaction's first statement, says
-/// that the connection was dead before it was sent (cut, or ended by
-/// Postgres: SQLSTATE 57P01 admin shutdown, 57P02 crash shutdown, 57P05
-/// idle session timeout), rather than anything about the statement.
+/// that the connection was dead before it was sent, rather than anything
+/// about the statement: cut (an I/O error; what a crash or an immediate
+/// shutdown leaves, its notice being only a warning), or ended by the
+/// server with a `FATAL` error, which ends the session (57P01 when the
+/// backend was terminated, 57P05 an idle session timeout; a pooler's own
+/// codes).
 fn connection_was_dead(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(error) => error
             .try_downcast_ref::<PgDatabaseError>()
-            .is_some_and(|error| matches!(error.code(), "57P01" | "57P02" | "57P05")),
+            .is_some_and(|error| matches!(error.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
         _ => false,
     }
 }
+
+/// How many connections [`ChainTx::begin`] tries: the writer's pool holds
+/// two, which may both have died while idle, and then a new one. The
+/// server's pool tests each connection as it hands it out.
+const BEGIN_TRIES: u32 = 3;
 
 /// SQLSTATE classes that blame the data: 22 (data exception), 23
 /// (integrity constraint) and 54 (program limit, e.g. a row too large).
@@ -117,11 +128,11 @@ pub(super) struct ChainTx {
 impl ChainTx {
     /// A connection from `pool`, then the chain's lock, waited for as long
     /// as another transaction holds it. A pooled connection found dead by
-    /// `BEGIN` is closed and another tried, as many times as the pool
-    /// holds connections and once more: a `BEGIN` writes nothing, so
+    /// `BEGIN` is closed and another tried, [`BEGIN_TRIES`] in all: a
+    /// `BEGIN` writes nothing, and a dead session holds no lock, so
     /// sending it again cannot write anything twice.
     pub(super) async fn begin(pool: &PgPool) -> Result<Self, StoreError> {
-        let mut tries = pool.options().get_max_connections() + 1;
+        let mut tries = BEGIN_TRIES;
         loop {
             let mut tx = Self {
                 connection: pool.acquire().await?,
