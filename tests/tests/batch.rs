@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use talos_sso_server::audit::store::{
-    Append, Appended, AuditStore, DenyChange, DenyEntry, StoreError, StoreOptions, TokenClaim,
+    Append, Appended, AuditStore, DenyChange, DenyEntry, LockAhead, StoreError, StoreOptions, TokenClaim,
 };
 use talos_sso_server::audit::writer::{AuditError, AuditWriter, MAX_BATCH};
 use talos_sso_server::audit::{AuditRecord, StoredRecord, event, outcome};
@@ -697,6 +697,17 @@ async fn a_read_back_given_up_while_waiting_for_the_lock_leaves_the_lock_free() 
     store.finish().await;
 }
 
+/// Alice's issuance, the trail's first record, committed with the next
+/// batch's lock asked for ahead: the lock ahead, granted once it commits.
+async fn first_batch_with_a_lock_ahead(store: &Store) -> LockAhead {
+    let (written, ahead) = store
+        .store
+        .append_batch_ahead(&[issuance("alice", "t1")], None, || true)
+        .await;
+    written.unwrap();
+    ahead.expect("a lock taken ahead")
+}
+
 /// A lock taken ahead that no batch takes (the writer stopped, or the batch
 /// before it failed) frees the chain's lock when dropped: its connection
 /// is closed, not handed back to the pool inside an open transaction
@@ -704,16 +715,39 @@ async fn a_read_back_given_up_while_waiting_for_the_lock_leaves_the_lock_free() 
 #[tokio::test]
 async fn a_lock_ahead_dropped_untaken_frees_the_chain_lock() {
     let store = Store::open(Backend::Postgres).await;
-    let (written, ahead) = store
-        .store
-        .append_batch_ahead(&[issuance("alice", "t1")], None, || true)
-        .await;
-    written.unwrap();
-    assert!(ahead.is_some());
+    let ahead = first_batch_with_a_lock_ahead(&store).await;
     // Long enough for the lock to be granted to the transaction ahead.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     drop(ahead);
     another_replica_appends_at_once(&store, 2).await;
+    store.finish().await;
+}
+
+/// A chain transaction left idle (here a lock taken ahead that nobody
+/// takes or drops, as a server cut off from the database by a partition
+/// would leave it) is ended by Postgres after its idle limit (15 s), which
+/// frees the chain's lock: the other replicas' batches time out meanwhile,
+/// then commit, rather than waiting for TCP keepalive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_chain_transaction_is_ended_and_its_lock_freed() {
+    let store = Store::open(Backend::Postgres).await;
+    let ahead = first_batch_with_a_lock_ahead(&store).await;
+    let replica = replica_of(&store).await;
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    let appended = loop {
+        match replica.append_batch(&[issuance("bob", "t2")]).await {
+            Ok(appended) => break appended,
+            Err(StoreError::Unavailable(_)) if started.elapsed() < std::time::Duration::from_secs(40) => {
+                refused += 1;
+            }
+            Err(error) => panic!("after {:?}: {error}", started.elapsed()),
+        }
+    };
+    assert!(refused > 0, "the lock was held while the transaction was idle");
+    assert_eq!(appended[0].stored().seq, 2);
+    drop(ahead);
+    replica.close().await;
     store.finish().await;
 }
 
