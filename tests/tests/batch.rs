@@ -732,6 +732,22 @@ async fn a_lock_ahead_dropped_untaken_frees_the_chain_lock() {
 async fn an_idle_chain_transaction_is_ended_and_its_lock_freed() {
     let store = Store::open(Backend::Postgres).await;
     let ahead = first_batch_with_a_lock_ahead(&store).await;
+    // The lock ahead is asked for by a task of its own: wait until it holds it.
+    let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    let granted = async {
+        while sqlx::query_scalar::<_, i64>(held)
+            .fetch_one(postgres_pool(&store))
+            .await
+            .unwrap()
+            == 0
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), granted)
+        .await
+        .expect("the lock ahead was granted");
     let replica = replica_of(&store).await;
     let started = std::time::Instant::now();
     let mut refused = 0;
