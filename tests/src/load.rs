@@ -110,16 +110,17 @@ pub fn postgres_cpu() -> Duration {
 }
 
 /// The CPU times of one `/proc/<pid>/stat` line.
-struct StatTimes {
-    command: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatTimes {
+    pub command: String,
     /// utime + stime.
-    own: Duration,
+    pub own: Duration,
     /// cutime + cstime: children that ended and were waited for.
-    reaped: Duration,
+    pub reaped: Duration,
 }
 
 impl StatTimes {
-    fn parse(stat: &str) -> Option<Self> {
+    pub fn parse(stat: &str) -> Option<Self> {
         // The command is in parentheses and may hold spaces or parentheses
         // itself: the fields start after the last `)`.
         let (open, close) = (stat.find('(')?, stat.rfind(')')?);
@@ -133,21 +134,5 @@ impl StatTimes {
             own: ticks(11)? + ticks(12)?,
             reaped: ticks(13)? + ticks(14)?,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    #[test]
-    fn a_stat_line_gives_its_command_and_times() {
-        // A postmaster's line (Linux 6.1), a command with a space and a parenthesis.
-        let line = "812 (post gres)) S 1 812 812 0 -1 4194560 1234 5678 0 0 150 37 42 9 20 0 1 0 1000 229859328 6000";
-        let times = super::StatTimes::parse(line).unwrap();
-        assert_eq!(times.command, "post gres)");
-        assert_eq!(times.own, Duration::from_millis(1870));
-        assert_eq!(times.reaped, Duration::from_millis(510));
-        assert!(super::StatTimes::parse("812 (postgres) S 1").is_none());
     }
 }

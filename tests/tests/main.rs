@@ -47,6 +47,8 @@
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
 //!   against the server's metrics; promtool on the exposition; a real
 //!   Prometheus scraping a real server.
+//! - `tools`: what the measuring tools read of the machine (CPU times from
+//!   `/proc`).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 /// Each named test function, run once against each audit store:
@@ -93,3 +95,4 @@ mod quickstart;
 mod reload;
 mod roles;
 mod server;
+mod tools;
