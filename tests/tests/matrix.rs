@@ -890,7 +890,13 @@ async fn json_bodies_of_the_wrong_shape() {
                 403,
                 "role_not_permitted",
             ),
-            ("body of 1 MiB", vec![b' '; 1024 * 1024], 413, "body_too_large"),
+            // Over the 64 KiB limit, and small enough to be written whole
+            // before the server, which refuses it from its length, answers
+            // and closes: a client still writing a larger body can meet a
+            // broken pipe instead of the answer. The limit on bodies of any
+            // length, announced or chunked, is checked over a raw connection
+            // (`http_protocol_abuse`, below).
+            ("body of 80 KiB", vec![b' '; 80 * 1024], 413, "body_too_large"),
         ]);
     for (label, body, status, code) in cases {
         let token = env.emulator.token_for(BOB, TokenKind::id()).unwrap();
