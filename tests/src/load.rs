@@ -83,7 +83,7 @@ pub fn own_cpu() -> Duration {
     std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|stat| StatTimes::parse(&stat))
-        .map_or(Duration::ZERO, |times| times.own)
+        .map_or(Duration::ZERO, |times| times.user + times.system)
 }
 
 /// CPU time used so far by the Postgres server on this machine: every
@@ -105,7 +105,7 @@ pub fn postgres_cpu() -> Duration {
         .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
         .filter_map(|stat| StatTimes::parse(&stat))
         .filter(|times| times.command == "postgres")
-        .map(|times| times.own + times.reaped)
+        .map(|times| times.user + times.system + times.reaped)
         .sum()
 }
 
@@ -113,8 +113,10 @@ pub fn postgres_cpu() -> Duration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatTimes {
     pub command: String,
-    /// utime + stime.
-    pub own: Duration,
+    /// utime.
+    pub user: Duration,
+    /// stime.
+    pub system: Duration,
     /// cutime + cstime: children that ended and were waited for.
     pub reaped: Duration,
 }
@@ -131,7 +133,8 @@ impl StatTimes {
         };
         Some(Self {
             command: stat.get(open + 1..close)?.to_owned(),
-            own: ticks(11)? + ticks(12)?,
+            user: ticks(11)?,
+            system: ticks(12)?,
             reaped: ticks(13)? + ticks(14)?,
         })
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use talos_sso_tests::load::{StatTimes, own_cpu};
 
 /// A `/proc/<pid>/stat` line gives its command (which may hold spaces and
-/// parentheses) and its CPU times: own (utime + stime) and reaped children
+/// parentheses) and its CPU times: user, system and reaped children
 /// (cutime + cstime), in USER_HZ ticks of 10 ms.
 #[test]
 fn a_stat_line_gives_its_command_and_times() {
@@ -15,7 +15,8 @@ fn a_stat_line_gives_its_command_and_times() {
         "812 (post gres)) S 1 812 812 0 -1 4194560 1234 5678 0 0 150 37 42 9 20 0 1 0 1000 229859328 6000";
     let times = StatTimes::parse(line).unwrap();
     assert_eq!(times.command, "post gres)");
-    assert_eq!(times.own, Duration::from_millis(1870));
+    assert_eq!(times.user, Duration::from_millis(1500));
+    assert_eq!(times.system, Duration::from_millis(370));
     assert_eq!(times.reaped, Duration::from_millis(510));
     // Cut short: no times to give.
     assert_eq!(StatTimes::parse("812 (postgres) S 1"), None);

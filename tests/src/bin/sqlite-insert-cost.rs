@@ -50,24 +50,9 @@ fn variants() -> Vec<(&'static str, String)> {
 }
 
 /// User and system CPU time of this process, every thread.
-fn cpu_time() -> Cpu {
+fn cpu_time() -> talos_sso_tests::load::StatTimes {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    // Fields after the command name (which is in parentheses): utime and
-    // stime are the 12th and 13th, in clock ticks.
-    let after = &stat[stat.rfind(')').expect("stat format") + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    // Linux reports these at USER_HZ, 100 on every architecture it runs on.
-    let ticks = |i: usize| Duration::from_millis(fields[i].parse::<u64>().unwrap() * 10);
-    Cpu {
-        user: ticks(11),
-        system: ticks(12),
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Cpu {
-    user: Duration,
-    system: Duration,
+    talos_sso_tests::load::StatTimes::parse(&stat).expect("stat format")
 }
 
 /// One round's figures: CPU per record, wall time per batch.

@@ -218,8 +218,11 @@ impl std::fmt::Debug for LockAhead {
 /// lock is requested, which a lock taken ahead always is before the commit
 /// it waits for, and the head read would be stale.
 ///
-/// The transaction's backend may sit idle for [`CHAIN_IDLE_LIMIT`] at most
-/// before Postgres ends it, and the lock with it: a server cut off from the
+/// The transaction's backend may sit idle for 15 s at most (three times
+/// [`super::WRITE_TIMEOUT`], after which this server has given the
+/// transaction up in any case: a batch sends its statements back to back,
+/// and a lock taken ahead is taken by the very next batch) before Postgres
+/// ends it, and the lock with it: a server cut off from the
 /// database without either side seeing the connection close (a network
 /// partition) would otherwise leave the lock held by an orphan until TCP
 /// keepalive noticed, hours by default, and every replica's batch would
@@ -227,13 +230,6 @@ impl std::fmt::Debug for LockAhead {
 const BEGIN_CHAIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
      SET LOCAL idle_in_transaction_session_timeout = '15s'; \
      SELECT pg_advisory_xact_lock(8386103207072584527)";
-
-/// What [`BEGIN_CHAIN`] sets: three times [`super::WRITE_TIMEOUT`], after
-/// which this server has given up the transaction in any case (a batch
-/// sends its statements back to back, and a lock taken ahead is taken by
-/// the very next batch).
-#[cfg(test)]
-const CHAIN_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// A deny-list entry names one of the subjects (`$1`) or usernames (`$2`),
 /// each bound as an array.
@@ -434,11 +430,10 @@ mod tests {
             format!(
                 "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = '{}s'; \
                  SELECT pg_advisory_xact_lock({})",
-                super::CHAIN_IDLE_LIMIT.as_secs(),
+                (3 * super::super::WRITE_TIMEOUT).as_secs(),
                 super::CHAIN_LOCK_KEY
             )
         );
-        assert_eq!(super::CHAIN_IDLE_LIMIT, 3 * super::super::WRITE_TIMEOUT);
     }
 
     #[test]
