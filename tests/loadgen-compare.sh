@@ -3,9 +3,9 @@
 # see the same machine (docs/performance.md): builds `loadgen` in release
 # mode from BEFORE and from AFTER (each in a fresh clone with its own target
 # directory), then runs them in turn, RUNS times each, with 4,000 requests
-# per level, and prints each level's row after the load average of the
-# minute before the run (anything above the runs' own load is another
-# program taking the cores).
+# per level, and prints each level's row and the run's crypto floor, after
+# the load average of the minute before the run (anything above the runs'
+# own load is another program taking the cores).
 #   tests/loadgen-compare.sh BEFORE AFTER [RUNS] [STORES] [CONCURRENCY]
 # STORES: postgres (the default), sqlite, or both (postgres,sqlite);
 # CONCURRENCY: 64 (the default), or a list such as 1,16,64.
@@ -25,7 +25,7 @@ for run in $(seq "$runs"); do
   for name in before after; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     "$work/$name/target/release/loadgen" --requests 4000 --concurrency "$concurrency" --store "$stores" 2>/dev/null \
-      | grep -E '^\| (Postgres|Sqlite) \| (File \| )?[0-9]+ \|' \
+      | grep -E '^\| (Postgres|Sqlite) \| (File \| )?([0-9]+|crypto floor) \|' \
       | sed "s/^/$name $run load $load /"
   done
 done
