@@ -338,8 +338,14 @@ impl Pkcs11Key {
 
     /// Sign `message` as X.509 wants it: Ed25519 raw, ECDSA as a DER
     /// `Ecdsa-Sig-Value`. A failure re-initializes the module and tries
-    /// once more (the token came back, or a session was lost).
+    /// once more (the token came back, or a session was lost). The calls
+    /// wait on the token (a network HSM's round trip, a USB device) without
+    /// holding up the runtime's other tasks: [`waiting_off_the_workers`].
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, Pkcs11Error> {
+        waiting_off_the_workers(|| self.sign_here(message))
+    }
+
+    fn sign_here(&self, message: &[u8]) -> Result<Vec<u8>, Pkcs11Error> {
         let digest;
         let (mechanism, data) = match self.algorithm {
             Algorithm::Ed25519 => (
@@ -584,6 +590,24 @@ fn find_token(pkcs11: &Pkcs11, source: &Pkcs11Source) -> Result<Slot, Pkcs11Erro
     })
 }
 
+/// Runs `call`, which may wait a while on a token, so that the other tasks
+/// of the runtime it is called from go on meanwhile. On a worker of a
+/// multi-thread runtime (the server's) `block_in_place` hands that worker's
+/// queue to another thread for the wait: without it, a signature through a
+/// network HSM would stop every connection scheduled on the same worker for
+/// its round trip, and as many signatures at once as there are workers
+/// would stop the server. Anywhere else it simply runs: a current-thread
+/// runtime (a test's), where `block_in_place` would panic, a blocking-pool
+/// thread (the `/readyz` probe), or outside any runtime.
+fn waiting_off_the_workers<T>(call: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(call)
+        }
+        _ => call(),
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -773,6 +797,57 @@ fn unwrap_octet_string(value: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait inside a signature must not stop the other tasks of a
+    /// multi-thread runtime. With one worker, the task that signs wakes
+    /// another task and then waits for it to answer: only if the worker's
+    /// queue went to another thread for the wait can the answer come.
+    /// Without `block_in_place` the wait times out (and, were it not
+    /// bounded, would never end).
+    #[test]
+    fn a_wait_on_the_token_lets_the_runtimes_other_tasks_run() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let answered = runtime.block_on(async {
+            tokio::spawn(async {
+                let (wake, woken) = tokio::sync::oneshot::channel::<()>();
+                let (answer, answers) = std::sync::mpsc::channel::<()>();
+                tokio::spawn(async move {
+                    if woken.await.is_ok() {
+                        let _ = answer.send(());
+                    }
+                });
+                // Only now can the other task run: it waits for this.
+                let _ = wake.send(());
+                waiting_off_the_workers(|| answers.recv_timeout(std::time::Duration::from_secs(10)))
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(answered, Ok(()), "the other task never ran during the wait");
+    }
+
+    /// Where `block_in_place` would panic (a current-thread runtime) or has
+    /// nothing to do (no runtime, a blocking-pool thread), the call runs.
+    #[test]
+    fn a_wait_on_the_token_runs_on_any_thread() {
+        assert_eq!(waiting_off_the_workers(|| 1), 1);
+        let current = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert_eq!(current.block_on(async { waiting_off_the_workers(|| 2) }), 2);
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let on_blocking_thread = multi.block_on(async {
+            tokio::task::spawn_blocking(|| waiting_off_the_workers(|| 3))
+                .await
+                .unwrap()
+        });
+        assert_eq!(on_blocking_thread, 3);
+    }
 
     #[test]
     fn an_ecdsa_signature_from_the_token_becomes_der_that_ring_verifies() {

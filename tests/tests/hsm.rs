@@ -271,7 +271,9 @@ async fn readiness(env: &TestEnv) -> (u16, serde_json::Value) {
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
-#[tokio::test]
+// On a multi-thread runtime, as the server runs: each signature (and each
+// failed one) waits on the token inside `block_in_place` there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::await_holding_lock)] // one SoftHSM test at a time, on purpose
 async fn a_token_lost_at_run_time_answers_signing_unavailable_and_recovers() {
     let hsm = SoftHsm::exclusive();
