@@ -31,6 +31,20 @@ pub fn matches(accepted: &str, iss: &str, tenant: Option<&str>) -> bool {
     }
 }
 
+/// Whether `iss` is `accepted`, or for a template, the template with some
+/// tenant filled in (one path segment): what can be checked of an issuer
+/// named where no token says which tenant it is (RFC 9207's `iss` in an
+/// authorization response).
+pub fn matches_any_tenant(accepted: &str, iss: &str) -> bool {
+    match accepted.split_once(TENANT_PLACEHOLDER) {
+        Some((before, after)) => iss
+            .strip_prefix(before)
+            .and_then(|rest| rest.strip_suffix(after))
+            .is_some_and(|tenant| !tenant.is_empty() && !tenant.contains(['/', '?', '#', '{', '}'])),
+        None => accepted == iss,
+    }
+}
+
 /// The discovery document URL of `issuer` (OpenID Connect Discovery 1.0,
 /// section 4), a template read as its `organizations` form.
 pub fn discovery_url(issuer: &str) -> String {
@@ -54,6 +68,27 @@ mod tests {
         assert!(!matches(TEMPLATE, iss, None), "no tenant, no match");
         assert!(matches("https://idp.example", "https://idp.example", None));
         assert!(!matches("https://idp.example", "https://idp.example/", None));
+    }
+
+    #[test]
+    fn any_tenant_fills_a_template_with_one_path_segment() {
+        assert!(matches_any_tenant(
+            TEMPLATE,
+            "https://login.microsoftonline.com/t1/v2.0"
+        ));
+        for other in [
+            "https://login.microsoftonline.com//v2.0",
+            "https://login.microsoftonline.com/t1/x/v2.0",
+            "https://login.microsoftonline.com/t1?/v2.0",
+            "https://login.microsoftonline.com/t1/v2.0/",
+            "https://evil.example/t1/v2.0",
+            "https://login.microsoftonline.com.evil.example/t1/v2.0",
+            TEMPLATE,
+        ] {
+            assert!(!matches_any_tenant(TEMPLATE, other), "{other}");
+        }
+        assert!(matches_any_tenant("https://idp.example", "https://idp.example"));
+        assert!(!matches_any_tenant("https://idp.example", "https://idp.example/"));
     }
 
     #[test]

@@ -14,7 +14,11 @@
 //! `state` is checked before anything else in the redirect: a request
 //! without this login's state (a forged `?error=...`, another tab) is
 //! refused and the wait goes on, so only the identity provider's redirect
-//! can end the login, with a code or with its error.
+//! can end the login, with a code or with its error. Then the issuer it
+//! names (`iss`, RFC 9207) must be this provider's, and must be there when
+//! discovery says the provider always names itself: a redirect from
+//! another provider (a mix-up attack) ends the login before its code is
+//! sent anywhere.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,6 +27,7 @@ use openidconnect::core::CoreResponseType;
 use openidconnect::{
     AuthenticationFlow, AuthorizationCode, CsrfToken, Nonce, PkceCodeChallenge, RedirectUrl,
 };
+use talos_sso_api::issuer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -72,6 +77,39 @@ const NOT_OURS_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso
 /// The longest `error` and `error_description` shown from a redirect.
 const MAX_ERROR: usize = 100;
 const MAX_ERROR_DESCRIPTION: usize = 500;
+/// The longest issuer shown from a redirect that names another.
+const MAX_ISSUER: usize = 200;
+
+/// What a redirect of this login must carry.
+#[derive(Debug, Clone)]
+struct Expected {
+    /// This login's `state`.
+    state: String,
+    /// The provider's issuer (for Entra's multi-tenant one, a template).
+    issuer: String,
+    /// Discovery said that every authorization response names its issuer
+    /// (`authorization_response_iss_parameter_supported`).
+    issuer_always_named: bool,
+}
+
+/// RFC 9207: the issuer a redirect names (`iss`) is this login's provider,
+/// and a provider that promised to name itself did. A redirect may name no
+/// issuer only from a provider that never promised to (Entra ID does not).
+fn check_issuer(named: Option<&str>, expected: &Expected) -> Result<(), LoginError> {
+    match named {
+        Some(named) if issuer::matches_any_tenant(&expected.issuer, named) => Ok(()),
+        Some(named) => Err(LoginError::Invalid(format!(
+            "the redirect comes from issuer {}, not from {}: the login is not this provider's (RFC 9207)",
+            crate::display::bounded(named, MAX_ISSUER),
+            expected.issuer
+        ))),
+        None if expected.issuer_always_named => Err(LoginError::Invalid(format!(
+            "the redirect names no issuer (iss), although {} says in discovery that it always does (RFC 9207)",
+            expected.issuer
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// The identity provider's refusal as the person reads it: its words,
 /// escaped and bounded (they travel through the browser's address bar).
@@ -172,7 +210,7 @@ enum Verdict {
 }
 
 /// Serve one connection: at most one request head, read within `timeout`.
-async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -> Verdict {
+async fn serve(mut stream: TcpStream, expected: &Expected, timeout: Duration) -> Verdict {
     let target = match tokio::time::timeout(timeout, read_target(&mut stream)).await {
         Ok(Ok(target)) => target,
         Ok(Err(_)) => {
@@ -190,7 +228,7 @@ async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -
         respond(&mut stream, "404 Not Found", "").await;
         return Verdict::Ignored;
     }
-    let verdict = redirect_verdict(&url, expected_state);
+    let verdict = redirect_verdict(&url, expected);
     let (status, page) = match &verdict {
         Verdict::NotOurs => ("400 Bad Request", NOT_OURS_PAGE),
         Verdict::Finished(Ok(_)) => ("200 OK", CLOSE_PAGE),
@@ -206,10 +244,14 @@ async fn serve(mut stream: TcpStream, expected_state: &str, timeout: Duration) -
 /// redirect carrying this login's state comes from the identity provider:
 /// anything else, error or not, is refused and the login goes on waiting,
 /// so that a forged request (or a pasted link someone sent) cannot end it.
-fn redirect_verdict(url: &url::Url, expected_state: &str) -> Verdict {
+/// One with this login's state but another issuer ends it with an error.
+fn redirect_verdict(url: &url::Url, expected: &Expected) -> Verdict {
     let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
-    if !same_secret(query.get("state").map(String::as_str), expected_state) {
+    if !same_secret(query.get("state").map(String::as_str), &expected.state) {
         return Verdict::NotOurs;
+    }
+    if let Err(error) = check_issuer(query.get("iss").map(String::as_str), expected) {
+        return Verdict::Finished(Err(error));
     }
     if let Some(error) = query.get("error") {
         let description = query.get("error_description").cloned().unwrap_or_default();
@@ -227,18 +269,18 @@ fn redirect_verdict(url: &url::Url, expected_state: &str) -> Verdict {
 /// ends the wait (and the connections still open are dropped).
 async fn wait_for_callback(
     listener: Loopback,
-    expected_state: String,
+    expected: Expected,
     request_timeout: Duration,
 ) -> Result<String, LoginError> {
-    let expected_state: std::sync::Arc<str> = expected_state.into();
+    let expected = std::sync::Arc::new(expected);
     let mut connections = tokio::task::JoinSet::new();
     let mut told_not_ours = false;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(stream) => {
-                    let state = expected_state.clone();
-                    connections.spawn(async move { serve(stream, &state, request_timeout).await });
+                    let expected = expected.clone();
+                    connections.spawn(async move { serve(stream, &expected, request_timeout).await });
                 }
                 // Out of file descriptors, a connection reset before it was
                 // accepted: that one is lost, the wait goes on (not in a spin).
@@ -413,6 +455,15 @@ fn authorize(provider: &Provider, port: u16) -> Result<Authorization, LoginError
 }
 
 impl Authorization {
+    /// What this request's redirect must carry.
+    fn expected(&self, provider: &Provider) -> Expected {
+        Expected {
+            state: self.state.secret().clone(),
+            issuer: provider.issuer.clone(),
+            issuer_always_named: provider.names_itself_in_redirects,
+        }
+    }
+
     /// Exchange the code (with the PKCE verifier) and check the ID token.
     async fn finish(self, provider: &Provider, code: String) -> Result<Tokens, LoginError> {
         let exchange = self
@@ -440,7 +491,7 @@ pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Toke
         "Waiting for the login to finish in the browser (Ctrl-C to cancel).",
         tokio::time::timeout(
             options.timeout,
-            wait_for_callback(listener, authorization.state.secret().clone(), REQUEST_TIMEOUT),
+            wait_for_callback(listener, authorization.expected(provider), REQUEST_TIMEOUT),
         ),
     )
     .await;
@@ -478,7 +529,7 @@ pub async fn keyboard_login(
          Copy the whole address from its address bar and paste it here.",
         authorization.url
     );
-    let expected = authorization.state.secret().clone();
+    let expected = authorization.expected(provider);
     let code = tokio::time::timeout(timeout, async {
         let mut line = String::new();
         for _ in 0..KEYBOARD_ATTEMPTS {
@@ -532,17 +583,97 @@ mod tests {
         answer
     }
 
+    const ISSUER: &str = "https://idp.example/tenant";
+
+    /// A login with `state`, at a provider that does not promise `iss`.
+    fn expecting(state: &str) -> Expected {
+        Expected {
+            state: state.into(),
+            issuer: ISSUER.into(),
+            issuer_always_named: false,
+        }
+    }
+
     async fn waiting(state: &'static str) -> (u16, tokio::task::JoinHandle<Result<String, LoginError>>) {
+        waiting_for(expecting(state)).await
+    }
+
+    async fn waiting_for(expected: Expected) -> (u16, tokio::task::JoinHandle<Result<String, LoginError>>) {
         let listener = bind_loopback(None).await.unwrap();
         let port = listener.port;
         (
             port,
-            tokio::spawn(wait_for_callback(
-                listener,
-                state.into(),
-                Duration::from_millis(300),
-            )),
+            tokio::spawn(wait_for_callback(listener, expected, Duration::from_millis(300))),
         )
+    }
+
+    /// RFC 9207: a redirect naming this provider is taken, with or without
+    /// a promise; one naming another provider, or none where the provider
+    /// promised, ends the login with an error and no code, its page saying
+    /// the login failed.
+    #[tokio::test]
+    async fn a_redirect_naming_another_issuer_ends_the_login_without_its_code() {
+        let promised = Expected {
+            issuer_always_named: true,
+            ..expecting("s")
+        };
+        for expected in [expecting("s"), promised.clone()] {
+            let (port, login) = waiting_for(expected).await;
+            let answer = get(
+                port,
+                "/callback?code=c&state=s&iss=https%3A%2F%2Fidp.example%2Ftenant",
+            )
+            .await;
+            assert!(answer.contains("You may close this tab"), "{answer}");
+            assert_eq!(login.await.unwrap().unwrap(), "c");
+        }
+        for (expected, target, says) in [
+            (
+                expecting("s"),
+                "/callback?code=c&state=s&iss=https%3A%2F%2Fevil.example%2Ftenant%1B%5B2K",
+                "issuer https://evil.example/tenant\\u{1b}[2K, not from https://idp.example/tenant",
+            ),
+            (
+                promised.clone(),
+                "/callback?code=c&state=s&iss=https%3A%2F%2Fidp.example%2Ftenant%2F",
+                "issuer https://idp.example/tenant/, not from",
+            ),
+            (
+                promised.clone(),
+                "/callback?code=c&state=s",
+                "names no issuer (iss)",
+            ),
+            // An error from another provider is not this provider's refusal.
+            (
+                expecting("s"),
+                "/callback?error=access_denied&state=s&iss=https%3A%2F%2Fevil.example",
+                "issuer https://evil.example, not from",
+            ),
+        ] {
+            let (port, login) = waiting_for(expected).await;
+            let answer = get(port, target).await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{target}: {answer}");
+            assert!(answer.contains("Login failed"), "{answer}");
+            let Err(LoginError::Invalid(text)) = login.await.unwrap() else {
+                panic!("{target}: the login ends with an error");
+            };
+            assert!(text.contains(says), "{target}: {text}");
+            assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        }
+    }
+
+    /// Entra's multi-tenant issuer is a template: a redirect may name it
+    /// with any one tenant filled in, and nothing else.
+    #[test]
+    fn a_template_issuer_is_named_with_a_tenant_filled_in() {
+        let expected = Expected {
+            issuer: "https://login.microsoftonline.com/{tenantid}/v2.0".into(),
+            issuer_always_named: true,
+            ..expecting("s")
+        };
+        assert!(check_issuer(Some("https://login.microsoftonline.com/t1/v2.0"), &expected).is_ok());
+        assert!(check_issuer(Some("https://evil.example/t1/v2.0"), &expected).is_err());
+        assert!(check_issuer(None, &expected).is_err());
     }
 
     #[tokio::test]
@@ -661,7 +792,7 @@ mod tests {
         } else {
             assert!(loopback.v6.is_none());
         }
-        let login = tokio::spawn(wait_for_callback(loopback, "s".into(), REQUEST_TIMEOUT));
+        let login = tokio::spawn(wait_for_callback(loopback, expecting("s"), REQUEST_TIMEOUT));
         // Whichever address `localhost` gives the browser, the redirect is ours.
         if host_has_ipv6_loopback() {
             let mut stream = TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port))

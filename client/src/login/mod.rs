@@ -29,16 +29,21 @@ use zeroize::Zeroizing;
 use crate::connection::{ConnectionError, Peer};
 use crate::trust::ExtraRoots;
 
-/// Entra (and RFC 8628 providers) announce the device endpoint in discovery.
+/// What discovery says beyond the core metadata openidconnect reads.
 #[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct DeviceEndpoint {
+pub struct MoreMetadata {
+    /// Entra (and RFC 8628 providers) announce the device endpoint.
     #[serde(default)]
     pub device_authorization_endpoint: Option<DeviceAuthorizationUrl>,
+    /// RFC 9207: the provider names itself (`iss`) in every authorization
+    /// response, so one without it is not its own.
+    #[serde(default)]
+    pub authorization_response_iss_parameter_supported: bool,
 }
-impl AdditionalProviderMetadata for DeviceEndpoint {}
+impl AdditionalProviderMetadata for MoreMetadata {}
 
 pub type Metadata = ProviderMetadata<
-    DeviceEndpoint,
+    MoreMetadata,
     CoreAuthDisplay,
     CoreClientAuthMethod,
     CoreClaimName,
@@ -113,6 +118,8 @@ pub struct Provider {
     pub token: BearerToken,
     pub issuer: String,
     pub client_id: String,
+    /// Whether discovery promised `iss` in authorization responses (RFC 9207).
+    pub names_itself_in_redirects: bool,
 }
 
 impl Provider {
@@ -176,6 +183,9 @@ impl Provider {
             .additional_metadata()
             .device_authorization_endpoint
             .clone();
+        let names_itself_in_redirects = metadata
+            .additional_metadata()
+            .authorization_response_iss_parameter_supported;
         let client =
             CoreClient::from_provider_metadata(metadata, ClientId::new(info.client_id.clone()), None);
         Ok(Self {
@@ -186,6 +196,7 @@ impl Provider {
             token: info.token,
             issuer: info.issuer.clone(),
             client_id: info.client_id.clone(),
+            names_itself_in_redirects,
         })
     }
 
