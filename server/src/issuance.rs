@@ -223,7 +223,11 @@ impl<'a, R: Recorder> Issuance<'a, R> {
         commit: Commit,
         now: OffsetDateTime,
     ) -> Result<Issued<'a>, IssuanceError> {
-        let issued = match certificate::sign_leaf(&cluster.ca, public_key, leaf, now) {
+        let signed = {
+            let _turn = cluster.ca.turn_to_sign().await;
+            certificate::sign_leaf(&cluster.ca, public_key, leaf, now)
+        };
+        let issued = match signed {
             Ok(issued) => issued,
             Err(error) => {
                 tracing::error!(request_id = %record.request_id, cluster = %cluster.name, %error, "signing failed");

@@ -37,7 +37,8 @@ use spki::SubjectPublicKeyInfoOwned;
 
 use crate::x509::{KeyKind, oid};
 
-/// Idle sessions kept open; more are opened under load and closed after.
+/// Idle sessions kept open, and issuances signing with one key at once
+/// ([`Pkcs11Key::turn_to_sign`]).
 const POOL_SIZE: usize = 8;
 
 /// Where the key is: a cluster's `ca.pkcs11` section, and the `--pkcs11-*`
@@ -256,6 +257,8 @@ pub struct Pkcs11Key {
     /// `None` after a failure, until the next signature finds the token.
     connection: RwLock<Option<Connection>>,
     facts: TokenFacts,
+    /// Turns to sign: [`POOL_SIZE`] of them.
+    turns: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Pkcs11Key {
@@ -285,6 +288,7 @@ impl Pkcs11Key {
             public_key: certificate_key.clone(),
             module: module(&source.module)?,
             connection: RwLock::new(None),
+            turns: tokio::sync::Semaphore::new(POOL_SIZE),
             facts: TokenFacts {
                 token_label: source.token_label.clone(),
                 manufacturer: String::new(),
@@ -334,6 +338,21 @@ impl Pkcs11Key {
 
     pub fn facts(&self) -> &TokenFacts {
         &self.facts
+    }
+
+    /// Wait, without holding a thread, for a turn to sign: at most
+    /// [`POOL_SIZE`] issuances sign with this key at once, each on a pooled
+    /// session, and the rest wait here. Without the bound every request in
+    /// flight could be inside the token at once, each opening a session of
+    /// its own: past the HSM's session limit `C_OpenSession` fails, which
+    /// reads as a lost token and re-initializes the module under every
+    /// signature in progress; and each waiting signature would hold a
+    /// thread of the runtime's blocking pool ([`waiting_off_the_workers`]).
+    /// The `/readyz` probe and checkpoints sign without a turn: one at a
+    /// time each, and rarely.
+    pub async fn turn_to_sign(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // The semaphore is never closed: `None` cannot happen.
+        self.turns.acquire().await.ok()
     }
 
     /// Sign `message` as X.509 wants it: Ed25519 raw, ECDSA as a DER
@@ -598,7 +617,9 @@ fn find_token(pkcs11: &Pkcs11, source: &Pkcs11Source) -> Result<Slot, Pkcs11Erro
 /// its round trip, and as many signatures at once as there are workers
 /// would stop the server. Anywhere else it simply runs: a current-thread
 /// runtime (a test's), where `block_in_place` would panic, a blocking-pool
-/// thread (the `/readyz` probe), or outside any runtime.
+/// thread (the `/readyz` probe), or outside any runtime. (It would still
+/// panic inside a `LocalSet` on a multi-thread runtime; the server runs
+/// none.)
 fn waiting_off_the_workers<T>(call: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

@@ -115,6 +115,32 @@ fn concurrent_issuances_each_get_a_session_and_all_verify() {
     });
 }
 
+/// At most eight issuances sign with a token key at once (as many as the
+/// sessions the key keeps); the ninth waits, without a thread, until one
+/// is done. A key in a file gives turns to nobody: it never waits.
+#[tokio::test]
+#[allow(clippy::await_holding_lock)] // one SoftHSM test at a time, on purpose
+async fn signatures_with_a_token_key_take_turns_eight_at_a_time() {
+    let hsm = SoftHsm::exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let token = hsm.token(dir.path(), TokenKey::Ed25519, "talos-ca");
+    let (root, cert_file) = intermediate_for(dir.path(), &token.source);
+    let ca = load(&source(&cert_file, &token.source)).unwrap();
+    let mut turns = Vec::new();
+    for _ in 0..8 {
+        turns.push(ca.turn_to_sign().await.expect("a token key gives turns"));
+    }
+    let ninth = tokio::time::timeout(Duration::from_millis(200), ca.turn_to_sign()).await;
+    assert!(ninth.is_err(), "a ninth turn while eight are taken");
+    turns.pop();
+    let ninth = tokio::time::timeout(Duration::from_secs(10), ca.turn_to_sign()).await;
+    assert!(matches!(ninth, Ok(Some(_))), "a turn once one is given back");
+    assert!(
+        root.turn_to_sign().await.is_none(),
+        "a key in a file takes no turn"
+    );
+}
+
 #[test]
 fn a_token_key_that_is_not_the_certificates_is_refused_at_start() {
     let hsm = SoftHsm::exclusive();
@@ -269,6 +295,44 @@ async fn readiness(env: &TestEnv) -> (u16, serde_json::Value) {
         .await
         .unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// A request waits for its turn to sign: with every turn of the cluster's
+/// token key taken, it is not answered until one is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)] // one SoftHSM test at a time, on purpose
+async fn an_issuance_waits_for_its_turn_to_sign() {
+    let hsm = SoftHsm::exclusive();
+    let keep = tempfile::tempdir().unwrap();
+    let token = hsm.token(keep.path(), TokenKey::Ed25519, "talos-ca");
+    let (_, cert_file) = intermediate_for(keep.path(), &token.source);
+    let ca_line = talos_sso_tests::softhsm::ca_line(&cert_file, &token.source);
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        talos_sso_tests::softhsm::with_ca_line(&yaml, &ca_line)
+    })
+    .await;
+    let settings = env.server.app.settings();
+    let ca = &settings.clusters["prod"].ca;
+    let mut turns = Vec::new();
+    for _ in 0..8 {
+        turns.push(ca.turn_to_sign().await.unwrap());
+    }
+    let token_for = env
+        .emulator
+        .token_for("bob@example.com", TokenKind::id())
+        .unwrap();
+    {
+        let request = env.issue(&token_for);
+        tokio::pin!(request);
+        let early = tokio::time::timeout(Duration::from_millis(500), &mut request).await;
+        assert!(early.is_err(), "answered without a turn: {early:?}");
+        turns.clear();
+        let (status, body) = request.await;
+        assert_eq!(status, 201, "{body}");
+    }
+    drop(turns);
+    drop(settings);
+    env.finish().await;
 }
 
 // On a multi-thread runtime, as the server runs: each signature (and each

@@ -166,6 +166,16 @@ impl CertificateAuthority {
         }
     }
 
+    /// Wait for a turn to sign a leaf: at once for a key in a file, and for
+    /// a key in a token, until fewer than a bounded number of issuances are
+    /// signing with it ([`Pkcs11Key::turn_to_sign`]). Held while signing.
+    pub async fn turn_to_sign(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        match &self.key {
+            SigningKey::Pkcs11(key) => key.turn_to_sign().await,
+            _ => None,
+        }
+    }
+
     /// Whether the CA can sign now. A file key always can; a token key
     /// signs a probe (which reopens the module after a failure), so this
     /// blocks on the HSM: call it off the async runtime.
