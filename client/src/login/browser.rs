@@ -77,11 +77,16 @@ const NOT_OURS_PAGE: &str = "<!doctype html><meta charset=utf-8><title>talos-sso
 /// The longest `error` and `error_description` shown from a redirect.
 const MAX_ERROR: usize = 100;
 const MAX_ERROR_DESCRIPTION: usize = 500;
+/// The parameters a redirect carries once at most (RFC 6749, section 3.1):
+/// a second `iss` or `code` would otherwise be read instead of the first.
+const ONCE_ONLY: [&str; 5] = ["state", "code", "iss", "error", "error_description"];
+
 /// The longest issuer shown from a redirect that names another.
 const MAX_ISSUER: usize = 200;
 
-/// What a redirect of this login must carry.
-#[derive(Debug, Clone)]
+/// What a redirect of this login must carry (no `Debug`: it holds the
+/// state).
+#[derive(Clone)]
 struct Expected {
     /// This login's `state`.
     state: String,
@@ -246,9 +251,23 @@ async fn serve(mut stream: TcpStream, expected: &Expected, timeout: Duration) ->
 /// so that a forged request (or a pasted link someone sent) cannot end it.
 /// One with this login's state but another issuer ends it with an error.
 fn redirect_verdict(url: &url::Url, expected: &Expected) -> Verdict {
-    let query: HashMap<String, String> = url.query_pairs().into_owned().collect();
-    if !same_secret(query.get("state").map(String::as_str), &expected.state) {
+    let mut query: HashMap<String, String> = HashMap::new();
+    let mut repeated = None;
+    for (name, value) in url.query_pairs().into_owned() {
+        if query.contains_key(&name) && ONCE_ONLY.contains(&name.as_str()) {
+            repeated.get_or_insert(name.clone());
+        }
+        query.insert(name, value);
+    }
+    if repeated.as_deref() == Some("state")
+        || !same_secret(query.get("state").map(String::as_str), &expected.state)
+    {
         return Verdict::NotOurs;
+    }
+    if let Some(name) = repeated {
+        return Verdict::Finished(Err(LoginError::Invalid(format!(
+            "the redirect carries its {name} parameter twice"
+        ))));
     }
     if let Err(error) = check_issuer(query.get("iss").map(String::as_str), expected) {
         return Verdict::Finished(Err(error));
@@ -660,6 +679,28 @@ mod tests {
             assert!(text.contains(says), "{target}: {text}");
             assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
         }
+    }
+
+    /// A parameter given twice is not read either way: a repeated state is
+    /// not this login's, and any other repeated parameter ends it.
+    #[tokio::test]
+    async fn a_redirect_that_repeats_a_parameter_is_not_read() {
+        let (port, login) = waiting("s").await;
+        let answer = get(port, "/callback?code=c&state=x&state=s").await;
+        assert!(answer.contains("Not this login"), "{answer}");
+        let answer = get(
+            port,
+            "/callback?code=c&state=s&iss=https%3A%2F%2Fevil.example&iss=https%3A%2F%2Fidp.example%2Ftenant",
+        )
+        .await;
+        assert!(answer.contains("Login failed"), "{answer}");
+        let Err(LoginError::Invalid(text)) = login.await.unwrap() else {
+            panic!("a repeated iss ends the login");
+        };
+        assert_eq!(text, "the redirect carries its iss parameter twice");
+        let (port, login) = waiting("s").await;
+        get(port, "/callback?code=a&code=b&state=s").await;
+        assert!(matches!(login.await.unwrap(), Err(LoginError::Invalid(_))));
     }
 
     /// Entra's multi-tenant issuer is a template: a redirect may name it
