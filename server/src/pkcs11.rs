@@ -555,18 +555,25 @@ impl Pkcs11Key {
 }
 
 impl Drop for Pkcs11Key {
+    /// Closes the pooled sessions: calls into the module, which may wait
+    /// on the token (and on a re-initialization in progress), so off the
+    /// workers as a signature is; a key replaced by a reload is dropped
+    /// wherever the last request that used it ends.
     fn drop(&mut self) {
-        let state = self.module.read();
         let connection = self
             .connection
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(connection) = connection.filter(|c| c.epoch == state.epoch) {
-            for pooled in lock(&connection.idle).drain(..) {
-                pooled.close();
+        let module = &self.module;
+        waiting_off_the_workers(|| {
+            let state = module.read();
+            if let Some(connection) = connection.filter(|c| c.epoch == state.epoch) {
+                for pooled in lock(&connection.idle).drain(..) {
+                    pooled.close();
+                }
             }
-        }
+        });
     }
 }
 
