@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Where the whole machine's CPU goes at one concurrency level, every process
-# counted (docs/performance.md, "The machine's CPU, by process"): the
-# release `loadgen` runs one level, and while its requests are being sent
-# and answered `perf record -a` samples both cores for SECONDS, whatever
+# counted (docs/performance.md, "Before and after, and the whole
+# machine's CPU by process"): the release `loadgen` runs one level, and
+# while its requests are being sent and answered `perf record -a` samples
+# both cores for SECONDS, whatever
 # runs on them: the server's request workers and the load generator
 # (`tokio-rt-worker`), the group-commit writer's thread (`audit-writer`;
-# SQLite's own work runs on sqlx's thread beside it, `sqlx-sqlite-worker`),
+# SQLite's own work runs on sqlx's thread beside it, `sqlx-sqlite-worker`,
+# which perf shows cut to 15 characters, as the kernel keeps them),
 # the Postgres server's processes (`postgres`) and the idle time
 # (`swapper`). Each share is then turned into microseconds of one core per
 # issuance, at the throughput `loadgen` measured: what each part costs an
@@ -41,6 +43,10 @@ if [ "$ended_early" = yes ]; then
   exit 1
 fi
 throughput=$(grep -E "^\| [A-Za-z]+ \| File \| $concurrency \|" "$out/loadgen.txt" | cut -d'|' -f5 | tr -d ' ')
+if [ -z "$throughput" ]; then
+  echo "loadgen printed no row for concurrency $concurrency (its output: $out/loadgen.txt)" >&2
+  exit 1
+fi
 perf report -q -i "$out/perf.data" --sort comm --stdio 2>/dev/null \
   | python3 -c '
 import sys
