@@ -181,6 +181,8 @@ pub struct App {
     pub checkpoints: Option<Arc<Checkpoints>>,
     /// The audit streams running (`GET /v1/audit/stream`).
     pub feeds: crate::http::feed::Feeds,
+    /// The chain verification running, one at a time, and the last one.
+    pub verifications: Arc<crate::audit::verification::Verifications>,
 }
 
 /// Tasks started with the app; [`crate::server::Server`] stops them at
@@ -330,6 +332,28 @@ pub async fn owner_warning(store: &AuditStore) -> Result<Option<String>, StartEr
 }
 
 impl App {
+    /// The verification of the whole chain running now, started when none
+    /// is: one at a time on this replica, whoever asks (the API, the
+    /// console), each waiting for the same answer.
+    pub fn verify_chain(self: &Arc<Self>) -> crate::audit::verification::Verification {
+        let app = self.clone();
+        let clock = self.clock.clone();
+        self.verifications
+            .start_or_join(self.clock.now(), move || clock.now(), async move {
+                let signed = match &app.checkpoints {
+                    Some(checkpoints) => Some(checkpoints.read().await),
+                    None => None,
+                };
+                match crate::audit::checkpoint::verify_store(app.audit.store(), signed).await {
+                    Ok(status) => Some(status),
+                    Err(error) => {
+                        tracing::warn!(%error, "the chain could not be verified");
+                        None
+                    }
+                }
+            })
+    }
+
     /// `tls_not_after` reads the expiry of the TLS certificate served now
     /// (`None` with plain HTTP), for the metrics.
     pub async fn build(
@@ -450,6 +474,7 @@ impl App {
             metrics,
             checkpoints,
             feeds,
+            verifications: crate::audit::verification::Verifications::new(),
         });
         // Forget idle rate-limit keys every minute; the task ends with the app.
         let weak = Arc::downgrade(&app);

@@ -882,6 +882,17 @@ pub struct ConsoleConfig {
     /// room; as many logins in progress are held apart.
     #[serde(default = "default_console_sessions")]
     pub max_sessions: usize,
+    /// An export must reach its client within this long, or it is cut off
+    /// (and the trail says so): a client that reads slowly or not at all
+    /// cannot hold the export's memory and slot.
+    #[serde(default = "default_export_timeout", deserialize_with = "duration")]
+    pub export_timeout: Duration,
+    /// Exports running at once on this replica.
+    #[serde(default = "default_max_exports")]
+    pub max_exports: usize,
+    /// Exports one person may run at once on this replica.
+    #[serde(default = "default_max_exports_per_person")]
+    pub max_exports_per_person: usize,
 }
 
 impl Default for ConsoleConfig {
@@ -894,6 +905,9 @@ impl Default for ConsoleConfig {
             session_idle: default_console_idle(),
             session_lifetime: default_console_lifetime(),
             max_sessions: default_console_sessions(),
+            export_timeout: default_export_timeout(),
+            max_exports: default_max_exports(),
+            max_exports_per_person: default_max_exports_per_person(),
         }
     }
 }
@@ -906,6 +920,15 @@ fn default_console_lifetime() -> Duration {
 }
 fn default_console_sessions() -> usize {
     1000
+}
+fn default_export_timeout() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+fn default_max_exports() -> usize {
+    4
+}
+fn default_max_exports_per_person() -> usize {
+    1
 }
 
 /// Whether `url` is https, or http to this machine only.
@@ -938,6 +961,11 @@ impl ConsoleConfig {
         if self.max_sessions == 0 || self.session_idle.is_zero() || self.session_lifetime.is_zero() {
             return Err(invalid(
                 "console.max_sessions, session_idle and session_lifetime must be above zero",
+            ));
+        }
+        if self.max_exports == 0 || self.max_exports_per_person == 0 || self.export_timeout.is_zero() {
+            return Err(invalid(
+                "console.max_exports, max_exports_per_person and export_timeout must be above zero",
             ));
         }
         Ok(())
@@ -1564,9 +1592,21 @@ clusters:
             (defaults.max_streams, defaults.heartbeat, defaults.poll_interval),
             (16, Duration::from_secs(15), Duration::from_secs(5))
         );
+        assert_eq!(
+            (defaults.max_streams_per_identity, defaults.write_timeout),
+            (2, Duration::from_secs(30))
+        );
         for (feed, expected) in [
-            ("max_streams: 0", "audit.feed.max_streams must be at least 1"),
+            (
+                "max_streams: 0",
+                "audit.feed.max_streams and audit.feed.max_streams_per_identity must be at least 1",
+            ),
+            (
+                "max_streams_per_identity: 0",
+                "max_streams_per_identity must be at least 1",
+            ),
             ("heartbeat: 0s", "must be above zero"),
+            ("write_timeout: 0s", "must be above zero"),
             ("poll_interval: 0s", "must be above zero"),
             ("streams: 3", "unknown field `streams`"),
         ] {

@@ -505,3 +505,113 @@ async fn a_stream_whose_deny_list_cannot_be_read_ends() {
     assert_eq!(last["end"], "audit_unavailable", "{last}");
     env.finish().await;
 }
+
+/// A stream whose client takes the answer's head and then reads nothing,
+/// over a connection with a small receive buffer: once the backlog has
+/// filled the buffers on the way, the server can send it nothing more.
+async fn stalled_stream(base: &str, token: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(address).await.unwrap();
+    let request = format!(
+        "GET /v1/audit/stream?cursor=0 HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut byte))
+            .await
+            .expect("the stream's head within 30 s")
+            .unwrap();
+        assert_eq!(n, 1, "closed before the head: {}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream
+}
+
+/// Wait until the server runs `count` streams, for at most `within`.
+async fn until_running(env: &TestEnv, count: usize, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while env.server.app.feeds.running() != count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} streams still run, not {count}, after {within:?}",
+            env.server.app.feeds.running()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Streams a client no longer reads end whatever it does: at the deny
+/// list's next check (the stream frozen in its backlog, where it sends
+/// nothing and so never looked again), and after `write_timeout` without
+/// a line taken. One caller holds at most `max_streams_per_identity`;
+/// others still get theirs.
+#[tokio::test]
+async fn stalled_streams_end_on_the_deny_list_and_the_write_timeout_and_callers_are_capped() {
+    let env = feed_env(Backend::Sqlite, ", max_streams: 4, write_timeout: 25s").await;
+    let base = env.server.base_url.clone();
+    // A backlog of 15,000 records (about 15 MB of lines): more than the
+    // buffers between the server and a client that does not read.
+    let plan = talos_sso_tests::audit_seed::SeedPlan {
+        records: 15_000,
+        seed: 3,
+        until: time::OffsetDateTime::now_utc(),
+        days: 10,
+        users: 50,
+    };
+    let trail: Vec<_> = talos_sso_tests::audit_seed::Trail::new(&plan).collect();
+    for batch in trail.chunks(1000) {
+        env.server.app.audit.store().append_batch(batch).await.unwrap();
+    }
+    let sam = env
+        .emulator
+        .token_for("sam@example.com", TokenKind::id())
+        .unwrap();
+    let siem = client_credentials(&env, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET).await;
+
+    // One caller, two streams at most; another caller still gets one.
+    let first = stalled_stream(&base, &siem).await;
+    let second = stalled_stream(&base, &siem).await;
+    let refused = Stream::open(&env, &base, &siem, "").await.err().unwrap();
+    assert_eq!((refused.status, refused.code()), (429, Some("rate_limited")));
+    assert!(
+        refused.body["detail"].as_str().unwrap().contains("you"),
+        "{:?}",
+        refused.body
+    );
+    let frozen = stalled_stream(&base, &sam).await;
+    assert_eq!(env.server.app.feeds.running(), 3);
+
+    // Sam is put on the deny list: the frozen stream ends within a poll
+    // interval or two (300 ms here), long before the write timeout.
+    let alice = env
+        .emulator
+        .token_for("alice@example.com", TokenKind::id())
+        .unwrap();
+    let added = env
+        .http
+        .post(format!("{base}/v1/deny"))
+        .bearer_auth(alice)
+        .json(&json!({"subject": SAM_OID, "reason": "investigation INC-10"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 201);
+    until_running(&env, 2, Duration::from_secs(10)).await;
+    drop(frozen);
+
+    // The collector's two streams take no line: cut after the write
+    // timeout, and their slots are free again.
+    until_running(&env, 0, Duration::from_secs(60)).await;
+    drop((first, second));
+    let mut again = Stream::open(&env, &base, &siem, "").await.unwrap();
+    assert_eq!(again.line().await.unwrap()["seq"], 1);
+    drop(again);
+    env.finish().await;
+}

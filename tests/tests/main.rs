@@ -42,6 +42,9 @@
 //! - `console`: the web console in a real headless Chromium (login through
 //!   the emulator, filters, a record's chain position, refusals, the deny
 //!   list and the CLI, a tampered trail), and over HTTP on both stores.
+//! - `exports`: the console's exports against the server binary in a
+//!   process of its own: every record in order, memory bounded with
+//!   stalled readers, the caps, the deadline and its record.
 //! - `console_real_op`: the console's login through a real OpenID provider
 //!   (oidc-provider), as its confidential web client, with no emulator.
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
@@ -82,6 +85,7 @@ mod client_key;
 mod console;
 mod console_real_op;
 mod deploy;
+mod exports;
 mod faults;
 mod feed;
 mod hostile;

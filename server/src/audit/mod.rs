@@ -11,7 +11,8 @@
 //!   one-off commands);
 //! - `text`: escaping and bounding every text a record holds;
 //! - `checkpoint`: signing the chain head and publishing it outside the
-//!   database.
+//!   database;
+//! - `verification`: one verification of the whole chain at a time.
 //!
 //! The record type itself is the API's ([`talos_sso_api::audit`]).
 //!
@@ -22,6 +23,7 @@ pub mod checkpoint;
 pub mod recorder;
 pub mod store;
 pub mod text;
+pub mod verification;
 pub mod writer;
 
 use serde_json::json;

@@ -17,7 +17,6 @@ use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
-use crate::audit::checkpoint::verify_store;
 use crate::audit::store::AuditFilter;
 use crate::audit::{event, outcome, text};
 use talos_sso_api::checkpoint::{Checkpoint, trigger};
@@ -130,16 +129,17 @@ pub async fn list(
 }
 
 /// `GET /v1/audit/verify`: recompute the hash chain, and check it against
-/// the signed checkpoints when the server signs them.
+/// the signed checkpoints when the server signs them. One verification runs
+/// at a time on a replica ([`App::verify_chain`], shared with the
+/// console): a caller who asks while one runs gets its answer.
 pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<ChainStatus>, ApiError> {
     let details = json!({"action": "verify"});
     let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
     commit(&app, record, None).await?;
-    let signed = match &app.checkpoints {
-        Some(checkpoints) => Some(checkpoints.read().await),
-        None => None,
-    };
-    Ok(Json(verify_store(app.audit.store(), signed).await?))
+    match app.verify_chain().finished().await {
+        Some(status) => Ok(Json(status)),
+        None => Err(ApiError::audit_unavailable()),
+    }
 }
 
 /// `POST /v1/audit/checkpoint`: sign the head now (auditors). The request

@@ -6,18 +6,25 @@
 //! (`talos_sso_api::feed::StreamLine`): the records after the cursor that
 //! match the filter, then each new one as it commits, a heartbeat when
 //! nothing else was sent for `audit.feed.heartbeat`, and a last line saying
-//! why the server ended the stream. It ends when the caller's token
-//! expires (the client reconnects with a fresh token and the last cursor),
-//! and as soon as the caller is no longer an auditor: before each page read
-//! against the running configuration (a reload that removes them stops
-//! their streams), and against the deny list once per poll interval.
+//! why the server ended the stream.
+//!
+//! A stream ends, whatever its client does, when the caller's token
+//! expires (the client reconnects with a fresh token and the last cursor)
+//! and as soon as the caller may no longer read the trail: a watch of its
+//! own checks the running configuration (a reload that removes them from
+//! `auditors`) and the deny list every poll interval, during catch-up too,
+//! and ends the stream even while its client reads nothing. A client that
+//! takes no line for `audit.feed.write_timeout` is cut off; the
+//! connection of an ended stream is closed if its last lines are not taken
+//! within that time either (`super::deadline`).
 //!
 //! New records are noticed at once when this replica commits them (the
 //! writer publishes its head), and within `audit.feed.poll_interval` when
 //! another replica does. At most `audit.feed.max_streams` streams run at
-//! once. The request timeout covers the start (authentication, the record)
-//! only; the serve loop counts a stream in flight until its body ends, so
-//! the idle timeout does not cut it either.
+//! once on a replica, at most `audit.feed.max_streams_per_identity` of them
+//! for one caller. The request timeout covers the start (authentication,
+//! the record) only; the serve loop counts a stream in flight until its
+//! body ends, so the idle timeout does not cut it either.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,12 +40,14 @@ use serde_json::json;
 use talos_sso_api::AuditQuery;
 use talos_sso_api::audit::{MAX_PAGE, format_micros};
 use talos_sso_api::feed::{Heartbeat, STREAM_CONTENT_TYPE, StreamEnd, StreamLine, end};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
 use super::audit::filter;
 use super::caller::{Caller, deny};
+use super::deadline::SendDeadline;
 use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit, is_member};
+use super::slots::{Full, Slot, Slots};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
 use crate::audit::store::AuditFilter;
@@ -49,9 +58,20 @@ use crate::identity::VerifiedIdentity;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeedConfig {
-    /// Streams served at once; further ones are refused (`rate_limited`).
+    /// Streams served at once by one replica; further ones are refused
+    /// (`rate_limited`).
     #[serde(default = "default_max_streams")]
     pub max_streams: usize,
+    /// Streams one caller may hold at once on one replica, so that one
+    /// service principal cannot take every slot.
+    #[serde(default = "default_max_streams_per_identity")]
+    pub max_streams_per_identity: usize,
+    /// A client that takes no line for this long is cut off.
+    #[serde(
+        default = "default_write_timeout",
+        deserialize_with = "crate::config::duration"
+    )]
+    pub write_timeout: Duration,
     /// A heartbeat line after this long without any other, so that
     /// proxies do not close a quiet stream.
     #[serde(default = "default_heartbeat", deserialize_with = "crate::config::duration")]
@@ -69,6 +89,8 @@ impl Default for FeedConfig {
     fn default() -> Self {
         Self {
             max_streams: default_max_streams(),
+            max_streams_per_identity: default_max_streams_per_identity(),
+            write_timeout: default_write_timeout(),
             heartbeat: default_heartbeat(),
             poll_interval: default_poll_interval(),
         }
@@ -77,6 +99,12 @@ impl Default for FeedConfig {
 
 fn default_max_streams() -> usize {
     16
+}
+fn default_max_streams_per_identity() -> usize {
+    2
+}
+fn default_write_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_heartbeat() -> Duration {
     Duration::from_secs(15)
@@ -88,30 +116,40 @@ fn default_poll_interval() -> Duration {
 impl FeedConfig {
     /// What is wrong with the section, if anything.
     pub fn check(&self) -> Result<(), String> {
-        if self.max_streams == 0 || self.max_streams > Semaphore::MAX_PERMITS {
-            return Err("audit.feed.max_streams must be at least 1".into());
+        if self.max_streams == 0 || self.max_streams_per_identity == 0 {
+            return Err(
+                "audit.feed.max_streams and audit.feed.max_streams_per_identity must be at least 1".into(),
+            );
         }
-        if self.heartbeat.is_zero() || self.poll_interval.is_zero() {
-            return Err("audit.feed.heartbeat and audit.feed.poll_interval must be above zero".into());
+        if self.heartbeat.is_zero() || self.poll_interval.is_zero() || self.write_timeout.is_zero() {
+            return Err(
+                "audit.feed.heartbeat, audit.feed.poll_interval and audit.feed.write_timeout must be above zero"
+                    .into(),
+            );
         }
         Ok(())
     }
 }
 
-/// The streams of one server: how many may run, and the signal that ends
-/// them all at shutdown.
+/// The streams of one server: how many may run (in all and per caller,
+/// fixed at start), and the signal that ends them all at shutdown.
 #[derive(Debug)]
 pub struct Feeds {
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
     stopping: watch::Sender<bool>,
 }
 
 impl Feeds {
     pub fn new(config: &FeedConfig) -> Self {
         Self {
-            slots: Arc::new(Semaphore::new(config.max_streams)),
+            slots: Slots::new(config.max_streams, config.max_streams_per_identity),
             stopping: watch::Sender::new(false),
         }
+    }
+
+    /// Streams running now.
+    pub fn running(&self) -> usize {
+        self.slots.in_use()
     }
 
     /// End every stream (each says `shutting_down`), and refuse new ones.
@@ -161,15 +199,20 @@ pub async fn stream(
         );
         return Err(deny(&app, record, error).await);
     }
-    let Ok(slot) = app.feeds.slots.clone().try_acquire_owned() else {
-        let error = ApiError::rate_limited(
-            RETRY_STREAM,
-            "every client: this server serves its most audit streams",
-        );
-        return Err(deny(&app, record, error).await);
+    let slot = match app.feeds.slots.take(&verified.qualified_subject()) {
+        Ok(slot) => slot,
+        Err(full) => {
+            let who = match full {
+                Full::Identity => "you: you hold your most audit streams on this server already",
+                Full::Total | Full::Closed => "every client: this server serves its most audit streams",
+            };
+            let error = ApiError::rate_limited(RETRY_STREAM, who);
+            return Err(deny(&app, record, error).await);
+        }
     };
     commit(&app, record, None).await?;
     let (lines, queue) = mpsc::channel(QUEUED_LINES);
+    let deadline = SendDeadline::unset();
     let follower = Follower {
         _slot: slot,
         app: app.clone(),
@@ -177,9 +220,11 @@ pub async fn stream(
         filter,
         lines,
         ends_at: tokio::time::Instant::now() + left,
+        deadline: deadline.clone(),
     };
     tokio::spawn(follower.run());
     let mut response = Body::new(Lines(queue)).into_response();
+    response.extensions_mut().insert(deadline);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -210,12 +255,14 @@ impl hyper::body::Body for Lines {
 }
 
 /// One stream's task: reads the trail after its cursor and sends what
-/// matches. Ends when the reader goes away, the token expires, the trail
-/// cannot be read or the server shuts down.
+/// matches, while a watch of its own checks that the caller may still read
+/// it. Ends when the reader goes away or stops reading, the token expires,
+/// the caller's rights end, the trail cannot be read or the server shuts
+/// down.
 struct Follower {
-    /// Counted among `max_streams` until the task ends; declared before
+    /// Counted among the stream slots until the task ends; declared before
     /// `lines`, so that it is free again before the reader sees the end.
-    _slot: OwnedSemaphorePermit,
+    _slot: Slot,
     app: Arc<App>,
     /// Who opened the stream, as authenticated then: checked again while
     /// it runs.
@@ -223,127 +270,92 @@ struct Follower {
     filter: AuditFilter,
     lines: mpsc::Sender<Bytes>,
     ends_at: tokio::time::Instant,
+    /// The answer's send deadline: none while the stream runs, set when it
+    /// ends so that a client that no longer reads loses the connection.
+    deadline: SendDeadline,
 }
 
 /// Why a follower stops.
 enum Stop {
     /// The reader went away: nobody to tell.
     Gone,
+    /// The reader took no line for the write timeout: cut off at once.
+    TooSlow,
     /// Ended by the server, saying why in a last line.
     Ended(&'static str),
 }
 
 impl Follower {
     async fn run(mut self) {
-        let mut committed = self.app.audit.committed();
-        let mut stopping = self.app.feeds.stopping.subscribe();
         let feed = self.app.settings().config.audit.feed.clone();
-        let mut last_sent = tokio::time::Instant::now();
-        // `authorize` has just looked at the deny list.
-        let mut deny_checked_at = tokio::time::Instant::now();
-        let stop = loop {
-            if deny_checked_at.elapsed() >= feed.poll_interval {
-                if let Err(stop) = self.not_denied().await {
-                    break stop;
-                }
-                deny_checked_at = tokio::time::Instant::now();
-            }
-            match self.send_new(&mut committed, &mut last_sent).await {
-                Ok(()) => {}
-                Err(stop) => break stop,
-            }
-            if tokio::time::Instant::now() >= self.ends_at {
-                break Stop::Ended(end::TOKEN_EXPIRED);
-            }
-            let heartbeat_at = last_sent + feed.heartbeat;
-            let wake_at = heartbeat_at.min(tokio::time::Instant::now() + feed.poll_interval);
+        let stop = {
+            let watch = Watch {
+                app: &self.app,
+                caller: &self.caller,
+                ends_at: self.ends_at,
+                poll_interval: feed.poll_interval,
+            };
+            let mut follow = Follow {
+                app: &self.app,
+                caller: &self.caller,
+                filter: &mut self.filter,
+                lines: &self.lines,
+                ends_at: self.ends_at,
+                write_timeout: feed.write_timeout,
+            };
             tokio::select! {
-                changed = committed.changed() => {
-                    if changed.is_err() {
-                        break Stop::Ended(end::SHUTTING_DOWN);
-                    }
-                }
-                () = tokio::time::sleep_until(wake_at) => {}
-                () = tokio::time::sleep_until(self.ends_at) => break Stop::Ended(end::TOKEN_EXPIRED),
-                _ = stopping.wait_for(|stop| *stop) => break Stop::Ended(end::SHUTTING_DOWN),
-                () = self.lines.closed() => break Stop::Gone,
-            }
-            if tokio::time::Instant::now() >= heartbeat_at {
-                let line = StreamLine::Heartbeat(Heartbeat {
-                    heartbeat: format_micros(self.app.clock.now()),
-                    cursor: self.filter.after_seq,
-                });
-                if self.send(&line).await.is_err() {
-                    break Stop::Gone;
-                }
-                last_sent = tokio::time::Instant::now();
+                stop = watch.run() => stop,
+                stop = follow.run(&feed) => stop,
             }
         };
+        let mut cut_at = tokio::time::Instant::now();
         if let Stop::Ended(reason) = stop {
             let line = StreamLine::End(StreamEnd {
                 end: reason.to_owned(),
                 cursor: self.filter.after_seq,
             });
-            let _ = self.send(&line).await;
+            if send(&self.lines, &line, feed.write_timeout).await.is_ok() {
+                // The lines still queued get as long again to be taken.
+                cut_at = tokio::time::Instant::now() + feed.write_timeout;
+            }
         }
+        // Past it, the serve loop closes the connection, whatever the
+        // client does; a body that ends first is not held to it.
+        self.deadline.set(cut_at);
     }
+}
 
-    /// Send every matching record after the cursor, page by page, and move
-    /// the cursor past what was read: to the last record sent, or, when the
-    /// trail has no more, to the head this replica had committed before
-    /// the read (every record up to it was committed, and so was read).
-    async fn send_new(
-        &mut self,
-        committed: &mut watch::Receiver<i64>,
-        last_sent: &mut tokio::time::Instant,
-    ) -> Result<(), Stop> {
+/// What a stream's watch needs: the caller's rights are checked on a timer
+/// of its own, so that a stream ends whatever its client does.
+struct Watch<'a> {
+    app: &'a App,
+    caller: &'a VerifiedIdentity,
+    ends_at: tokio::time::Instant,
+    poll_interval: Duration,
+}
+
+impl Watch<'_> {
+    async fn run(&self) -> Stop {
+        let mut stopping = self.app.feeds.stopping.subscribe();
         loop {
-            if tokio::time::Instant::now() >= self.ends_at {
-                return Ok(());
+            tokio::select! {
+                () = tokio::time::sleep(self.poll_interval) => {}
+                () = tokio::time::sleep_until(self.ends_at) => return Stop::Ended(end::TOKEN_EXPIRED),
+                _ = stopping.wait_for(|stop| *stop) => return Stop::Ended(end::SHUTTING_DOWN),
             }
-            self.still_an_auditor()?;
-            let head = *committed.borrow_and_update();
-            let page = AuditFilter {
-                limit: MAX_PAGE,
-                ..self.filter.clone()
-            };
-            let records = match self.app.audit.store().query(&page).await {
-                Ok(records) => records,
-                Err(error) => {
-                    tracing::warn!(%error, "an audit stream could not read the trail; ending it");
-                    return Err(Stop::Ended(end::AUDIT_UNAVAILABLE));
-                }
-            };
-            let full = records.len() as i64 >= page.limit;
-            for record in records {
-                let seq = record.seq;
-                self.send(&StreamLine::Record(Box::new(record)))
-                    .await
-                    .map_err(|()| Stop::Gone)?;
-                self.filter.after_seq = seq;
-                *last_sent = tokio::time::Instant::now();
+            if let Err(stop) = still_an_auditor(self.app, self.caller) {
+                return stop;
             }
-            if !full {
-                self.filter.after_seq = self.filter.after_seq.max(head);
-                return Ok(());
+            if let Err(stop) = self.not_denied().await {
+                return stop;
             }
         }
-    }
-
-    /// Whether the running configuration (reloaded since the stream
-    /// started, perhaps) still makes the caller an auditor.
-    fn still_an_auditor(&self) -> Result<(), Stop> {
-        if is_member(&self.app.settings().config.auditors, &self.caller) {
-            return Ok(());
-        }
-        tracing::info!("an audit stream ended: its caller is no longer among the auditors");
-        Err(Stop::Ended(end::ACCESS_REVOKED))
     }
 
     /// Whether the caller is off the deny list; a list that cannot be read
     /// ends the stream too.
     async fn not_denied(&self) -> Result<(), Stop> {
-        let caller = &self.caller;
+        let caller = self.caller;
         match self
             .app
             .audit
@@ -362,8 +374,119 @@ impl Follower {
             }
         }
     }
+}
 
-    async fn send(&self, line: &StreamLine) -> Result<(), ()> {
-        self.lines.send(Bytes::from(line.to_line())).await.map_err(|_| ())
+/// Whether the running configuration (reloaded since the stream started,
+/// perhaps) still makes `caller` an auditor.
+fn still_an_auditor(app: &App, caller: &VerifiedIdentity) -> Result<(), Stop> {
+    if is_member(&app.settings().config.auditors, caller) {
+        return Ok(());
+    }
+    tracing::info!("an audit stream ended: its caller is no longer among the auditors");
+    Err(Stop::Ended(end::ACCESS_REVOKED))
+}
+
+/// What a stream's reading and sending needs.
+struct Follow<'a> {
+    app: &'a App,
+    caller: &'a VerifiedIdentity,
+    filter: &'a mut AuditFilter,
+    lines: &'a mpsc::Sender<Bytes>,
+    ends_at: tokio::time::Instant,
+    write_timeout: Duration,
+}
+
+impl Follow<'_> {
+    async fn run(&mut self, feed: &FeedConfig) -> Stop {
+        let mut committed = self.app.audit.committed();
+        let mut last_sent = tokio::time::Instant::now();
+        loop {
+            if let Err(stop) = self.send_new(&mut committed, &mut last_sent).await {
+                return stop;
+            }
+            if tokio::time::Instant::now() >= self.ends_at {
+                return Stop::Ended(end::TOKEN_EXPIRED);
+            }
+            let heartbeat_at = last_sent + feed.heartbeat;
+            let wake_at = heartbeat_at.min(tokio::time::Instant::now() + feed.poll_interval);
+            tokio::select! {
+                changed = committed.changed() => {
+                    if changed.is_err() {
+                        return Stop::Ended(end::SHUTTING_DOWN);
+                    }
+                }
+                () = tokio::time::sleep_until(wake_at) => {}
+                () = self.lines.closed() => return Stop::Gone,
+            }
+            if tokio::time::Instant::now() >= heartbeat_at {
+                let line = StreamLine::Heartbeat(Heartbeat {
+                    heartbeat: format_micros(self.app.clock.now()),
+                    cursor: self.filter.after_seq,
+                });
+                if let Err(stop) = send(self.lines, &line, self.write_timeout).await {
+                    return stop;
+                }
+                last_sent = tokio::time::Instant::now();
+            }
+        }
+    }
+
+    /// Send every matching record after the cursor, page by page, and move
+    /// the cursor past what was read: to the last record sent, or, when the
+    /// trail has no more, to the head this replica had committed before
+    /// the read (every record up to it was committed, and so was read).
+    async fn send_new(
+        &mut self,
+        committed: &mut watch::Receiver<i64>,
+        last_sent: &mut tokio::time::Instant,
+    ) -> Result<(), Stop> {
+        loop {
+            if tokio::time::Instant::now() >= self.ends_at {
+                return Ok(());
+            }
+            // Before each page, as a reload may have changed the auditors.
+            still_an_auditor(self.app, self.caller)?;
+            let head = *committed.borrow_and_update();
+            let page = AuditFilter {
+                limit: MAX_PAGE,
+                ..self.filter.clone()
+            };
+            let records = match self.app.audit.store().query(&page).await {
+                Ok(records) => records,
+                Err(error) => {
+                    tracing::warn!(%error, "an audit stream could not read the trail; ending it");
+                    return Err(Stop::Ended(end::AUDIT_UNAVAILABLE));
+                }
+            };
+            let full = records.len() as i64 >= page.limit;
+            for record in records {
+                let seq = record.seq;
+                send(
+                    self.lines,
+                    &StreamLine::Record(Box::new(record)),
+                    self.write_timeout,
+                )
+                .await?;
+                self.filter.after_seq = seq;
+                *last_sent = tokio::time::Instant::now();
+            }
+            if !full {
+                self.filter.after_seq = self.filter.after_seq.max(head);
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Queue `line` for the client, waiting at most `write_timeout` for room:
+/// a client that takes nothing for that long is cut off.
+async fn send(lines: &mpsc::Sender<Bytes>, line: &StreamLine, write_timeout: Duration) -> Result<(), Stop> {
+    match tokio::time::timeout(write_timeout, lines.send(Bytes::from(line.to_line()))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Stop::Gone),
+        Err(_) => {
+            tracing::info!("an audit stream ended: its client took no line for the write timeout");
+            Err(Stop::TooSlow)
+        }
     }
 }

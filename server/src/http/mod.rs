@@ -13,6 +13,9 @@
 //!   and how a refusal is recorded;
 //! - `privileged`: authenticating auditors and admins;
 //! - `error`: problem details;
+//! - `deadline`: by when an answer's body must have reached its client;
+//! - `slots`: how many long answers (exports, streams) run at once, in all
+//!   and per person;
 //! - `serve`: the serve loop (TLS, limits, graceful shutdown) that
 //!   [`crate::server::Server`] runs.
 
@@ -20,11 +23,13 @@ pub mod audit;
 pub mod caller;
 pub mod certificates;
 pub mod console;
+pub mod deadline;
 pub mod deny;
 pub mod error;
 pub mod feed;
 pub mod privileged;
 pub mod serve;
+pub mod slots;
 pub mod status;
 
 use std::net::{IpAddr, SocketAddr};

@@ -17,6 +17,10 @@
 //! - a request counts as in flight until its answer's body has been sent,
 //!   so that a long answer (an audit stream) does not look idle, while the
 //!   request timeout covers only the handler, up to the answer's head;
+//! - an answer's body must be sent by its deadline (`super::deadline`):
+//!   `idle_timeout` after its head unless its handler set another; past
+//!   it, the connection is closed, so that a client that stops reading
+//!   cannot keep an answer (and its memory) alive;
 //! - at shutdown, no new connections; audit streams are told to end; open
 //!   connections finish their requests within `shutdown_grace`, then the
 //!   remaining ones are closed.
@@ -34,7 +38,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -44,12 +48,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tower::ServiceExt;
 
+use super::deadline::SendDeadline;
 use crate::app::App;
 use crate::config::{HttpConfig, TlsConfig};
 
@@ -184,6 +189,12 @@ struct Activity {
     opened: Instant,
     last_ms: AtomicU64,
     in_flight: AtomicUsize,
+    /// The send deadlines of the answers whose bodies are being sent, by
+    /// request number.
+    answers: Mutex<HashMap<u64, SendDeadline>>,
+    next_request: AtomicU64,
+    /// Wakes the connection's loop when a deadline is added or moved.
+    wake: Arc<Notify>,
 }
 
 impl Activity {
@@ -192,6 +203,9 @@ impl Activity {
             opened: Instant::now(),
             last_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            answers: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(0),
+            wake: Arc::new(Notify::new()),
         })
     }
 
@@ -212,12 +226,36 @@ impl Activity {
     fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.touch();
-        InFlight(self.clone())
+        InFlight {
+            activity: self.clone(),
+            request: self.next_request.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    fn answers(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SendDeadline>> {
+        self.answers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The earliest deadline of the answers being sent.
+    fn next_deadline(&self) -> Option<tokio::time::Instant> {
+        self.answers().values().filter_map(SendDeadline::get).min()
     }
 }
 
 /// One request in flight; counted out when dropped (answered or abandoned).
-struct InFlight(Arc<Activity>);
+struct InFlight {
+    activity: Arc<Activity>,
+    request: u64,
+}
+
+impl InFlight {
+    /// Its answer's body must be sent by `deadline`.
+    fn send_by(&self, deadline: SendDeadline) {
+        deadline.watch_from(self.activity.wake.clone());
+        self.activity.answers().insert(self.request, deadline);
+        self.activity.wake.notify_one();
+    }
+}
 
 /// An answer's body that keeps its request in flight until it is sent (or
 /// dropped with the connection).
@@ -248,8 +286,9 @@ impl hyper::body::Body for InFlightBody {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.activity.answers().remove(&self.request);
+        self.activity.touch();
+        self.activity.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -411,15 +450,21 @@ impl Connection {
     {
         let activity = Activity::new();
         let (router, peer, requests) = (self.router.clone(), self.peer, activity.clone());
+        let send_timeout = self.http.idle_timeout;
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             let router = router.clone();
             let in_flight = requests.start();
             async move {
-                let response = router
+                let mut response = router
                     .oneshot(request)
                     .await
                     .unwrap_or_else(|never| match never {});
+                let deadline = response
+                    .extensions_mut()
+                    .remove::<SendDeadline>()
+                    .unwrap_or_else(|| SendDeadline::at(tokio::time::Instant::now() + send_timeout));
+                in_flight.send_by(deadline);
                 let response = response.map(|body| InFlightBody {
                     body,
                     _in_flight: in_flight,
@@ -431,15 +476,25 @@ impl Connection {
         tokio::pin!(connection);
         let idle_timeout = self.http.idle_timeout;
         loop {
+            let now = tokio::time::Instant::now();
+            let deadline = activity.next_deadline();
+            if deadline.is_some_and(|at| at <= now) {
+                // An answer was not taken in time: its client reads too
+                // slowly or not at all. Closing drops the body.
+                tracing::info!(peer = %self.peer, "an answer was not sent by its deadline; closing the connection");
+                return;
+            }
             let wait = idle_timeout.saturating_sub(activity.idle_for());
             if wait.is_zero() {
                 // Nothing moved for the whole idle timeout (and no request
                 // can run that long: see `HttpConfig::check`): close.
                 return;
             }
+            let wake_at = deadline.map_or(now + wait, |at| at.min(now + wait));
             tokio::select! {
                 _ = connection.as_mut() => return,
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+                () = activity.wake.notified() => {}
                 _ = self.stopping.wait_for(|stop| *stop) => break,
             }
         }

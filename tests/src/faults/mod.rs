@@ -256,6 +256,11 @@ impl ServerProcess {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the process is alive (not exited, not killed).
     pub fn still_running(&mut self) -> bool {
         self.child

@@ -34,6 +34,9 @@ pub fn challenge(verifier: &str) -> String {
 /// progress held in memory stays small.
 pub const RETURN_MAX: usize = 1024;
 
+/// Where the identity provider sends the browser back (from its own site).
+pub const CALLBACK_PATH: &str = "/ui/callback";
+
 /// A console path to return to after login: `/ui` or below it, nothing
 /// that could lead off the site, at most [`RETURN_MAX`] bytes.
 fn return_path(asked: Option<&String>) -> String {

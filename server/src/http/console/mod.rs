@@ -8,7 +8,8 @@
 //! - `page`: the layout, the security headers, the pages that explain a
 //!   refusal;
 //! - `views`: the trail, a record, who held a role, a person, the chain,
-//!   the charts, exports, the deny list.
+//!   the charts, the deny list;
+//! - `export`: exports, streamed page by page, bounded in time and number.
 //!
 //! Only members of `auditors` or `admins` get a session. Who sees what is
 //! decided at every request, from the groups of the ID token of the login
@@ -17,12 +18,13 @@
 //! list; the deny list applies at once. Every view that reads records is
 //! itself recorded (`audit.query`), once per session and filter.
 
+pub mod export;
 pub mod login;
 pub mod page;
 pub mod session;
 pub mod views;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -57,12 +59,10 @@ pub struct Console {
     pub origin: String,
     pub lifetime: Duration,
     http: reqwest::Client,
-    /// The last chain verification and when it finished: when it failed,
-    /// every page says so; younger than [`REVERIFY_AFTER`], it is the
-    /// chain page's answer.
-    last_check: Mutex<Option<(time::OffsetDateTime, ChainStatus)>>,
-    /// The verification running now, if one is: what it will answer.
-    verifying: Mutex<Option<Verification>>,
+    /// Exports running, in all and per person.
+    pub exports: Arc<crate::http::slots::Slots>,
+    /// How long an export may take to reach its client.
+    pub export_timeout: Duration,
     /// The charts' counts of buckets that have ended.
     charts: views::ChartCache,
 }
@@ -121,58 +121,16 @@ impl Console {
             origin: public.origin().ascii_serialization(),
             lifetime: console.session_lifetime,
             http,
-            last_check: Mutex::new(None),
-            verifying: Mutex::new(None),
+            exports: crate::http::slots::Slots::new(console.max_exports, console.max_exports_per_person),
+            export_timeout: console.export_timeout,
             charts: views::ChartCache::default(),
         }))
     }
 
-    fn last_check(&self) -> Option<ChainStatus> {
-        self.last_checked().map(|(_, status)| status)
-    }
-
-    /// The last verification that finished, and when.
-    fn last_checked(&self) -> Option<(time::OffsetDateTime, ChainStatus)> {
-        self.last_check.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn set_last_check(&self, at: time::OffsetDateTime, status: ChainStatus) {
-        *self.last_check.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, status));
-    }
-
-    /// The running verification of the chain, started now when none is:
-    /// one at a time, whoever asks (a million records take most of a
-    /// minute, longer than a request may).
-    fn verification(self: &Arc<Self>, app: &Arc<App>) -> Verification {
-        let mut running = self.verifying.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(verification) = running.as_ref() {
-            return verification.clone();
-        }
-        let (done, answer) = tokio::sync::watch::channel(None);
-        let verification = Verification {
-            started: app.clock.now(),
-            answer,
-        };
-        *running = Some(verification.clone());
-        let (app, console) = (app.clone(), self.clone());
-        tokio::spawn(async move {
-            // However this task ends (a panic included), the next page may
-            // start a verification again.
-            let _running = NotVerifying(console.clone());
-            let signed = match &app.checkpoints {
-                Some(checkpoints) => Some(checkpoints.read().await),
-                None => None,
-            };
-            let status = crate::audit::checkpoint::verify_store(app.audit.store(), signed)
-                .await
-                .ok();
-            if let Some(status) = &status {
-                console.set_last_check(app.clock.now(), status.clone());
-            }
-            drop(_running);
-            let _ = done.send(Some(status));
-        });
-        verification
+    /// The last verification of the chain, by the console or the API:
+    /// when it failed, every page says so.
+    fn last_check(&self, app: &App) -> Option<ChainStatus> {
+        app.verifications.last().map(|(_, status)| status)
     }
 }
 
@@ -192,28 +150,11 @@ impl std::fmt::Debug for Console {
     }
 }
 
-/// Clears [`Console::verifying`] when dropped.
-struct NotVerifying(Arc<Console>);
-
-impl Drop for NotVerifying {
-    fn drop(&mut self) {
-        *self.0.verifying.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-}
-
 /// How long a finished verification of the chain answers the chain page:
 /// a full verification reads the whole trail, so pages (or another site's
 /// links) cannot keep one running without end. "Verify again" (a form,
 /// with its CSRF token) starts a new one.
 pub const REVERIFY_AFTER: Duration = Duration::from_secs(5 * 60);
-
-/// A verification of the chain under way: when it started, and its answer
-/// once there is one (`Some(None)`: the store could not be read).
-#[derive(Debug, Clone)]
-pub struct Verification {
-    pub started: time::OffsetDateTime,
-    pub answer: tokio::sync::watch::Receiver<Option<Option<ChainStatus>>>,
-}
 
 /// How long the chain page waits for a verification before it says that
 /// one is running.
@@ -228,15 +169,16 @@ pub fn router(app: Arc<App>, console: Arc<Console>) -> Router<Arc<App>> {
         .route("/ui/person", get(views::person))
         .route("/ui/chain", get(views::chain).post(views::verify_again))
         .route("/ui/charts", get(views::charts))
-        .route("/ui/export", get(views::export))
+        .route("/ui/export", get(export::export))
         .route("/ui/deny", get(views::deny_list).post(views::deny_add))
         .route("/ui/deny/remove", post(views::deny_remove))
         .route("/ui/login", get(login::login))
-        .route("/ui/callback", get(login::callback))
+        .route(login::CALLBACK_PATH, get(login::callback))
         .route("/ui/logout", post(login::logout))
         .route("/ui/signed-out", get(page::signed_out))
         .route(page::STYLESHEET_PATH, get(page::stylesheet))
         .route("/ui/{*rest}", any(page::not_found))
+        .layer(axum::middleware::from_fn(fetched_here_only))
         .layer(axum::middleware::from_fn_with_state(app, address_limit))
         .layer(axum::Extension(console))
 }
@@ -494,10 +436,33 @@ async fn extract(parts: &mut Parts, app: &Arc<App>, need: Need) -> Result<Viewer
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/ui".into());
-    if parts.method == axum::http::Method::GET && !fetched_here(&parts.headers) {
-        return Err(page::open_here(&here));
-    }
     viewer(app, &console, &parts.headers, caller, need, &here, Refusal::View).await
+}
+
+/// Every request to the console but a form's must come from the console
+/// itself or from the person ([`fetched_here`]), whatever its method: axum
+/// answers `HEAD` with the `GET` handler, which records, exports or
+/// verifies as the `GET` would. Forms (`POST`) carry their CSRF token and
+/// have their `Origin` checked instead. The login callback is exempt: the
+/// identity provider sends the browser there from its own site, and
+/// `state` and PKCE guard it.
+async fn fetched_here_only(request: Request, next: Next) -> Response {
+    let method = request.method();
+    if *method == axum::http::Method::POST
+        || request.uri().path() == login::CALLBACK_PATH
+        || fetched_here(request.headers())
+    {
+        return next.run(request).await;
+    }
+    if *method == axum::http::Method::GET || *method == axum::http::Method::HEAD {
+        let here = request
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/ui".into());
+        return page::open_here(&here);
+    }
+    page::cross_site()
 }
 
 /// Whether a view was asked for from the console itself or by the person
@@ -541,6 +506,22 @@ pub async fn record_view(
     if !console.sessions.first_view(&viewer.session_id, view) {
         return Ok(());
     }
+    match record_now(app, viewer, details).await {
+        Ok(_) => Ok(()),
+        Err(page) => {
+            console.sessions.unrecord(&viewer.session_id, view);
+            Err(page)
+        }
+    }
+}
+
+/// Record what `viewer` does now (`audit.query`, `details`), whether or
+/// not the session did the same before; the record as committed.
+pub async fn record_now(
+    app: &App,
+    viewer: &Viewer,
+    details: Value,
+) -> Result<crate::audit::StoredRecord, Response> {
     let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
     with_identity(&mut record, &viewer.session.identity);
     record.outcome = outcome::SUCCESS.into();
@@ -549,17 +530,13 @@ pub async fn record_view(
         map.insert("via".into(), "console".into());
     }
     record.details = details;
-    match commit(app, record, None).await {
-        Ok(_) => Ok(()),
-        Err(error) => {
-            console.sessions.unrecord(&viewer.session_id, view);
-            Err(if error.error == talos_sso_api::ErrorCode::IdentityDenied {
-                page::blocked(viewer)
-            } else {
-                page::unavailable()
-            })
+    commit(app, record, None).await.map_err(|error| {
+        if error.error == talos_sso_api::ErrorCode::IdentityDenied {
+            page::blocked(viewer)
+        } else {
+            page::unavailable()
         }
-    }
+    })
 }
 
 /// The groups, app roles and client ids of `list`, as the membership page
@@ -576,31 +553,6 @@ pub fn members_of(list: &GroupList) -> Vec<String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-
-    #[tokio::test]
-    async fn a_verification_that_panics_leaves_none_running() {
-        let yaml = format!(
-            "{}\nconsole: {{ enabled: true, public_url: \"https://sso.example.com\" }}\n",
-            crate::config::tests::MINIMAL
-        );
-        let config = crate::config::Config::from_yaml(&yaml).unwrap();
-        let console = Arc::new(Console::new(&config).unwrap().expect("the console is on"));
-        let (_done, answer) = tokio::sync::watch::channel(None);
-        *console.verifying.lock().unwrap() = Some(Verification {
-            started: time::OffsetDateTime::UNIX_EPOCH,
-            answer,
-        });
-        let held = console.clone();
-        let task = tokio::spawn(async move {
-            let _running = NotVerifying(held);
-            panic!("the store reader failed badly");
-        });
-        assert!(task.await.is_err(), "the task panicked");
-        assert!(
-            console.verifying.lock().unwrap().is_none(),
-            "the next page may start a verification"
-        );
-    }
 
     #[test]
     fn the_client_secret_is_never_printed() {

@@ -177,6 +177,20 @@ pub fn open_here(here: &str) -> Response {
     )
 }
 
+/// A request of another method than a link's or a form's, from another
+/// site: nothing done.
+pub fn cross_site() -> Response {
+    answer(
+        StatusCode::FORBIDDEN,
+        layout(
+            "Not from here",
+            None,
+            None,
+            html! { p.refusal { "This request came from another site, so the console did nothing with it." } },
+        ),
+    )
+}
+
 /// Too many requests from this address or this person: when to come back.
 pub fn rate_limited(retry: std::time::Duration) -> Response {
     let seconds = retry.as_secs().max(1);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use maud::{Markup, html};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -26,8 +26,6 @@ use crate::http::deny;
 
 /// Records on one page of the trail.
 pub const PAGE: i64 = 50;
-/// Records one export holds at most (newest first).
-pub const EXPORT_MAX: usize = 100_000;
 /// Certificates the "who held" answer reads at most.
 const HELD_MAX: usize = 20_000;
 
@@ -55,7 +53,7 @@ pub struct Filters {
 
 impl Filters {
     /// As the API's query, each value cleaned as stored records are.
-    fn query(&self) -> AuditQuery {
+    pub(super) fn query(&self) -> AuditQuery {
         let some = |v: &str| {
             let v = v.trim();
             (!v.is_empty()).then(|| text::clean_field(v))
@@ -77,7 +75,11 @@ impl Filters {
     }
 
     /// The store's filter (checked as the API checks it) and the cursor.
-    fn parse(&self, now: time::OffsetDateTime, limit: i64) -> Result<(AuditFilter, Option<i64>), String> {
+    pub(super) fn parse(
+        &self,
+        now: time::OffsetDateTime,
+        limit: i64,
+    ) -> Result<(AuditFilter, Option<i64>), String> {
         let mut filter = audit_filter(&self.query(), now).map_err(|(_, why)| why)?;
         filter.limit = limit;
         let before = match self.before.trim() {
@@ -131,7 +133,12 @@ fn when(t: time::OffsetDateTime) -> String {
     format!("{} {}", &text[..10], &text[11..19])
 }
 
-fn invalid(viewer: &Viewer, broken: Option<&talos_sso_api::ChainStatus>, title: &str, why: &str) -> Response {
+pub(super) fn invalid(
+    viewer: &Viewer,
+    broken: Option<&talos_sso_api::ChainStatus>,
+    title: &str,
+    why: &str,
+) -> Response {
     page::show(
         StatusCode::UNPROCESSABLE_ENTITY,
         title,
@@ -213,7 +220,7 @@ pub async fn trail(
     Auditor(viewer): Auditor,
     Query(filters): Query<Filters>,
 ) -> Response {
-    let broken = console.last_check();
+    let broken = console.last_check(&app);
     let (filter, before) = match filters.parse(app.clock.now(), PAGE) {
         Ok(parsed) => parsed,
         Err(why) => return invalid(&viewer, broken.as_ref(), "Audit trail", &why),
@@ -255,7 +262,7 @@ pub async fn record(
     Auditor(viewer): Auditor,
     Path(seq): Path<String>,
 ) -> Response {
-    let broken = console.last_check();
+    let broken = console.last_check(&app);
     let Some(seq) = seq.parse::<i64>().ok().filter(|s| *s > 0) else {
         return invalid(
             &viewer,
@@ -384,7 +391,7 @@ pub async fn held(
     Auditor(viewer): Auditor,
     Query(q): Query<HeldQuery>,
 ) -> Response {
-    let broken = console.last_check();
+    let broken = console.last_check(&app);
     let form = html! {
         form.filters method="get" action="/ui/held" {
             label { "Role" input type="text" name="role" value=(q.role) placeholder="os:admin"; }
@@ -488,7 +495,7 @@ pub async fn person(
     Auditor(viewer): Auditor,
     Query(q): Query<PersonQuery>,
 ) -> Response {
-    let broken = console.last_check();
+    let broken = console.last_check(&app);
     let username = text::clean_field(q.username.trim());
     if username.is_empty() {
         return invalid(&viewer, broken.as_ref(), "Person", "name a person (`username`)");
@@ -517,7 +524,20 @@ pub async fn person(
         .collect();
     let mut addresses: BTreeMap<String, usize> = BTreeMap::new();
     let mut versions: BTreeMap<String, usize> = BTreeMap::new();
-    let subjects: BTreeSet<String> = records.iter().filter_map(|r| r.record.subject.clone()).collect();
+    // Only a verified token says who someone is: a refused request carries
+    // whatever subject its unverified token claimed, and anyone can send
+    // one under any username.
+    let subjects: BTreeSet<String> = records
+        .iter()
+        .filter(|r| r.record.identity_verified)
+        .filter_map(|r| r.record.subject.clone())
+        .collect();
+    let claimed: BTreeSet<String> = records
+        .iter()
+        .filter(|r| !r.record.identity_verified)
+        .filter_map(|r| r.record.subject.clone())
+        .filter(|s| !subjects.contains(s))
+        .collect();
     for r in &certificates {
         *addresses
             .entry(r.record.client_ip.clone().unwrap_or_default())
@@ -531,6 +551,9 @@ pub async fn person(
             p.notice { "The newest " (records.len()) " records of this person are shown; " a href={ "/ui?username=" (urlencode(&username)) } { "the trail" } " has them all." }
         }
         p { "Subjects: " @for s in &subjects { code { (s) } " " } }
+        @if !claimed.is_empty() {
+            p.muted { "Claimed by unverified tokens (not checked; anyone can send these): " @for s in &claimed { code { (s) } " " } }
+        }
         h2 { "Certificates (" (certificates.len()) ")" }
         table {
             thead { tr { th { "#" } th { "Issued (UTC)" } th { "Cluster" } th { "Roles" } th { "Serial" } th { "Valid until" } th { "Address" } th { "Client" } } }
@@ -604,12 +627,12 @@ async fn chain_status(app: &Arc<App>, console: &Arc<Console>, viewer: &Viewer, a
         return page;
     }
     if !again
-        && let Some((at, last)) = console.last_checked()
+        && let Some((at, last)) = app.verifications.last()
         && app.clock.now() - at < super::REVERIFY_AFTER
     {
         return chain_page(viewer, &last, Some(at), None);
     }
-    let mut verification = console.verification(app);
+    let mut verification = app.verify_chain();
     let finished =
         tokio::time::timeout(super::VERIFY_WAIT, verification.answer.wait_for(Option::is_some)).await;
     let status = match finished {
@@ -618,7 +641,7 @@ async fn chain_status(app: &Arc<App>, console: &Arc<Console>, viewer: &Viewer, a
             None => return page::unavailable(),
         },
         // Still running: the last verification that finished, if any.
-        _ => match console.last_checked() {
+        _ => match app.verifications.last() {
             Some((at, last)) => {
                 return chain_page(viewer, &last, Some(at), Some(verification.started));
             }
@@ -633,7 +656,7 @@ async fn chain_status(app: &Arc<App>, console: &Arc<Console>, viewer: &Viewer, a
             }
         },
     };
-    let at = console.last_checked().map(|(at, _)| at);
+    let at = app.verifications.last().map(|(at, _)| at);
     chain_page(viewer, &status, at, None)
 }
 
@@ -899,7 +922,7 @@ pub async fn charts(
     Auditor(viewer): Auditor,
     Query(q): Query<ChartQuery>,
 ) -> Response {
-    let broken = console.last_check();
+    let broken = console.last_check(&app);
     let hourly = q.by == "hour";
     let since_text = if q.since.trim().is_empty() {
         if hourly { "2d" } else { "30d" }.to_owned()
@@ -984,11 +1007,11 @@ fn csv_field(value: &str) -> String {
     }
 }
 
-const CSV_HEADER: &str = "seq,occurred_at,event,outcome,reason_code,cluster,issuer,subject,username,identity_verified,\
+pub(super) const CSV_HEADER: &str = "seq,occurred_at,event,outcome,reason_code,cluster,issuer,subject,username,identity_verified,\
      roles_requested,roles_granted,serial,certificate_sha256,not_before,not_after,client_ip,user_agent,client_version,\
      request_id,details,prev_hash,hash";
 
-fn csv_line(r: &StoredRecord) -> String {
+pub(super) fn csv_line(r: &StoredRecord) -> String {
     let rec = &r.record;
     let opt = |v: &Option<String>| v.clone().unwrap_or_default();
     let time = |t: Option<time::OffsetDateTime>| t.map(format_micros).unwrap_or_default();
@@ -1021,83 +1044,6 @@ fn csv_line(r: &StoredRecord) -> String {
     .map(|f| csv_field(f))
     .collect::<Vec<_>>()
     .join(",")
-}
-
-/// `GET /ui/export?format=csv|jsonl&...`: the current filter's records,
-/// newest first, at most [`EXPORT_MAX`]. JSON lines are the stored records
-/// as the API serves them (`talos-sso audit verify` reads them).
-pub async fn export(
-    State(app): State<Arc<App>>,
-    Extension(console): Extension<Arc<Console>>,
-    Auditor(viewer): Auditor,
-    Query(filters): Query<Filters>,
-) -> Response {
-    let broken = console.last_check();
-    let csv = match filters.format.as_str() {
-        "csv" => true,
-        "jsonl" => false,
-        _ => {
-            return invalid(
-                &viewer,
-                broken.as_ref(),
-                "Export",
-                "`format` must be csv or jsonl",
-            );
-        }
-    };
-    let (mut filter, mut before) = match filters.parse(app.clock.now(), talos_sso_api::audit::MAX_PAGE) {
-        Ok(parsed) => parsed,
-        Err(why) => return invalid(&viewer, broken.as_ref(), "Export", &why),
-    };
-    let details =
-        json!({"action": "export", "view": "export", "format": filters.format, "filter": filters.query()});
-    if let Err(page) = record_view(&app, &console, &viewer, &view_key("export", &details), details).await {
-        return page;
-    }
-    let mut body = String::new();
-    if csv {
-        body.push_str(CSV_HEADER);
-        body.push('\n');
-    }
-    let mut written = 0;
-    while written < EXPORT_MAX {
-        filter.limit = talos_sso_api::audit::MAX_PAGE.min((EXPORT_MAX - written) as i64);
-        let records = match app.audit.store().query_newest_first(&filter, before).await {
-            Ok(records) => records,
-            Err(_) => return page::unavailable(),
-        };
-        for r in &records {
-            if csv {
-                body.push_str(&csv_line(r));
-            } else {
-                body.push_str(&serde_json::to_string(r).unwrap_or_default());
-            }
-            body.push('\n');
-        }
-        written += records.len();
-        if (records.len() as i64) < filter.limit {
-            break;
-        }
-        before = records.last().map(|r| r.seq);
-        // Keep the filter's own lower bound; the cursor moves back.
-        filter.after_seq = filter.after_seq.max(0);
-    }
-    let (kind, name) = if csv {
-        ("text/csv; charset=utf-8", "audit.csv")
-    } else {
-        ("application/x-ndjson", "audit.jsonl")
-    };
-    (
-        [
-            (header::CONTENT_TYPE, kind.to_owned()),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{name}\""),
-            ),
-        ],
-        body,
-    )
-        .into_response()
 }
 
 /// `GET /ui/deny` (admins): the list, a form to add, a button per entry to
@@ -1164,7 +1110,13 @@ async fn deny_page(
         Some(Err(_)) => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::OK,
     };
-    page::show(status, "Deny list", viewer, console.last_check().as_ref(), body)
+    page::show(
+        status,
+        "Deny list",
+        viewer,
+        console.last_check(app).as_ref(),
+        body,
+    )
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -1,0 +1,318 @@
+//! `GET /ui/export?format=csv|jsonl&...`: the current filter's records,
+//! newest first, at most [`EXPORT_MAX`], streamed page by page.
+//!
+//! An export of a large trail is over a hundred megabytes: built whole, a
+//! client that never reads would keep it in memory. So the body reads one
+//! page of [`EXPORT_PAGE`] records from the store only when the connection
+//! has taken the last one; the export must reach its client within
+//! `console.export_timeout` (past it the serve loop closes the connection);
+//! and at most `console.max_exports` run at once on a replica,
+//! `console.max_exports_per_person` for one person.
+//!
+//! Every export is recorded before its first byte (`audit.query`, `action:
+//! export`, the filter), not once per session as other views are: each one
+//! takes data away. One that does not reach its end (cut off at its
+//! deadline, its connection closed, the trail unreadable) gets a second
+//! record with the same request id saying how it ended and how many
+//! records it had handed to the connection.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use talos_sso_api::StoredRecord;
+use tokio::time::Instant;
+
+use super::views::{CSV_HEADER, Filters, csv_line, invalid};
+use super::{Auditor, Console, Viewer, record_now};
+use crate::app::App;
+use crate::audit::store::{Append, AuditFilter, StoreError};
+use crate::audit::{AuditRecord, event, outcome};
+use crate::http::caller::with_identity;
+use crate::http::deadline::SendDeadline;
+use crate::http::slots::{Full, Slot};
+
+/// Records one export holds at most (newest first).
+pub const EXPORT_MAX: usize = 100_000;
+
+/// Records read from the store for one chunk of an export: about 300 KB of
+/// JSON lines, the most one export holds in memory at a time.
+pub const EXPORT_PAGE: i64 = 250;
+
+/// How long a person refused for too many exports is told to wait.
+const RETRY_EXPORT: Duration = Duration::from_secs(30);
+
+/// How an export that did not reach its end ended.
+pub mod ended {
+    /// Not taken by the client within `console.export_timeout`.
+    pub const DEADLINE: &str = "deadline";
+    /// The connection closed first (the client went away, or the server
+    /// stopped).
+    pub const CLOSED: &str = "closed";
+    /// The trail could not be read.
+    pub const AUDIT_UNAVAILABLE: &str = "audit_unavailable";
+}
+
+/// `GET /ui/export`.
+pub async fn export(
+    State(app): State<Arc<App>>,
+    Extension(console): Extension<Arc<Console>>,
+    Auditor(viewer): Auditor,
+    Query(filters): Query<Filters>,
+) -> Response {
+    let broken = console.last_check(&app);
+    let csv = match filters.format.as_str() {
+        "csv" => true,
+        "jsonl" => false,
+        _ => {
+            return invalid(
+                &viewer,
+                broken.as_ref(),
+                "Export",
+                "`format` must be csv or jsonl",
+            );
+        }
+    };
+    let (filter, before) = match filters.parse(app.clock.now(), EXPORT_PAGE) {
+        Ok(parsed) => parsed,
+        Err(why) => return invalid(&viewer, broken.as_ref(), "Export", &why),
+    };
+    let slot = match console.exports.take(&viewer.session.identity.qualified_subject()) {
+        Ok(slot) => slot,
+        Err(full) => return refuse_full(&app, &viewer, full).await,
+    };
+    let timeout = console.export_timeout;
+    let details = json!({
+        "action": "export", "view": "export", "format": filters.format, "filter": filters.query(),
+        "timeout_seconds": timeout.as_secs(),
+    });
+    let started = match record_now(&app, &viewer, details).await {
+        Ok(stored) => stored,
+        Err(page) => return page,
+    };
+    let deadline = Instant::now() + timeout;
+    let mut end_record = started.record.clone();
+    end_record.details =
+        json!({"action": "export", "view": "export", "via": "console", "export_record": started.seq});
+    let body = ExportBody {
+        app: app.clone(),
+        filter,
+        before,
+        csv_header: csv,
+        csv,
+        handed: 0,
+        reading: None,
+        state: State_::Running,
+        unfinished: Some(Unfinished {
+            record: end_record,
+            deadline,
+        }),
+        _slot: slot,
+    };
+    let (kind, name) = if csv {
+        ("text/csv; charset=utf-8", "audit.csv")
+    } else {
+        ("application/x-ndjson", "audit.jsonl")
+    };
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, kind.to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        Body::new(body),
+    )
+        .into_response();
+    response.extensions_mut().insert(SendDeadline::at(deadline));
+    response
+}
+
+/// The refusal of an export over a cap, recorded as a rate-limit refusal.
+async fn refuse_full(app: &App, viewer: &Viewer, full: Full) -> Response {
+    let who = match full {
+        Full::Identity => "you: your exports already running on this server are your most",
+        Full::Total | Full::Closed => "every person: this server runs its most exports at once",
+    };
+    let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
+    with_identity(&mut record, &viewer.session.identity);
+    record.details = json!({"via": "console", "view": "export", "action": "export"});
+    super::refuse_rate(app, record, RETRY_EXPORT, who).await
+}
+
+/// What is recorded when an export does not reach its end.
+struct Unfinished {
+    /// The second record (the first one's request id, caller and identity).
+    record: AuditRecord,
+    deadline: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State_ {
+    Running,
+    /// Every record was handed over: the next poll ends the body.
+    LastPage,
+    /// The trail could not be read: the body ends in an error, which
+    /// leaves the answer visibly incomplete (no last chunk).
+    Failed,
+}
+
+type PageRead = Pin<Box<dyn Future<Output = Result<Vec<StoredRecord>, StoreError>> + Send>>;
+
+/// The body of an export: one page read at a time, when the connection
+/// asks for more.
+struct ExportBody {
+    app: Arc<App>,
+    filter: AuditFilter,
+    /// Cursor: the next page holds records before this `seq`.
+    before: Option<i64>,
+    /// The CSV header is still to be sent.
+    csv_header: bool,
+    csv: bool,
+    /// Records handed to the connection so far.
+    handed: usize,
+    reading: Option<PageRead>,
+    state: State_,
+    /// `None` once the export reached its end.
+    unfinished: Option<Unfinished>,
+    /// Counted among the exports until the body is dropped.
+    _slot: Slot,
+}
+
+/// An export ended by the trail being unreadable.
+#[derive(Debug, thiserror::Error)]
+#[error("the audit trail could not be read; the export is incomplete")]
+struct ExportInterrupted;
+
+impl ExportBody {
+    fn chunk(&self, records: &[StoredRecord]) -> Bytes {
+        let mut out = String::with_capacity(records.len() * 1300);
+        for r in records {
+            if self.csv {
+                out.push_str(&csv_line(r));
+            } else {
+                out.push_str(&serde_json::to_string(r).unwrap_or_default());
+            }
+            out.push('\n');
+        }
+        Bytes::from(out)
+    }
+}
+
+impl hyper::body::Body for ExportBody {
+    type Data = Bytes;
+    type Error = ExportInterrupted;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if this.csv_header {
+            this.csv_header = false;
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from(format!(
+                "{CSV_HEADER}\n"
+            ))))));
+        }
+        match this.state {
+            State_::Running => {}
+            State_::LastPage => {
+                this.unfinished = None;
+                return Poll::Ready(None);
+            }
+            State_::Failed => return Poll::Ready(None),
+        }
+        let limit = EXPORT_PAGE.min(i64::try_from(EXPORT_MAX - this.handed).unwrap_or(EXPORT_PAGE));
+        if limit <= 0 {
+            this.unfinished = None;
+            return Poll::Ready(None);
+        }
+        let reading = this.reading.get_or_insert_with(|| {
+            let app = this.app.clone();
+            let filter = AuditFilter {
+                limit,
+                ..this.filter.clone()
+            };
+            let before = this.before;
+            Box::pin(async move { app.audit.store().query_newest_first(&filter, before).await })
+        });
+        let records = match reading.as_mut().poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(read) => read,
+        };
+        this.reading = None;
+        let records = match records {
+            Ok(records) => records,
+            Err(error) => {
+                tracing::warn!(%error, "an export could not read the trail; ending it");
+                this.state = State_::Failed;
+                return Poll::Ready(Some(Err(ExportInterrupted)));
+            }
+        };
+        if (records.len() as i64) < limit {
+            this.state = State_::LastPage;
+        }
+        this.before = records.last().map(|r| r.seq);
+        this.handed += records.len();
+        if records.is_empty() {
+            this.unfinished = None;
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(this.chunk(&records)))))
+    }
+}
+
+impl Drop for ExportBody {
+    fn drop(&mut self) {
+        let Some(unfinished) = self.unfinished.take() else {
+            return;
+        };
+        let how = if self.state == State_::Failed {
+            ended::AUDIT_UNAVAILABLE
+        } else if Instant::now() >= unfinished.deadline {
+            ended::DEADLINE
+        } else {
+            ended::CLOSED
+        };
+        let mut record = unfinished.record;
+        record.occurred_at = self.app.clock.now();
+        record.outcome = outcome::SUCCESS.into();
+        if let serde_json::Value::Object(details) = &mut record.details {
+            details.insert("ended".into(), how.into());
+            details.insert("records_handed".into(), self.handed.into());
+        }
+        let app = self.app.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                ended = how,
+                "an export ended early and could not be recorded: no runtime"
+            );
+            return;
+        };
+        tracing::info!(
+            ended = how,
+            records = self.handed,
+            "an export ended before its last record"
+        );
+        runtime.spawn(async move {
+            let append = Append {
+                record,
+                claim: None,
+                deny_check: false,
+                deny_change: None,
+            };
+            if let Err(error) = app.audit.append(append).await {
+                tracing::error!(%error, "the early end of an export could not be recorded");
+            }
+        });
+    }
+}
