@@ -707,6 +707,97 @@ async fn console_under_abuse(backend: Backend) {
             .any(|d| d["view"] == "export"),
         "nothing exported from another site's link"
     );
+    // Nor does any other method than a form's POST: axum answers HEAD with
+    // the GET handler (which would export, verify and record), OPTIONS
+    // with nothing. Only the login callback, which the provider reaches
+    // from its own site, is exempt.
+    let recorded_before = console_views(&env.server, AUDITOR).await.len();
+    for path in [
+        "/ui",
+        "/ui/records/1",
+        "/ui/held?role=os:admin",
+        "/ui/person?username=sam@example.com",
+        "/ui/chain",
+        "/ui/charts?since=1d&by=hour",
+        "/ui/export?format=csv",
+        "/ui/export?format=jsonl&username=head-export",
+        "/ui/deny",
+        "/ui/deny/remove",
+        "/ui/login",
+        "/ui/logout",
+        "/ui/signed-out",
+        "/ui/assets/console.css",
+        "/ui/no-such-page",
+    ] {
+        for method in [reqwest::Method::HEAD, reqwest::Method::OPTIONS] {
+            for site in [Some("cross-site"), Some("same-site"), None] {
+                let mut request = auditor
+                    .http
+                    .request(method.clone(), format!("{base}{path}"))
+                    .header(header::COOKIE, auditor.cookies.join("; "));
+                if let Some(site) = site {
+                    request = request.header("sec-fetch-site", site);
+                }
+                let answer = request.send().await.unwrap();
+                let expected = if method == reqwest::Method::HEAD { 200 } else { 403 };
+                assert_eq!(answer.status(), expected, "{method} {path} from {site:?}");
+                assert_eq!(
+                    answer.headers()[header::CONTENT_TYPE],
+                    "text/html; charset=utf-8",
+                    "{method} {path} from {site:?}: the console's refusal, not the view"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        console_views(&env.server, AUDITOR).await.len(),
+        recorded_before,
+        "nothing recorded, exported or verified by another site's HEAD or OPTIONS"
+    );
+    // A person's subjects are those their verified tokens carried; what an
+    // unverified token claimed under their name is listed apart.
+    let mut claimed = talos_sso_server::audit::AuditRecord::new(
+        "certificate.denied",
+        "denied",
+        "req-claimed-subject-0001",
+        time::OffsetDateTime::now_utc(),
+    );
+    claimed.reason_code = Some("token_invalid".into());
+    claimed.username = Some(AUDITOR.into());
+    claimed.subject = Some("made-up-subject-of-an-anonymous-caller".into());
+    claimed.identity_verified = false;
+    env.server
+        .app
+        .audit
+        .append(talos_sso_server::audit::store::Append {
+            record: claimed,
+            claim: None,
+            deny_check: false,
+            deny_change: None,
+        })
+        .await
+        .unwrap();
+    let person = auditor
+        .get(&format!("{base}/ui/person?username={AUDITOR}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let subjects = person
+        .split("<p>Subjects: ")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .expect("the subjects line");
+    assert!(
+        subjects.contains(talos_sso_tests::emulator::SAM_OID),
+        "{subjects}"
+    );
+    assert!(!subjects.contains("made-up-subject"), "{subjects}");
+    assert!(
+        person.contains("Claimed by unverified tokens")
+            && person.contains("made-up-subject-of-an-anonymous-caller"),
+        "{person}"
+    );
     let typed = auditor
         .http
         .get(format!("{base}/ui/export?format=csv&username=x"))

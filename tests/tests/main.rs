@@ -50,6 +50,7 @@
 //! - `monitoring`: the alert rules, their unit tests and the dashboard
 //!   against the server's metrics; promtool on the exposition; a real
 //!   Prometheus scraping a real server.
+//! - `verification`: concurrent chain verifications share one run.
 //! - `tools`: what the measuring tools read of the machine (CPU times from
 //!   `/proc`).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -100,3 +101,4 @@ mod reload;
 mod roles;
 mod server;
 mod tools;
+mod verification;

@@ -5,6 +5,7 @@
 //! its answer; the last answer is kept, with when it was found.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use talos_sso_api::ChainStatus;
@@ -17,6 +18,8 @@ pub struct Verifications {
     last: Mutex<Option<(OffsetDateTime, ChainStatus)>>,
     /// The verification running now, if one is.
     running: Mutex<Option<Verification>>,
+    /// Verifications started since the server started.
+    started: AtomicU64,
 }
 
 /// A verification under way: when it started, and its answer once there
@@ -43,6 +46,11 @@ impl Verifications {
         Arc::new(Self::default())
     }
 
+    /// Verifications started since the server started.
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
+    }
+
     /// The last verification that finished, and when.
     pub fn last(&self) -> Option<(OffsetDateTime, ChainStatus)> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -66,6 +74,7 @@ impl Verifications {
         let (done, answer) = tokio::sync::watch::channel(None);
         let verification = Verification { started: now, answer };
         *running = Some(verification.clone());
+        self.started.fetch_add(1, Ordering::Relaxed);
         let verifications = self.clone();
         tokio::spawn(async move {
             // However this task ends (a panic included), the next caller
@@ -135,6 +144,7 @@ mod tests {
         assert_eq!(first.finished().await, Some(intact()));
         assert_eq!(second.finished().await, Some(intact()));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(verifications.started(), 1);
         assert!(verifications.last().is_some());
     }
 
