@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer};
 use zeroize::Zeroizing;
 
 use crate::ca::CaSource;
-use crate::policy::{PolicyConfig, PolicyExample};
+use crate::policy::{PolicyConfig, PolicyExample, Tenancy};
 
 pub mod document;
 
@@ -508,6 +508,16 @@ impl IdentityConfig {
         }
     }
 
+    /// The tenants of every issuer that has some (Entra), by name: what
+    /// app-role selectors are read against.
+    pub fn tenancy(&self) -> Tenancy {
+        Tenancy::new(
+            self.issuers()
+                .into_iter()
+                .map(|issuer| (issuer.name, issuer.allowed_tenants)),
+        )
+    }
+
     /// Every issuer: the login issuer first.
     pub fn issuers(&self) -> Vec<IssuerConfig> {
         std::iter::once(self.login_issuer())
@@ -677,6 +687,10 @@ pub struct ClusterConfig {
     /// Allow a rule to grant `os:impersonator`.
     #[serde(default)]
     pub allow_impersonator: bool,
+    /// The issuers' tenants, which the rules' app roles are read against
+    /// (from the `identity` section, set once both are read).
+    #[serde(skip)]
+    pub tenancy: Tenancy,
 }
 
 impl ClusterConfig {
@@ -685,6 +699,7 @@ impl ClusterConfig {
             rules: self.rules.clone(),
             default_roles: self.default_roles.clone(),
             allow_impersonator: self.allow_impersonator,
+            tenancy: self.tenancy.clone(),
         }
     }
 }
@@ -704,15 +719,25 @@ fn default_skew() -> Duration {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupList {
+    /// Group object ids (Entra) or names; compared case-insensitively.
     #[serde(default)]
     pub groups: Vec<String>,
     /// App roles (`roles`), of a person or of an application's own token.
+    /// `<tenant id>/<role>` counts the role only as that tenant assigned
+    /// it; the role alone stands for the login issuer's only tenant, and is
+    /// refused when it allows several (`policy::check_app_roles`).
     #[serde(default)]
     pub app_roles: Vec<String>,
     /// Client ids (`azp`/`appid`) of applications whose own tokens (client
     /// credentials) are let in, whatever their app roles; never a person.
+    /// Not tied to a tenant: an application's client id is the same in
+    /// every tenant that has a copy of it (docs/entra-id.md).
     #[serde(default)]
     pub client_ids: Vec<String>,
+    /// The issuers' tenants, which `app_roles` are read against (from the
+    /// `identity` section, set once both are read).
+    #[serde(skip)]
+    pub tenancy: Tenancy,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1105,12 +1130,19 @@ impl Config {
     /// What one section tells another, once both are read: a console with
     /// a client of its own logs in through the login issuer, so the ID
     /// tokens it redeems may name that client.
+    /// App roles are read against the tenants of `identity`.
     fn link_sections(&mut self) {
         self.identity.console_client_id = self
             .console
             .enabled
             .then(|| self.console.client_id.clone())
             .flatten();
+        let tenancy = self.identity.tenancy();
+        for cluster in self.clusters.values_mut() {
+            cluster.tenancy = tenancy.clone();
+        }
+        self.auditors.tenancy = tenancy.clone();
+        self.admins.tenancy = tenancy;
     }
 
     /// Checks that need more than one key.
@@ -1223,7 +1255,32 @@ impl Config {
                 }
             }
         }
-        crate::identity::issuer::validate(&issuers).map_err(invalid)
+        crate::identity::issuer::validate(&issuers).map_err(invalid)?;
+        self.validate_app_roles()
+    }
+
+    /// App roles count only in the tenant that assigned them: with several
+    /// allowed tenants, each app-role selector names its tenant
+    /// (`policy::check_app_roles`). `auditors` and `admins` are of the login
+    /// issuer; a rule, of the issuers it names.
+    fn validate_app_roles(&self) -> Result<(), ConfigError> {
+        let tenancy = self.identity.tenancy();
+        for (cluster, config) in &self.clusters {
+            for (index, rule) in config.rules.iter().enumerate() {
+                let issuers: Vec<&str> = if rule.issuers.is_empty() {
+                    vec![LOGIN_ISSUER]
+                } else {
+                    rule.issuers.iter().map(String::as_str).collect()
+                };
+                crate::policy::check_app_roles(&rule.app_roles, &issuers, &tenancy)
+                    .map_err(|e| invalid(format!("clusters.{cluster}.rules[{index}].app_roles: {e}")))?;
+            }
+        }
+        for (section, list) in [("auditors", &self.auditors), ("admins", &self.admins)] {
+            crate::policy::check_app_roles(&list.app_roles, &[LOGIN_ISSUER], &tenancy)
+                .map_err(|e| invalid(format!("{section}.app_roles: {e}")))?;
+        }
+        Ok(())
     }
 
     /// What is valid but should be said explicitly: logged at start and
@@ -1575,6 +1632,76 @@ clusters:
         let generic = Config::from_yaml(&generic).unwrap();
         assert_eq!(generic.identity.login_issuer().kind, "oidc");
         assert!(generic.warnings()[0].contains("add the line `kind: oidc`"));
+    }
+
+    #[test]
+    fn app_roles_name_their_tenant_when_several_are_allowed() {
+        const HOME: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+        const PARTNER: &str = "0b0b0b0b-1111-4222-8333-444444444444";
+        let two = MINIMAL
+            .replace(
+                &format!("login.microsoftonline.com/{HOME}/v2.0"),
+                "login.microsoftonline.com/{tenantid}/v2.0",
+            )
+            .replace(
+                &format!("allowed_tenants: [\"{HOME}\"]"),
+                &format!("allowed_tenants: [\"{HOME}\", \"{PARTNER}\"]"),
+            );
+        let with = |base: &str, extra: &str| Config::from_yaml(&format!("{base}{extra}"));
+        let refused = |extra: &str| with(&two, extra).unwrap_err().to_string();
+        let error = refused("auditors: { app_roles: [Talos.Auditor] }\n");
+        assert!(
+            error.starts_with(
+                "invalid configuration: auditors.app_roles: app role `Talos.Auditor` names no tenant, \
+                 but issuer `login` allows several"
+            ) && error.contains(&format!("`{HOME}/Talos.Auditor`")),
+            "{error}"
+        );
+        assert!(
+            refused("admins: { app_roles: [Talos.Admin] }\n")
+                .starts_with("invalid configuration: admins.app_roles: ")
+        );
+        let error = refused("      - { app_roles: [Talos.Reader], roles: [os:reader] }\n");
+        assert!(
+            error.contains("clusters.prod.rules[1].app_roles: app role `Talos.Reader` names no tenant"),
+            "{error}"
+        );
+        let error = refused(&format!(
+            "      - {{ app_roles: [\"{PARTNER}x/Talos.Reader\"], roles: [os:reader] }}\n"
+        ));
+        assert!(error.contains("which issuer `login` does not allow"), "{error}");
+        // Pinned, it loads, and the lists and rules know the tenants.
+        let pinned = with(
+            &two,
+            &format!(
+                "      - {{ app_roles: [\"{PARTNER}/Talos.Reader\"], roles: [os:reader] }}\n\
+                 auditors: {{ app_roles: [\"{HOME}/Talos.Auditor\"], client_ids: [siem] }}\n\
+                 admins: {{ app_roles: [\"{}/Talos.Admin\"] }}\n",
+                HOME.to_uppercase()
+            ),
+        )
+        .unwrap();
+        let both = [HOME.to_owned(), PARTNER.to_owned()];
+        assert_eq!(pinned.auditors.tenancy.tenants(LOGIN_ISSUER), Some(&both[..]));
+        assert_eq!(pinned.admins.tenancy, pinned.auditors.tenancy);
+        assert_eq!(pinned.clusters["prod"].policy().tenancy, pinned.auditors.tenancy);
+        // One tenant: the role alone is that tenant's.
+        let single = with(MINIMAL, "auditors: { app_roles: [Talos.Auditor] }\n").unwrap();
+        assert_eq!(single.auditors.tenancy.home(LOGIN_ISSUER), Some(HOME));
+        // A trusted issuer without tenants: a tenant in its rule is refused.
+        let ci = format!(
+            "{}      - {{ app_roles: [\"{HOME}/Talos.Reader\"], roles: [os:reader], issuers: [ci] }}\n",
+            MINIMAL.replace(
+                "identity:\n",
+                "identity:\n  trusted_issuers:\n    - { name: ci, kind: oidc, issuer: \"https://ci.example.com\", audiences: [talos-sso] }\n"
+            )
+        );
+        let error = Config::from_yaml(&ci).unwrap_err().to_string();
+        assert!(
+            error.contains("clusters.prod.rules[1].app_roles: app role")
+                && error.contains("but issuer `ci` has no tenants: write the role alone, `Talos.Reader`"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -17,6 +17,10 @@
 //! - An application's own token (client credentials) is matched only by
 //!   rules that name it in `users`: deny by default, whatever app roles or
 //!   groups it carries.
+//! - An app role counts only in the tenant that assigned it: each tenant's
+//!   administrators assign the app's roles on their own copy of it, so an
+//!   issuer that allows several tenants needs `<tenant id>/<role>`
+//!   ([`check_app_roles`], [`app_role_matches`]).
 //! - `os:impersonator` is effectively admin on Talos (it can claim any role
 //!   per request); a rule may only grant it when the cluster sets
 //!   `allow_impersonator`.
@@ -48,7 +52,10 @@ pub struct Rule {
     /// when the person is in any of them. Compared case-insensitively.
     #[serde(default)]
     pub groups: Vec<String>,
-    /// App roles (the token's `roles` claim); any of them.
+    /// App roles (the token's `roles` claim); any of them. `<tenant
+    /// id>/<role>` counts the role only as that tenant assigned it; the
+    /// role alone stands for the only tenant of an issuer that allows one
+    /// (refused when an issuer of the rule allows several).
     #[serde(default)]
     pub app_roles: Vec<String>,
     /// Specific people by subject (`oid` for Entra, else `sub`), or
@@ -83,6 +90,45 @@ pub struct PolicyConfig {
     /// Allow rules to grant `os:impersonator`.
     #[serde(default)]
     pub allow_impersonator: bool,
+    /// The tenants of the issuers, what app roles are read against (from
+    /// `identity`, not from the cluster).
+    #[serde(skip)]
+    pub tenancy: Tenancy,
+}
+
+/// The tenants each issuer allows, by configured name: what app-role
+/// selectors are read against. An issuer missing here has no tenants
+/// (kind `oidc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tenancy(std::collections::BTreeMap<String, Vec<String>>);
+
+impl Tenancy {
+    /// From (issuer name, allowed tenants) of the issuers that have
+    /// tenants (Entra's `allowed_tenants`).
+    pub fn new(issuers: impl IntoIterator<Item = (String, Vec<String>)>) -> Self {
+        Self(
+            issuers
+                .into_iter()
+                .filter(|(_, tenants)| !tenants.is_empty())
+                .collect(),
+        )
+    }
+
+    /// The tenants `issuer` allows; `None` when it has none.
+    pub fn tenants(&self, issuer: &str) -> Option<&[String]> {
+        self.0.get(issuer).map(Vec::as_slice)
+    }
+
+    /// The tenant an app role that names none is read in for `issuer`:
+    /// its only allowed tenant. `None` when it allows several (such a
+    /// selector is refused at load, and matches nothing if one got
+    /// through) or has none.
+    pub fn home(&self, issuer: &str) -> Option<&str> {
+        match self.tenants(issuer) {
+            Some([only]) => Some(only.as_str()),
+            _ => None,
+        }
+    }
 }
 
 /// What policy reads from a verified token.
@@ -124,6 +170,8 @@ pub enum PolicyConfigError {
          set allow_impersonator: true on the cluster if that is really intended"
     )]
     ImpersonatorNotAllowed { index: usize },
+    #[error("rule {index}: {message}")]
+    AppRole { index: usize, message: String },
 }
 
 /// Why no certificate: the stable code and what the person can do about it.
@@ -209,6 +257,8 @@ impl ClusterPolicy {
                     return Err(PolicyConfigError::ImpersonatorNotAllowed { index });
                 }
             }
+            check_app_roles(&rule.app_roles, &rule_issuers(rule), &config.tenancy)
+                .map_err(|message| PolicyConfigError::AppRole { index, message })?;
         }
         for role in &config.default_roles {
             check_role_name(role)?;
@@ -242,7 +292,7 @@ impl ClusterPolicy {
             .config
             .rules
             .iter()
-            .filter(|rule| rule_matches(rule, claims))
+            .filter(|rule| rule_matches(rule, claims, &self.config.tenancy))
             .flat_map(|rule| rule.roles.iter().map(String::as_str))
             .collect();
         roles.into_iter().map(str::to_owned).collect()
@@ -298,7 +348,12 @@ impl ClusterPolicy {
         let mut out = BTreeSet::new();
         for rule in &self.config.rules {
             out.extend(rule.groups.iter().map(|g| format!("group {g}")));
-            out.extend(rule.app_roles.iter().map(|r| format!("app role {r}")));
+            let issuers = rule_issuers(rule);
+            out.extend(
+                rule.app_roles
+                    .iter()
+                    .flat_map(|r| describe_app_role(r, &issuers, &self.config.tenancy)),
+            );
         }
         out.into_iter().collect()
     }
@@ -345,14 +400,29 @@ pub struct PolicyExample {
 impl ClusterPolicy {
     /// Check one example; the error says what was expected and what happened.
     pub fn check_example(&self, example: &PolicyExample) -> Result<(), String> {
+        // An example stands for a token of the login issuer, of the tenant
+        // it names (`claims: { tid: ... }`), else of the login issuer's only
+        // tenant; an issuer without tenants verifies none, whatever `tid`.
+        let login = crate::config::LOGIN_ISSUER;
+        let tenancy = &self.config.tenancy;
+        let named = example.claims.get("tid").and_then(serde_json::Value::as_str);
+        let tenant = match tenancy.tenants(login) {
+            None => None,
+            Some(_) => match named.or(tenancy.home(login)) {
+                Some(tenant) => Some(tenant.to_owned()),
+                None if !example.app_roles.is_empty() => {
+                    return Err(format!(
+                        "policy example `{}` has app roles but names no tenant, and the login issuer \
+                         allows several: say which, `claims: {{ tid: <tenant id> }}`",
+                        example.description
+                    ));
+                }
+                None => None,
+            },
+        };
         let claims = Claims {
-            // An example stands for a token of the login issuer.
-            issuer_name: crate::config::LOGIN_ISSUER.into(),
-            tenant: example
-                .claims
-                .get("tid")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned),
+            issuer_name: login.into(),
+            tenant,
             subject: example.subject.clone(),
             username: example.username.clone(),
             groups: example.groups.clone(),
@@ -405,7 +475,174 @@ fn check_role_name(role: &str) -> Result<(), PolicyConfigError> {
     }
 }
 
-fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
+/// The issuers whose tokens `rule` judges: those it names, else the login
+/// issuer.
+fn rule_issuers(rule: &Rule) -> Vec<&str> {
+    if rule.issuers.is_empty() {
+        vec![crate::config::LOGIN_ISSUER]
+    } else {
+        rule.issuers.iter().map(String::as_str).collect()
+    }
+}
+
+/// Whether the app-role selector `selector` admits a token that carries
+/// `app_roles`, verified in `tenant` (`None`: its issuer has no tenants),
+/// `home` being the tenant a selector that names none stands for
+/// ([`Tenancy::home`] of the token's issuer).
+///
+/// The tenant is part of the role: an app role is the app registration's,
+/// but each tenant's administrators assign it on their own copy of the app,
+/// so `Talos.Admin` in a partner tenant is whatever that partner decided.
+/// `<tenant id>/<role>` pins the tenant (compared case-insensitively, the
+/// role exactly), as `users` pins people with `<tenant id>/<oid>`. Without
+/// a tenant, the selector is the role as written (no tenant to pin).
+pub fn app_role_matches(
+    selector: &str,
+    home: Option<&str>,
+    tenant: Option<&str>,
+    app_roles: &[String],
+) -> bool {
+    let Some(tenant) = tenant else {
+        return app_roles.iter().any(|r| r == selector);
+    };
+    let (pinned, role) = match selector.split_once('/') {
+        Some((pinned, role)) => (Some(pinned), role),
+        None => (home, selector),
+    };
+    pinned.is_some_and(|t| t.eq_ignore_ascii_case(tenant)) && app_roles.iter().any(|r| r == role)
+}
+
+/// Check app-role selectors against the issuers whose tokens they judge
+/// (by name), at load: the message says which selector and why, without
+/// where it is (the caller knows).
+///
+/// - An issuer that allows several tenants: each selector names one of
+///   them, `<tenant id>/<role>`. A role alone would let every allowed
+///   tenant's administrators grant it.
+/// - An issuer that allows one: the role alone stands for that tenant.
+/// - Issuers without tenants only: a selector that starts with a tenant id
+///   is refused as meaningless (their tokens carry no tenant to compare).
+pub fn check_app_roles(selectors: &[String], issuers: &[&str], tenancy: &Tenancy) -> Result<(), String> {
+    let with_tenants: Vec<(&str, &[String])> = issuers
+        .iter()
+        .filter_map(|issuer| tenancy.tenants(issuer).map(|tenants| (*issuer, tenants)))
+        .collect();
+    for selector in selectors {
+        let shown = crate::audit::text::clean(selector, 128);
+        if selector.is_empty() {
+            return Err("app_roles has an empty entry".into());
+        }
+        if with_tenants.is_empty() {
+            // Tenantless issuers read the selector as written; one that
+            // starts with a tenant id was meant for Entra.
+            if let Some((prefix, role)) = selector.split_once('/')
+                && (looks_like_tenant_id(prefix)
+                    || tenancy
+                        .0
+                        .values()
+                        .flatten()
+                        .any(|t| t.eq_ignore_ascii_case(prefix)))
+            {
+                return Err(format!(
+                    "app role `{shown}` names tenant `{}`, but {} no tenants: \
+                     write the role alone, `{}`",
+                    crate::audit::text::clean(prefix, 64),
+                    issuer_names(issuers, "has", "have"),
+                    crate::audit::text::clean(role, 128)
+                ));
+            }
+            continue;
+        }
+        match selector.split_once('/') {
+            Some((tenant, role)) => {
+                if tenant.is_empty() || role.is_empty() {
+                    return Err(format!(
+                        "app role `{shown}`: write `<tenant id>/<role>`, both parts"
+                    ));
+                }
+                let allowed = with_tenants
+                    .iter()
+                    .any(|(_, tenants)| tenants.iter().any(|t| t.eq_ignore_ascii_case(tenant)));
+                if !allowed {
+                    let tenants: BTreeSet<&str> = with_tenants
+                        .iter()
+                        .flat_map(|(_, tenants)| tenants.iter().map(String::as_str))
+                        .collect();
+                    return Err(format!(
+                        "app role `{shown}` names tenant `{}`, which {} not allow (allowed: {}); \
+                         an app role is written `<tenant id>/<role>`, with the tenant first even \
+                         when the role has a `/` of its own",
+                        crate::audit::text::clean(tenant, 64),
+                        issuer_names(
+                            &with_tenants.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                            "does",
+                            "do"
+                        ),
+                        tenants.into_iter().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+            None => {
+                if let Some((issuer, tenants)) = with_tenants.iter().find(|(_, tenants)| tenants.len() > 1) {
+                    return Err(format!(
+                        "app role `{shown}` names no tenant, but issuer `{issuer}` allows several \
+                         ({}), and each tenant's administrators assign app roles on their own copy \
+                         of the app: any of them could grant it. Write one entry per tenant whose \
+                         assignments you trust, as `{}/{shown}`",
+                        tenants.join(", "),
+                        tenants[0]
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `issuer `a`` or `issuers `a`, `b``, with the verb in agreement.
+fn issuer_names(issuers: &[&str], one: &str, several: &str) -> String {
+    let quoted: Vec<String> = issuers.iter().map(|i| format!("`{i}`")).collect();
+    if quoted.len() == 1 {
+        format!("issuer {} {one}", quoted[0])
+    } else {
+        format!("issuers {} {several}", quoted.join(", "))
+    }
+}
+
+/// An Entra tenant id: a GUID, `8-4-4-4-12` hexadecimal digits.
+fn looks_like_tenant_id(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(group, len)| group.len() == len && group.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// How a denial names an app-role selector to the person: with the tenant
+/// it counts in, one entry per tenant when it stands for the only tenant
+/// of several issuers.
+fn describe_app_role(selector: &str, issuers: &[&str], tenancy: &Tenancy) -> Vec<String> {
+    let with_tenants = issuers.iter().any(|i| tenancy.tenants(i).is_some());
+    let tenantless = issuers.iter().any(|i| tenancy.tenants(i).is_none());
+    let mut out = Vec::new();
+    match selector.split_once('/') {
+        Some((tenant, role)) if with_tenants => out.push(format!("app role {role} in tenant {tenant}")),
+        _ if with_tenants => out.extend(
+            issuers
+                .iter()
+                .filter_map(|i| tenancy.home(i))
+                .map(|home| format!("app role {selector} in tenant {home}")),
+        ),
+        _ => {}
+    }
+    if tenantless {
+        out.push(format!("app role {selector}"));
+    }
+    out
+}
+
+fn rule_matches(rule: &Rule, claims: &Claims, tenancy: &Tenancy) -> bool {
     let issuer = if rule.issuers.is_empty() {
         claims.issuer_name == crate::config::LOGIN_ISSUER
     } else {
@@ -419,7 +656,14 @@ fn rule_matches(rule: &Rule, claims: &Claims) -> bool {
             .groups
             .iter()
             .any(|g| claims.groups.iter().any(|have| have.eq_ignore_ascii_case(g)));
-    let app_roles = rule.app_roles.is_empty() || rule.app_roles.iter().any(|r| claims.app_roles.contains(r));
+    // The tenant the token's issuer verified, as for `users`: an issuer
+    // without tenants gives none, whatever `tid` its tokens carry.
+    let home = tenancy.home(&claims.issuer_name);
+    let app_roles = rule.app_roles.is_empty()
+        || rule
+            .app_roles
+            .iter()
+            .any(|r| app_role_matches(r, home, claims.tenant.as_deref(), &claims.app_roles));
     // People are named by what they cannot change: the subject (`oid` on
     // Entra, else `sub`), optionally pinned to a tenant as `tid/oid`. Never
     // the username: `preferred_username` and `email` are editable, and
@@ -457,6 +701,11 @@ mod tests {
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// An Entra login issuer that allows one tenant, `t` (that of [`person`]s).
+    fn home_tenant() -> Tenancy {
+        Tenancy::new([(crate::config::LOGIN_ISSUER.to_owned(), strings(&["t"]))])
     }
 
     fn rule(groups: &[&str], app_roles: &[&str], roles: &[&str]) -> Rule {
@@ -522,6 +771,7 @@ mod tests {
             ],
             default_roles: strings(&["os:operator", "os:reader", "os:etcd:backup"]),
             allow_impersonator: false,
+            tenancy: home_tenant(),
         })
         .unwrap()
     }
@@ -736,6 +986,7 @@ mod tests {
                 rules,
                 default_roles: vec![],
                 allow_impersonator,
+                tenancy: Tenancy::default(),
             })
             .map(|_| ())
         };
@@ -771,6 +1022,7 @@ mod tests {
             rules: vec![rule(&[ADMINS], &[], &["os:admin"])],
             default_roles: strings(&["admin"]),
             allow_impersonator: false,
+            tenancy: Tenancy::default(),
         });
         assert!(matches!(bad_default, Err(PolicyConfigError::UnknownRole { .. })));
     }
@@ -784,6 +1036,7 @@ mod tests {
             ],
             default_roles: strings(&["os:admin"]),
             allow_impersonator: true,
+            tenancy: Tenancy::default(),
         })
         .unwrap();
         // An admin never gets impersonator by being an admin.
@@ -902,6 +1155,7 @@ default_roles: [os:reader]
                 rule(&[], &["Talos.Reader"], &["os:reader"]),
                 named,
             ],
+            tenancy: home_tenant(),
             ..Default::default()
         })
         .unwrap();
@@ -942,5 +1196,245 @@ default_roles: [os:reader]
         };
         assert_eq!(policy.check_example(&example(true)), Ok(()));
         assert!(policy.check_example(&example(false)).is_err());
+    }
+
+    const TENANT_A: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
+    const TENANT_B: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
+
+    /// The login issuer allows tenants A and B; `partner` (Entra) allows
+    /// C; `ci` has no tenants.
+    fn two_tenants() -> Tenancy {
+        Tenancy::new([
+            (
+                crate::config::LOGIN_ISSUER.to_owned(),
+                strings(&[TENANT_A, TENANT_B]),
+            ),
+            (
+                "partner".to_owned(),
+                strings(&["cccccccc-0000-4000-8000-00000000000c"]),
+            ),
+            ("ci".to_owned(), vec![]),
+        ])
+    }
+
+    #[test]
+    fn app_roles_count_only_in_the_tenant_that_assigned_them() {
+        let pinned_a = format!("{TENANT_A}/Talos.Admin");
+        let pinned_b = format!("{}/Talos.Reader", TENANT_B.to_uppercase());
+        let pinned_slash = format!("{TENANT_A}/Ops/Backup");
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&[], &[&pinned_a], &["os:admin"]),
+                rule(&[], &[&pinned_b], &["os:reader"]),
+                rule(&[], &[&pinned_slash], &["os:etcd:backup"]),
+            ],
+            tenancy: two_tenants(),
+            ..Default::default()
+        })
+        .unwrap();
+        let granted = |app_roles: &[&str], tid: &str| {
+            policy
+                .decide(&person("p", &[], app_roles, tid), &[])
+                .map(|d| d.granted)
+                .map_err(|d| d.code())
+        };
+        assert_eq!(granted(&["Talos.Admin"], TENANT_A), Ok(strings(&["os:admin"])));
+        // The same role value, assigned by tenant B's administrators.
+        assert_eq!(granted(&["Talos.Admin"], TENANT_B), Err("no_matching_rule"));
+        // Tenants compare case-insensitively, role values exactly.
+        assert_eq!(granted(&["Talos.Reader"], TENANT_B), Ok(strings(&["os:reader"])));
+        assert_eq!(granted(&["Talos.Reader"], TENANT_A), Err("no_matching_rule"));
+        assert_eq!(granted(&["talos.admin"], TENANT_A), Err("no_matching_rule"));
+        // The tenant ends at the first `/`: the role may have one of its own.
+        assert_eq!(
+            granted(&["Ops/Backup"], TENANT_A),
+            Ok(strings(&["os:etcd:backup"]))
+        );
+        assert_eq!(granted(&[&pinned_a], TENANT_A), Err("no_matching_rule"));
+        // What would help names the tenant.
+        let Err(Denial::NoMatchingRule { would_grant }) =
+            policy.decide(&person("p", &[], &[], TENANT_A), &[])
+        else {
+            panic!("denied");
+        };
+        assert!(
+            would_grant.contains(&format!("app role Talos.Admin in tenant {TENANT_A}"))
+                && would_grant.contains(&format!(
+                    "app role Talos.Reader in tenant {}",
+                    TENANT_B.to_uppercase()
+                )),
+            "{would_grant:?}"
+        );
+    }
+
+    #[test]
+    fn an_app_role_alone_stands_for_the_only_tenant_or_for_none() {
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&[], &["Talos.Reader"], &["os:reader"]),
+                Rule {
+                    issuers: strings(&["ci"]),
+                    ..rule(&[], &["deploy/prod"], &["os:operator"])
+                },
+            ],
+            tenancy: home_tenant(),
+            ..Default::default()
+        })
+        .unwrap();
+        let decide = |claims: &Claims| {
+            policy
+                .decide(claims, &[])
+                .map(|d| d.granted)
+                .map_err(|d| d.code())
+        };
+        assert_eq!(
+            decide(&person("p", &[], &["Talos.Reader"], "T")),
+            Ok(strings(&["os:reader"]))
+        );
+        // Another tenant's token (which the issuer would refuse) gets nothing.
+        assert_eq!(
+            decide(&person("p", &[], &["Talos.Reader"], "u")),
+            Err("no_matching_rule")
+        );
+        // An issuer without tenants: the selector is the role as written.
+        let from_ci = |roles: &[&str]| Claims {
+            issuer_name: "ci".into(),
+            tenant: None,
+            ..person("p", &[], roles, "t")
+        };
+        assert_eq!(decide(&from_ci(&["deploy/prod"])), Ok(strings(&["os:operator"])));
+        assert_eq!(decide(&from_ci(&["prod"])), Err("no_matching_rule"));
+        let Err(Denial::NoMatchingRule { would_grant }) = policy.decide(&person("p", &[], &[], "t"), &[])
+        else {
+            panic!("denied");
+        };
+        assert_eq!(
+            would_grant,
+            strings(&["app role Talos.Reader in tenant t", "app role deploy/prod"])
+        );
+        // A rule that names no tenant matches no tenant's token when the
+        // issuer allows several (such a rule is refused at load; this is
+        // what a rule that got through would do).
+        for tid in [TENANT_A, TENANT_B] {
+            assert!(!app_role_matches(
+                "Talos.Reader",
+                two_tenants().home("login"),
+                Some(tid),
+                &strings(&["Talos.Reader"])
+            ));
+        }
+    }
+
+    #[test]
+    fn app_role_selectors_are_checked_against_the_tenants_of_their_issuers() {
+        let tenancy = two_tenants();
+        let check =
+            |selector: &str, issuers: &[&str]| check_app_roles(&strings(&[selector]), issuers, &tenancy);
+        let login = &[crate::config::LOGIN_ISSUER][..];
+        let error = check("Talos.Admin", login).unwrap_err();
+        assert!(
+            error.contains("app role `Talos.Admin` names no tenant, but issuer `login` allows several")
+                && error.contains(&format!("`{TENANT_A}/Talos.Admin`")),
+            "{error}"
+        );
+        assert_eq!(check(&format!("{TENANT_A}/Talos.Admin"), login), Ok(()));
+        assert_eq!(
+            check(&format!("{}/Talos.Admin", TENANT_B.to_uppercase()), login),
+            Ok(())
+        );
+        let error = check("cccccccc-0000-4000-8000-00000000000c/Talos.Admin", login).unwrap_err();
+        assert!(error.contains("which issuer `login` does not allow"), "{error}");
+        let error = check("Ops/Backup", login).unwrap_err();
+        assert!(
+            error.contains("names tenant `Ops`") && error.contains("the tenant first"),
+            "{error}"
+        );
+        assert!(
+            check(&format!("{TENANT_A}/"), login)
+                .unwrap_err()
+                .contains("both parts")
+        );
+        assert!(check("", login).is_err());
+        // Per issuer of the rule: each pinned tenant is one of them.
+        let both = &["login", "partner"][..];
+        assert_eq!(
+            check("cccccccc-0000-4000-8000-00000000000c/Talos.Admin", both),
+            Ok(())
+        );
+        assert!(
+            check("Talos.Admin", both)
+                .unwrap_err()
+                .contains("issuer `login` allows several")
+        );
+        // One tenant: the role alone is that tenant's.
+        assert_eq!(check("Talos.Admin", &["partner"]), Ok(()));
+        assert_eq!(check("Talos.Admin", &["ci", "partner"]), Ok(()));
+        // No tenants: a tenant is meaningless, a `/` of the role's own is fine.
+        let error = check(&format!("{TENANT_A}/Talos.Admin"), &["ci"]).unwrap_err();
+        assert!(
+            error.contains("but issuer `ci` has no tenants: write the role alone, `Talos.Admin`"),
+            "{error}"
+        );
+        assert!(check("00000000-1111-2222-3333-444444444444/Talos.Admin", &["ci"]).is_err());
+        assert_eq!(check("deploy/prod", &["ci"]), Ok(()));
+        // The refusal stops the cluster's policy too.
+        let refused = ClusterPolicy::new(PolicyConfig {
+            rules: vec![
+                rule(&[ADMINS], &[], &["os:reader"]),
+                rule(&[], &["Talos.Admin"], &["os:admin"]),
+            ],
+            tenancy: tenancy.clone(),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            matches!(refused, PolicyConfigError::AppRole { index: 1, .. }),
+            "{refused}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .starts_with("rule 1: app role `Talos.Admin` names no tenant")
+        );
+    }
+
+    #[test]
+    fn an_example_is_of_the_tenant_it_names_or_of_the_only_one() {
+        let pinned = format!("{TENANT_A}/Talos.Reader");
+        let policy = ClusterPolicy::new(PolicyConfig {
+            rules: vec![rule(&[], &[&pinned], &["os:reader"])],
+            tenancy: two_tenants(),
+            ..Default::default()
+        })
+        .unwrap();
+        let example = |tid: Option<&str>, expect: &str| PolicyExample {
+            description: "readers".into(),
+            app_roles: strings(&["Talos.Reader"]),
+            claims: tid
+                .map(|t| ("tid".to_owned(), serde_json::json!(t)))
+                .into_iter()
+                .collect(),
+            expect_roles: (expect == "reader").then(|| strings(&["os:reader"])),
+            expect_denied: (expect != "reader").then(|| expect.to_owned()),
+            ..Default::default()
+        };
+        assert_eq!(policy.check_example(&example(Some(TENANT_A), "reader")), Ok(()));
+        assert_eq!(
+            policy.check_example(&example(Some(TENANT_B), "no_matching_rule")),
+            Ok(())
+        );
+        let error = policy.check_example(&example(None, "reader")).unwrap_err();
+        assert!(
+            error.contains("names no tenant") && error.contains("claims: { tid: <tenant id> }"),
+            "{error}"
+        );
+        // With one tenant, the example is of it.
+        let single = ClusterPolicy::new(PolicyConfig {
+            rules: vec![rule(&[], &["Talos.Reader"], &["os:reader"])],
+            tenancy: home_tenant(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(single.check_example(&example(None, "reader")), Ok(()));
     }
 }

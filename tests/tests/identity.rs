@@ -1,8 +1,9 @@
 //! The Entra ID emulator driven as the CLI will drive it (the `openidconnect`
 //! crate over real HTTP), and the server's token verification against it:
 //! discovery, key rotation, outages, the `{tenantid}` template, v1 access
-//! tokens, group overage through Graph, and several issuers trusted at once
-//! (a second emulator instance, with keys of its own, read as plain OIDC).
+//! tokens, group overage through Graph, several issuers trusted at once
+//! (a second emulator instance, with keys of its own, read as plain OIDC),
+//! and app roles read in the tenant that assigned them.
 
 use std::time::Duration;
 
@@ -18,9 +19,9 @@ use talos_sso_server::identity::issuer::Issuer;
 use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
 use talos_sso_tests::emulator::{
     CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, GROUP_PLATFORM_ADMINS,
-    SERVER_APP_ID, SERVER_APP_SECRET, TENANT_ID, TokenKind,
+    GROUP_SECURITY, SERVER_APP_ID, SERVER_APP_SECRET, SIEM_CLIENT_ID, TENANT_ID, TokenKind,
 };
-use talos_sso_tests::harness::{Backend, TestEnv, Workdir};
+use talos_sso_tests::harness::{Backend, TestEnv, Workdir, server_cli};
 use talos_sso_tests::material::write_file;
 use time::OffsetDateTime;
 
@@ -673,6 +674,14 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
         json!(["os:operator"]),
         "the groups it asserts count"
     );
+    // ...for the rules that name it only: the admins' group id, asserted by
+    // the trusted issuer, is not the login issuer's group.
+    let (status, body) = issue(&env, &ci.token_for("alice@example.com", TokenKind::id()).unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("no_matching_rule")),
+        "{body}"
+    );
     // A rule naming an issuer that is not configured is refused at load.
     let mut mistaken = env.config();
     if let Some(prod) = mistaken.clusters.get_mut("prod") {
@@ -883,6 +892,177 @@ async fn a_provider_behind_a_company_authority_needs_identity_ca_file() {
     assert!(
         env.emulator.counters().graph_member_objects >= 1,
         "Graph was asked"
+    );
+    env.finish().await;
+}
+
+/// A second tenant of the login issuer, whose administrators assign the
+/// app's roles on their own copy of the app.
+const PARTNER_TENANT: &str = "0b0b0b0b-1111-4222-8333-444444444444";
+
+/// `yaml` with `from` replaced by `to`, which must be there.
+fn replaced(yaml: &str, from: &str, to: &str) -> String {
+    assert!(yaml.contains(from), "`{from}` is not in the configuration");
+    yaml.replace(from, to)
+}
+
+/// The test configuration with the partner tenant allowed too (the login
+/// issuer as Entra's multi-tenant template), and `Talos.Reader` (rule),
+/// `Talos.Auditor` (auditors) and `Talos.Admin` (admins) pinned to the
+/// home tenant when `pinned`, else as the role alone.
+fn two_tenants(yaml: String, pinned: bool) -> String {
+    let role = |r: &str| {
+        if pinned {
+            format!("\"{TENANT_ID}/{r}\"")
+        } else {
+            format!("\"{r}\"")
+        }
+    };
+    let yaml = replaced(&yaml, &format!("/{TENANT_ID}/v2.0\""), "/{tenantid}/v2.0\"");
+    let yaml = replaced(
+        &yaml,
+        &format!("allowed_tenants: [\"{TENANT_ID}\"]"),
+        &format!("allowed_tenants: [\"{TENANT_ID}\", \"{PARTNER_TENANT}\"]"),
+    );
+    let yaml = replaced(
+        &yaml,
+        "app_roles: [\"Talos.Reader\"]",
+        &format!("app_roles: [{}]", role("Talos.Reader")),
+    );
+    let yaml = replaced(
+        &yaml,
+        &format!("auditors: {{ groups: [\"{GROUP_SECURITY}\"] }}"),
+        &format!(
+            "auditors: {{ groups: [\"{GROUP_SECURITY}\"], app_roles: [{}] }}",
+            role("Talos.Auditor")
+        ),
+    );
+    replaced(
+        &yaml,
+        &format!("admins: {{ groups: [\"{GROUP_PLATFORM_ADMINS}\"] }}"),
+        &format!(
+            "admins: {{ groups: [\"{GROUP_PLATFORM_ADMINS}\"], app_roles: [{}] }}",
+            role("Talos.Admin")
+        ),
+    )
+}
+
+#[tokio::test]
+async fn an_app_role_counts_only_in_the_tenant_that_assigned_it() {
+    let env = TestEnv::start_from_file(Backend::Sqlite, |yaml| two_tenants(yaml, true)).await;
+    let entra = &env.emulator;
+    // The same person and role values, assigned in either tenant.
+    let token = |tenant: &str, user: &str, roles: &[&str]| {
+        entra
+            .token_with(
+                user,
+                TokenKind::id(),
+                json!({"tid": tenant, "iss": format!("{}/{tenant}/v2.0", entra.base_url), "roles": roles}),
+            )
+            .unwrap()
+    };
+    let get = |path: &str, token: String| {
+        let request = env
+            .http
+            .get(format!("{}{path}", env.server.base_url))
+            .bearer_auth(token);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            (status, body["code"].as_str().map(str::to_owned))
+        }
+    };
+
+    // A certificate by app role: the home tenant's assignment only.
+    let (status, body) = issue(&env, &token(TENANT_ID, "carol@example.com", &["Talos.Reader"])).await;
+    assert_eq!((status, &body["roles"]), (201, &json!(["os:reader"])), "{body}");
+    let (status, body) = issue(
+        &env,
+        &token(PARTNER_TENANT, "carol@example.com", &["Talos.Reader"]),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("no_matching_rule")),
+        "{body}"
+    );
+    assert!(
+        body.to_string()
+            .contains(&format!("app role Talos.Reader in tenant {TENANT_ID}")),
+        "what would help names the tenant: {body}"
+    );
+
+    // Auditors and admins by app role, people and applications alike.
+    let auditor = |tenant| token(tenant, "dave@example.com", &["Talos.Auditor"]);
+    let admin = |tenant| token(tenant, "dave@example.com", &["Talos.Admin"]);
+    assert_eq!(get("/v1/audit", auditor(TENANT_ID)).await, (200, None));
+    assert_eq!(
+        get("/v1/audit", auditor(PARTNER_TENANT)).await,
+        (403, Some("not_an_auditor".into()))
+    );
+    assert_eq!(get("/v1/deny", admin(TENANT_ID)).await, (200, None));
+    assert_eq!(
+        get("/v1/deny", admin(PARTNER_TENANT)).await,
+        (403, Some("not_an_admin".into()))
+    );
+    let collector = |tenant: &str| {
+        entra
+            .app_token_with(
+                SIEM_CLIENT_ID,
+                json!({"tid": tenant, "iss": format!("{}/{tenant}/v2.0", entra.base_url)}),
+            )
+            .unwrap()
+    };
+    assert_eq!(get("/v1/audit", collector(TENANT_ID)).await, (200, None));
+    assert_eq!(
+        get("/v1/audit", collector(PARTNER_TENANT)).await,
+        (403, Some("not_an_auditor".into()))
+    );
+
+    // A role alone, with two tenants allowed: refused by a reload (the
+    // running configuration keeps serving), by `check`, and at start.
+    let file = env.config_file();
+    let pinned = std::fs::read_to_string(&file).unwrap();
+    let says =
+        "auditors.app_roles: app role `Talos.Auditor` names no tenant, but issuer `login` allows several";
+    let spelling = format!("`{TENANT_ID}/Talos.Auditor`");
+    std::fs::write(
+        &file,
+        replaced(
+            &pinned,
+            &format!("\"{TENANT_ID}/Talos.Auditor\""),
+            "\"Talos.Auditor\"",
+        ),
+    )
+    .unwrap();
+    let refused = env
+        .server
+        .app
+        .reload(talos_sso_server::reload::Trigger::Signal)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains(says) && refused.contains(&spelling), "{refused}");
+    assert_eq!(
+        get("/v1/audit", auditor(PARTNER_TENANT)).await,
+        (403, Some("not_an_auditor".into()))
+    );
+    assert_eq!(get("/v1/audit", auditor(TENANT_ID)).await, (200, None));
+    let path = file.to_str().unwrap();
+    let checked = server_cli(&["check", "--config", path]).await.unwrap_err();
+    assert!(checked.contains(says), "{checked}");
+    let unpinned = two_tenants(
+        talos_sso_tests::harness::config_yaml(entra, &env.work, &env.database_url),
+        false,
+    );
+    std::fs::write(&file, unpinned).unwrap();
+    let started = server_cli(&["serve", "--config", path]).await.unwrap_err();
+    assert!(
+        started.contains(
+            "clusters.prod.rules[2].app_roles: app role `Talos.Reader` names no tenant, but issuer `login` allows several"
+        ) && started.contains(&format!("`{TENANT_ID}/Talos.Reader`")),
+        "{started}"
     );
     env.finish().await;
 }

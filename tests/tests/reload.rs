@@ -9,7 +9,7 @@ use serde_json::Value;
 use talos_sso_api::audit::event;
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::reload::Trigger;
-use talos_sso_tests::emulator::{GROUP_ONCALL, GROUP_SECURITY, TokenKind};
+use talos_sso_tests::emulator::{GROUP_ONCALL, GROUP_SECURITY, TENANT_ID, TokenKind};
 use talos_sso_tests::harness::{Backend, TestEnv, json_of};
 
 /// A group of erin's, who is in too many for her token to carry them (so
@@ -215,6 +215,15 @@ async fn a_bad_configuration_is_refused_and_the_running_one_keeps_serving() {
         (
             good.replace("cluster: prod,", "cluster: gone,"),
             "unknown cluster `gone`",
+        ),
+        // A second tenant while a rule names an app role alone: the new
+        // tenant's administrators could assign it.
+        (
+            good.replace(
+                &format!("allowed_tenants: [\"{TENANT_ID}\"]"),
+                &format!("allowed_tenants: [\"{TENANT_ID}\", \"0b0b0b0b-1111-4222-8333-444444444444\"]"),
+            ),
+            "clusters.prod.rules[2].app_roles: app role `Talos.Reader` names no tenant",
         ),
     ] {
         let failed_before = metric(

@@ -24,10 +24,15 @@ pub enum Privilege {
 /// client credentials), of the login issuer: a trusted issuer (workloads,
 /// another directory) can assert any group or role name. An application is
 /// in by an app role or by its client id; a person never by a client id.
+/// An app role counts only in the tenant its selector names (or the login
+/// issuer's only tenant): another allowed tenant's administrators assign
+/// the same role values to whom they like.
 pub(super) fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
     if !verified.from_login_issuer() {
         return false;
     }
+    let home = list.tenancy.home(crate::config::LOGIN_ISSUER);
+    let tenant = verified.tenant.as_deref();
     let by_client_id = verified
         .application
         .as_ref()
@@ -37,7 +42,10 @@ pub(super) fn is_member(list: &crate::config::GroupList, verified: &VerifiedIden
             .groups
             .iter()
             .any(|g| verified.groups.iter().any(|have| have.eq_ignore_ascii_case(g)))
-        || list.app_roles.iter().any(|r| verified.app_roles.contains(r))
+        || list
+            .app_roles
+            .iter()
+            .any(|r| crate::policy::app_role_matches(r, home, tenant, &verified.app_roles))
 }
 
 pub(super) fn identity_denied() -> ApiError {
@@ -122,7 +130,8 @@ pub async fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::GroupList;
+    use crate::config::{GroupList, LOGIN_ISSUER};
+    use crate::policy::Tenancy;
 
     fn caller(application: Option<&str>, app_roles: &[&str], groups: &[&str]) -> VerifiedIdentity {
         VerifiedIdentity {
@@ -148,6 +157,7 @@ mod tests {
             groups: vec!["security".into()],
             app_roles: vec!["Talos.Auditor".into()],
             client_ids: vec!["SIEM-client".into()],
+            tenancy: Tenancy::new([(LOGIN_ISSUER.to_owned(), vec!["t".to_owned()])]),
         };
         assert!(is_member(&auditors, &caller(Some("siem-client"), &[], &[])));
         assert!(is_member(
@@ -168,5 +178,50 @@ mod tests {
         let mut workload = caller(Some("siem-client"), &["Talos.Auditor"], &[]);
         workload.issuer_name = "ci".into();
         assert!(!is_member(&auditors, &workload));
+        // Nor by a group of the login issuer's that another issuer asserts.
+        let mut colleague = caller(None, &[], &["security"]);
+        colleague.issuer_name = "partner".into();
+        assert!(!is_member(&auditors, &colleague));
+    }
+
+    #[test]
+    fn an_app_role_makes_an_auditor_only_in_the_tenant_it_names() {
+        let (home, partner) = (
+            "aaaaaaaa-0000-4000-8000-00000000000a",
+            "bbbbbbbb-0000-4000-8000-00000000000b",
+        );
+        let admins = GroupList {
+            app_roles: vec![format!("{}/Talos.Admin", home.to_uppercase())],
+            tenancy: Tenancy::new([(LOGIN_ISSUER.to_owned(), vec![home.to_owned(), partner.to_owned()])]),
+            ..GroupList::default()
+        };
+        let of = |tenant: &str, application: Option<&str>| VerifiedIdentity {
+            tenant: Some(tenant.into()),
+            ..caller(application, &["Talos.Admin"], &[])
+        };
+        assert!(is_member(&admins, &of(home, None)));
+        assert!(is_member(&admins, &of(home, Some("automation"))));
+        // The partner's administrators assigned the same role value.
+        assert!(!is_member(&admins, &of(partner, None)));
+        assert!(!is_member(&admins, &of(partner, Some("automation"))));
+        // A role alone is the only tenant's; with several, nobody's.
+        let single = |tenants: &[&str]| GroupList {
+            app_roles: vec!["Talos.Admin".into()],
+            tenancy: Tenancy::new([(
+                LOGIN_ISSUER.to_owned(),
+                tenants.iter().map(|t| t.to_string()).collect(),
+            )]),
+            ..GroupList::default()
+        };
+        assert!(is_member(&single(&[home]), &of(home, None)));
+        assert!(!is_member(&single(&[home]), &of(partner, None)));
+        assert!(!is_member(&single(&[home, partner]), &of(home, None)));
+        // A login issuer without tenants: the role as written.
+        let tenantless = VerifiedIdentity {
+            tenant: None,
+            ..caller(None, &["Talos.Admin"], &[])
+        };
+        assert!(is_member(&single(&[]), &tenantless));
+        assert!(!is_member(&admins, &tenantless));
     }
 }
