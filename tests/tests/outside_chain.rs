@@ -10,7 +10,9 @@
 //!   refusal names the rows.
 
 use sqlx::Row;
-use talos_sso_server::audit::store::{Append, AuditFilter, AuditStore, StoreError, StoreOptions};
+use talos_sso_server::audit::store::{
+    Append, AuditFilter, AuditStore, IssuerScope, StoreError, StoreOptions,
+};
 use talos_sso_server::audit::{AuditRecord, event, outcome};
 use talos_sso_server::config::Config;
 use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle};
@@ -299,7 +301,11 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
         ..carol.clone()
     };
     assert_eq!(seqs(store.query(&since).await.unwrap()), [0; 0], "{backend:?}");
-    let resolved = store.subjects_of("carol@example.com", 10).await.unwrap();
+    let scope = IssuerScope {
+        issuers: vec![LOGIN_ISS.into()],
+        tenants: Vec::new(),
+    };
+    let resolved = store.subjects_of("carol@example.com", &scope, 10).await.unwrap();
     assert!(
         resolved.is_empty(),
         "{backend:?}: the planted row resolved carol's username: {resolved:?}"

@@ -422,21 +422,75 @@ use deny_list_sql;
 const DENY_LIST_SQL: &str = "SELECT subject, username, reason, added_by, added_at, expires_at \
      FROM deny_list_active ORDER BY added_at DESC";
 
-/// The subjects that verified records name with the username `$1`, at
-/// most `$2`.
+/// The subjects (and their tenants) that verified records of the issuers
+/// `$2` name with the username `$1`, of the tenants `$3` when any are
+/// given, at most `$4` pairs: a backend's literal for `$in_list` tests
+/// that the value before it is in the list (ignoring case) at a placeholder.
 macro_rules! subjects_of_sql {
-    ($backend:ident) => {
+    ($backend:ident, issuer in $issuers:literal, tenants $any_tenant:literal, tenant in $tenants:literal) => {
         concat!(
-            "SELECT DISTINCT subject FROM audit_events WHERE ",
+            "SELECT DISTINCT subject, tenant FROM audit_events WHERE ",
             verified_rows!($backend),
             " AND identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
-             ORDER BY subject LIMIT $2"
+             AND lower(issuer) IN ",
+            $issuers,
+            " AND (",
+            $any_tenant,
+            " OR lower(tenant) IN ",
+            $tenants,
+            ") ORDER BY subject, tenant LIMIT $4"
         )
     };
 }
 
-const SUBJECTS_OF_POSTGRES: &str = subjects_of_sql!(postgres);
-const SUBJECTS_OF_SQLITE: &str = subjects_of_sql!(sqlite);
+const SUBJECTS_OF_POSTGRES: &str = subjects_of_sql!(
+    postgres,
+    issuer in "(SELECT lower(i) FROM unnest($2::text[]) AS i)",
+    tenants "cardinality($3::text[]) = 0",
+    tenant in "(SELECT lower(t) FROM unnest($3::text[]) AS t)"
+);
+const SUBJECTS_OF_SQLITE: &str = subjects_of_sql!(
+    sqlite,
+    issuer in "(SELECT lower(value) FROM json_each($2))",
+    tenants "json_array_length($3) = 0",
+    tenant in "(SELECT lower(value) FROM json_each($3))"
+);
+
+/// Whose records may tie a username to a subject: verified records of
+/// these issuers (`iss` as the records hold it, compared ignoring case as
+/// issuers are told apart at load) and, when any are named, of these
+/// tenants (Entra `tid`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IssuerScope {
+    pub issuers: Vec<String>,
+    pub tenants: Vec<String>,
+}
+
+/// A subject a username resolved to, and the tenants of the records that
+/// name it with that username (none for an issuer without tenants).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectCandidate {
+    pub subject: String,
+    pub tenants: Vec<String>,
+}
+
+/// Rows `(subject, tenant)`, ordered by subject, as candidates: one per
+/// subject, with its tenants.
+fn candidates(rows: Vec<(String, Option<String>)>) -> Vec<SubjectCandidate> {
+    let mut out: Vec<SubjectCandidate> = Vec::new();
+    for (subject, tenant) in rows {
+        if out.last().is_none_or(|last| last.subject != subject) {
+            out.push(SubjectCandidate {
+                subject,
+                tenants: Vec::new(),
+            });
+        }
+        if let (Some(last), Some(tenant)) = (out.last_mut(), tenant) {
+            last.tenants.push(tenant);
+        }
+    }
+    out
+}
 
 /// A value for one placeholder of a [`RecordQuery`]; each backend binds
 /// times its own way.
@@ -777,19 +831,42 @@ impl AuditStore {
         }
     }
 
-    /// The subjects that verified records name with this username (case
-    /// does not matter), at most `limit`: how a username is turned into the
-    /// immutable identifier a deny-list entry blocks.
-    pub async fn subjects_of(&self, username: &str, limit: i64) -> Result<Vec<String>, StoreError> {
-        let sql = match self {
-            AuditStore::Postgres(_) => SUBJECTS_OF_POSTGRES,
-            AuditStore::Sqlite(_) => SUBJECTS_OF_SQLITE,
+    /// The subjects that verified records of `scope` name with this
+    /// username (case does not matter), each with its tenants, from at
+    /// most `limit` (subject, tenant) pairs: how a username is turned into
+    /// the immutable identifier a deny-list entry blocks. Records of other
+    /// issuers, and unverified ones, say nothing here: a name they claim
+    /// is not their subject's to take.
+    pub async fn subjects_of(
+        &self,
+        username: &str,
+        scope: &IssuerScope,
+        limit: i64,
+    ) -> Result<Vec<SubjectCandidate>, StoreError> {
+        if scope.issuers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(String, Option<String>)> = match self {
+            AuditStore::Postgres(pool) => {
+                sqlx::query_as(SUBJECTS_OF_POSTGRES)
+                    .bind(username)
+                    .bind(&scope.issuers)
+                    .bind(&scope.tenants)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+            AuditStore::Sqlite(store) => {
+                sqlx::query_as(SUBJECTS_OF_SQLITE)
+                    .bind(username)
+                    .bind(sqlite::json_list(&scope.issuers))
+                    .bind(sqlite::json_list(&scope.tenants))
+                    .bind(limit)
+                    .fetch_all(store.pool())
+                    .await?
+            }
         };
-        on_pool!(self, pool => Ok(sqlx::query_scalar(sql)
-            .bind(username)
-            .bind(limit)
-            .fetch_all(pool)
-            .await?))
+        Ok(candidates(rows))
     }
 
     /// The rows outside the hash chain, if there are any (`None` too when
@@ -1585,6 +1662,23 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_usernames_candidates_are_its_subjects_each_with_its_tenants() {
+        let row = |s: &str, t: Option<&str>| (s.to_owned(), t.map(str::to_owned));
+        let found = candidates(vec![
+            row("a", Some("t1")),
+            row("a", Some("t2")),
+            row("b", None),
+            row("c", Some("t1")),
+        ]);
+        let pairs: Vec<(&str, Vec<&str>)> = found
+            .iter()
+            .map(|c| (c.subject.as_str(), c.tenants.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(pairs, [("a", vec!["t1", "t2"]), ("b", vec![]), ("c", vec!["t1"])]);
+        assert_eq!(candidates(Vec::new()), []);
     }
 
     #[test]
