@@ -283,11 +283,13 @@ pub async fn migrate_store(store: &AuditStore) -> Result<(), StartError> {
 /// The store as `serve` and `break-glass` use it: migrated when
 /// `database.migrate_on_start` (the default), else checked to be current,
 /// so that an old schema stops the server here rather than at its first
-/// insert.
+/// insert. Either way a trail holding rows outside its hash chain is
+/// refused, each named (migrating refuses it too).
 pub async fn open_serving_store(config: &Config) -> Result<AuditStore, StartError> {
     let migrate = config.database.migrate_on_start.unwrap_or(true);
     let store = open_store(config, migrate).await?;
     if !migrate {
+        store.require_chain_only().await.map_err(database_error)?;
         require_current_schema(&store).await?;
     }
     if let Some(warning) = owner_warning(&store).await? {

@@ -701,6 +701,8 @@ async fn verify_on_host(
     store: &crate::audit::store::AuditStore,
     extra: &[PathBuf],
 ) -> anyhow::Result<talos_sso_api::audit::ChainStatus> {
+    // The chain is read from seq 1: rows below it would pass unseen.
+    store.require_chain_only().await?;
     let signed = match &config.audit.checkpoints {
         None if !extra.is_empty() => {
             bail!(

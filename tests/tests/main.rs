@@ -53,6 +53,9 @@
 //! - `verification`: concurrent chain verifications share one run.
 //! - `tools`: what the measuring tools read of the machine (CPU times from
 //!   `/proc`).
+//! - `outside_chain`: rows below the hash chain's first `seq`, on both
+//!   stores: refused by the database, left out of every view and read, and
+//!   a trail already holding one neither migrated, served nor verified.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 /// Each named test function, run once against each audit store:
@@ -96,6 +99,7 @@ mod issuance;
 mod matrix;
 mod metrics;
 mod monitoring;
+mod outside_chain;
 mod quickstart;
 mod reload;
 mod roles;

@@ -271,6 +271,19 @@ async fn the_runtime_role_serves_and_may_not_change_the_trail() {
         refused.push(sql);
     }
     assert_eq!(refused.len(), 14);
+    // It may insert, but not a row outside the hash chain (seq 0 or below),
+    // which `audit verify` would not read: the constraint of migration 7.
+    for seq in [0, -1] {
+        let planted = format!(
+            "INSERT INTO audit_events (seq, occurred_at, request_id, event, outcome, issuer, subject, username, \
+             identity_verified, groups_evaluated, roles_requested, roles_granted, details, prev_hash, hash) \
+             VALUES ({seq}, now(), 'planted', 'certificate.issued', 'success', 'https://login.example', \
+             'made-up', 'carol@example.com', true, '{{}}', '{{}}', '{{}}', '{{}}', 'x', 'y')"
+        );
+        let (code, message) = refusal(&mut runtime, &planted).await;
+        assert_eq!(code, "23514", "seq {seq}: {message}");
+        assert!(message.contains("audit_events_seq_in_chain"), "{message}");
+    }
     // Nothing changed: the trail still verifies, with the same records.
     let after = Answer::read(read("/v1/audit/verify").await.unwrap()).await;
     assert_eq!(after.body["intact"], true, "{}", after.body);

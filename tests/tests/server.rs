@@ -12,7 +12,9 @@ use talos_sso_server::audit::{GENESIS_HASH, StoredRecord};
 use talos_sso_server::cli::Cli;
 use talos_sso_server::config::Config;
 use talos_sso_server::server::Server;
-use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, TokenKind};
+use talos_sso_tests::emulator::{
+    CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, TENANT_ID, TokenKind,
+};
 use talos_sso_tests::harness::{Answer, Backend, TestEnv, Workdir, config_yaml};
 use talos_sso_tests::talos_checker;
 
@@ -25,6 +27,7 @@ on_both_stores!(
     audit_api_answers_auditors_only_and_records_each_query,
     the_deny_list_blocks_at_once_and_every_change_is_recorded,
     a_deny_entry_with_an_expiry_blocks_until_then_and_can_be_renewed,
+    a_username_is_resolved_only_through_the_login_issuers_verified_records,
 );
 
 async fn post(env: &TestEnv, base_url: &str, token: Option<&str>, body: Value) -> Answer {
@@ -1720,5 +1723,139 @@ async fn a_deny_entry_with_an_expiry_blocks_until_then_and_can_be_renewed(backen
     assert_eq!(status, 201, "{again}");
     let blocked = post(&env, base, Some(&token("bob@example.com")), body(&csr, &[])).await;
     assert_eq!(blocked.body["code"], "identity_denied", "{}", blocked.body);
+    env.finish().await;
+}
+
+/// `deny add --user` names a subject only through verified records of the
+/// login issuer: another trusted issuer's tokens, and tokens that failed
+/// verification, may claim any username, and must not decide whom an entry
+/// blocks.
+async fn a_username_is_resolved_only_through_the_login_issuers_verified_records(backend: Backend) {
+    // A second directory, trusted as plain OpenID Connect (a workload
+    // issuer): it names its subjects with whatever username it likes.
+    let ci = EmulatorHandle::start(EmulatorConfig {
+        alternate_keys: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let trusted = format!(
+        "identity:\n  kind: entra\n  trusted_issuers:\n    - {{ name: ci, kind: oidc, issuer: \"{}\", audiences: [\"{CLI_CLIENT_ID}\"] }}\n",
+        ci.issuer()
+    );
+    let env = TestEnv::start_with(backend, |yaml| yaml.replace("identity:\n", &trusted)).await;
+    let base = &env.server.base_url;
+    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    let login = |user: &str, patch: Value| env.emulator.token_with(user, TokenKind::id(), patch).unwrap();
+    let deny_by_name = |username: &str| {
+        let request = env
+            .http
+            .post(format!("{base}/v1/deny"))
+            .bearer_auth(login("alice@example.com", json!({})))
+            .json(&json!({"username": username, "reason": "INC-9"}));
+        async move { Answer::read(request.send().await.unwrap()).await }
+    };
+
+    // Before Carol ever logs in, her username is claimed twice: by the
+    // trusted issuer's verified token (refused a certificate, but recorded
+    // as verified), and by a token of the login issuer that fails
+    // verification (expired) naming another subject.
+    let squatter = ci.token_for("carol@example.com", TokenKind::id()).unwrap();
+    let claimed = post(&env, base, Some(&squatter), body(&csr, &[])).await;
+    assert_eq!(claimed.status, 403, "{}", claimed.body);
+    let forged = login(
+        "carol@example.com",
+        json!({"oid": "c3000000-0000-4000-8000-0000000000ff", "exp": 1_000_000_000}),
+    );
+    assert_eq!(post(&env, base, Some(&forged), body(&csr, &[])).await.status, 401);
+    let claims: Vec<(bool, Option<String>, Option<String>)> = records(&env)
+        .await
+        .into_iter()
+        .filter(|r| r.record.username.as_deref() == Some("carol@example.com"))
+        .map(|r| (r.record.identity_verified, r.record.issuer, r.record.subject))
+        .collect();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert!(
+        claims.contains(&(true, Some(ci.issuer()), claims[0].2.clone())),
+        "{claims:?}"
+    );
+    assert!(
+        claims.contains(&(
+            false,
+            Some(env.emulator.issuer()),
+            Some("c3000000-0000-4000-8000-0000000000ff".into())
+        )),
+        "{claims:?}"
+    );
+    // Neither names Carol: her subject is unknown, nothing is added.
+    let unknown = deny_by_name("Carol@Example.com").await;
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (400, Some("subject_required")),
+        "{}",
+        unknown.body
+    );
+    assert!(env.server.app.audit.store().deny_list().await.unwrap().is_empty());
+
+    // Once she has logged in, her username is hers.
+    let carol = post(
+        &env,
+        base,
+        Some(&login("carol@example.com", json!({}))),
+        body(&csr, &[]),
+    )
+    .await;
+    assert_eq!(carol.status, 201, "{}", carol.body);
+    let added = deny_by_name("carol@example.com").await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert_eq!(
+        added.body["entry"]["subject"],
+        "c3000000-0000-4000-8000-000000000003"
+    );
+    let blocked = post(
+        &env,
+        base,
+        Some(&login("carol@example.com", json!({}))),
+        body(&csr, &[]),
+    )
+    .await;
+    assert_eq!((blocked.status, blocked.code()), (403, Some("identity_denied")));
+
+    // Two subjects of the login issuer with one username: the admin is
+    // asked which, each named with its tenant, and nothing is added.
+    let dave = login("dave@example.com", json!({}));
+    let other_dave = login(
+        "dave@example.com",
+        json!({"oid": "d4000000-0000-4000-8000-0000000000ff"}),
+    );
+    for token in [&dave, &other_dave] {
+        let answer = post(&env, base, Some(token), body(&csr, &[])).await;
+        assert!(answer.status == 201 || answer.status == 403, "{}", answer.body);
+    }
+    let ambiguous = deny_by_name("dave@example.com").await;
+    assert_eq!(
+        (ambiguous.status, ambiguous.code()),
+        (409, Some("subject_ambiguous")),
+        "{}",
+        ambiguous.body
+    );
+    assert_eq!(
+        ambiguous.body["subjects"],
+        json!([
+            "d4000000-0000-4000-8000-000000000004",
+            "d4000000-0000-4000-8000-0000000000ff"
+        ]),
+        "{}",
+        ambiguous.body
+    );
+    let detail = ambiguous.body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(&format!(
+            "d4000000-0000-4000-8000-000000000004 (tenant {TENANT_ID})"
+        )),
+        "{detail}"
+    );
+    assert_eq!(env.server.app.audit.store().deny_list().await.unwrap().len(), 1);
+    assert_chain_intact(&env).await;
     env.finish().await;
 }

@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
-use crate::audit::store::DenyChange;
+use crate::audit::store::{DenyChange, IssuerScope};
 use crate::audit::{AuditRecord, event, text};
 use crate::identity::VerifiedIdentity;
 use time::OffsetDateTime;
@@ -166,31 +166,82 @@ pub(super) async fn add_entry(
     })
 }
 
-/// The one subject that verified records name with `username`. A deny
-/// entry blocks a subject, never a username (its owner can change it), so
-/// a username is resolved once, here, or refused when that is not certain.
+/// Whose records may resolve a username: the login issuer's, the one
+/// people log in with (`identity`), by every `iss` it accepts now, and of
+/// its allowed tenants (Entra; none for an OpenID Connect issuer).
+///
+/// A trusted issuer (`identity.trusted_issuers`) names its own subjects
+/// with usernames it chooses: one that claimed a person's username before
+/// that person first logged in would otherwise own it here, and the entry
+/// would block the claimant while the person kept getting certificates.
+/// Unverified records hold whatever a refused token claimed.
+///
+/// An Entra login issuer with one tenant is scoped to it. With several,
+/// each tenant's subject with that username is a candidate of its own
+/// (`oid` values are per tenant): several answer `subject_ambiguous`,
+/// listing the subjects with their tenants, and the admin names the one
+/// to block.
+fn login_scope(app: &App) -> Result<IssuerScope, ApiError> {
+    let login = app.settings().config.identity.login_issuer();
+    let issuers = crate::identity::issuer::accepted_issuers(&login).map_err(|reason| {
+        // Checked when the configuration was loaded: not expected here.
+        tracing::error!("the login issuer's accepted issuers: {reason}");
+        ApiError::internal()
+    })?;
+    Ok(IssuerScope {
+        issuers,
+        tenants: login.allowed_tenants,
+    })
+}
+
+/// How many subjects a username may resolve to before the answer lists
+/// only these.
+const CANDIDATES: i64 = 10;
+
+/// The one subject that verified records of the login issuer name with
+/// `username` ([`login_scope`]). A deny entry blocks a subject, never a
+/// username (its owner can change it), so a username is resolved once,
+/// here, or refused when that is not certain.
 async fn subject_of(app: &App, username: &str) -> Result<String, ApiError> {
-    let subjects = app.audit.store().subjects_of(username, 10).await?;
-    match subjects.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(ApiError::new(
+    let scope = login_scope(app)?;
+    let mut candidates = app
+        .audit
+        .store()
+        .subjects_of(username, &scope, CANDIDATES)
+        .await?;
+    if candidates.len() == 1
+        && let Some(one) = candidates.pop()
+    {
+        return Ok(one.subject);
+    }
+    if candidates.is_empty() {
+        return Err(ApiError::new(
             ErrorCode::SubjectRequired,
             format!(
-                "no verified record names `{username}`, so its subject is unknown; name the `subject` to block \
-                 (Entra object id, or the provider's `sub`): a username can be changed by its owner, so it \
-                 cannot block anyone"
+                "no verified record of the login issuer names `{username}`, so its subject is unknown; name \
+                 the `subject` to block (Entra object id, or the provider's `sub`): a username can be changed \
+                 by its owner, and other issuers' or unverified records do not tie it to anyone"
             ),
-        )),
-        several => Err(ApiError::new(
-            ErrorCode::SubjectAmbiguous {
-                subjects: several.to_vec(),
-            },
-            format!(
-                "`{username}` has been used by {} different subjects; name the `subject` to block",
-                several.len()
-            ),
-        )),
+        ));
     }
+    let described: Vec<String> = candidates
+        .iter()
+        .map(|c| match c.tenants.as_slice() {
+            [] => c.subject.clone(),
+            tenants => format!("{} (tenant {})", c.subject, tenants.join(", ")),
+        })
+        .collect();
+    Err(ApiError::new(
+        ErrorCode::SubjectAmbiguous {
+            subjects: candidates.into_iter().map(|c| c.subject).collect(),
+        },
+        format!(
+            "`{username}` has been used by {} different subjects of the login issuer: {}; name the `subject` \
+             to block",
+            described.len(),
+            described.join(", ")
+        ),
+    ))
 }
 
 /// `DELETE /v1/deny?subject=...` or `?username=...`.

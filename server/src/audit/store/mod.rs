@@ -59,6 +59,56 @@ pub enum StoreError {
     Migration(String),
     #[error("the audit database holds an unreadable record: {0}")]
     Corrupt(String),
+    /// Rows no server wrote sit outside the chain: the store refuses to
+    /// migrate or serve until they are dealt with.
+    #[error("{0}")]
+    OutsideChain(OutsideChain),
+}
+
+/// Rows of `audit_events` outside the hash chain (`seq` 0 or below), which
+/// no server writes and `audit verify` does not read: the first few, by
+/// `seq`, and how many there are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutsideChain {
+    pub count: i64,
+    /// `(seq, event, username)`, at most [`OUTSIDE_CHAIN_NAMED`].
+    pub rows: Vec<(i64, String, Option<String>)>,
+}
+
+/// How many rows outside the chain an error names.
+pub const OUTSIDE_CHAIN_NAMED: i64 = 10;
+
+impl std::fmt::Display for OutsideChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let clean = |text: &str| super::text::clean(text, super::text::FIELD_CHARS);
+        let named: Vec<String> = self
+            .rows
+            .iter()
+            .map(|(seq, event, username)| {
+                let username = username
+                    .as_deref()
+                    .map_or_else(|| "no username".to_owned(), clean);
+                format!("seq {seq} ({}, {username})", clean(event))
+            })
+            .collect();
+        let more = self.count - self.rows.len() as i64;
+        let more = if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        };
+        let rows = if self.count == 1 { "row" } else { "rows" };
+        write!(
+            f,
+            "the audit trail holds {} {rows} outside its hash chain (seq 0 or below): {}{more}. No server writes \
+             such a row and `audit verify` does not read one, so something else inserted it into the database; \
+             the server neither migrates nor starts while one is there. Keep a copy of the database for the \
+             investigation, remove the rows as the schema owner (docs/operations.md, \"Rows outside the chain\"), \
+             then run `talos-sso-server audit verify` and start again",
+            self.count,
+            named.join(", ")
+        )
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -288,16 +338,61 @@ macro_rules! on_pool {
     };
 }
 
-/// The chain head, as a literal for `concat!` ([`HEAD_SQL`], and each
-/// backend's `head_and_denied` statement).
+/// Which rows of `audit_events` a read may use, as a literal for
+/// `concat!`: the rows of the hash chain, `seq` from 1 on, all that
+/// `audit verify` reads. A row below (migration 0007 refuses one; an older
+/// schema took one from anyone who could insert) is outside the chain and
+/// nothing vouches for it, so no query shows it, counts it or resolves a
+/// name through it: every read of the trail keeps to this one test, the
+/// views of migration 0007 included ([`AuditStore::verified_rows`] for
+/// text built at run time).
+///
+/// SQLite's is written `+seq > 0`: the unary `+` keeps it from SQLite's
+/// indexes, which otherwise seek from whichever lower bound of `seq` comes
+/// first in the statement, this one rather than a cursor's `seq > $1`
+/// (measured on a million rows: a page at the end read from seq 1, 52 ms
+/// instead of 0.1), and may prefer its range to an `event` or
+/// `occurred_at` index. Postgres takes the tightest of several bounds and estimates this
+/// one from its statistics (it matches every row), so it is written plainly.
+macro_rules! verified_rows {
+    (postgres) => {
+        "seq > 0"
+    };
+    (sqlite) => {
+        "+seq > 0"
+    };
+}
+pub(crate) use verified_rows;
+
+/// Rows outside the chain, the complement of [`verified_rows!`], written as
+/// a bound both databases seek from (a scan otherwise: `NOT (+seq > 0)`
+/// is no index's range): the first few and how many, read at start.
+const OUTSIDE_CHAIN_SQL: &str =
+    "SELECT seq, event, username FROM audit_events WHERE seq <= 0 ORDER BY seq LIMIT $1";
+const OUTSIDE_CHAIN_COUNT_SQL: &str = "SELECT count(*) FROM audit_events WHERE seq <= 0";
+
+/// The chain head, as a literal for `concat!` (each backend's `HEAD_SQL`
+/// and `head_and_denied` statement).
 macro_rules! head_sql {
-    () => {
-        "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1"
+    ($backend:ident) => {
+        concat!(
+            "SELECT seq, hash FROM audit_events WHERE ",
+            $crate::audit::store::verified_rows!($backend),
+            " ORDER BY seq DESC LIMIT 1"
+        )
     };
 }
 use head_sql;
 
-const HEAD_SQL: &str = head_sql!();
+/// The hash of the record at `$1`, as a literal.
+macro_rules! hash_at_sql {
+    ($backend:ident) => {
+        concat!(
+            "SELECT hash FROM audit_events WHERE seq = $1 AND ",
+            verified_rows!($backend)
+        )
+    };
+}
 
 /// The statements that read the deny list in a batch, from a backend's
 /// literals: `$null` is its NULL text column, `$matches` its test that an
@@ -307,14 +402,14 @@ macro_rules! deny_list_sql {
     (denied, $matches:expr) => {
         concat!("SELECT subject, username FROM deny_list_active WHERE ", $matches)
     };
-    (head_and_denied, $null:literal, $matches:expr) => {
+    (head_and_denied, $backend:ident, $null:literal, $matches:expr) => {
         concat!(
             "SELECT seq, hash, ",
             $null,
             ", ",
             $null,
             " FROM (",
-            $crate::audit::store::head_sql!(),
+            $crate::audit::store::head_sql!($backend),
             ") AS head \
              UNION ALL SELECT NULL, NULL, subject, username FROM deny_list_active WHERE ",
             $matches
@@ -327,9 +422,75 @@ use deny_list_sql;
 const DENY_LIST_SQL: &str = "SELECT subject, username, reason, added_by, added_at, expires_at \
      FROM deny_list_active ORDER BY added_at DESC";
 
-const SUBJECTS_OF_SQL: &str = "SELECT DISTINCT subject FROM audit_events \
-     WHERE identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
-     ORDER BY subject LIMIT $2";
+/// The subjects (and their tenants) that verified records of the issuers
+/// `$2` name with the username `$1`, of the tenants `$3` when any are
+/// given, at most `$4` pairs: a backend's literal for `$in_list` tests
+/// that the value before it is in the list (ignoring case) at a placeholder.
+macro_rules! subjects_of_sql {
+    ($backend:ident, issuer in $issuers:literal, tenants $any_tenant:literal, tenant in $tenants:literal) => {
+        concat!(
+            "SELECT DISTINCT subject, tenant FROM audit_events WHERE ",
+            verified_rows!($backend),
+            " AND identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
+             AND lower(issuer) IN ",
+            $issuers,
+            " AND (",
+            $any_tenant,
+            " OR lower(tenant) IN ",
+            $tenants,
+            ") ORDER BY subject, tenant LIMIT $4"
+        )
+    };
+}
+
+const SUBJECTS_OF_POSTGRES: &str = subjects_of_sql!(
+    postgres,
+    issuer in "(SELECT lower(i) FROM unnest($2::text[]) AS i)",
+    tenants "cardinality($3::text[]) = 0",
+    tenant in "(SELECT lower(t) FROM unnest($3::text[]) AS t)"
+);
+const SUBJECTS_OF_SQLITE: &str = subjects_of_sql!(
+    sqlite,
+    issuer in "(SELECT lower(value) FROM json_each($2))",
+    tenants "json_array_length($3) = 0",
+    tenant in "(SELECT lower(value) FROM json_each($3))"
+);
+
+/// Whose records may tie a username to a subject: verified records of
+/// these issuers (`iss` as the records hold it, compared ignoring case as
+/// issuers are told apart at load) and, when any are named, of these
+/// tenants (Entra `tid`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IssuerScope {
+    pub issuers: Vec<String>,
+    pub tenants: Vec<String>,
+}
+
+/// A subject a username resolved to, and the tenants of the records that
+/// name it with that username (none for an issuer without tenants).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectCandidate {
+    pub subject: String,
+    pub tenants: Vec<String>,
+}
+
+/// Rows `(subject, tenant)`, ordered by subject, as candidates: one per
+/// subject, with its tenants.
+fn candidates(rows: Vec<(String, Option<String>)>) -> Vec<SubjectCandidate> {
+    let mut out: Vec<SubjectCandidate> = Vec::new();
+    for (subject, tenant) in rows {
+        if out.last().is_none_or(|last| last.subject != subject) {
+            out.push(SubjectCandidate {
+                subject,
+                tenants: Vec::new(),
+            });
+        }
+        if let (Some(last), Some(tenant)) = (out.last_mut(), tenant) {
+            last.tenants.push(tenant);
+        }
+    }
+    out
+}
 
 /// A value for one placeholder of a [`RecordQuery`]; each backend binds
 /// times its own way.
@@ -347,16 +508,25 @@ struct RecordQuery {
 }
 
 impl RecordQuery {
-    fn page(after_seq: i64, limit: i64) -> Self {
+    /// `verified` is the backend's [`verified_rows!`].
+    fn page(after_seq: i64, limit: i64, verified: &str) -> Self {
         Self {
-            sql: format!("SELECT {COLUMNS} FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT $2"),
+            sql: format!(
+                "SELECT {COLUMNS} FROM audit_events WHERE seq > $1 AND {verified} ORDER BY seq LIMIT $2"
+            ),
             binds: vec![Bind::Int(after_seq), Bind::Int(limit)],
         }
     }
 
     /// `role_condition(n)` is the backend's test that placeholder `n` is a
-    /// granted or requested role. Oldest first, unless `order` says otherwise.
-    fn matching(filter: &AuditFilter, role_condition: fn(usize) -> String, order: Order) -> Self {
+    /// granted or requested role, `verified` its [`verified_rows!`]. Oldest
+    /// first, unless `order` says otherwise.
+    fn matching(
+        filter: &AuditFilter,
+        role_condition: fn(usize) -> String,
+        verified: &str,
+        order: Order,
+    ) -> Self {
         // `seq` follows time. With a time bound on the far side of the scan
         // (`since` when reading forward, `until` when reading back), the
         // matches sit at the other end of the trail, but the planners
@@ -369,7 +539,7 @@ impl RecordQuery {
         // index may hold, so that only the page's records are read whole.
         let far_bound = order.far_bound(filter);
         let key = if far_bound { "seq + 0" } else { "seq" };
-        let mut conditions = vec![format!("{key} > $1")];
+        let mut conditions = vec![format!("{key} > $1"), verified.to_owned()];
         let mut binds = vec![Bind::Int(filter.after_seq)];
         let mut add = |condition: &dyn Fn(usize) -> String, bind: Bind| {
             binds.push(bind);
@@ -467,8 +637,10 @@ impl AuditStore {
         }
     }
 
-    /// Apply the migrations this database has not seen yet.
+    /// Apply the migrations this database has not seen yet; refused, with
+    /// each named, while the trail holds rows outside its chain.
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.require_chain_only().await?;
         let result = match self {
             AuditStore::Postgres(pool) => postgres::MIGRATOR.run(pool).await,
             AuditStore::Sqlite(store) => sqlite::MIGRATOR.run(store.pool()).await,
@@ -571,14 +743,13 @@ impl AuditStore {
     /// connection this server lost has finished, one way or the other,
     /// before the answer is given.
     pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
-        const HASH_AT_SEQ: &str = "SELECT hash FROM audit_events WHERE seq = $1";
         let hash: Option<String> = match self {
             AuditStore::Postgres(pool) => {
                 // A `ChainTx`: given up while it waits for the lock (the
                 // caller's deadline), its connection is closed, never
                 // handed back to the pool to be granted the lock there.
                 let mut tx = postgres::ChainTx::begin(pool).await?;
-                let hash = sqlx::query_scalar(HASH_AT_SEQ)
+                let hash = sqlx::query_scalar(hash_at_sql!(postgres))
                     .bind(record.seq)
                     .fetch_optional(tx.connection())
                     .await?;
@@ -588,7 +759,7 @@ impl AuditStore {
             AuditStore::Sqlite(store) => {
                 let mut appender = store.appender().await?;
                 let mut tx = sqlite::begin_chain(appender.connection()?).await?;
-                let hash = sqlx::query_scalar(HASH_AT_SEQ)
+                let hash = sqlx::query_scalar(hash_at_sql!(sqlite))
                     .bind(record.seq)
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -601,7 +772,17 @@ impl AuditStore {
 
     /// Up to `limit` records after `after_seq`, in order.
     pub async fn page(&self, after_seq: i64, limit: i64) -> Result<Vec<StoredRecord>, StoreError> {
-        self.records(RecordQuery::page(after_seq, limit)).await
+        self.records(RecordQuery::page(after_seq, limit, self.verified_rows()))
+            .await
+    }
+
+    /// This backend's [`verified_rows!`]: the test every read of
+    /// `audit_events` keeps to, for statements built at run time.
+    pub fn verified_rows(&self) -> &'static str {
+        match self {
+            AuditStore::Postgres(_) => verified_rows!(postgres),
+            AuditStore::Sqlite(_) => verified_rows!(sqlite),
+        }
     }
 
     /// Records matching `filter`, oldest first, after `filter.after_seq`.
@@ -626,8 +807,13 @@ impl AuditStore {
             AuditStore::Sqlite(_) if order.far_bound(filter) => sqlite::role_condition_far,
             AuditStore::Sqlite(_) => sqlite::role_condition,
         };
-        self.records(RecordQuery::matching(filter, role_condition, order))
-            .await
+        self.records(RecordQuery::matching(
+            filter,
+            role_condition,
+            self.verified_rows(),
+            order,
+        ))
+        .await
     }
 
     async fn records(&self, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
@@ -645,15 +831,72 @@ impl AuditStore {
         }
     }
 
-    /// The subjects that verified records name with this username (case
-    /// does not matter), at most `limit`: how a username is turned into the
-    /// immutable identifier a deny-list entry blocks.
-    pub async fn subjects_of(&self, username: &str, limit: i64) -> Result<Vec<String>, StoreError> {
-        on_pool!(self, pool => Ok(sqlx::query_scalar(SUBJECTS_OF_SQL)
-            .bind(username)
-            .bind(limit)
+    /// The subjects that verified records of `scope` name with this
+    /// username (case does not matter), each with its tenants, from at
+    /// most `limit` (subject, tenant) pairs: how a username is turned into
+    /// the immutable identifier a deny-list entry blocks. Records of other
+    /// issuers, and unverified ones, say nothing here: a name they claim
+    /// is not their subject's to take.
+    pub async fn subjects_of(
+        &self,
+        username: &str,
+        scope: &IssuerScope,
+        limit: i64,
+    ) -> Result<Vec<SubjectCandidate>, StoreError> {
+        if scope.issuers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(String, Option<String>)> = match self {
+            AuditStore::Postgres(pool) => {
+                sqlx::query_as(SUBJECTS_OF_POSTGRES)
+                    .bind(username)
+                    .bind(&scope.issuers)
+                    .bind(&scope.tenants)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+            AuditStore::Sqlite(store) => {
+                sqlx::query_as(SUBJECTS_OF_SQLITE)
+                    .bind(username)
+                    .bind(sqlite::json_list(&scope.issuers))
+                    .bind(sqlite::json_list(&scope.tenants))
+                    .bind(limit)
+                    .fetch_all(store.pool())
+                    .await?
+            }
+        };
+        Ok(candidates(rows))
+    }
+
+    /// The rows outside the hash chain, if there are any (`None` too when
+    /// the trail's table does not exist yet). Reads only: `seq <= 0` is a
+    /// range of the table's key, so an intact trail answers at once.
+    pub async fn outside_chain(&self) -> Result<Option<OutsideChain>, StoreError> {
+        if !self.has_table("audit_events").await? {
+            return Ok(None);
+        }
+        let count: i64 = on_pool!(self, pool => sqlx::query_scalar(OUTSIDE_CHAIN_COUNT_SQL)
+            .fetch_one(pool)
+            .await?);
+        if count == 0 {
+            return Ok(None);
+        }
+        let rows = on_pool!(self, pool => sqlx::query_as(OUTSIDE_CHAIN_SQL)
+            .bind(OUTSIDE_CHAIN_NAMED)
             .fetch_all(pool)
-            .await?))
+            .await?);
+        Ok(Some(OutsideChain { count, rows }))
+    }
+
+    /// Refuse a trail holding rows outside the chain, naming them: before
+    /// migrating (whose constraint would fail on them without saying
+    /// which) and before serving.
+    pub async fn require_chain_only(&self) -> Result<(), StoreError> {
+        match self.outside_chain().await? {
+            Some(outside) => Err(StoreError::OutsideChain(outside)),
+            None => Ok(()),
+        }
     }
 
     /// Whether the deny list blocks this subject (or, for entries without
@@ -676,17 +919,33 @@ impl AuditStore {
     /// The last record's `seq` and hash, as committed now; `(0,`
     /// [`GENESIS_HASH`]`)` for an empty trail. What a checkpoint signs.
     pub async fn head(&self) -> Result<(i64, String), StoreError> {
-        let head: Option<(i64, String)> =
-            on_pool!(self, pool => sqlx::query_as(HEAD_SQL).fetch_optional(pool).await?);
+        let head: Option<(i64, String)> = match self {
+            AuditStore::Postgres(pool) => sqlx::query_as(postgres::HEAD_SQL).fetch_optional(pool).await?,
+            AuditStore::Sqlite(store) => {
+                sqlx::query_as(sqlite::HEAD_SQL)
+                    .fetch_optional(store.pool())
+                    .await?
+            }
+        };
         Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
     }
 
     /// The hash of the record at `seq`, if there is one.
     pub async fn hash_at(&self, seq: i64) -> Result<Option<String>, StoreError> {
-        on_pool!(self, pool => Ok(sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
-            .bind(seq)
-            .fetch_optional(pool)
-            .await?))
+        Ok(match self {
+            AuditStore::Postgres(pool) => {
+                sqlx::query_scalar(hash_at_sql!(postgres))
+                    .bind(seq)
+                    .fetch_optional(pool)
+                    .await?
+            }
+            AuditStore::Sqlite(store) => {
+                sqlx::query_scalar(hash_at_sql!(sqlite))
+                    .bind(seq)
+                    .fetch_optional(store.pool())
+                    .await?
+            }
+        })
     }
 
     /// Recompute the whole chain; stops at the first broken link.
@@ -1101,7 +1360,7 @@ mod tests {
     /// as databases already hold them: sqlx refuses to start on a database
     /// whose applied migration has another checksum, so a released file
     /// must never change. A new migration is a new file, added here.
-    const RELEASED: [(&str, i64, &str); 12] = [
+    const RELEASED: [(&str, i64, &str); 14] = [
         (
             "postgres",
             1,
@@ -1161,6 +1420,16 @@ mod tests {
             "sqlite",
             6,
             "b3485fca8200df27130789c5267f4202228e6b66d88c01149c48fdbd27f6ffb9f4ec7501d4c6f28d88006d97d4326ee1",
+        ),
+        (
+            "postgres",
+            7,
+            "44f9017a780d61ef333a41f817841505c7f98b19e46c53192dcf40783646a6edba6578a65a18b5756c12aa022875ca86",
+        ),
+        (
+            "sqlite",
+            7,
+            "52bd675408e9be412621b84afdc2671306fdb5226b85095264802ec7e85a527622e3898302304a1d0f39e5deab3d6707",
         ),
     ];
 
@@ -1268,25 +1537,178 @@ mod tests {
             ..Default::default()
         };
         let newest = Order::NewestFirst { before_seq: Some(9) };
-        let sql = |filter: &AuditFilter, order| RecordQuery::matching(filter, role, order).sql;
+        let sql = |filter: &AuditFilter, order| RecordQuery::matching(filter, role, "V", order).sql;
         let tail = |sql: String| sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned();
         assert_eq!(
             tail(sql(&since, Order::OldestFirst)),
-            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND occurred_at >= $2 \
+            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND V AND occurred_at >= $2 \
              ORDER BY seq + 0 LIMIT $3) ORDER BY seq"
         );
         assert_eq!(
             tail(sql(&until, Order::OldestFirst)),
-            " WHERE seq > $1 AND occurred_at < $2 ORDER BY seq LIMIT $3"
+            " WHERE seq > $1 AND V AND occurred_at < $2 ORDER BY seq LIMIT $3"
         );
         assert_eq!(
             tail(sql(&until, newest)),
-            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND seq + 0 < $2 \
+            " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND V AND seq + 0 < $2 \
              AND occurred_at < $3 ORDER BY seq + 0 DESC LIMIT $4) ORDER BY seq DESC"
         );
         assert_eq!(
             tail(sql(&since, newest)),
-            " WHERE seq > $1 AND seq < $2 AND occurred_at >= $3 ORDER BY seq DESC LIMIT $4"
+            " WHERE seq > $1 AND V AND seq < $2 AND occurred_at >= $3 ORDER BY seq DESC LIMIT $4"
+        );
+    }
+
+    #[test]
+    fn every_read_of_the_trail_keeps_to_the_rows_of_the_chain() {
+        for (verified, head, hash_at, subjects) in [
+            (
+                verified_rows!(postgres),
+                postgres::HEAD_SQL,
+                hash_at_sql!(postgres),
+                SUBJECTS_OF_POSTGRES,
+            ),
+            (
+                verified_rows!(sqlite),
+                sqlite::HEAD_SQL,
+                hash_at_sql!(sqlite),
+                SUBJECTS_OF_SQLITE,
+            ),
+        ] {
+            let role = |n: usize| format!("role = ${n}");
+            let filter = AuditFilter {
+                since: Some(OffsetDateTime::UNIX_EPOCH),
+                ..Default::default()
+            };
+            let statements = [
+                head.to_owned(),
+                hash_at.to_owned(),
+                subjects.to_owned(),
+                RecordQuery::page(0, 1, verified).sql,
+                RecordQuery::matching(&AuditFilter::default(), role, verified, Order::OldestFirst).sql,
+                RecordQuery::matching(&filter, role, verified, Order::OldestFirst).sql,
+                RecordQuery::matching(&filter, role, verified, Order::NewestFirst { before_seq: None }).sql,
+            ];
+            for sql in statements {
+                assert!(
+                    sql.contains(&format!(" WHERE {verified} "))
+                        || sql.contains(&format!(" AND {verified} "))
+                        || sql.ends_with(&format!(" AND {verified}")),
+                    "{sql}"
+                );
+            }
+        }
+        // The same test as the rows a constraint admits, written so that
+        // SQLite never seeks from it; its complement is a range both seek.
+        assert_eq!(verified_rows!(postgres), "seq > 0");
+        assert_eq!(verified_rows!(sqlite), "+seq > 0");
+        assert!(
+            OUTSIDE_CHAIN_SQL.contains(" WHERE seq <= 0 ")
+                && OUTSIDE_CHAIN_COUNT_SQL.ends_with(" WHERE seq <= 0")
+        );
+    }
+
+    /// Each view's statement in `sql`, by name.
+    fn views(sql: &str) -> Vec<(String, String)> {
+        sql.split(';')
+            .filter_map(|statement| {
+                let (at, length) = ["\nCREATE OR REPLACE VIEW ", "\nCREATE VIEW "]
+                    .iter()
+                    .find_map(|start| Some((statement.find(start)?, start.len())))?;
+                let name = statement[at + length..].split_whitespace().next()?;
+                Some((name.to_owned(), statement[at..].to_owned()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn migration_7_keeps_every_view_of_the_trail_to_the_rows_of_the_chain() {
+        for (folder, verified, files) in [
+            (
+                "postgres",
+                verified_rows!(postgres),
+                [
+                    include_str!("../../../../migrations/postgres/0001_audit.sql"),
+                    include_str!("../../../../migrations/postgres/0004_audit_views.sql"),
+                    include_str!("../../../../migrations/postgres/0007_audit_seq_positive.sql"),
+                ],
+            ),
+            (
+                "sqlite",
+                verified_rows!(sqlite),
+                [
+                    include_str!("../../../../migrations/sqlite/0001_audit.sql"),
+                    include_str!("../../../../migrations/sqlite/0004_audit_views.sql"),
+                    include_str!("../../../../migrations/sqlite/0007_audit_seq_positive.sql"),
+                ],
+            ),
+        ] {
+            let earlier: Vec<String> = views(files[0])
+                .into_iter()
+                .chain(views(files[1]))
+                .filter(|(_, sql)| sql.contains("FROM audit_events"))
+                .map(|(name, _)| name)
+                .collect();
+            let redefined = views(files[2]);
+            assert_eq!(
+                redefined.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(),
+                earlier,
+                "{folder}"
+            );
+            for (name, sql) in redefined {
+                assert!(
+                    sql.contains(&format!("\n    WHERE {verified} AND ")),
+                    "{folder} {name}: {sql}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_usernames_candidates_are_its_subjects_each_with_its_tenants() {
+        let row = |s: &str, t: Option<&str>| (s.to_owned(), t.map(str::to_owned));
+        let found = candidates(vec![
+            row("a", Some("t1")),
+            row("a", Some("t2")),
+            row("b", None),
+            row("c", Some("t1")),
+        ]);
+        let pairs: Vec<(&str, Vec<&str>)> = found
+            .iter()
+            .map(|c| (c.subject.as_str(), c.tenants.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(pairs, [("a", vec!["t1", "t2"]), ("b", vec![]), ("c", vec!["t1"])]);
+        assert_eq!(candidates(Vec::new()), []);
+    }
+
+    #[test]
+    fn rows_outside_the_chain_are_named_with_what_to_do() {
+        let outside = OutsideChain {
+            count: 12,
+            rows: vec![
+                (-1, "certificate.issued".into(), Some("carol@example.com".into())),
+                (0, "deny.added\u{1b}".into(), None),
+            ],
+        };
+        let text = outside.to_string();
+        assert!(
+            text.starts_with(
+                "the audit trail holds 12 rows outside its hash chain (seq 0 or below): seq -1 \
+                 (certificate.issued, carol@example.com), seq 0 (deny.added\\u{1b}, no username), and 10 more."
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("docs/operations.md, \"Rows outside the chain\""),
+            "{text}"
+        );
+        let one = OutsideChain {
+            count: 1,
+            rows: outside.rows[..1].to_vec(),
+        };
+        assert!(
+            one.to_string().starts_with("the audit trail holds 1 row outside"),
+            "{one}"
         );
     }
 

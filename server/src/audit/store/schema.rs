@@ -70,6 +70,27 @@ fn unapplied(migrator: &Migrator, applied: &[AppliedRow]) -> Vec<Unapplied> {
 }
 
 impl AuditStore {
+    /// Whether the database holds the table `table` (in the schema the
+    /// connection uses). Reads only.
+    pub(super) async fn has_table(&self, table: &str) -> Result<bool, StoreError> {
+        Ok(match self {
+            AuditStore::Postgres(pool) => {
+                sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+                    .bind(table)
+                    .fetch_one(pool)
+                    .await?
+            }
+            AuditStore::Sqlite(sqlite) => {
+                sqlx::query_scalar(
+                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = $1",
+                )
+                .bind(table)
+                .fetch_one(sqlite.pool())
+                .await?
+            }
+        })
+    }
+
     /// The embedded migrations this database lacks (empty: the schema is
     /// current). Reads only.
     pub async fn unapplied_migrations(&self) -> Result<Vec<Unapplied>, StoreError> {
@@ -78,24 +99,7 @@ impl AuditStore {
             AuditStore::Sqlite(_) => &sqlite::MIGRATOR,
         };
         let table = migrator.table_name.as_ref();
-        let exists: bool = match self {
-            AuditStore::Postgres(pool) => {
-                sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-                    .bind(table)
-                    .fetch_one(pool)
-                    .await?
-            }
-            AuditStore::Sqlite(sqlite) => {
-                let pool = sqlite.pool();
-                sqlx::query_scalar(
-                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = $1",
-                )
-                .bind(table)
-                .fetch_one(pool)
-                .await?
-            }
-        };
-        let applied: Vec<AppliedRow> = if exists {
+        let applied: Vec<AppliedRow> = if self.has_table(table).await? {
             // sqlx's own name for its table, not outside text.
             let sql = format!("SELECT version, checksum, success FROM {table}");
             match self {

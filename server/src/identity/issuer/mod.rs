@@ -128,6 +128,13 @@ fn registration(kind: &str) -> Result<&'static Registration, String> {
     })
 }
 
+/// Every `iss` the issuer `config` describes accepts, templates filled in
+/// with each allowed tenant: what the `issuer` of its tokens' records
+/// holds (up to case, as issuers are told apart at load). Pure.
+pub fn accepted_issuers(config: &IssuerConfig) -> Result<Vec<String>, String> {
+    (registration(&config.kind)?.accepted_issuers)(config)
+}
+
 /// The kind of a login issuer whose configuration does not name one: Entra
 /// when it allows tenants, as before kinds were named.
 pub fn inferred_kind(allowed_tenants: &[String]) -> &'static str {
