@@ -475,8 +475,9 @@ mod tests {
         );
     }
 
-    /// To a file or a pipe, JSON lines are the server's own lines: the
-    /// terminal's escapes are the same value in other bytes.
+    /// To a file or a pipe, JSON lines are the server's own lines, which
+    /// `audit verify --file` accepts: the terminal's escapes are the same
+    /// value in other bytes, which it would refuse.
     #[test]
     fn json_lines_to_a_file_are_the_lines_the_server_writes() {
         let records = [hostile_record(), ordinary_record()];
@@ -484,9 +485,14 @@ mod tests {
         let lines: Vec<&str> = exact.lines().collect();
         for (line, record) in lines.iter().zip(&records) {
             assert_eq!(*line, typed(record).to_line());
+            assert_eq!(
+                talos_sso_api::chain::read_record_line(line.as_bytes()),
+                Ok(Some(typed(record)))
+            );
         }
         assert!(exact.contains('\u{202e}'), "{exact}");
         let shown = render_to(&records, AuditOutput::Json, true);
         assert_ne!(shown, exact);
+        assert!(talos_sso_api::chain::read_record_line(shown.lines().next().unwrap().as_bytes()).is_err());
     }
 }
