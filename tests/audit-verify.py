@@ -10,12 +10,21 @@ server and the CLI cannot drift apart unnoticed.
 The export must start at record 1 (prev_hash 64 zeros) unless --from names
 its first record; then the records before it are not checked.
 
+Every line must be exactly the text the server writes for its record or
+checkpoint (docs/audit.md, "Verifying without the server"): the line is
+read with repeated keys refused, its fields checked against the list of the
+record type, and it is written again in the server's form; the two must be
+the same bytes. JSON allows many texts of one value and readers disagree on
+some of them (a repeated key is the last one to json.loads and the first one
+to others), so any other text is refused rather than interpreted.
+
 Prints "intact: ..." and exits 0, or "broken at record N: ..." and exits 1.
 Only the Python standard library and the openssl command are needed.
 """
 
 import argparse
 import base64
+import datetime
 import hashlib
 import json
 import os
@@ -84,6 +93,150 @@ def jcs(value):
     raise ValueError(f"{type(value).__name__} is not JSON")
 
 
+# The line form (docs/audit.md, "Verifying without the server"): the fields
+# in this order, each of this kind. "time" is a string in the one time form.
+RECORD_FIELDS = [
+    ("seq", "int"),
+    ("occurred_at", "time"),
+    ("request_id", "str"),
+    ("event", "str"),
+    ("outcome", "str"),
+    ("reason_code", "str?"),
+    ("cluster", "str?"),
+    ("issuer", "str?"),
+    ("tenant", "str?"),
+    ("subject", "str?"),
+    ("username", "str?"),
+    ("identity_verified", "bool"),
+    ("groups_evaluated", "[str]"),
+    ("roles_requested", "[str]"),
+    ("roles_granted", "[str]"),
+    ("serial", "str?"),
+    ("certificate_sha256", "str?"),
+    ("public_key_sha256", "str?"),
+    ("not_before", "time?"),
+    ("not_after", "time?"),
+    ("client_ip", "str?"),
+    ("user_agent", "str?"),
+    ("client_version", "str?"),
+    ("token_id", "str?"),
+    ("token_issued_at", "time?"),
+    ("details", "json"),
+    ("prev_hash", "str"),
+    ("hash", "str"),
+]
+CHECKPOINT_FIELDS = [
+    ("type", "str"),
+    ("server", "str"),
+    ("seq", "int"),
+    ("hash", "str"),
+    ("signed_at", "time"),
+    ("trigger", "str"),
+    ("key_id", "str"),
+    ("signature", "str"),
+]
+
+
+KINDS = {
+    "int": "an integer",
+    "str": "a string",
+    "str?": "a string or null",
+    "bool": "true or false",
+    "time": "a time in the one form",
+    "time?": "a time in the one form or null",
+    "[str]": "a list of strings",
+    "json": "JSON",
+}
+
+
+class NotServerForm(ValueError):
+    pass
+
+
+def unique_keys(pairs):
+    """An object from json.loads, refusing a key given twice."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise NotServerForm(f"the key {key!r} is given twice")
+        obj[key] = value
+    return obj
+
+
+def no_fraction(text):
+    raise NotServerForm(f"the number {text} is not an integer")
+
+
+def is_time(value):
+    """The one time form: UTC, six fractional digits, a real date."""
+    if not isinstance(value, str) or len(value) != 27 or not value.isascii():
+        return False
+    try:
+        # 27 characters leave every field at its widest: two-digit month,
+        # day and hour, six fractional digits.
+        datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return False
+    return True
+
+
+def of_kind(value, kind):
+    if kind.endswith("?") and value is None:
+        return True
+    kind = kind.rstrip("?")
+    if kind == "int":
+        return is_int(value)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "time":
+        return is_time(value)
+    if kind == "[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return kind == "json"
+
+
+def server_json(value):
+    """A value as the server writes it in a line: like RFC 8785 (jcs) but for
+    object keys, which are sorted by code point (as Rust's BTreeMap sorts
+    them), not by UTF-16 code units; integers only."""
+    if isinstance(value, dict):
+        return "{" + ",".join(jcs(k) + ":" + server_json(value[k]) for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(server_json(v) for v in value) + "]"
+    return jcs(value)
+
+
+def read_line(line, fields, what):
+    """The object of one line (bytes, newline included) if it is exactly the
+    text the server writes; None for an empty line. Raises NotServerForm."""
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if not line:
+        return None
+    try:
+        text = line.decode("utf-8")
+        obj = json.loads(text, object_pairs_hook=unique_keys, parse_float=no_fraction, parse_constant=no_fraction)
+    except NotServerForm as error:
+        raise NotServerForm(f"not {what}: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise NotServerForm(f"not {what} ({error})") from None
+    names = [name for name, _ in fields]
+    if not isinstance(obj, dict) or list(obj) != names:
+        raise NotServerForm(f"not {what}: its keys are not those of the server's lines, in their order")
+    for name, kind in fields:
+        if not of_kind(obj[name], kind):
+            raise NotServerForm(f"not {what}: {name} is not {KINDS[kind]}")
+    try:
+        again = ("{" + ",".join(jcs(name) + ":" + server_json(obj[name]) for name in names) + "}").encode("utf-8")
+    except ValueError as error:
+        raise NotServerForm(f"not {what} ({error})") from None
+    if again != line:
+        raise NotServerForm(f"not {what} in the form the server writes (whitespace, an escape or a number written otherwise)")
+    return obj
+
+
 def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -129,17 +282,19 @@ def signature_verifies(pem_path, message, signature_hex):
 def read_checkpoints(paths, keys):
     checkpoints = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
+        # Bytes, so that no line end is translated: a CR is not the server's.
+        with open(path, "rb") as f:
             for number, line in enumerate(f, 1):
-                if not line.strip():
+                try:
+                    checkpoint = read_line(line, CHECKPOINT_FIELDS, "a checkpoint")
+                except NotServerForm as error:
+                    raise Broken(0, f"{path}, line {number}: {error}") from None
+                if checkpoint is None:
                     continue
-                checkpoint = json.loads(line)
                 if (
-                    not isinstance(checkpoint, dict)
-                    or checkpoint.get("type") != CHECKPOINT_TYPE
-                    or not is_int(checkpoint.get("seq"))
-                    or not is_hex(checkpoint.get("hash"), 64)
-                    or not is_hex(checkpoint.get("signature"), 128)
+                    checkpoint["type"] != CHECKPOINT_TYPE
+                    or not is_hex(checkpoint["hash"], 64)
+                    or not is_hex(checkpoint["signature"], 128)
                 ):
                     raise Broken(0, f"{path}, line {number}: not a checkpoint")
                 key = keys.get(checkpoint["key_id"])
@@ -159,13 +314,16 @@ def verify(export, first, checkpoint_paths, key_paths):
     for checkpoint in checkpoints:
         by_seq.setdefault(checkpoint["seq"], []).append(checkpoint)
     last_seq, last_hash, count, matched, last_matched = None, None, 0, 0, None
-    with open(export, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
+    with open(export, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = read_line(line, RECORD_FIELDS, "an audit record")
+            except NotServerForm as error:
+                raise Broken(0, f"line {number}: {error}") from None
+            if record is None:
                 continue
-            record = json.loads(line)
-            if not isinstance(record, dict) or not is_int(record.get("seq")) or not is_hex(record.get("hash"), 64):
-                raise Broken(0, "a line is not an audit record")
+            if not is_hex(record["hash"], 64):
+                raise Broken(record["seq"], f"line {number}: its hash is not 64 hex digits")
             seq = record["seq"]
             if last_seq is None:
                 if seq != first:

@@ -172,6 +172,22 @@ pub struct StoredRecord {
     pub hash: String,
 }
 
+impl StoredRecord {
+    /// The record as one line of an export, without the newline: the
+    /// compact JSON of this type, keys in the order of its fields,
+    /// `details` with its keys sorted, strings with only `"`, `\` and
+    /// control characters escaped. The one text of a record that an
+    /// offline verification accepts ([`crate::chain::read_record_line`]):
+    /// any other text of the same JSON value (a key repeated or moved, an
+    /// escape, whitespace) could be read differently by another reader,
+    /// and is refused.
+    pub fn to_line(&self) -> String {
+        // Serialising a record cannot fail: every key is a string and a
+        // `Value` holds no non-finite number.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 /// One page of `GET /v1/audit`, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditPage {

@@ -2,7 +2,8 @@
 //! canonical encoding of a record, its hash, and the check of a run of
 //! records against each other and against signed checkpoints
 //! ([`crate::checkpoint`]). The server writes the chain with these
-//! functions, and the CLI verifies an export with them, without a server.
+//! functions, and the CLI verifies an export with them, without a server,
+//! taking only the lines the server writes ([`read_record_line`]).
 //!
 //! Canonical encoding ([RFC 8785], the JSON Canonicalization Scheme): the
 //! record as a JSON object of every field except `hash` (`seq` and
@@ -219,20 +220,67 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
     serde_json_canonicalizer::to_vec(value).unwrap_or_default()
 }
 
-/// Whether `raw`, a record as read from an export line, is exactly the
-/// record `stored` was decoded into: the same canonical bytes once `hash`
-/// is set aside. A field the record type does not have, or a time in
-/// another form than the one the hash covers (an offset, more digits),
-/// decodes to a record whose hash may still hold, while the line says
-/// something else: such a line is not the server's.
-pub fn is_canonical_form(raw: &Value, stored: &StoredRecord) -> bool {
-    let mut raw = raw.clone();
-    let hash = match &mut raw {
-        Value::Object(map) => map.remove("hash"),
-        _ => return false,
-    };
-    hash.as_ref().and_then(Value::as_str) == Some(stored.hash.as_str())
-        && canonical_json(&raw) == canonical_encoding(stored.seq, &stored.record, &stored.prev_hash)
+/// Why a line of an export is not a record the server wrote.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("not an audit record ({0})")]
+    NotARecord(String),
+    #[error(
+        "record {seq} is not in the form the server writes (a key repeated, moved, missing or added, whitespace, \
+         an escape or a number written otherwise, a time in another form, a CR before the newline)"
+    )]
+    NotServerForm { seq: i64 },
+    #[error(
+        "record {seq} holds a number that is not an integer of at most 2^53 - 1 in magnitude, which the server \
+         never writes"
+    )]
+    Number { seq: i64 },
+}
+
+/// The record of one export line, `None` for an empty line.
+///
+/// A line is a record only when its bytes, the final `\n` aside, are
+/// exactly [`StoredRecord::to_line`] of the record it reads as. JSON lets
+/// one value be written many ways, and readers disagree on some of them: a
+/// key given twice is the last one to serde_json and Python, the first one
+/// to others, so a fake `username` placed before the real one would verify
+/// here and be what another tool shows. Comparing bytes with the one form
+/// the server writes refuses all of them at once, with no list of tricks
+/// to keep up to date. Numbers are integers of at most 2^53 - 1 in
+/// magnitude (the server keeps any other as a string): any reader writes
+/// those alike, and the canonical encoding reads them exactly.
+pub fn read_record_line(line: &[u8]) -> Result<Option<StoredRecord>, LineError> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let text = std::str::from_utf8(line).map_err(|_| LineError::NotUtf8)?;
+    let stored: StoredRecord =
+        serde_json::from_str(text).map_err(|e| LineError::NotARecord(e.to_string()))?;
+    if stored.to_line() != text {
+        return Err(LineError::NotServerForm { seq: stored.seq });
+    }
+    if !only_safe_integers(&stored.record.details) {
+        return Err(LineError::Number { seq: stored.seq });
+    }
+    Ok(Some(stored))
+}
+
+/// Whether every number in `value` is an integer of at most
+/// [`MAX_SAFE_INTEGER`] in magnitude.
+fn only_safe_integers(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n
+            .as_i64()
+            .map(i64::unsigned_abs)
+            .or_else(|| n.as_u64())
+            .is_some_and(|magnitude| magnitude <= MAX_SAFE_INTEGER),
+        Value::Array(items) => items.iter().all(only_safe_integers),
+        Value::Object(map) => map.values().all(only_safe_integers),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
 }
 
 /// Lowercase hex SHA-256.
@@ -712,6 +760,131 @@ mod tests {
             record_hash(stored.seq, &stored.record, &stored.prev_hash),
             stored.hash
         );
+        // It is also the line the server writes for it today.
+        assert_eq!(read_record_line(text.as_bytes()), Ok(Some(stored)));
+    }
+
+    /// Other texts of the line of `stored`, each of which serde_json
+    /// reads as a record (with the hostile ones, not `stored` itself), and
+    /// which the server never writes.
+    fn other_texts(line: &str) -> Vec<(&'static str, String)> {
+        let body = &line[1..line.len() - 1];
+        vec![
+            (
+                "a fake username and event before the real ones",
+                format!(r#"{{"username":"mallory@example.com","event":"deny.removed",{body}}}"#),
+            ),
+            (
+                "a key moved",
+                format!("{{{},\"seq\":1}}", body.replacen(r#""seq":1,"#, "", 1)),
+            ),
+            ("a space after each comma", line.replace(r#",""#, r#", ""#)),
+            ("spaces around the object", format!(" {line} ")),
+            ("a tab before the newline", format!("{line}\t")),
+            ("a CR before the newline", format!("{line}\r")),
+            (
+                "a trailing copy of a field",
+                format!(r#"{{{body},"username":"bob@example.com"}}"#),
+            ),
+            (
+                "a trailing field the record does not have",
+                format!(r#"{{{body},"approved_by":"ciso"}}"#),
+            ),
+            ("a letter as an escape", line.replacen("bob@", r"\u0062ob@", 1)),
+            ("an escaped slash", line.replacen("os:admin", r"os:\/admin", 1)),
+            (
+                "a time with an offset",
+                line.replacen(
+                    "2026-11-29T10:00:00.123456Z",
+                    "2026-11-29T11:00:00.123456+01:00",
+                    1,
+                ),
+            ),
+            (
+                "details keys out of order",
+                line.replacen(
+                    r#"{"alpha":{"a":1,"b":2},"zeta":1}"#,
+                    r#"{"zeta":1,"alpha":{"a":1,"b":2}}"#,
+                    1,
+                ),
+            ),
+            (
+                "a number with a fraction",
+                line.replacen(r#""zeta":1"#, r#""zeta":1.0"#, 1),
+            ),
+            (
+                "a number with an exponent",
+                line.replacen(r#""zeta":1"#, r#""zeta":1e0"#, 1),
+            ),
+            ("a negative zero", line.replacen(r#""zeta":1"#, r#""zeta":-0"#, 1)),
+            ("an absent field", line.replacen(r#""client_ip":null,"#, "", 1)),
+        ]
+    }
+
+    fn stored_for_lines() -> StoredRecord {
+        let mut r = record(1);
+        r.username = Some("bob@example.com".into());
+        chain(0, GENESIS_HASH, r)
+    }
+
+    #[test]
+    fn only_the_line_the_server_writes_reads_as_a_record() {
+        let stored = stored_for_lines();
+        let line = stored.to_line();
+        assert!(
+            line.starts_with(r#"{"seq":1,"occurred_at":"2026-11-29T10:00:00.123456Z","#),
+            "{line}"
+        );
+        assert_eq!(
+            read_record_line(format!("{line}\n").as_bytes()),
+            Ok(Some(stored.clone()))
+        );
+        // The last line of a file may lack its newline; an empty line is no record.
+        assert_eq!(read_record_line(line.as_bytes()), Ok(Some(stored.clone())));
+        assert_eq!(read_record_line(b"\n"), Ok(None));
+        assert_eq!(read_record_line(b""), Ok(None));
+
+        let mut texts = other_texts(&line);
+        texts.push(("a line of spaces", "  ".into()));
+        texts.push(("a CR LF line", "\r".into()));
+        let read: Vec<&str> = texts
+            .iter()
+            .filter(|(what, text)| {
+                assert_ne!(text, &line, "{what}");
+                read_record_line(format!("{text}\n").as_bytes()).is_ok()
+            })
+            .map(|(what, _)| *what)
+            .collect();
+        assert!(read.is_empty(), "read as a record: {read:?}");
+        let numbers = line.replacen(r#""zeta":1"#, r#""zeta":1.0"#, 1);
+        assert_eq!(
+            read_record_line(numbers.as_bytes()),
+            Err(LineError::Number { seq: 1 })
+        );
+        let beyond = line.replacen(r#""zeta":1"#, r#""zeta":9007199254740992"#, 1);
+        assert_eq!(
+            read_record_line(beyond.as_bytes()),
+            Err(LineError::Number { seq: 1 })
+        );
+    }
+
+    /// Why the text matters: the line with a fake username placed first is
+    /// an intact record to a reader that keeps the last of two keys (as
+    /// serde_json and Python do), while one that keeps the first shows the
+    /// fake username and event.
+    #[test]
+    fn a_repeated_key_is_two_records_to_two_readers() {
+        let stored = stored_for_lines();
+        let (_, forged) = other_texts(&stored.to_line()).remove(0);
+        let last_wins: Value = serde_json::from_str(&forged).unwrap();
+        let read: StoredRecord = serde_json::from_value(last_wins).unwrap();
+        assert_eq!(read, stored);
+        assert_eq!(record_hash(read.seq, &read.record, &read.prev_hash), stored.hash);
+        assert!(forged.find("mallory").unwrap() < forged.find("bob@").unwrap());
+        assert!(matches!(
+            read_record_line(forged.as_bytes()),
+            Err(LineError::NotARecord(_) | LineError::NotServerForm { .. })
+        ));
     }
 
     #[test]

@@ -77,7 +77,9 @@ impl Checkpoint {
         canonical_json(&value)
     }
 
-    /// The checkpoint as one line of a checkpoint file (no newline).
+    /// The checkpoint as one line of a checkpoint file (no newline): the
+    /// compact JSON of this type, keys in the order of its fields. The one
+    /// text of a checkpoint that [`read_checkpoints`] accepts.
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
@@ -192,7 +194,9 @@ impl CheckpointKey {
 
 /// The checkpoints of a checkpoint file, each signature checked with one of
 /// `keys`; the first line that is not a good checkpoint fails the whole
-/// file, naming the line. Empty lines are skipped.
+/// file, naming the line. A line is a checkpoint only when its bytes, the
+/// final `\n` aside, are exactly [`Checkpoint::to_line`] of the checkpoint
+/// it reads as; empty lines are skipped.
 pub fn read_checkpoints(
     mut reader: impl BufRead,
     origin: &str,
@@ -221,19 +225,22 @@ pub fn read_checkpoints(
         if line.len() > MAX_LINE {
             return Err(malformed(format!("longer than {MAX_LINE} bytes")));
         }
-        let text = std::str::from_utf8(&line).map_err(|_| malformed("not UTF-8".into()))?;
-        if text.trim().is_empty() {
+        let content = line.strip_suffix(b"\n").unwrap_or(&line);
+        if content.is_empty() {
             continue;
         }
-        let raw: Value = serde_json::from_str(text.trim()).map_err(|e| malformed(e.to_string()))?;
-        let checkpoint: Checkpoint =
-            serde_json::from_value(raw.clone()).map_err(|e| malformed(e.to_string()))?;
+        let text = std::str::from_utf8(content).map_err(|_| malformed("not UTF-8".into()))?;
+        let checkpoint: Checkpoint = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
         // The signature is checked over the bytes rebuilt from the parsed
-        // checkpoint: the line must be that checkpoint exactly (a time
-        // with an offset would verify, and say another time).
-        if canonical_json(&raw) != canonical_json(&serde_json::to_value(&checkpoint).unwrap_or(Value::Null)) {
+        // checkpoint, so the line must be exactly the one the server wrote
+        // for it: another text of it could read otherwise elsewhere (a key
+        // given twice is the first one to some readers, the last one here),
+        // or say another time (an offset) under the same signature.
+        if checkpoint.to_line() != text {
             return Err(malformed(
-                "not in the form the server writes (a time with an offset or more digits?)".into(),
+                "not in the form the server writes (a key repeated, moved, missing or added, whitespace, an \
+                 escape, a time in another form, a CR before the newline)"
+                    .into(),
             ));
         }
         if checkpoint.kind != CHECKPOINT_TYPE {
@@ -351,8 +358,9 @@ mod tests {
             Err(CheckpointError::UnknownKey { line: 1, seq: 1, .. })
         ));
 
-        // What an error quotes of an unsigned line reaches no terminal raw.
-        let hostile = lines[0].replace(&key.key_id, "\\u001b[2J\\u202e");
+        // What an error quotes of an unsigned line reaches no terminal raw
+        // (written as the server would write such a key id).
+        let hostile = lines[0].replace(&key.key_id, "\\u001b[2J\u{202e}");
         let error = read_checkpoints(hostile.as_bytes(), "c.jsonl", std::slice::from_ref(&key))
             .unwrap_err()
             .to_string();
@@ -381,6 +389,64 @@ mod tests {
                 "{bad:.40}"
             );
         }
+    }
+
+    #[test]
+    fn only_the_line_the_server_writes_reads_as_a_checkpoint() {
+        let (pair, der) = key_pair();
+        let key = CheckpointKey::from_spki_der(&der, "key").unwrap();
+        let line = signed(&pair, &key, 5).to_line();
+        assert!(
+            line.starts_with(r#"{"type":"talos-sso.audit.checkpoint.v1","server":"talos-sso-1","seq":5,"#)
+        );
+        let read = |text: &str| read_checkpoints(text.as_bytes(), "c.jsonl", std::slice::from_ref(&key));
+        assert_eq!(read(&format!("{line}\n")).unwrap().len(), 1);
+        assert_eq!(read(&line).unwrap().len(), 1);
+
+        let body = &line[1..line.len() - 1];
+        let others = [
+            // Another reader would take this checkpoint for one of record 9
+            // signed by someone else.
+            (
+                "a fake seq and server before the real ones",
+                format!(r#"{{"seq":9,"server":"elsewhere",{body}}}"#),
+            ),
+            (
+                "a key moved",
+                format!(
+                    r#"{{{},"type":"{CHECKPOINT_TYPE}"}}"#,
+                    body.replacen(&format!(r#""type":"{CHECKPOINT_TYPE}","#), "", 1)
+                ),
+            ),
+            ("a space after each comma", line.replace(r#",""#, r#", ""#)),
+            ("spaces around the object", format!(" {line} ")),
+            ("a CR before the newline", format!("{line}\r")),
+            (
+                "a trailing copy of a field",
+                format!(r#"{{{body},"server":"talos-sso-1"}}"#),
+            ),
+            ("a trailing field", format!(r#"{{{body},"note":"x"}}"#)),
+            (
+                "a letter as an escape",
+                line.replacen("talos-sso-1", r"\u0074alos-sso-1", 1),
+            ),
+            (
+                "a seq with a fraction",
+                line.replacen(r#""seq":5,"#, r#""seq":5.0,"#, 1),
+            ),
+        ];
+        let taken: Vec<&str> = others
+            .iter()
+            .chain(&[("a line of spaces", "  ".to_owned())])
+            .filter(|(_, text)| {
+                !matches!(
+                    read(&format!("{text}\n")),
+                    Err(CheckpointError::Malformed { line: 1, .. })
+                )
+            })
+            .map(|(what, _)| *what)
+            .collect();
+        assert!(taken.is_empty(), "read as a checkpoint: {taken:?}");
     }
 
     #[test]

@@ -1725,9 +1725,98 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
         "{err}"
     );
     assert!(
-        script_out.starts_with("broken at record 1: its content does not match its hash"),
+        script_out.starts_with("broken at record 0: line 1: not an audit record: its keys are not"),
         "{script_out}"
     );
+
+    // Other texts of record 1 (which the checkpoint covers) than the one
+    // the server writes: JSON readers may take them for another record (a
+    // repeated key is the first one to some, the last one to others), so
+    // both refuse them, whatever their hash says.
+    let first = exported.lines().next().unwrap();
+    let body = &first[1..first.len() - 1];
+    let record_texts = [
+        (
+            "a fake username and event before the real ones",
+            format!(r#"{{"username":"mallory@example.com","event":"deny.removed",{body}}}"#),
+        ),
+        (
+            "a key moved",
+            format!("{{{},\"seq\":1}}", body.replacen("\"seq\":1,", "", 1)),
+        ),
+        ("a space after each comma", first.replace(",\"", ", \"")),
+        ("a trailing copy of a field", format!("{{{body},\"seq\":1}}")),
+    ];
+    let mut accepted = Vec::new();
+    for (what, text) in record_texts {
+        let other = files.path().join("other.jsonl");
+        std::fs::write(&other, exported.replacen(first, &text, 1)).unwrap();
+        let ((code, _, err), (script_code, script_out)) =
+            verify_both(&sam, &other, checkpoints, public_key).await;
+        if code != 1 {
+            accepted.push(format!("the CLI took {what}"));
+        } else {
+            assert!(
+                err.contains("other.jsonl, line 1: record 1 is not in the form the server writes")
+                    || err.contains("other.jsonl, line 1: not an audit record (duplicate field"),
+                "{what}: {err}"
+            );
+        }
+        if script_code != Some(1) {
+            accepted.push(format!("the script took {what}"));
+        } else {
+            assert!(
+                script_out.starts_with("broken at record 0: line 1: not an audit record"),
+                "{what}: {script_out}"
+            );
+        }
+    }
+
+    // The same for the checkpoint the auditor asked for, the file's last line.
+    let signed_file = std::fs::read_to_string(&files.file).unwrap();
+    let last = signed_file.lines().last().unwrap();
+    let line_number = signed_file.lines().count();
+    let body = &last[1..last.len() - 1];
+    let kind = talos_sso_api::checkpoint::CHECKPOINT_TYPE;
+    let checkpoint_texts = [
+        (
+            "a fake seq and server before the real ones",
+            format!(r#"{{"seq":1,"server":"elsewhere",{body}}}"#),
+        ),
+        (
+            "a key moved",
+            format!(
+                "{{{},\"type\":\"{kind}\"}}",
+                body.replacen(&format!("\"type\":\"{kind}\","), "", 1)
+            ),
+        ),
+        ("a space after each comma", last.replace(",\"", ", \"")),
+        (
+            "a trailing copy of a field",
+            format!("{{{body},\"seq\":{}}}", signed.seq),
+        ),
+    ];
+    for (what, text) in checkpoint_texts {
+        let other = files.path().join("other-checkpoints.jsonl");
+        std::fs::write(&other, signed_file.replacen(last, &text, 1)).unwrap();
+        let ((code, _, err), (script_code, script_out)) =
+            verify_both(&sam, &export, other.to_str().unwrap(), public_key).await;
+        let refused = format!("other-checkpoints.jsonl, line {line_number}: not a checkpoint");
+        if code != 1 {
+            accepted.push(format!("the CLI took the checkpoint with {what}"));
+        } else {
+            assert!(err.contains(&refused), "{what}: {err}");
+        }
+        if script_code != Some(1) {
+            accepted.push(format!("the script took the checkpoint with {what}"));
+        } else {
+            assert!(
+                script_out.starts_with("broken at record 0: ") && script_out.contains(&refused),
+                "{what}: {script_out}"
+            );
+        }
+    }
+    assert!(accepted.is_empty(), "{accepted:#?}");
 
     // One byte of one record changed, hash left alone: both name the record.
     let changed = files.path().join("changed.jsonl");

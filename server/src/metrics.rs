@@ -492,6 +492,14 @@ impl Metrics {
         }
     }
 
+    /// The text `exposition` asks for.
+    pub fn render_as(&self, exposition: Exposition) -> String {
+        match exposition {
+            Exposition::OpenMetrics => self.render(),
+            Exposition::Classic => self.render_classic(),
+        }
+    }
+
     /// The OpenMetrics text.
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -508,11 +516,78 @@ impl Metrics {
     }
 }
 
-/// Whether an `Accept` header asks for the classic text format: it names
-/// `text/plain` and not OpenMetrics (which Prometheus itself prefers).
-pub fn wants_classic_text(accept: &str) -> bool {
-    let accept = accept.to_ascii_lowercase();
-    accept.contains("text/plain") && !accept.contains("application/openmetrics-text")
+/// The two texts `/metrics` can answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposition {
+    /// OpenMetrics 1.0.0, for a scraper that asks for it (Prometheus does).
+    OpenMetrics,
+    /// The classic Prometheus text format 0.0.4: what every reader of the
+    /// text format takes, promtool included.
+    Classic,
+}
+
+impl Exposition {
+    /// The `Content-Type` of this text.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Exposition::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Exposition::Classic => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
+/// The text for the `Accept` header values of a scrape, as Prometheus's own
+/// client libraries choose it: the media ranges by quality, highest first
+/// (in their order for equal quality); the first that is OpenMetrics
+/// (version 1.0.0, 0.0.1 or none given) or `text/plain` decides. A range
+/// with `q=0` is not acceptable and is passed over. Anything else,
+/// `*/*` or no `Accept` at all, gets the classic format: OpenMetrics names
+/// a counter's family without `_total`, which a reader that did not ask
+/// for it takes for a family with no help and no type.
+pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Exposition {
+    let mut ranges: Vec<(f32, Option<Exposition>)> = accept
+        .into_iter()
+        .flat_map(|value| value.split(','))
+        .filter_map(media_range)
+        .collect();
+    // Stable: equal qualities keep the order the scraper gave.
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranges
+        .into_iter()
+        .find_map(|(_, exposition)| exposition)
+        .unwrap_or(Exposition::Classic)
+}
+
+/// One media range of an `Accept` value: its quality and the text it
+/// names, `None` for an unacceptable range (`q=0`, a quality that does not
+/// parse, an OpenMetrics version this server does not write).
+fn media_range(range: &str) -> Option<(f32, Option<Exposition>)> {
+    let mut parts = range.split(';');
+    let media_type = parts.next()?.trim().to_ascii_lowercase();
+    let mut quality = 1.0_f32;
+    let mut version = None;
+    for parameter in parts {
+        let Some((name, value)) = parameter.split_once('=') else {
+            continue;
+        };
+        let value = value.trim().trim_matches('"');
+        match name.trim().to_ascii_lowercase().as_str() {
+            "q" => quality = value.parse().ok().filter(|q: &f32| (0.0..=1.0).contains(q))?,
+            "version" => version = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+    if quality <= 0.0 {
+        return None;
+    }
+    let exposition = match media_type.as_str() {
+        "application/openmetrics-text" if matches!(version.as_deref(), None | Some("1.0.0" | "0.0.1")) => {
+            Some(Exposition::OpenMetrics)
+        }
+        "text/plain" => Some(Exposition::Classic),
+        _ => None,
+    };
+    Some((quality, exposition))
 }
 
 #[cfg(test)]
@@ -730,5 +805,96 @@ mod tests {
         }
         metrics.set_ready(true);
         assert!(metrics.render().contains("talos_sso_ready 1\n"));
+    }
+
+    #[test]
+    fn openmetrics_goes_only_to_a_scraper_that_asks_for_it() {
+        use Exposition::{Classic, OpenMetrics};
+        let prometheus_2 = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;\
+                            q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let prometheus_3 = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8,\
+                            application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=1.0.0;\
+                            escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1";
+        for (accept, expected) in [
+            (&[][..], Classic),
+            (&[""], Classic),
+            (&["*/*"], Classic),
+            (&["text/plain"], Classic),
+            (&["text/plain; version=0.0.4"], Classic),
+            (&["application/json"], Classic),
+            (&[prometheus_2], OpenMetrics),
+            (&[prometheus_3], OpenMetrics),
+            (&["application/openmetrics-text"], OpenMetrics),
+            (&["Application/OpenMetrics-Text; Version=\"1.0.0\""], OpenMetrics),
+            (&["application/openmetrics-text;version=0.0.1"], OpenMetrics),
+            // A version this server does not write is not what was asked for.
+            (&["application/openmetrics-text;version=2.0.0"], Classic),
+            // q=0: "not acceptable"; a quality that does not parse, likewise.
+            (&["application/openmetrics-text;q=0"], Classic),
+            (&["application/openmetrics-text;q=0.0, */*"], Classic),
+            (&["application/openmetrics-text;q=high"], Classic),
+            (&["application/openmetrics-text;q=2"], Classic),
+            // The higher quality wins; equal ones go by their order.
+            (
+                &["text/plain;q=0.5, application/openmetrics-text;q=0.9"],
+                OpenMetrics,
+            ),
+            (&["text/plain, application/openmetrics-text;q=0.5"], Classic),
+            (
+                &["application/openmetrics-text;q=0.5,text/plain;q=0.5"],
+                OpenMetrics,
+            ),
+            (&["text/plain;q=0.5,application/openmetrics-text;q=0.5"], Classic),
+            (&["*/*, application/openmetrics-text;q=0.1"], OpenMetrics),
+            // Several Accept headers are one list.
+            (&["application/json", "application/openmetrics-text"], OpenMetrics),
+        ] {
+            assert_eq!(negotiate(accept.iter().copied()), expected, "{accept:?}");
+        }
+        assert_eq!(Classic.content_type(), "text/plain; version=0.0.4; charset=utf-8");
+        assert_eq!(
+            OpenMetrics.content_type(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+    }
+
+    /// The classic text names a counter's family with its `_total`, as its
+    /// readers (promtool, older scrapers) expect: every sample then has the
+    /// help and type of its family.
+    #[test]
+    fn the_classic_text_gives_every_sample_the_help_and_type_of_its_family() {
+        let mut metrics = Metrics::new();
+        metrics.add_sources(sources());
+        metrics.count_issued("prod", &["os:reader".to_owned()]);
+        metrics.observe_http(Some("/v1/certificates"), 201, Duration::from_millis(3));
+        let text = metrics.render_as(Exposition::Classic);
+        assert!(
+            text.contains(
+                "# HELP talos_sso_certificates_issued_total Certificates issued, by cluster.\n\
+                 # TYPE talos_sso_certificates_issued_total counter\n\
+                 talos_sso_certificates_issued_total{cluster=\"prod\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+        let mut typed = std::collections::HashMap::new();
+        for line in text.lines() {
+            if let Some(declaration) = line.strip_prefix("# TYPE ") {
+                let (family, kind) = declaration.split_once(' ').unwrap();
+                typed.insert(family.to_owned(), kind.to_owned());
+            } else if !line.starts_with('#') {
+                let name = &line[..line.find(['{', ' ']).unwrap()];
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| {
+                        name.strip_suffix(suffix)
+                            .filter(|f| typed.get(*f).is_some_and(|k| k == "histogram"))
+                    })
+                    .unwrap_or(name);
+                assert!(typed.contains_key(family), "{name} has no TYPE line in\n{text}");
+                assert!(text.contains(&format!("# HELP {family} ")), "{name} has no HELP");
+            }
+        }
+        assert_eq!(metrics.render_as(Exposition::OpenMetrics), metrics.render());
     }
 }

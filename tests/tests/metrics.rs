@@ -319,13 +319,29 @@ async fn metrics_listen_serves_the_metrics_alone_and_the_main_port_not_at_all() 
         let http = env.http.clone();
         async move { http.get(url).send().await.unwrap() }
     };
+    // reqwest asks for `*/*`: the classic text format.
     let scraped = get(format!("{metrics_url}/metrics")).await;
     assert_eq!(scraped.status(), 200);
+    assert_eq!(
+        scraped.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = scraped.text().await.unwrap();
     assert!(
-        scraped.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/openmetrics-text")
+        text.contains("talos_sso_build_info{") && !text.contains("# EOF"),
+        "{text}"
+    );
+    // A scraper that asks for OpenMetrics gets it.
+    let scraped = env
+        .http
+        .get(format!("{metrics_url}/metrics"))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        scraped.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
     let text = scraped.text().await.unwrap();
     assert!(
@@ -355,7 +371,7 @@ async fn metrics_listen_serves_the_metrics_alone_and_the_main_port_not_at_all() 
     let text = env.metrics().await;
     assert!(
         text.contains(
-            "talos_sso_http_request_duration_seconds_count{route=\"/metrics\",status_class=\"2xx\"} 1\n"
+            "talos_sso_http_request_duration_seconds_count{route=\"/metrics\",status_class=\"2xx\"} 2\n"
         ),
         "{text}"
     );

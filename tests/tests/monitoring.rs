@@ -501,28 +501,58 @@ fn the_dashboard_queries_through_its_variables() {
 }
 
 /// A server with everything that has metrics switched on (TLS, signed
-/// checkpoints), after one certificate issued and one request denied, so
-/// that the labelled families have series.
+/// checkpoints, a metrics listener of its own), after one certificate
+/// issued and one request denied, so that the labelled families have
+/// series.
 struct BusyServer {
     env: TestEnv,
-    /// Trusts the server's TLS certificate.
-    client: reqwest::Client,
     _checkpoints: CheckpointFiles,
     _tls: tempfile::TempDir,
 }
 
+/// What `GET /metrics` answered.
+struct Scrape {
+    content_type: String,
+    vary: String,
+    text: String,
+}
+
 impl BusyServer {
-    /// `GET /metrics` asking for `accept`: the content type and the text.
-    async fn scrape(&self, accept: &str) -> (String, String) {
-        let response = self
-            .client
-            .get(format!("{}/metrics", self.env.server.base_url))
-            .header("accept", accept)
-            .send()
-            .await
-            .unwrap();
-        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
-        (content_type, response.text().await.unwrap())
+    /// `GET /metrics` on the metrics listener, with `accept` as the only
+    /// `Accept` header or none at all: over a bare connection, as HTTP
+    /// clients (reqwest, curl) send `Accept: */*` unless told otherwise.
+    async fn scrape(&self, accept: Option<&str>) -> Scrape {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let base = self
+            .env
+            .server
+            .metrics_url
+            .as_deref()
+            .expect("a metrics listener");
+        let address = base.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let accept = accept.map(|a| format!("accept: {a}\r\n")).unwrap_or_default();
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nhost: {address}\r\n{accept}connection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.unwrap();
+        let response = String::from_utf8(response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        let header = |name: &str| {
+            head.lines()
+                .filter_map(|line| line.split_once(':'))
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.trim().to_owned())
+                .unwrap_or_default()
+        };
+        assert_eq!(header("content-length"), body.len().to_string(), "{head}");
+        Scrape {
+            content_type: header("content-type"),
+            vary: header("vary"),
+            text: body.to_owned(),
+        }
     }
 }
 
@@ -536,6 +566,7 @@ async fn busy_server() -> BusyServer {
             cert.display(),
             key.display()
         );
+        let yaml = format!("{yaml}metrics: {{ listen: \"127.0.0.1:0\" }}\n");
         checkpoints.configure(
             &yaml.replace("insecure_http: true", &tls),
             "1h",
@@ -562,7 +593,6 @@ async fn busy_server() -> BusyServer {
     }
     BusyServer {
         env,
-        client,
         _checkpoints: checkpoints,
         _tls: scratch,
     }
@@ -572,7 +602,7 @@ async fn busy_server() -> BusyServer {
 async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     let server = busy_server().await;
     // What Prometheus asks for.
-    let (_, exposition) = server.scrape("application/openmetrics-text; version=1.0.0").await;
+    let exposition = server.scrape(Some(PROMETHEUS_ACCEPT)).await.text;
     let mut exprs = rule_exprs();
     exprs.extend(dashboard_queries(&dashboard()));
     assert!(exprs.len() > 30, "{exprs:?}");
@@ -586,37 +616,85 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
     server.env.finish().await;
 }
 
-/// promtool lints the classic Prometheus text format only: fed
-/// OpenMetrics, it reads a counter's `_total` samples as a family of their
-/// own without help. The request asks for the classic format, as a scraper
-/// that does not speak OpenMetrics does.
-#[tokio::test]
-async fn promtool_finds_no_problem_in_the_exposition() {
-    let promtool = tool("promtool");
-    let server = busy_server().await;
-    let (content_type, exposition) = server.scrape("text/plain; version=0.0.4").await;
-    assert!(
-        exposition.contains("talos_sso_certificates_issued_total{"),
-        "{exposition}"
-    );
-    let mut child = Command::new(&promtool)
+/// The `Accept` header of a Prometheus 2 scrape.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `promtool check metrics` on `text`: what it said, empty when it found
+/// nothing wrong.
+fn promtool_check(text: &str) -> Result<(), String> {
+    let mut child = Command::new(tool("promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), exposition.as_bytes()).unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
     let output = child.wait_with_output().unwrap();
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    if output.status.success() && said.trim().is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}: {said}", output.status))
+    }
+}
+
+/// A scraper that does not ask for OpenMetrics (no `Accept`, `*/*`,
+/// `text/plain`: promtool, curl, older scrapers) gets the classic text
+/// format, which names a counter's family with its `_total`; promtool, which
+/// lints only that format, finds nothing wrong in it (fed OpenMetrics, it
+/// says "no help text" for every counter: it takes the `_total` samples for
+/// a family of their own). Prometheus, which asks for OpenMetrics first,
+/// gets it.
+#[tokio::test]
+async fn promtool_finds_no_problem_in_the_exposition() {
+    tool("promtool");
+    let server = busy_server().await;
+    let classic = "text/plain; version=0.0.4; charset=utf-8";
+    for accept in [
+        None,
+        Some("*/*"),
+        Some("text/plain"),
+        Some("text/plain; version=0.0.4"),
+        Some("application/openmetrics-text; q=0, */*; q=0.1"),
+    ] {
+        let scrape = server.scrape(accept).await;
+        let text = &scrape.text;
+        assert_eq!(
+            (scrape.content_type.as_str(), scrape.vary.as_str()),
+            (classic, "accept"),
+            "Accept {accept:?}"
+        );
+        assert!(
+            text.contains(
+                "# HELP talos_sso_certificates_issued_total Certificates issued, by cluster.\n\
+                 # TYPE talos_sso_certificates_issued_total counter\n"
+            ) && text.contains("talos_sso_certificates_issued_total{cluster=\"prod\"} 1\n")
+                && !text.contains("# EOF"),
+            "Accept {accept:?}:\n{text}"
+        );
+        if let Err(said) = promtool_check(text) {
+            panic!(
+                "promtool check metrics on the exposition for Accept {accept:?}:\n{said}\nthe exposition:\n{text}"
+            );
+        }
+    }
+
+    let scrape = server.scrape(Some(PROMETHEUS_ACCEPT)).await;
+    let text = &scrape.text;
+    assert_eq!(
+        scrape.content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
     assert!(
-        output.status.success() && said.trim().is_empty(),
-        "promtool check metrics ({}) on the exposition served as {content_type}:\n{said}\nthe exposition:\n{exposition}",
-        output.status
+        text.contains("# TYPE talos_sso_certificates_issued counter\n")
+            && text.contains("talos_sso_certificates_issued_total{cluster=\"prod\"} 1\n")
+            && text.ends_with("# EOF\n"),
+        "{text}"
     );
     server.env.finish().await;
 }

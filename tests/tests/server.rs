@@ -1396,11 +1396,10 @@ async fn metrics_count_decisions_latency_and_ca_expiry() {
         .send()
         .await
         .unwrap();
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/openmetrics-text")
+    // Asked for `*/*` (reqwest's default): the classic text format.
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
     );
     let text = response.text().await.unwrap();
     for expected in [
@@ -1410,7 +1409,7 @@ async fn metrics_count_decisions_latency_and_ca_expiry() {
         "talos_sso_issuance_duration_seconds_count 2",
         "talos_sso_audit_write_failures_total 0",
         r#"talos_sso_ca_not_after_timestamp_seconds{cluster="prod"} "#,
-        "# EOF",
+        "# TYPE talos_sso_certificates_issued_total counter",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }

@@ -157,7 +157,8 @@ pub enum AuditCommand {
     },
 }
 
-pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+/// Run `command`, printing to `out`; `terminal`: `out` is a terminal.
+pub(super) async fn audit(command: AuditCommand, terminal: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     match command {
         AuditCommand::List {
             filter,
@@ -167,7 +168,8 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            print_matching(&api, &tokens.bearer, &filter, 0, limit, output, out).await
+            let printing = (output, terminal);
+            print_matching(&api, &tokens.bearer, &filter, 0, limit, printing, out).await
         }
         AuditCommand::Export {
             filter,
@@ -176,7 +178,10 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             cursor,
             server,
             login,
-        } => super::follow::follow(server.as_deref(), &login, &filter.query(), cursor, output, out).await,
+        } => {
+            let printing = (output, terminal);
+            super::follow::follow(server.as_deref(), &login, &filter.query(), cursor, printing, out).await
+        }
         AuditCommand::Export {
             filter,
             output,
@@ -186,7 +191,8 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
             login,
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
-            print_matching(&api, &tokens.bearer, &filter, cursor, u64::MAX, output, out).await
+            let printing = (output, terminal);
+            print_matching(&api, &tokens.bearer, &filter, cursor, u64::MAX, printing, out).await
         }
         AuditCommand::Show { seq, server, login } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
@@ -201,7 +207,7 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
                 .into_iter()
                 .find(|r| r.seq == seq)
                 .ok_or_else(|| anyhow!("no audit record {seq}"))?;
-            writeln!(out, "{}", record_json(&record, true)?)?;
+            writeln!(out, "{}", record_json(&record)?)?;
             Ok(())
         }
         AuditCommand::Verify {
@@ -236,14 +242,14 @@ pub(super) async fn audit(command: AuditCommand, out: &mut dyn Write) -> anyhow:
 
 /// The records `filter` matches after the record `cursor`, oldest first,
 /// at most `limit` of them: page after page, each printed as it comes (the
-/// heading once).
+/// heading once), in `output`'s form, for a terminal or not.
 async fn print_matching(
     api: &ApiClient,
     token: &str,
     filter: &AuditFilterArgs,
     mut cursor: i64,
     limit: u64,
-    output: AuditOutput,
+    (output, terminal): (AuditOutput, bool),
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let mut shown = 0;
@@ -256,7 +262,7 @@ async fn print_matching(
             ..filter.query()
         };
         let page = api.audit(token, &query).await.map_err(explained)?;
-        print_records(&page.records, output, first, out)?;
+        print_records(&page.records, output, first, terminal, out)?;
         first = false;
         shown += page.records.len() as u64;
         match page.next_cursor {

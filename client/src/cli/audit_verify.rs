@@ -3,14 +3,15 @@
 //! record's hash recomputed from its content (RFC 8785, SHA-256), every
 //! link to the record before it, and, with checkpoints, every record a
 //! signed checkpoint names, and that none names a record past the end.
-//! Also how both forms of `audit verify` report.
+//! Every line must be exactly the text the server writes for its record
+//! ([`read_record_line`]). Also how both forms of `audit verify` report.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use talos_sso_api::audit::{ChainStatus, StoredRecord};
-use talos_sso_api::chain::{ChainCheck, describe, is_canonical_form};
+use talos_sso_api::chain::{ChainCheck, LineError, describe, read_record_line};
 use talos_sso_api::checkpoint::{CheckpointKey, read_checkpoints};
 
 /// Longest line of an export read: a record is bounded by the server (a
@@ -62,22 +63,17 @@ pub(super) fn verify_export(
         if line.len() as u64 > MAX_RECORD_LINE {
             bail!("{origin}, line {number}: longer than {MAX_RECORD_LINE} bytes, not a record of the trail");
         }
-        let text =
-            std::str::from_utf8(&line).with_context(|| format!("{origin}, line {number}: not UTF-8"))?;
-        if text.trim().is_empty() {
-            continue;
-        }
-        let not_a_record =
-            || format!("{origin}, line {number}: not an audit record (export with `--output json`)");
-        let raw: serde_json::Value = serde_json::from_str(text.trim()).with_context(not_a_record)?;
-        let record: StoredRecord = serde_json::from_value(raw.clone()).with_context(not_a_record)?;
-        if !is_canonical_form(&raw, &record) {
-            bail!(
-                "{origin}, line {number}: record {} is not in the form the server writes (a field the record \
-                 does not have, or a time in another form): the line was changed after export",
-                record.seq
-            );
-        }
+        let record = match read_record_line(&line) {
+            Ok(Some(record)) => record,
+            Ok(None) => continue,
+            Err(error @ (LineError::NotUtf8 | LineError::NotARecord(_))) => {
+                bail!("{origin}, line {number}: {error} (export with `--output json`)")
+            }
+            Err(error) => bail!(
+                "{origin}, line {number}: {error}: the line was changed after export, or the export was printed \
+                 to a terminal (export into a file)"
+            ),
+        };
         if check.is_none() {
             let start = start_of(&record, from, &origin)?;
             check = Some(match pending.take() {

@@ -54,13 +54,13 @@ fn passing(error: &ApiError) -> bool {
 }
 
 /// Follow the records `query` matches after `cursor`, printing each in
-/// `output`'s form, until stopped or refused.
+/// `output`'s form (for a terminal or not), until stopped or refused.
 pub(super) async fn follow(
     server: Option<&str>,
     login: &LoginMethod,
     query: &AuditQuery,
     mut cursor: i64,
-    output: AuditOutput,
+    printing: (AuditOutput, bool),
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let mut followed = false;
@@ -83,7 +83,7 @@ pub(super) async fn follow(
             Err(Ended::ByServer) => continue,
         };
         followed = true;
-        match print_stream(stream, &mut cursor, &mut heading, output, out).await? {
+        match print_stream(stream, &mut cursor, &mut heading, printing, out).await? {
             Ended::ByServer => pause = FIRST_PAUSE,
             Ended::Refused(error) => return Err(error),
             Ended::Failed(error) => {
@@ -126,7 +126,7 @@ async fn print_stream(
     mut stream: AuditStream,
     cursor: &mut i64,
     heading: &mut bool,
-    output: AuditOutput,
+    (output, terminal): (AuditOutput, bool),
     out: &mut dyn Write,
 ) -> anyhow::Result<Ended> {
     loop {
@@ -138,7 +138,7 @@ async fn print_stream(
         match line {
             StreamLine::Record(record) => {
                 *cursor = (*cursor).max(record.seq);
-                print_records(std::slice::from_ref(&*record), output, *heading, out)?;
+                print_records(std::slice::from_ref(&*record), output, *heading, terminal, out)?;
                 *heading = false;
                 out.flush()?;
             }

@@ -149,7 +149,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command,
         } => exec::exec(&select, &login, ttl, &command).await,
         Command::Version { server } => status::version(server.as_deref(), &mut out).await,
-        Command::Audit(command) => audit::audit(command, &mut out).await.map(|_| ExitCode::SUCCESS),
+        Command::Audit(command) => {
+            let terminal = std::io::IsTerminal::is_terminal(&out);
+            audit::audit(command, terminal, &mut out)
+                .await
+                .map(|_| ExitCode::SUCCESS)
+        }
         Command::Deny(command) => deny::deny(command, &mut out).await.map(|_| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talos-sso", &mut out);

@@ -3,6 +3,11 @@
 //! from a record (see [`crate::display`]); JSON escapes control characters
 //! itself; CSV keeps each value exact for the spreadsheet (the server stores
 //! text already escaped) behind a guard against formulas.
+//!
+//! JSON lines written to a file or a pipe are exactly the lines the server
+//! writes ([`StoredRecord::to_line`]), the only text of a record that
+//! `audit verify --file` accepts; on a terminal, characters it could act on
+//! are shown as `\u` escapes instead (the same JSON value, other bytes).
 
 use std::io::Write;
 
@@ -105,23 +110,20 @@ fn table_line(cells: [&str; 7]) -> String {
     line
 }
 
-/// A record as JSON, on one line or pretty, terminal-safe (see
-/// [`crate::display::json`]) and still exactly the record.
-pub(super) fn record_json(record: &StoredRecord, pretty: bool) -> anyhow::Result<String> {
-    let text = if pretty {
-        serde_json::to_string_pretty(record)?
-    } else {
-        serde_json::to_string(record)?
-    };
-    Ok(crate::display::json(&text))
+/// A record as pretty JSON, terminal-safe (see [`crate::display::json`])
+/// and still exactly the record.
+pub(super) fn record_json(record: &StoredRecord) -> anyhow::Result<String> {
+    Ok(crate::display::json(&serde_json::to_string_pretty(record)?))
 }
 
 /// One page of records in `output`'s form; the heading (of the table or
-/// the CSV) only when `header`, for the first page.
+/// the CSV) only when `header`, for the first page. `terminal`: `out` is a
+/// terminal, where JSON lines are made safe rather than exact.
 pub(super) fn print_records(
     records: &[StoredRecord],
     output: AuditOutput,
     header: bool,
+    terminal: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     match output {
@@ -137,7 +139,12 @@ pub(super) fn print_records(
         }
         AuditOutput::Json => {
             for record in records {
-                writeln!(out, "{}", record_json(record, false)?)?;
+                let line = record.to_line();
+                if terminal {
+                    writeln!(out, "{}", crate::display::json(&line))?;
+                } else {
+                    writeln!(out, "{line}")?;
+                }
             }
         }
         AuditOutput::Csv => {
@@ -211,10 +218,19 @@ mod tests {
         serde_json::from_value(serde_json::Value::Object(record.clone())).unwrap()
     }
 
+    /// `records` as printed to a terminal.
     fn render(records: &[serde_json::Map<String, serde_json::Value>], output: AuditOutput) -> String {
+        render_to(records, output, true)
+    }
+
+    fn render_to(
+        records: &[serde_json::Map<String, serde_json::Value>],
+        output: AuditOutput,
+        terminal: bool,
+    ) -> String {
         let records: Vec<StoredRecord> = records.iter().map(typed).collect();
         let mut out = Vec::new();
-        print_records(&records, output, true, &mut out).unwrap();
+        print_records(&records, output, true, terminal, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -431,7 +447,7 @@ mod tests {
             AuditOutput::Csv,
             AuditOutput::Ecs,
         ] {
-            let error = print_records(&records, output, true, &mut ClosedPipe).unwrap_err();
+            let error = print_records(&records, output, true, false, &mut ClosedPipe).unwrap_err();
             assert!(crate::cli::closed_pipe(&error), "{output:?}: {error:?}");
         }
     }
@@ -445,7 +461,7 @@ mod tests {
             lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(back, records);
         // `audit show`: the same, pretty.
-        let shown = record_json(&typed(&records[0]), true).unwrap();
+        let shown = record_json(&typed(&records[0])).unwrap();
         no_hostile_characters(&shown);
         let back: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&shown).unwrap();
         assert_eq!(back, records[0]);
@@ -457,5 +473,26 @@ mod tests {
             shown.contains(r"\u202emoc.elpmaxe@eve\u2066\u200b\ufeff\u009b31m\u007f\t\u0085\u2028"),
             "{shown}"
         );
+    }
+
+    /// To a file or a pipe, JSON lines are the server's own lines, which
+    /// `audit verify --file` accepts: the terminal's escapes are the same
+    /// value in other bytes, which it would refuse.
+    #[test]
+    fn json_lines_to_a_file_are_the_lines_the_server_writes() {
+        let records = [hostile_record(), ordinary_record()];
+        let exact = render_to(&records, AuditOutput::Json, false);
+        let lines: Vec<&str> = exact.lines().collect();
+        for (line, record) in lines.iter().zip(&records) {
+            assert_eq!(*line, typed(record).to_line());
+            assert_eq!(
+                talos_sso_api::chain::read_record_line(line.as_bytes()),
+                Ok(Some(typed(record)))
+            );
+        }
+        assert!(exact.contains('\u{202e}'), "{exact}");
+        let shown = render_to(&records, AuditOutput::Json, true);
+        assert_ne!(shown, exact);
+        assert!(talos_sso_api::chain::read_record_line(shown.lines().next().unwrap().as_bytes()).is_err());
     }
 }

@@ -114,31 +114,28 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Readiness>
     (status, Json(readiness))
 }
 
-/// Prometheus metrics (OpenMetrics text), with the readiness checks run
-/// first.
-/// OpenMetrics text, or the classic text format when the reader asks for
-/// `text/plain` only.
+/// Prometheus metrics, with the readiness checks run first: OpenMetrics
+/// when the scraper asks for it, else the classic text format
+/// ([`crate::metrics::negotiate`]).
 pub async fn metrics(
     State(app): State<Arc<App>>,
     headers: axum::http::HeaderMap,
 ) -> impl axum::response::IntoResponse {
     app.metrics.set_ready(readiness(&app).await.ready);
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if crate::metrics::wants_classic_text(accept) {
-        return (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            app.metrics.render_classic(),
-        );
-    }
+    let exposition = crate::metrics::negotiate(
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.metrics.render(),
+        [
+            (header::CONTENT_TYPE, exposition.content_type()),
+            // The answer depends on it: a cache must not give one scraper's
+            // text to another.
+            (header::VARY, "accept"),
+        ],
+        app.metrics.render_as(exposition),
     )
 }
 
