@@ -200,7 +200,7 @@ impl ExportBody {
             if self.csv {
                 out.push_str(&csv_line(r));
             } else {
-                out.push_str(&serde_json::to_string(r).unwrap_or_default());
+                out.push_str(&r.to_line());
             }
             out.push('\n');
         }

@@ -726,6 +726,8 @@ async fn chart_counts(
     until: time::OffsetDateTime,
     hourly: bool,
 ) -> Result<(Counts, Counts), sqlx::Error> {
+    // Only the chain's rows, as every read of the trail.
+    let verified = store.verified_rows();
     match store {
         AuditStore::Postgres(pool) => {
             let (unit, format) = if hourly {
@@ -737,16 +739,17 @@ async fn chart_counts(
                 "SELECT to_char(date_trunc('{unit}', occurred_at AT TIME ZONE 'UTC'), '{format}'), \
                  coalesce(cluster, '-') || ' ' || role, count(*) \
                  FROM audit_events, unnest(roles_granted) AS role \
-                 WHERE event = 'certificate.issued' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ORDER BY 1, 2"
+                 WHERE {verified} AND event = 'certificate.issued' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ORDER BY 1, 2"
             )))
             .bind(since)
             .bind(until)
             .fetch_all(pool)
             .await?;
-            let denied = sqlx::query_as(
+            let denied = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT '', coalesce(reason_code, '-'), count(*) FROM audit_events \
-                 WHERE outcome = 'denied' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 2 ORDER BY 3 DESC",
-            )
+                 WHERE {verified} AND outcome = 'denied' AND occurred_at >= $1 AND occurred_at < $2 \
+                 GROUP BY 2 ORDER BY 3 DESC"
+            )))
             .bind(since)
             .bind(until)
             .fetch_all(pool)
@@ -761,16 +764,17 @@ async fn chart_counts(
                 "SELECT replace(substr(occurred_at, 1, {length}), 'T', ' ') || '{suffix}', \
                  coalesce(cluster, '-') || ' ' || r.value, count(*) \
                  FROM audit_events, json_each(audit_events.roles_granted) AS r \
-                 WHERE event = 'certificate.issued' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ORDER BY 1, 2"
+                 WHERE {verified} AND event = 'certificate.issued' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ORDER BY 1, 2"
             )))
             .bind(&since)
             .bind(&until)
             .fetch_all(pool)
             .await?;
-            let denied = sqlx::query_as(
+            let denied = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT '', coalesce(reason_code, '-'), count(*) FROM audit_events \
-                 WHERE outcome = 'denied' AND occurred_at >= $1 AND occurred_at < $2 GROUP BY 2 ORDER BY 3 DESC",
-            )
+                 WHERE {verified} AND outcome = 'denied' AND occurred_at >= $1 AND occurred_at < $2 \
+                 GROUP BY 2 ORDER BY 3 DESC"
+            )))
             .bind(&since)
             .bind(&until)
             .fetch_all(pool)
