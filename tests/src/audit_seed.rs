@@ -20,9 +20,26 @@
 //! hand the store, so that they are hash-chained by the store itself.
 
 use serde_json::json;
-use talos_sso_server::audit::store::{Append, DenyChange, DenyEntry};
+use talos_sso_server::audit::store::{Append, AuditStore, DenyChange, DenyEntry};
 use talos_sso_server::audit::{AuditRecord, event, outcome};
 use time::{Duration, OffsetDateTime};
+
+/// A made-up trail of `records` records over the `days` before now, from
+/// `seed`, appended to `store` a thousand at a time (the tests' large
+/// trails).
+pub async fn seed_store(store: &AuditStore, records: u64, seed: u64, days: u32) {
+    let plan = SeedPlan {
+        records,
+        seed,
+        until: OffsetDateTime::now_utc(),
+        days,
+        users: 100,
+    };
+    let trail: Vec<_> = Trail::new(&plan).collect();
+    for batch in trail.chunks(1000) {
+        store.append_batch(batch).await.expect("a seeded batch");
+    }
+}
 
 /// The company's own client address ranges: offices, VPN pools, the IPv6
 /// office network. Everything else is unusual.

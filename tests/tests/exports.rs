@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use talos_sso_api::StoredRecord;
 use talos_sso_server::audit::store::{AuditStore, StoreOptions};
-use talos_sso_tests::audit_seed::{SeedPlan, Trail};
+use talos_sso_tests::audit_seed::seed_store;
 use talos_sso_tests::console_client::Browserless;
 use talos_sso_tests::emulator::{
     EmulatorConfig, EmulatorHandle, GROUP_PLATFORM_ADMINS, GROUP_SECURITY, TokenKind,
@@ -113,17 +113,7 @@ async fn seed(url: &str) {
         .await
         .expect("audit store");
     store.migrate().await.expect("migrations");
-    let plan = SeedPlan {
-        records: RECORDS,
-        seed: 30,
-        until: time::OffsetDateTime::now_utc(),
-        days: 30,
-        users: 100,
-    };
-    let trail: Vec<_> = Trail::new(&plan).collect();
-    for batch in trail.chunks(1000) {
-        store.append_batch(batch).await.expect("seed");
-    }
+    seed_store(&store, RECORDS, 30, 30).await;
     store.close().await;
 }
 

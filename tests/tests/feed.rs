@@ -463,24 +463,29 @@ async fn a_stream_ends_when_its_caller_is_no_longer_an_auditor(backend: Backend)
     sams.until("config.reloaded", None).await;
 
     // Sam is put on the deny list.
+    deny_sam(&env, "investigation INC-9").await;
+    let last = sams.last().await;
+    assert_eq!(last["end"], "access_revoked", "{last}");
+    let refused = Stream::open(&env, &base, &sam, "").await.err().unwrap();
+    assert_eq!((refused.status, refused.code()), (403, Some("identity_denied")));
+    env.finish().await;
+}
+
+/// An admin (alice) puts sam on the deny list.
+async fn deny_sam(env: &TestEnv, reason: &str) {
     let alice = env
         .emulator
         .token_for("alice@example.com", TokenKind::id())
         .unwrap();
     let added = env
         .http
-        .post(format!("{base}/v1/deny"))
+        .post(format!("{}/v1/deny", env.server.base_url))
         .bearer_auth(alice)
-        .json(&json!({"subject": SAM_OID, "reason": "investigation INC-9"}))
+        .json(&json!({"subject": SAM_OID, "reason": reason}))
         .send()
         .await
         .unwrap();
     assert_eq!(added.status(), 201);
-    let last = sams.last().await;
-    assert_eq!(last["end"], "access_revoked", "{last}");
-    let refused = Stream::open(&env, &base, &sam, "").await.err().unwrap();
-    assert_eq!((refused.status, refused.code()), (403, Some("identity_denied")));
-    env.finish().await;
 }
 
 /// A deny list that cannot be read ends the stream (`audit_unavailable`)
@@ -558,17 +563,7 @@ async fn stalled_streams_end_on_the_deny_list_and_the_write_timeout_and_callers_
     let base = env.server.base_url.clone();
     // A backlog of 15,000 records (about 15 MB of lines): more than the
     // buffers between the server and a client that does not read.
-    let plan = talos_sso_tests::audit_seed::SeedPlan {
-        records: 15_000,
-        seed: 3,
-        until: time::OffsetDateTime::now_utc(),
-        days: 10,
-        users: 50,
-    };
-    let trail: Vec<_> = talos_sso_tests::audit_seed::Trail::new(&plan).collect();
-    for batch in trail.chunks(1000) {
-        env.server.app.audit.store().append_batch(batch).await.unwrap();
-    }
+    talos_sso_tests::audit_seed::seed_store(env.server.app.audit.store(), 15_000, 3, 10).await;
     let sam = env
         .emulator
         .token_for("sam@example.com", TokenKind::id())
@@ -590,19 +585,7 @@ async fn stalled_streams_end_on_the_deny_list_and_the_write_timeout_and_callers_
 
     // Sam is put on the deny list: the frozen stream ends within a poll
     // interval or two (300 ms here), long before the write timeout.
-    let alice = env
-        .emulator
-        .token_for("alice@example.com", TokenKind::id())
-        .unwrap();
-    let added = env
-        .http
-        .post(format!("{base}/v1/deny"))
-        .bearer_auth(alice)
-        .json(&json!({"subject": SAM_OID, "reason": "investigation INC-10"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(added.status(), 201);
+    deny_sam(&env, "investigation INC-10").await;
     until_running(&env, 2, Duration::from_secs(10)).await;
     drop(frozen);
 

@@ -5,24 +5,14 @@
 //! and how long certificates took while they ran (`--nocapture`): figures
 //! of a debug build, for comparison only.
 
-use talos_sso_tests::audit_seed::{SeedPlan, Trail};
+use talos_sso_tests::audit_seed::seed_store;
 use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_verifications_share_one_run() {
     let env = TestEnv::start(Backend::Sqlite).await;
-    let plan = SeedPlan {
-        records: 20_000,
-        seed: 8,
-        until: time::OffsetDateTime::now_utc(),
-        days: 10,
-        users: 50,
-    };
-    let trail: Vec<_> = Trail::new(&plan).collect();
-    for batch in trail.chunks(1000) {
-        env.server.app.audit.store().append_batch(batch).await.unwrap();
-    }
+    seed_store(env.server.app.audit.store(), 20_000, 8, 10).await;
     let token = env
         .emulator
         .token_for("sam@example.com", TokenKind::id())

@@ -51,6 +51,12 @@ impl Verifications {
         self.started.load(Ordering::Relaxed)
     }
 
+    /// What the last verification that finished found: when the chain was
+    /// broken, every console page says so.
+    pub fn last_status(&self) -> Option<ChainStatus> {
+        self.last().map(|(_, status)| status)
+    }
+
     /// The last verification that finished, and when.
     pub fn last(&self) -> Option<(OffsetDateTime, ChainStatus)> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()

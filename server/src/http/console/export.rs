@@ -68,7 +68,7 @@ pub async fn export(
     Auditor(viewer): Auditor,
     Query(filters): Query<Filters>,
 ) -> Response {
-    let broken = console.last_check(&app);
+    let broken = app.verifications.last_status();
     let csv = match filters.format.as_str() {
         "csv" => true,
         "jsonl" => false,
@@ -110,7 +110,7 @@ pub async fn export(
         csv,
         handed: 0,
         reading: None,
-        state: State_::Running,
+        progress: Progress::Running,
         unfinished: Some(Unfinished {
             record: end_record,
             deadline,
@@ -157,7 +157,7 @@ struct Unfinished {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State_ {
+enum Progress {
     Running,
     /// Every record was handed over: the next poll ends the body.
     LastPage,
@@ -181,7 +181,7 @@ struct ExportBody {
     /// Records handed to the connection so far.
     handed: usize,
     reading: Option<PageRead>,
-    state: State_,
+    progress: Progress,
     /// `None` once the export reached its end.
     unfinished: Option<Unfinished>,
     /// Counted among the exports until the body is dropped.
@@ -223,13 +223,13 @@ impl hyper::body::Body for ExportBody {
                 "{CSV_HEADER}\n"
             ))))));
         }
-        match this.state {
-            State_::Running => {}
-            State_::LastPage => {
+        match this.progress {
+            Progress::Running => {}
+            Progress::LastPage => {
                 this.unfinished = None;
                 return Poll::Ready(None);
             }
-            State_::Failed => return Poll::Ready(None),
+            Progress::Failed => return Poll::Ready(None),
         }
         let limit = EXPORT_PAGE.min(i64::try_from(EXPORT_MAX - this.handed).unwrap_or(EXPORT_PAGE));
         if limit <= 0 {
@@ -254,12 +254,12 @@ impl hyper::body::Body for ExportBody {
             Ok(records) => records,
             Err(error) => {
                 tracing::warn!(%error, "an export could not read the trail; ending it");
-                this.state = State_::Failed;
+                this.progress = Progress::Failed;
                 return Poll::Ready(Some(Err(ExportInterrupted)));
             }
         };
         if (records.len() as i64) < limit {
-            this.state = State_::LastPage;
+            this.progress = Progress::LastPage;
         }
         this.before = records.last().map(|r| r.seq);
         this.handed += records.len();
@@ -276,7 +276,7 @@ impl Drop for ExportBody {
         let Some(unfinished) = self.unfinished.take() else {
             return;
         };
-        let how = if self.state == State_::Failed {
+        let how = if self.progress == Progress::Failed {
             ended::AUDIT_UNAVAILABLE
         } else if Instant::now() >= unfinished.deadline {
             ended::DEADLINE

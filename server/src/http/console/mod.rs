@@ -35,7 +35,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use serde_json::Value;
-use talos_sso_api::ChainStatus;
 
 use super::caller::{Caller, deny, with_identity};
 use super::error::ApiError;
@@ -125,12 +124,6 @@ impl Console {
             export_timeout: console.export_timeout,
             charts: views::ChartCache::default(),
         }))
-    }
-
-    /// The last verification of the chain, by the console or the API:
-    /// when it failed, every page says so.
-    fn last_check(&self, app: &App) -> Option<ChainStatus> {
-        app.verifications.last().map(|(_, status)| status)
     }
 }
 

@@ -220,7 +220,7 @@ pub async fn trail(
     Auditor(viewer): Auditor,
     Query(filters): Query<Filters>,
 ) -> Response {
-    let broken = console.last_check(&app);
+    let broken = app.verifications.last_status();
     let (filter, before) = match filters.parse(app.clock.now(), PAGE) {
         Ok(parsed) => parsed,
         Err(why) => return invalid(&viewer, broken.as_ref(), "Audit trail", &why),
@@ -262,7 +262,7 @@ pub async fn record(
     Auditor(viewer): Auditor,
     Path(seq): Path<String>,
 ) -> Response {
-    let broken = console.last_check(&app);
+    let broken = app.verifications.last_status();
     let Some(seq) = seq.parse::<i64>().ok().filter(|s| *s > 0) else {
         return invalid(
             &viewer,
@@ -391,7 +391,7 @@ pub async fn held(
     Auditor(viewer): Auditor,
     Query(q): Query<HeldQuery>,
 ) -> Response {
-    let broken = console.last_check(&app);
+    let broken = app.verifications.last_status();
     let form = html! {
         form.filters method="get" action="/ui/held" {
             label { "Role" input type="text" name="role" value=(q.role) placeholder="os:admin"; }
@@ -495,7 +495,7 @@ pub async fn person(
     Auditor(viewer): Auditor,
     Query(q): Query<PersonQuery>,
 ) -> Response {
-    let broken = console.last_check(&app);
+    let broken = app.verifications.last_status();
     let username = text::clean_field(q.username.trim());
     if username.is_empty() {
         return invalid(&viewer, broken.as_ref(), "Person", "name a person (`username`)");
@@ -926,7 +926,7 @@ pub async fn charts(
     Auditor(viewer): Auditor,
     Query(q): Query<ChartQuery>,
 ) -> Response {
-    let broken = console.last_check(&app);
+    let broken = app.verifications.last_status();
     let hourly = q.by == "hour";
     let since_text = if q.since.trim().is_empty() {
         if hourly { "2d" } else { "30d" }.to_owned()
@@ -1052,20 +1052,11 @@ pub(super) fn csv_line(r: &StoredRecord) -> String {
 
 /// `GET /ui/deny` (admins): the list, a form to add, a button per entry to
 /// remove.
-pub async fn deny_list(
-    State(app): State<Arc<App>>,
-    Extension(console): Extension<Arc<Console>>,
-    Admin(viewer): Admin,
-) -> Response {
-    deny_page(&app, &console, &viewer, None).await
+pub async fn deny_list(State(app): State<Arc<App>>, Admin(viewer): Admin) -> Response {
+    deny_page(&app, &viewer, None).await
 }
 
-async fn deny_page(
-    app: &App,
-    console: &Console,
-    viewer: &Viewer,
-    message: Option<Result<String, String>>,
-) -> Response {
+async fn deny_page(app: &App, viewer: &Viewer, message: Option<Result<String, String>>) -> Response {
     let entries = match app.audit.store().deny_list().await {
         Ok(entries) => entries,
         Err(_) => return page::unavailable(),
@@ -1118,7 +1109,7 @@ async fn deny_page(
         status,
         "Deny list",
         viewer,
-        console.last_check(app).as_ref(),
+        app.verifications.last_status().as_ref(),
         body,
     )
 }
@@ -1347,7 +1338,7 @@ async fn deny_change(
             }
         },
     };
-    deny_page(app, console, &viewer, Some(message)).await
+    deny_page(app, &viewer, Some(message)).await
 }
 
 #[cfg(test)]
