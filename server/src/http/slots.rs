@@ -79,11 +79,6 @@ impl Slots {
     pub fn in_use(&self) -> usize {
         self.held().total
     }
-
-    /// The caps: `(total, per identity)`.
-    pub fn caps(&self) -> (usize, usize) {
-        (self.total, self.per_identity)
-    }
 }
 
 /// A slot taken; given back when dropped.
