@@ -28,6 +28,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -167,13 +168,17 @@ def no_fraction(text):
     raise NotServerForm(f"the number {text} is not an integer")
 
 
+# The one time form, character by character: strptime alone also reads a
+# lowercase "t" or "z" and a day or hour padded with a space, which the
+# server never writes and talos-sso refuses.
+TIME_FORM = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
+
+
 def is_time(value):
     """The one time form: UTC, six fractional digits, a real date."""
-    if not isinstance(value, str) or len(value) != 27 or not value.isascii():
+    if not isinstance(value, str) or not TIME_FORM.fullmatch(value):
         return False
     try:
-        # 27 characters leave every field at its widest: two-digit month,
-        # day and hour, six fractional digits.
         datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
     except ValueError:
         return False

@@ -843,6 +843,7 @@ mod tests {
         assert_eq!(read_record_line(line.as_bytes()), Ok(Some(stored.clone())));
         assert_eq!(read_record_line(b"\n"), Ok(None));
         assert_eq!(read_record_line(b""), Ok(None));
+        assert_eq!(read_record_line(b"\xff\n"), Err(LineError::NotUtf8));
 
         let mut texts = other_texts(&line);
         texts.push(("a line of spaces", "  ".into()));
