@@ -154,18 +154,24 @@ class NotServerForm(ValueError):
     pass
 
 
+def bounded(text):
+    """Text of a line as an error quotes it: at most 128 characters (the
+    line is anyone's until it is checked)."""
+    return text if len(text) <= 128 else text[:128] + "..."
+
+
 def unique_keys(pairs):
     """An object from json.loads, refusing a key given twice."""
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise NotServerForm(f"the key {key!r} is given twice")
+            raise NotServerForm(f"the key {bounded(repr(key))} is given twice")
         obj[key] = value
     return obj
 
 
 def no_fraction(text):
-    raise NotServerForm(f"the number {text} is not an integer")
+    raise NotServerForm(f"the number {bounded(text)} is not an integer")
 
 
 # The one time form, character by character: strptime alone also reads a

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::audit::{AuditRecord, BrokenLink, StoredRecord, format_micros};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, printable};
 
 /// `prev_hash` of the first record.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -225,6 +225,7 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
 pub enum LineError {
     #[error("not UTF-8")]
     NotUtf8,
+    /// Why the JSON reader refused it, as [`printable`] quotes a file.
     #[error("not an audit record ({0})")]
     NotARecord(String),
     #[error(
@@ -258,7 +259,7 @@ pub fn read_record_line(line: &[u8]) -> Result<Option<StoredRecord>, LineError> 
     }
     let text = std::str::from_utf8(line).map_err(|_| LineError::NotUtf8)?;
     let stored: StoredRecord =
-        serde_json::from_str(text).map_err(|e| LineError::NotARecord(e.to_string()))?;
+        serde_json::from_str(text).map_err(|e| LineError::NotARecord(printable(&e.to_string())))?;
     if stored.to_line() != text {
         return Err(LineError::NotServerForm { seq: stored.seq });
     }
@@ -867,6 +868,19 @@ mod tests {
             read_record_line(beyond.as_bytes()),
             Err(LineError::Number { seq: 1 })
         );
+        // What an error quotes of a line (here the reader's message, which
+        // quotes the time) reaches no terminal raw, and is bounded.
+        let hostile = format!("\\u001b[2J\u{202e}{}", "9".repeat(100_000));
+        let hostile = line.replacen("2026-11-29T10:00:00.123456Z", &hostile, 1);
+        match read_record_line(hostile.as_bytes()) {
+            Err(LineError::NotARecord(reason)) => assert!(
+                reason.starts_with("`\\u{1b}[2J\\u{202e}999")
+                    && !reason.contains('\u{1b}')
+                    && reason.chars().count() < 200,
+                "{reason:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Why the text matters: the line with a fake username placed first is

@@ -266,11 +266,11 @@ pub fn read_checkpoints(
     }
 }
 
-/// Text from a checkpoint file as an error may quote it: escaped as Rust
-/// escapes text for debugging (control, format and other invisible
-/// characters), at most 128 characters; the file is not the server's until
-/// its signature is checked.
-fn printable(text: &str) -> String {
+/// Text from a file (a checkpoint file, an export) as an error may quote
+/// it: escaped as Rust escapes text for debugging (control, format and
+/// other invisible characters), at most 128 characters; the file is not the
+/// server's until it is checked.
+pub(crate) fn printable(text: &str) -> String {
     let mut out: String = text
         .chars()
         .take(128)

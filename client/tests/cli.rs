@@ -1823,6 +1823,23 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
         }
     }
 
+    // What the script quotes of a line is escaped and bounded.
+    let long = "\u{202e}".repeat(10_000);
+    let other = files.path().join("other.jsonl");
+    std::fs::write(
+        &other,
+        exported.replacen(first, &format!(r#"{{"{long}":1,"{long}":2,{body}}}"#), 1),
+    )
+    .unwrap();
+    let (_, (script_code, script_out)) = verify_both(&sam, &other, checkpoints, public_key).await;
+    assert_eq!(script_code, Some(1), "{script_out}");
+    assert!(
+        script_out.starts_with("broken at record 0: line 1: not an audit record: the key '\\u202e")
+            && script_out.contains("... is given twice")
+            && script_out.len() < 300,
+        "{script_out}"
+    );
+
     // The same for the checkpoint the auditor asked for, the file's last line.
     let signed_file = std::fs::read_to_string(&files.file).unwrap();
     let last = signed_file.lines().last().unwrap();
