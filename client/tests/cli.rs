@@ -1823,6 +1823,26 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
         }
     }
 
+    // A number the server never writes, in the server's form otherwise:
+    // no terminal prints one, so the CLI does not suggest it.
+    let mut fraction: talos_sso_api::audit::StoredRecord = serde_json::from_str(first).unwrap();
+    fraction.record.details = serde_json::json!({"n": 1.5});
+    let other = files.path().join("other.jsonl");
+    std::fs::write(&other, exported.replacen(first, &fraction.to_line(), 1)).unwrap();
+    let ((code, _, err), (script_code, script_out)) =
+        verify_both(&sam, &other, checkpoints, public_key).await;
+    assert_eq!((code, script_code), (1, Some(1)), "{err}{script_out}");
+    assert!(
+        err.contains("other.jsonl, line 1: record 1 holds a number that is not an integer")
+            && !err.contains("terminal"),
+        "{err}"
+    );
+    assert!(
+        script_out
+            .starts_with("broken at record 0: line 1: not an audit record: the number 1.5 is not an integer"),
+        "{script_out}"
+    );
+
     // What the script quotes of a line is escaped and bounded.
     let long = "\u{202e}".repeat(10_000);
     let other = files.path().join("other.jsonl");
