@@ -28,6 +28,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,8 +43,15 @@ class Broken(Exception):
         super().__init__(f"broken at record {seq}: {reason}")
 
 
-def jcs(value):
-    """RFC 8785 for the values an audit record or a checkpoint holds."""
+def utf16_units(key):
+    return key.encode("utf-16-be")
+
+
+def jcs(value, order=utf16_units):
+    """RFC 8785 for the values an audit record or a checkpoint holds: object
+    keys sorted by their UTF-16 code units. With order=None, keys sorted by
+    code point (as Rust's BTreeMap sorts them): the server's form of a value
+    in a line."""
     if value is None:
         return "null"
     if value is True:
@@ -85,11 +93,10 @@ def jcs(value):
         out.append('"')
         return "".join(out)
     if isinstance(value, list):
-        return "[" + ",".join(jcs(v) for v in value) + "]"
+        return "[" + ",".join(jcs(v, order) for v in value) + "]"
     if isinstance(value, dict):
-        # Keys sorted by their UTF-16 code units.
-        keys = sorted(value, key=lambda k: k.encode("utf-16-be"))
-        return "{" + ",".join(jcs(k) + ":" + jcs(value[k]) for k in keys) + "}"
+        keys = sorted(value, key=order)
+        return "{" + ",".join(jcs(k) + ":" + jcs(value[k], order) for k in keys) + "}"
     raise ValueError(f"{type(value).__name__} is not JSON")
 
 
@@ -153,27 +160,37 @@ class NotServerForm(ValueError):
     pass
 
 
+def bounded(text):
+    """Text of a line as an error quotes it: at most 128 characters (the
+    line is anyone's until it is checked)."""
+    return text if len(text) <= 128 else text[:128] + "..."
+
+
 def unique_keys(pairs):
     """An object from json.loads, refusing a key given twice."""
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise NotServerForm(f"the key {key!r} is given twice")
+            raise NotServerForm(f"the key {bounded(repr(key))} is given twice")
         obj[key] = value
     return obj
 
 
 def no_fraction(text):
-    raise NotServerForm(f"the number {text} is not an integer")
+    raise NotServerForm(f"the number {bounded(text)} is not an integer")
+
+
+# The one time form, character by character: strptime alone also reads a
+# lowercase "t" or "z" and a day or hour padded with a space, which the
+# server never writes and talos-sso refuses.
+TIME_FORM = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
 
 
 def is_time(value):
     """The one time form: UTC, six fractional digits, a real date."""
-    if not isinstance(value, str) or len(value) != 27 or not value.isascii():
+    if not isinstance(value, str) or not TIME_FORM.fullmatch(value):
         return False
     try:
-        # 27 characters leave every field at its widest: two-digit month,
-        # day and hour, six fractional digits.
         datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
     except ValueError:
         return False
@@ -197,17 +214,6 @@ def of_kind(value, kind):
     return kind == "json"
 
 
-def server_json(value):
-    """A value as the server writes it in a line: like RFC 8785 (jcs) but for
-    object keys, which are sorted by code point (as Rust's BTreeMap sorts
-    them), not by UTF-16 code units; integers only."""
-    if isinstance(value, dict):
-        return "{" + ",".join(jcs(k) + ":" + server_json(value[k]) for k in sorted(value)) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(server_json(v) for v in value) + "]"
-    return jcs(value)
-
-
 def read_line(line, fields, what):
     """The object of one line (bytes, newline included) if it is exactly the
     text the server writes; None for an empty line. Raises NotServerForm."""
@@ -229,7 +235,8 @@ def read_line(line, fields, what):
         if not of_kind(obj[name], kind):
             raise NotServerForm(f"not {what}: {name} is not {KINDS[kind]}")
     try:
-        again = ("{" + ",".join(jcs(name) + ":" + server_json(obj[name]) for name in names) + "}").encode("utf-8")
+        # The fields in their order; within a value, keys by code point.
+        again = ("{" + ",".join(jcs(name) + ":" + jcs(obj[name], order=None) for name in names) + "}").encode("utf-8")
     except ValueError as error:
         raise NotServerForm(f"not {what} ({error})") from None
     if again != line:

@@ -21,11 +21,12 @@
 
 use std::collections::VecDeque;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::audit::{AuditRecord, BrokenLink, StoredRecord, format_micros};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, printable};
 
 /// `prev_hash` of the first record.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -225,12 +226,10 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
 pub enum LineError {
     #[error("not UTF-8")]
     NotUtf8,
+    /// Why the JSON reader refused it, as [`printable`] quotes a file.
     #[error("not an audit record ({0})")]
     NotARecord(String),
-    #[error(
-        "record {seq} is not in the form the server writes (a key repeated, moved, missing or added, whitespace, \
-         an escape or a number written otherwise, a time in another form, a CR before the newline)"
-    )]
+    #[error("record {seq} is not in the form the server writes ({OTHER_FORMS})")]
     NotServerForm { seq: i64 },
     #[error(
         "record {seq} holds a number that is not an integer of at most 2^53 - 1 in magnitude, which the server \
@@ -252,35 +251,79 @@ pub enum LineError {
 /// magnitude (the server keeps any other as a string): any reader writes
 /// those alike, and the canonical encoding reads them exactly.
 pub fn read_record_line(line: &[u8]) -> Result<Option<StoredRecord>, LineError> {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    if line.is_empty() {
+    let Some(stored) = read_exact_line(line, StoredRecord::to_line)? else {
         return Ok(None);
-    }
-    let text = std::str::from_utf8(line).map_err(|_| LineError::NotUtf8)?;
-    let stored: StoredRecord =
-        serde_json::from_str(text).map_err(|e| LineError::NotARecord(e.to_string()))?;
-    if stored.to_line() != text {
-        return Err(LineError::NotServerForm { seq: stored.seq });
-    }
+    };
     if !only_safe_integers(&stored.record.details) {
         return Err(LineError::Number { seq: stored.seq });
     }
     Ok(Some(stored))
 }
 
+/// How a line of the server's JSON that reads as the same value may
+/// differ from the one it writes.
+pub(crate) const OTHER_FORMS: &str = "a key repeated, moved, missing or added, whitespace, an escape or a number \
+                                      written otherwise, a time in another form, a CR before the newline";
+
+/// Why a line is not one the server writes.
+#[derive(Debug)]
+pub(crate) enum ExactLineError<T> {
+    NotUtf8,
+    /// Not the JSON of a `T`: why, as [`printable`] quotes a file.
+    NotJson(String),
+    /// The JSON of this `T`, in another form ([`OTHER_FORMS`]).
+    OtherForm(T),
+}
+
+/// The `T` of one line of a file the server writes (JSON Lines), `None`
+/// for an empty line: its bytes, the final `\n` aside, must be exactly
+/// `to_line` of the `T` they read as.
+pub(crate) fn read_exact_line<T: DeserializeOwned>(
+    line: &[u8],
+    to_line: impl FnOnce(&T) -> String,
+) -> Result<Option<T>, ExactLineError<T>> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let text = std::str::from_utf8(line).map_err(|_| ExactLineError::NotUtf8)?;
+    let value: T =
+        serde_json::from_str(text).map_err(|e| ExactLineError::NotJson(printable(&e.to_string())))?;
+    if to_line(&value) != text {
+        return Err(ExactLineError::OtherForm(value));
+    }
+    Ok(Some(value))
+}
+
+impl From<ExactLineError<StoredRecord>> for LineError {
+    fn from(error: ExactLineError<StoredRecord>) -> Self {
+        match error {
+            ExactLineError::NotUtf8 => LineError::NotUtf8,
+            ExactLineError::NotJson(reason) => LineError::NotARecord(reason),
+            ExactLineError::OtherForm(stored) => LineError::NotServerForm { seq: stored.seq },
+        }
+    }
+}
+
 /// Whether every number in `value` is an integer of at most
 /// [`MAX_SAFE_INTEGER`] in magnitude.
 fn only_safe_integers(value: &Value) -> bool {
     match value {
-        Value::Number(n) => n
-            .as_i64()
-            .map(i64::unsigned_abs)
-            .or_else(|| n.as_u64())
-            .is_some_and(|magnitude| magnitude <= MAX_SAFE_INTEGER),
+        Value::Number(n) => is_safe_integer(n),
         Value::Array(items) => items.iter().all(only_safe_integers),
         Value::Object(map) => map.values().all(only_safe_integers),
         Value::Null | Value::Bool(_) | Value::String(_) => true,
     }
+}
+
+/// Whether `n` is an integer of at most [`MAX_SAFE_INTEGER`] in magnitude:
+/// a number a record may hold as a number (fractions and larger integers
+/// are kept as strings), which every JSON reader reads and writes alike.
+pub fn is_safe_integer(n: &serde_json::Number) -> bool {
+    n.as_i64()
+        .map(i64::unsigned_abs)
+        .or_else(|| n.as_u64())
+        .is_some_and(|magnitude| magnitude <= MAX_SAFE_INTEGER)
 }
 
 /// Lowercase hex SHA-256.
@@ -843,6 +886,7 @@ mod tests {
         assert_eq!(read_record_line(line.as_bytes()), Ok(Some(stored.clone())));
         assert_eq!(read_record_line(b"\n"), Ok(None));
         assert_eq!(read_record_line(b""), Ok(None));
+        assert_eq!(read_record_line(b"\xff\n"), Err(LineError::NotUtf8));
 
         let mut texts = other_texts(&line);
         texts.push(("a line of spaces", "  ".into()));
@@ -856,6 +900,14 @@ mod tests {
             .map(|(what, _)| *what)
             .collect();
         assert!(read.is_empty(), "read as a record: {read:?}");
+        // Why the text matters: the line with a fake username and event
+        // placed first is this intact record to a reader that keeps the
+        // last of two keys (as serde_json's Value and Python do), while one
+        // that keeps the first shows the fake username and event.
+        let (_, forged) = &texts[0];
+        let last_wins: Value = serde_json::from_str(forged).unwrap();
+        let taken: StoredRecord = serde_json::from_value(last_wins).unwrap();
+        assert_eq!(taken, stored);
         let numbers = line.replacen(r#""zeta":1"#, r#""zeta":1.0"#, 1);
         assert_eq!(
             read_record_line(numbers.as_bytes()),
@@ -866,25 +918,19 @@ mod tests {
             read_record_line(beyond.as_bytes()),
             Err(LineError::Number { seq: 1 })
         );
-    }
-
-    /// Why the text matters: the line with a fake username placed first is
-    /// an intact record to a reader that keeps the last of two keys (as
-    /// serde_json and Python do), while one that keeps the first shows the
-    /// fake username and event.
-    #[test]
-    fn a_repeated_key_is_two_records_to_two_readers() {
-        let stored = stored_for_lines();
-        let (_, forged) = other_texts(&stored.to_line()).remove(0);
-        let last_wins: Value = serde_json::from_str(&forged).unwrap();
-        let read: StoredRecord = serde_json::from_value(last_wins).unwrap();
-        assert_eq!(read, stored);
-        assert_eq!(record_hash(read.seq, &read.record, &read.prev_hash), stored.hash);
-        assert!(forged.find("mallory").unwrap() < forged.find("bob@").unwrap());
-        assert!(matches!(
-            read_record_line(forged.as_bytes()),
-            Err(LineError::NotARecord(_) | LineError::NotServerForm { .. })
-        ));
+        // What an error quotes of a line (here the reader's message, which
+        // quotes the time) reaches no terminal raw, and is bounded.
+        let hostile = format!("\\u001b[2J\u{202e}{}", "9".repeat(100_000));
+        let hostile = line.replacen("2026-11-29T10:00:00.123456Z", &hostile, 1);
+        match read_record_line(hostile.as_bytes()) {
+            Err(LineError::NotARecord(reason)) => assert!(
+                reason.starts_with("`\\u{1b}[2J\\u{202e}999")
+                    && !reason.contains('\u{1b}')
+                    && reason.chars().count() < 200,
+                "{reason:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

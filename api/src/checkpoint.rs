@@ -20,7 +20,7 @@ use spki::der::Decode;
 use time::OffsetDateTime;
 
 use crate::audit::micros;
-use crate::chain::{canonical_json, sha256_hex};
+use crate::chain::{ExactLineError, OTHER_FORMS, canonical_json, read_exact_line, sha256_hex};
 
 /// The `type` of every checkpoint this version writes.
 pub const CHECKPOINT_TYPE: &str = "talos-sso.audit.checkpoint.v1";
@@ -217,32 +217,32 @@ pub fn read_checkpoints(
         if read == 0 {
             return Ok(checkpoints);
         }
+        // Reasons quote nothing from the file but what read_exact_line
+        // made printable.
         let malformed = |reason: String| CheckpointError::Malformed {
             origin: origin.to_owned(),
             line: line_number,
-            reason: printable(&reason),
+            reason,
         };
         if line.len() > MAX_LINE {
             return Err(malformed(format!("longer than {MAX_LINE} bytes")));
         }
-        let content = line.strip_suffix(b"\n").unwrap_or(&line);
-        if content.is_empty() {
-            continue;
-        }
-        let text = std::str::from_utf8(content).map_err(|_| malformed("not UTF-8".into()))?;
-        let checkpoint: Checkpoint = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
         // The signature is checked over the bytes rebuilt from the parsed
         // checkpoint, so the line must be exactly the one the server wrote
         // for it: another text of it could read otherwise elsewhere (a key
         // given twice is the first one to some readers, the last one here),
         // or say another time (an offset) under the same signature.
-        if checkpoint.to_line() != text {
-            return Err(malformed(
-                "not in the form the server writes (a key repeated, moved, missing or added, whitespace, an \
-                 escape, a time in another form, a CR before the newline)"
-                    .into(),
-            ));
-        }
+        let checkpoint = match read_exact_line(&line, Checkpoint::to_line) {
+            Ok(Some(checkpoint)) => checkpoint,
+            Ok(None) => continue,
+            Err(ExactLineError::NotUtf8) => return Err(malformed("not UTF-8".into())),
+            Err(ExactLineError::NotJson(reason)) => return Err(malformed(reason)),
+            Err(ExactLineError::OtherForm(_)) => {
+                return Err(malformed(format!(
+                    "not in the form the server writes ({OTHER_FORMS})"
+                )));
+            }
+        };
         if checkpoint.kind != CHECKPOINT_TYPE {
             return Err(malformed(format!("its type is not {CHECKPOINT_TYPE}")));
         }
@@ -266,11 +266,11 @@ pub fn read_checkpoints(
     }
 }
 
-/// Text from a checkpoint file as an error may quote it: escaped as Rust
-/// escapes text for debugging (control, format and other invisible
-/// characters), at most 128 characters; the file is not the server's until
-/// its signature is checked.
-fn printable(text: &str) -> String {
+/// Text from a file (a checkpoint file, an export) as an error may quote
+/// it: escaped as Rust escapes text for debugging (control, format and
+/// other invisible characters), at most 128 characters; the file is not the
+/// server's until it is checked.
+pub(crate) fn printable(text: &str) -> String {
     let mut out: String = text
         .chars()
         .take(128)
@@ -447,6 +447,12 @@ mod tests {
             .map(|(what, _)| *what)
             .collect();
         assert!(taken.is_empty(), "read as a checkpoint: {taken:?}");
+        // The reason is given whole: only what comes from the file is cut.
+        let error = read(&format!(" {line}")).unwrap_err().to_string();
+        assert!(
+            error.ends_with(&format!("(not in the form the server writes ({OTHER_FORMS}))")),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1731,11 +1731,22 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
 
     // Other texts of record 1 (which the checkpoint covers) than the one
     // the server writes: JSON readers may take them for another record (a
-    // repeated key is the first one to some, the last one to others), so
-    // both refuse them, whatever their hash says.
+    // repeated key is the first one to some, the last one to others), or
+    // one reader may take a text another refuses, so both refuse them,
+    // whatever their hash says.
     let first = exported.lines().next().unwrap();
+    let rest = &exported[first.len()..];
     let body = &first[1..first.len() - 1];
-    let record_texts = [
+    let occurred_at = serde_json::from_str::<serde_json::Value>(first).unwrap()["occurred_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let at_time = |time: String| first.replacen(&occurred_at, &time, 1);
+    let with_byte = {
+        let at = first.find("bob@").unwrap();
+        [&first.as_bytes()[..at], b"\xff", &first.as_bytes()[at..]].concat()
+    };
+    let record_texts: Vec<(&str, Vec<u8>)> = [
         (
             "a fake username and event before the real ones",
             format!(r#"{{"username":"mallory@example.com","event":"deny.removed",{body}}}"#),
@@ -1745,20 +1756,60 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
             format!("{{{},\"seq\":1}}", body.replacen("\"seq\":1,", "", 1)),
         ),
         ("a space after each comma", first.replace(",\"", ", \"")),
+        ("spaces around the object", format!(" {first} ")),
+        ("a tab before the newline", format!("{first}\t")),
+        ("a CR before the newline", format!("{first}\r")),
         ("a trailing copy of a field", format!("{{{body},\"seq\":1}}")),
-    ];
+        (
+            "a trailing field the record does not have",
+            format!(r#"{{{body},"approved_by":"ciso"}}"#),
+        ),
+        ("a letter as an escape", first.replacen("bob@", r"\u0062ob@", 1)),
+        ("an escaped slash", first.replacen('/', r"\/", 1)),
+        ("an absent field", first.replacen(r#""reason_code":null,"#, "", 1)),
+        (
+            "a number with a fraction",
+            first.replacen("\"seq\":1,", "\"seq\":1.0,", 1),
+        ),
+        (
+            "a number with an exponent",
+            first.replacen("\"seq\":1,", "\"seq\":1e0,", 1),
+        ),
+        (
+            "a time with an offset",
+            at_time(occurred_at.replacen('Z', "+00:00", 1)),
+        ),
+        (
+            "a time with a lowercase t and z",
+            at_time(occurred_at.replacen('T', "t", 1).replacen('Z', "z", 1)),
+        ),
+        (
+            "a time with a day padded with a space",
+            at_time(format!("{} 1{}", &occurred_at[..8], &occurred_at[10..])),
+        ),
+    ]
+    .into_iter()
+    .map(|(what, text)| (what, text.into_bytes()))
+    .chain([("a byte that is not UTF-8", with_byte)])
+    .collect();
     let mut accepted = Vec::new();
     for (what, text) in record_texts {
+        assert_ne!(text, first.as_bytes(), "{what}");
         let other = files.path().join("other.jsonl");
-        std::fs::write(&other, exported.replacen(first, &text, 1)).unwrap();
+        std::fs::write(&other, [&text[..], rest.as_bytes()].concat()).unwrap();
         let ((code, _, err), (script_code, script_out)) =
             verify_both(&sam, &other, checkpoints, public_key).await;
         if code != 1 {
             accepted.push(format!("the CLI took {what}"));
         } else {
             assert!(
-                err.contains("other.jsonl, line 1: record 1 is not in the form the server writes")
-                    || err.contains("other.jsonl, line 1: not an audit record (duplicate field"),
+                [
+                    "record 1 is not in the form the server writes",
+                    "not an audit record (",
+                    "not UTF-8",
+                ]
+                .iter()
+                .any(|refusal| err.contains(&format!("other.jsonl, line 1: {refusal}"))),
                 "{what}: {err}"
             );
         }
@@ -1771,6 +1822,43 @@ async fn an_export_verifies_offline_with_the_cli_and_an_independent_script(backe
             );
         }
     }
+
+    // A number the server never writes, in the server's form otherwise:
+    // no terminal prints one, so the CLI does not suggest it.
+    let mut fraction: talos_sso_api::audit::StoredRecord = serde_json::from_str(first).unwrap();
+    fraction.record.details = serde_json::json!({"n": 1.5});
+    let other = files.path().join("other.jsonl");
+    std::fs::write(&other, exported.replacen(first, &fraction.to_line(), 1)).unwrap();
+    let ((code, _, err), (script_code, script_out)) =
+        verify_both(&sam, &other, checkpoints, public_key).await;
+    assert_eq!((code, script_code), (1, Some(1)), "{err}{script_out}");
+    assert!(
+        err.contains("other.jsonl, line 1: record 1 holds a number that is not an integer")
+            && !err.contains("terminal"),
+        "{err}"
+    );
+    assert!(
+        script_out
+            .starts_with("broken at record 0: line 1: not an audit record: the number 1.5 is not an integer"),
+        "{script_out}"
+    );
+
+    // What the script quotes of a line is escaped and bounded.
+    let long = "\u{202e}".repeat(10_000);
+    let other = files.path().join("other.jsonl");
+    std::fs::write(
+        &other,
+        exported.replacen(first, &format!(r#"{{"{long}":1,"{long}":2,{body}}}"#), 1),
+    )
+    .unwrap();
+    let (_, (script_code, script_out)) = verify_both(&sam, &other, checkpoints, public_key).await;
+    assert_eq!(script_code, Some(1), "{script_out}");
+    assert!(
+        script_out.starts_with("broken at record 0: line 1: not an audit record: the key '\\u202e")
+            && script_out.contains("... is given twice")
+            && script_out.len() < 300,
+        "{script_out}"
+    );
 
     // The same for the checkpoint the auditor asked for, the file's last line.
     let signed_file = std::fs::read_to_string(&files.file).unwrap();

@@ -69,10 +69,15 @@ pub(super) fn verify_export(
             Err(error @ (LineError::NotUtf8 | LineError::NotARecord(_))) => {
                 bail!("{origin}, line {number}: {error} (export with `--output json`)")
             }
-            Err(error) => bail!(
+            // A terminal gets the export with characters escaped (see
+            // `display::json`): another form of the line, never another number.
+            Err(error @ LineError::NotServerForm { .. }) => bail!(
                 "{origin}, line {number}: {error}: the line was changed after export, or the export was printed \
                  to a terminal (export into a file)"
             ),
+            Err(error @ LineError::Number { .. }) => {
+                bail!("{origin}, line {number}: {error}: the line was changed after export")
+            }
         };
         if check.is_none() {
             let start = start_of(&record, from, &origin)?;

@@ -128,17 +128,8 @@ fn clean_json_at(value: Value, depth: usize) -> Value {
         // a neighbour. Kept exactly, as text; and so are fractions, so that
         // every number in a record is an integer any JSON reader and any
         // verifier writes alike (docs/audit.md, "The hash chain").
-        Value::Number(n) if n.is_f64() || is_unsafe_integer(&n) => Value::String(n.to_string()),
+        Value::Number(n) if !talos_sso_api::chain::is_safe_integer(&n) => Value::String(n.to_string()),
         other => other,
-    }
-}
-
-fn is_unsafe_integer(n: &serde_json::Number) -> bool {
-    let max = talos_sso_api::chain::MAX_SAFE_INTEGER;
-    match (n.as_u64(), n.as_i64()) {
-        (Some(u), _) => u > max,
-        (None, Some(i)) => i.unsigned_abs() > max,
-        (None, None) => false,
     }
 }
 
