@@ -536,7 +536,7 @@ pub fn check_app_roles(selectors: &[String], issuers: &[&str], tenancy: &Tenancy
             // Tenantless issuers read the selector as written; one that
             // starts with a tenant id was meant for Entra.
             if let Some((prefix, role)) = selector.split_once('/')
-                && (looks_like_tenant_id(prefix)
+                && (crate::guid::is_guid(prefix)
                     || tenancy
                         .0
                         .values()
@@ -607,16 +607,6 @@ fn issuer_names(issuers: &[&str], one: &str, several: &str) -> String {
     } else {
         format!("issuers {} {several}", quoted.join(", "))
     }
-}
-
-/// An Entra tenant id: a GUID, `8-4-4-4-12` hexadecimal digits.
-fn looks_like_tenant_id(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(group, len)| group.len() == len && group.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// How a denial names an app-role selector to the person: with the tenant
