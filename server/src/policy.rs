@@ -124,10 +124,16 @@ impl Tenancy {
     /// selector is refused at load, and matches nothing if one got
     /// through) or has none.
     pub fn home(&self, issuer: &str) -> Option<&str> {
-        match self.tenants(issuer) {
-            Some([only]) => Some(only.as_str()),
-            _ => None,
-        }
+        self.tenants(issuer).and_then(home_tenant)
+    }
+}
+
+/// The tenant an app role that names none is read in, for an issuer that
+/// allows `tenants`: the only one, else none.
+pub fn home_tenant(tenants: &[String]) -> Option<&str> {
+    match tenants {
+        [only] => Some(only.as_str()),
+        _ => None,
     }
 }
 

@@ -274,7 +274,10 @@ async fn finish(
         return Err("The ID token was not issued for this login (nonce). Start again.".into());
     }
     let settings = app.settings();
-    if !is_member(&settings.config.auditors, &verified) && !is_member(&settings.config.admins, &verified) {
+    let tenants = &settings.config.identity.allowed_tenants;
+    if !is_member(&settings.config.auditors, tenants, &verified)
+        && !is_member(&settings.config.admins, tenants, &verified)
+    {
         return Ok(Finished::NotMember(Box::new(verified)));
     }
     tracing::info!(target: "talos_sso::console", user = %crate::audit::text::clean_field(&verified.username), "console login");

@@ -318,9 +318,10 @@ pub async fn viewer(
         record.details = serde_json::json!({"via": "console", "view": here});
         return Err(refuse_rate(app, record, retry, "you").await);
     }
+    let tenants = &settings.config.identity.allowed_tenants;
     let (auditor, admin) = (
-        is_member(&settings.config.auditors, &session.identity),
-        is_member(&settings.config.admins, &session.identity),
+        is_member(&settings.config.auditors, tenants, &session.identity),
+        is_member(&settings.config.admins, tenants, &session.identity),
     );
     let allowed = match need {
         Need::Auditor => auditor,
