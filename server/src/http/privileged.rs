@@ -12,6 +12,7 @@ use crate::app::App;
 use crate::audit::store::{Append, Appended, DenyChange};
 use crate::audit::{AuditRecord, StoredRecord, outcome};
 use crate::identity::VerifiedIdentity;
+use crate::policy::AppRoleSelector;
 
 /// Who may do what beyond asking for a certificate.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +51,7 @@ pub(super) fn is_member(
         || list
             .app_roles
             .iter()
-            .any(|r| crate::policy::app_role_matches(r, home, tenant, &verified.app_roles))
+            .any(|r| AppRoleSelector::parse(r).matches(home, tenant, &verified.app_roles))
 }
 
 pub(super) fn identity_denied() -> ApiError {

@@ -171,7 +171,13 @@ async fn not_a_member(app: &App, caller: &Caller, verified: &VerifiedIdentity) -
         return page::unavailable();
     }
     let settings = app.settings();
-    page::membership(None, &verified.username, "auditors", &settings.config.auditors)
+    page::membership(
+        None,
+        &verified.username,
+        "auditors",
+        &settings.config.auditors,
+        &settings.config.identity.allowed_tenants,
+    )
 }
 
 /// Redeem the code, verify the ID token, open a session: its id, or what
