@@ -418,21 +418,19 @@ impl ClusterPolicy {
         // tenant; an issuer without tenants verifies none, whatever `tid`.
         let login = crate::config::LOGIN_ISSUER;
         let tenancy = &self.config.tenancy;
+        let with_tenants = tenancy.tenants(login).is_some();
         let named = example.claims.get("tid").and_then(serde_json::Value::as_str);
-        let tenant = match tenancy.tenants(login) {
-            None => None,
-            Some(_) => match named.or(tenancy.home(login)) {
-                Some(tenant) => Some(tenant.to_owned()),
-                None if !example.app_roles.is_empty() => {
-                    return Err(format!(
-                        "policy example `{}` has app roles but names no tenant, and the login issuer \
-                         allows several: say which, `claims: {{ tid: <tenant id> }}`",
-                        example.description
-                    ));
-                }
-                None => None,
-            },
-        };
+        let tenant = named
+            .or(tenancy.home(login))
+            .filter(|_| with_tenants)
+            .map(str::to_owned);
+        if with_tenants && tenant.is_none() && !example.app_roles.is_empty() {
+            return Err(format!(
+                "policy example `{}` has app roles but names no tenant, and the login issuer \
+                 allows several: say which, `claims: {{ tid: <tenant id> }}`",
+                example.description
+            ));
+        }
         let claims = Claims {
             issuer_name: login.into(),
             tenant,
@@ -1478,6 +1476,49 @@ default_roles: [os:reader]
             refused
                 .to_string()
                 .starts_with("rule 1: app role `Talos.Admin` names no tenant")
+        );
+    }
+
+    #[test]
+    fn a_tenant_is_refused_in_a_selector_whose_issuers_have_none() {
+        // `contoso` is no GUID, but a tenant this server allows (for
+        // `partner`): in front of a role for `ci`, which has no tenants, it
+        // is refused as a tenant all the same.
+        let tenancy = Tenancy::new([
+            (crate::config::LOGIN_ISSUER.to_owned(), strings(&[TENANT_A])),
+            ("partner".to_owned(), strings(&["contoso"])),
+        ]);
+        let check = |selector: &str, issuers: &[&str]| {
+            check_app_roles(&strings(&[selector]), issuers, &tenancy).map(|_| ())
+        };
+        for selector in ["contoso/Talos.Admin", "CONTOSO/Talos.Admin"] {
+            let error = check(selector, &["ci"]).unwrap_err();
+            assert!(
+                error.starts_with(&format!(
+                    "app role `{selector}` names tenant `{}`",
+                    &selector[..7]
+                )) && error.ends_with("but issuer `ci` has no tenants: write the role alone, `Talos.Admin`"),
+                "{error}"
+            );
+        }
+        // Any other prefix is the role's own.
+        assert_eq!(check("contosa/Talos.Admin", &["ci"]), Ok(()));
+        // A rule of several issuers names them all, the verb agreeing.
+        let error = check(&format!("{TENANT_A}/Talos.Admin"), &["ci", "cd"]).unwrap_err();
+        assert!(
+            error.contains("but issuers `ci`, `cd` have no tenants: write the role alone"),
+            "{error}"
+        );
+        let error = check(
+            &format!("{TENANT_B}/Talos.Admin"),
+            &[crate::config::LOGIN_ISSUER, "partner"],
+        )
+        .unwrap_err();
+        assert!(
+            error.contains(&format!(
+                "which issuers `login`, `partner` do not allow (allowed: {TENANT_A}, contoso)"
+            )),
+            "{error}"
         );
     }
 
