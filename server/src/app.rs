@@ -19,7 +19,7 @@ use crate::audit::writer::AuditWriter;
 use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
 use crate::config::{ClusterConfig, Config, ConfigError};
 use crate::identity::authenticator::{Authenticator, RelevantGroups};
-use crate::policy::ClusterPolicy;
+use crate::policy::{ClusterPolicy, PolicyConfigError};
 
 /// Time, injectable: certificates are five minutes long and the edges matter.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -93,6 +93,7 @@ pub fn load_clusters(
 ) -> Result<(Clusters, ClusterWarnings), StartError> {
     let mut clusters = BTreeMap::new();
     let mut warnings = Vec::new();
+    let tenancy = config.identity.tenancy();
     for (name, cluster_config) in &config.clusters {
         let fail = |message: String| StartError::Cluster {
             cluster: name.clone(),
@@ -106,7 +107,14 @@ pub fn load_clusters(
         let ca = CertificateAuthority::load(&source, &options, now)
             .map_err(|e| fail(format!("CA refused [{}]: {e}", e.code())))?;
         warnings.extend(ca.warnings().iter().cloned().map(|w| (name.clone(), w)));
-        let policy = ClusterPolicy::new(cluster_config.policy()).map_err(|e| fail(e.to_string()))?;
+        let policy = ClusterPolicy::new(cluster_config.policy(&tenancy)).map_err(|e| match e {
+            // Named by its place in the file, as the `auditors` and
+            // `admins` app roles are when the configuration is read.
+            PolicyConfigError::AppRole { index, message } => StartError::Config(ConfigError::Invalid(
+                format!("clusters.{name}.rules[{index}].app_roles: {message}"),
+            )),
+            other => fail(other.to_string()),
+        })?;
         clusters.insert(
             name.clone(),
             Cluster {

@@ -687,19 +687,17 @@ pub struct ClusterConfig {
     /// Allow a rule to grant `os:impersonator`.
     #[serde(default)]
     pub allow_impersonator: bool,
-    /// The issuers' tenants, which the rules' app roles are read against
-    /// (from the `identity` section, set once both are read).
-    #[serde(skip)]
-    pub tenancy: Tenancy,
 }
 
 impl ClusterConfig {
-    pub fn policy(&self) -> PolicyConfig {
+    /// The cluster's rules, with the issuers' tenants they are read
+    /// against (`IdentityConfig::tenancy`, of the `identity` section).
+    pub fn policy(&self, tenancy: &Tenancy) -> PolicyConfig {
         PolicyConfig {
             rules: self.rules.clone(),
             default_roles: self.default_roles.clone(),
             allow_impersonator: self.allow_impersonator,
-            tenancy: self.tenancy.clone(),
+            tenancy: tenancy.clone(),
         }
     }
 }
@@ -734,10 +732,6 @@ pub struct GroupList {
     /// every tenant that has a copy of it (docs/entra-id.md).
     #[serde(default)]
     pub client_ids: Vec<String>,
-    /// The issuers' tenants, which `app_roles` are read against (from the
-    /// `identity` section, set once both are read).
-    #[serde(skip)]
-    pub tenancy: Tenancy,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1130,19 +1124,12 @@ impl Config {
     /// What one section tells another, once both are read: a console with
     /// a client of its own logs in through the login issuer, so the ID
     /// tokens it redeems may name that client.
-    /// App roles are read against the tenants of `identity`.
     fn link_sections(&mut self) {
         self.identity.console_client_id = self
             .console
             .enabled
             .then(|| self.console.client_id.clone())
             .flatten();
-        let tenancy = self.identity.tenancy();
-        for cluster in self.clusters.values_mut() {
-            cluster.tenancy = tenancy.clone();
-        }
-        self.auditors.tenancy = tenancy.clone();
-        self.admins.tenancy = tenancy;
     }
 
     /// Checks that need more than one key.
@@ -1214,6 +1201,7 @@ impl Config {
             }
         }
         self.validate_issuers()?;
+        self.validate_app_roles()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid("log.format is `text` or `json`"));
         }
@@ -1255,27 +1243,16 @@ impl Config {
                 }
             }
         }
-        crate::identity::issuer::validate(&issuers).map_err(invalid)?;
-        self.validate_app_roles()
+        crate::identity::issuer::validate(&issuers).map_err(invalid)
     }
 
     /// App roles count only in the tenant that assigned them: with several
     /// allowed tenants, each app-role selector names its tenant
     /// (`policy::check_app_roles`). `auditors` and `admins` are of the login
-    /// issuer; a rule, of the issuers it names.
+    /// issuer. A rule's are checked with the rest of the rule, when its
+    /// cluster's policy is built (`app::load_clusters`).
     fn validate_app_roles(&self) -> Result<(), ConfigError> {
         let tenancy = self.identity.tenancy();
-        for (cluster, config) in &self.clusters {
-            for (index, rule) in config.rules.iter().enumerate() {
-                let issuers: Vec<&str> = if rule.issuers.is_empty() {
-                    vec![LOGIN_ISSUER]
-                } else {
-                    rule.issuers.iter().map(String::as_str).collect()
-                };
-                crate::policy::check_app_roles(&rule.app_roles, &issuers, &tenancy)
-                    .map_err(|e| invalid(format!("clusters.{cluster}.rules[{index}].app_roles: {e}")))?;
-            }
-        }
         for (section, list) in [("auditors", &self.auditors), ("admins", &self.admins)] {
             crate::policy::check_app_roles(&list.app_roles, &[LOGIN_ISSUER], &tenancy)
                 .map_err(|e| invalid(format!("{section}.app_roles: {e}")))?;
@@ -1540,7 +1517,7 @@ clusters:
         let prod = &config.clusters["prod"];
         assert_eq!(prod.ttl, Duration::from_secs(300));
         assert_eq!(prod.max_ttl, Duration::from_secs(900));
-        assert_eq!(prod.policy().rules.len(), 1);
+        assert_eq!(prod.policy(&config.identity.tenancy()).rules.len(), 1);
         let login = config.identity.login_issuer();
         assert_eq!(login.audiences, ["11111111-2222-3333-4444-555555555555"]);
         assert_eq!(
@@ -1649,6 +1626,13 @@ clusters:
             );
         let with = |base: &str, extra: &str| Config::from_yaml(&format!("{base}{extra}"));
         let refused = |extra: &str| with(&two, extra).unwrap_err().to_string();
+        // A rule's are checked with the rest of the rule, when its
+        // cluster's policy is built (`app::load_clusters` says where).
+        let rule_refused = |config: Config| {
+            crate::policy::ClusterPolicy::new(config.clusters["prod"].policy(&config.identity.tenancy()))
+                .unwrap_err()
+                .to_string()
+        };
         let error = refused("auditors: { app_roles: [Talos.Auditor] }\n");
         assert!(
             error.starts_with(
@@ -1661,16 +1645,26 @@ clusters:
             refused("admins: { app_roles: [Talos.Admin] }\n")
                 .starts_with("invalid configuration: admins.app_roles: ")
         );
-        let error = refused("      - { app_roles: [Talos.Reader], roles: [os:reader] }\n");
+        let error = rule_refused(
+            with(
+                &two,
+                "      - { app_roles: [Talos.Reader], roles: [os:reader] }\n",
+            )
+            .unwrap(),
+        );
         assert!(
-            error.contains("clusters.prod.rules[1].app_roles: app role `Talos.Reader` names no tenant"),
+            error.starts_with("rule 1: app role `Talos.Reader` names no tenant"),
             "{error}"
         );
-        let error = refused(&format!(
-            "      - {{ app_roles: [\"{PARTNER}x/Talos.Reader\"], roles: [os:reader] }}\n"
-        ));
+        let error = rule_refused(
+            with(
+                &two,
+                &format!("      - {{ app_roles: [\"{PARTNER}x/Talos.Reader\"], roles: [os:reader] }}\n"),
+            )
+            .unwrap(),
+        );
         assert!(error.contains("which issuer `login` does not allow"), "{error}");
-        // Pinned, it loads, and the lists and rules know the tenants.
+        // Pinned, it loads, and the rules are read against both tenants.
         let pinned = with(
             &two,
             &format!(
@@ -1681,13 +1675,14 @@ clusters:
             ),
         )
         .unwrap();
+        let tenancy = pinned.identity.tenancy();
         let both = [HOME.to_owned(), PARTNER.to_owned()];
-        assert_eq!(pinned.auditors.tenancy.tenants(LOGIN_ISSUER), Some(&both[..]));
-        assert_eq!(pinned.admins.tenancy, pinned.auditors.tenancy);
-        assert_eq!(pinned.clusters["prod"].policy().tenancy, pinned.auditors.tenancy);
+        assert_eq!(tenancy.tenants(LOGIN_ISSUER), Some(&both[..]));
+        assert_eq!(pinned.clusters["prod"].policy(&tenancy).tenancy, tenancy);
+        crate::policy::ClusterPolicy::new(pinned.clusters["prod"].policy(&tenancy)).unwrap();
         // One tenant: the role alone is that tenant's.
         let single = with(MINIMAL, "auditors: { app_roles: [Talos.Auditor] }\n").unwrap();
-        assert_eq!(single.auditors.tenancy.home(LOGIN_ISSUER), Some(HOME));
+        assert_eq!(single.identity.tenancy().home(LOGIN_ISSUER), Some(HOME));
         // A trusted issuer without tenants: a tenant in its rule is refused.
         let ci = format!(
             "{}      - {{ app_roles: [\"{HOME}/Talos.Reader\"], roles: [os:reader], issuers: [ci] }}\n",
@@ -1696,9 +1691,9 @@ clusters:
                 "identity:\n  trusted_issuers:\n    - { name: ci, kind: oidc, issuer: \"https://ci.example.com\", audiences: [talos-sso] }\n"
             )
         );
-        let error = Config::from_yaml(&ci).unwrap_err().to_string();
+        let error = rule_refused(Config::from_yaml(&ci).unwrap());
         assert!(
-            error.contains("clusters.prod.rules[1].app_roles: app role")
+            error.starts_with("rule 1: app role")
                 && error.contains("but issuer `ci` has no tenants: write the role alone, `Talos.Reader`"),
             "{error}"
         );

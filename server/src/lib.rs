@@ -38,6 +38,8 @@
 //!   that a flood adds a bounded number of audit records.
 //! - `secret_file`: who may read a file holding a secret.
 //! - `text_file`: reading a file the operator named, up to a bound.
+//! - `guid`: Entra's object and tenant ids (GUIDs), for `identity` and
+//!   `policy`.
 //! - `random`: random values (request ids); a failing generator is an error.
 //! - `break_glass`: certificates when the identity provider is down.
 //! - `cli`: the command line; the only place `anyhow` is used.
@@ -57,6 +59,7 @@ pub mod ca;
 pub mod certificate;
 pub mod cli;
 pub mod config;
+mod guid;
 pub mod http;
 pub mod identity;
 pub mod issuance;

@@ -20,7 +20,7 @@
 //! - An app role counts only in the tenant that assigned it: each tenant's
 //!   administrators assign the app's roles on their own copy of it, so an
 //!   issuer that allows several tenants needs `<tenant id>/<role>`
-//!   ([`check_app_roles`], [`app_role_matches`]).
+//!   ([`check_app_roles`], [`AppRoleSelector::matches`]).
 //! - `os:impersonator` is effectively admin on Talos (it can claim any role
 //!   per request); a rule may only grant it when the cluster sets
 //!   `allow_impersonator`.
@@ -124,10 +124,16 @@ impl Tenancy {
     /// selector is refused at load, and matches nothing if one got
     /// through) or has none.
     pub fn home(&self, issuer: &str) -> Option<&str> {
-        match self.tenants(issuer) {
-            Some([only]) => Some(only.as_str()),
-            _ => None,
-        }
+        self.tenants(issuer).and_then(home_tenant)
+    }
+}
+
+/// The tenant an app role that names none is read in, for an issuer that
+/// allows `tenants`: the only one, else none.
+pub fn home_tenant(tenants: &[String]) -> Option<&str> {
+    match tenants {
+        [only] => Some(only.as_str()),
+        _ => None,
     }
 }
 
@@ -236,10 +242,13 @@ pub struct Decision {
 #[derive(Debug, Clone)]
 pub struct ClusterPolicy {
     config: PolicyConfig,
+    /// Each rule's app-role selectors, read once at load (by rule index).
+    app_roles: Vec<Vec<AppRoleSelector>>,
 }
 
 impl ClusterPolicy {
     pub fn new(config: PolicyConfig) -> Result<Self, PolicyConfigError> {
+        let mut app_roles = Vec::with_capacity(config.rules.len());
         for (index, rule) in config.rules.iter().enumerate() {
             if rule.roles.is_empty() {
                 return Err(PolicyConfigError::RuleWithoutRoles { index });
@@ -257,13 +266,15 @@ impl ClusterPolicy {
                     return Err(PolicyConfigError::ImpersonatorNotAllowed { index });
                 }
             }
-            check_app_roles(&rule.app_roles, &rule_issuers(rule), &config.tenancy)
-                .map_err(|message| PolicyConfigError::AppRole { index, message })?;
+            app_roles.push(
+                check_app_roles(&rule.app_roles, &rule_issuers(rule), &config.tenancy)
+                    .map_err(|message| PolicyConfigError::AppRole { index, message })?,
+            );
         }
         for role in &config.default_roles {
             check_role_name(role)?;
         }
-        Ok(Self { config })
+        Ok(Self { config, app_roles })
     }
 
     /// The group ids this cluster's rules mention: the only ones worth
@@ -288,12 +299,16 @@ impl ClusterPolicy {
 
     /// Every role some rule could grant here.
     pub fn entitled(&self, claims: &Claims) -> Vec<String> {
+        // The tenant an app role that names none stands for: the only one
+        // of the token's issuer, found once for all the rules.
+        let home = self.config.tenancy.home(&claims.issuer_name);
         let roles: BTreeSet<&str> = self
             .config
             .rules
             .iter()
-            .filter(|rule| rule_matches(rule, claims, &self.config.tenancy))
-            .flat_map(|rule| rule.roles.iter().map(String::as_str))
+            .zip(&self.app_roles)
+            .filter(|(rule, app_roles)| rule_matches(rule, app_roles, claims, home))
+            .flat_map(|(rule, _)| rule.roles.iter().map(String::as_str))
             .collect();
         roles.into_iter().map(str::to_owned).collect()
     }
@@ -346,14 +361,12 @@ impl ClusterPolicy {
 
     fn selectors(&self) -> Vec<String> {
         let mut out = BTreeSet::new();
-        for rule in &self.config.rules {
+        for (rule, app_roles) in self.config.rules.iter().zip(&self.app_roles) {
             out.extend(rule.groups.iter().map(|g| format!("group {g}")));
-            let issuers = rule_issuers(rule);
-            out.extend(
-                rule.app_roles
-                    .iter()
-                    .flat_map(|r| describe_app_role(r, &issuers, &self.config.tenancy)),
-            );
+            for issuer in rule_issuers(rule) {
+                let tenants = self.config.tenancy.tenants(issuer).unwrap_or_default();
+                out.extend(app_roles.iter().filter_map(|r| r.describe(tenants)));
+            }
         }
         out.into_iter().collect()
     }
@@ -405,21 +418,19 @@ impl ClusterPolicy {
         // tenant; an issuer without tenants verifies none, whatever `tid`.
         let login = crate::config::LOGIN_ISSUER;
         let tenancy = &self.config.tenancy;
+        let with_tenants = tenancy.tenants(login).is_some();
         let named = example.claims.get("tid").and_then(serde_json::Value::as_str);
-        let tenant = match tenancy.tenants(login) {
-            None => None,
-            Some(_) => match named.or(tenancy.home(login)) {
-                Some(tenant) => Some(tenant.to_owned()),
-                None if !example.app_roles.is_empty() => {
-                    return Err(format!(
-                        "policy example `{}` has app roles but names no tenant, and the login issuer \
-                         allows several: say which, `claims: {{ tid: <tenant id> }}`",
-                        example.description
-                    ));
-                }
-                None => None,
-            },
-        };
+        let tenant = named
+            .or(tenancy.home(login))
+            .filter(|_| with_tenants)
+            .map(str::to_owned);
+        if with_tenants && tenant.is_none() && !example.app_roles.is_empty() {
+            return Err(format!(
+                "policy example `{}` has app roles but names no tenant, and the login issuer \
+                 allows several: say which, `claims: {{ tid: <tenant id> }}`",
+                example.description
+            ));
+        }
         let claims = Claims {
             issuer_name: login.into(),
             tenant,
@@ -485,10 +496,10 @@ fn rule_issuers(rule: &Rule) -> Vec<&str> {
     }
 }
 
-/// Whether the app-role selector `selector` admits a token that carries
-/// `app_roles`, verified in `tenant` (`None`: its issuer has no tenants),
-/// `home` being the tenant a selector that names none stands for
-/// ([`Tenancy::home`] of the token's issuer).
+/// An app-role selector, read once: `<tenant id>/<role>`, or the role
+/// alone. The tenant ends at the first `/`: the role may have one of its
+/// own. Which of the two it is, and whether it may be either, depends on
+/// the issuers it judges ([`check_app_roles`]).
 ///
 /// The tenant is part of the role: an app role is the app registration's,
 /// but each tenant's administrators assign it on their own copy of the app,
@@ -496,25 +507,81 @@ fn rule_issuers(rule: &Rule) -> Vec<&str> {
 /// `<tenant id>/<role>` pins the tenant (compared case-insensitively, the
 /// role exactly), as `users` pins people with `<tenant id>/<oid>`. Without
 /// a tenant, the selector is the role as written (no tenant to pin).
-pub fn app_role_matches(
-    selector: &str,
-    home: Option<&str>,
-    tenant: Option<&str>,
-    app_roles: &[String],
-) -> bool {
-    let Some(tenant) = tenant else {
-        return app_roles.iter().any(|r| r == selector);
-    };
-    let (pinned, role) = match selector.split_once('/') {
-        Some((pinned, role)) => (Some(pinned), role),
-        None => (home, selector),
-    };
-    pinned.is_some_and(|t| t.eq_ignore_ascii_case(tenant)) && app_roles.iter().any(|r| r == role)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppRoleSelector {
+    /// The tenant it names, if any (as written).
+    pub tenant: Option<String>,
+    /// The role, after the tenant.
+    pub role: String,
+}
+
+impl AppRoleSelector {
+    pub fn parse(selector: &str) -> Self {
+        match selector.split_once('/') {
+            Some((tenant, role)) => Self {
+                tenant: Some(tenant.to_owned()),
+                role: role.to_owned(),
+            },
+            None => Self {
+                tenant: None,
+                role: selector.to_owned(),
+            },
+        }
+    }
+
+    /// Whether it admits a token that carries `app_roles`, verified in
+    /// `tenant` (`None`: its issuer has no tenants), `home` being the
+    /// tenant a selector that names none stands for ([`Tenancy::home`] of
+    /// the token's issuer).
+    pub fn matches(&self, home: Option<&str>, tenant: Option<&str>, app_roles: &[String]) -> bool {
+        let Some(tenant) = tenant else {
+            return app_roles.iter().any(|r| self.is_written(r));
+        };
+        self.tenant
+            .as_deref()
+            .or(home)
+            .is_some_and(|t| t.eq_ignore_ascii_case(tenant))
+            && app_roles.contains(&self.role)
+    }
+
+    /// Whether `text` is this selector as written.
+    fn is_written(&self, text: &str) -> bool {
+        match &self.tenant {
+            None => text == self.role,
+            Some(tenant) => {
+                text.strip_prefix(tenant.as_str())
+                    .and_then(|rest| rest.strip_prefix('/'))
+                    == Some(self.role.as_str())
+            }
+        }
+    }
+
+    /// How a denial or the console names it to a person, for tokens of an
+    /// issuer that allows `tenants` (empty: none): with the tenant it
+    /// counts in. `None` when it counts in none (it names no tenant, and
+    /// several are allowed).
+    pub fn describe(&self, tenants: &[String]) -> Option<String> {
+        if tenants.is_empty() {
+            return Some(format!("app role {self}"));
+        }
+        let tenant = self.tenant.as_deref().or(home_tenant(tenants))?;
+        Some(format!("app role {} in tenant {tenant}", self.role))
+    }
+}
+
+/// As written in the configuration.
+impl fmt::Display for AppRoleSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tenant {
+            Some(tenant) => write!(f, "{tenant}/{}", self.role),
+            None => f.write_str(&self.role),
+        }
+    }
 }
 
 /// Check app-role selectors against the issuers whose tokens they judge
-/// (by name), at load: the message says which selector and why, without
-/// where it is (the caller knows).
+/// (by name), at load, and read them: the message says which selector and
+/// why, without where it is (the caller knows).
 ///
 /// - An issuer that allows several tenants: each selector names one of
 ///   them, `<tenant id>/<role>`. A role alone would let every allowed
@@ -522,21 +589,28 @@ pub fn app_role_matches(
 /// - An issuer that allows one: the role alone stands for that tenant.
 /// - Issuers without tenants only: a selector that starts with a tenant id
 ///   is refused as meaningless (their tokens carry no tenant to compare).
-pub fn check_app_roles(selectors: &[String], issuers: &[&str], tenancy: &Tenancy) -> Result<(), String> {
+pub fn check_app_roles(
+    selectors: &[String],
+    issuers: &[&str],
+    tenancy: &Tenancy,
+) -> Result<Vec<AppRoleSelector>, String> {
     let with_tenants: Vec<(&str, &[String])> = issuers
         .iter()
         .filter_map(|issuer| tenancy.tenants(issuer).map(|tenants| (*issuer, tenants)))
         .collect();
+    let mut read = Vec::with_capacity(selectors.len());
     for selector in selectors {
         let shown = crate::audit::text::clean(selector, 128);
         if selector.is_empty() {
             return Err("app_roles has an empty entry".into());
         }
+        let parsed = AppRoleSelector::parse(selector);
+        let (tenant, role) = (parsed.tenant.as_deref(), parsed.role.as_str());
         if with_tenants.is_empty() {
             // Tenantless issuers read the selector as written; one that
             // starts with a tenant id was meant for Entra.
-            if let Some((prefix, role)) = selector.split_once('/')
-                && (looks_like_tenant_id(prefix)
+            if let Some(prefix) = tenant
+                && (crate::guid::is_guid(prefix)
                     || tenancy
                         .0
                         .values()
@@ -551,52 +625,46 @@ pub fn check_app_roles(selectors: &[String], issuers: &[&str], tenancy: &Tenancy
                     crate::audit::text::clean(role, 128)
                 ));
             }
-            continue;
-        }
-        match selector.split_once('/') {
-            Some((tenant, role)) => {
-                if tenant.is_empty() || role.is_empty() {
-                    return Err(format!(
-                        "app role `{shown}`: write `<tenant id>/<role>`, both parts"
-                    ));
-                }
-                let allowed = with_tenants
+        } else if let Some(tenant) = tenant {
+            if tenant.is_empty() || role.is_empty() {
+                return Err(format!(
+                    "app role `{shown}`: write `<tenant id>/<role>`, both parts"
+                ));
+            }
+            let allowed = with_tenants
+                .iter()
+                .any(|(_, tenants)| tenants.iter().any(|t| t.eq_ignore_ascii_case(tenant)));
+            if !allowed {
+                let tenants: BTreeSet<&str> = with_tenants
                     .iter()
-                    .any(|(_, tenants)| tenants.iter().any(|t| t.eq_ignore_ascii_case(tenant)));
-                if !allowed {
-                    let tenants: BTreeSet<&str> = with_tenants
-                        .iter()
-                        .flat_map(|(_, tenants)| tenants.iter().map(String::as_str))
-                        .collect();
-                    return Err(format!(
-                        "app role `{shown}` names tenant `{}`, which {} not allow (allowed: {}); \
-                         an app role is written `<tenant id>/<role>`, with the tenant first even \
-                         when the role has a `/` of its own",
-                        crate::audit::text::clean(tenant, 64),
-                        issuer_names(
-                            &with_tenants.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-                            "does",
-                            "do"
-                        ),
-                        tenants.into_iter().collect::<Vec<_>>().join(", ")
-                    ));
-                }
+                    .flat_map(|(_, tenants)| tenants.iter().map(String::as_str))
+                    .collect();
+                return Err(format!(
+                    "app role `{shown}` names tenant `{}`, which {} not allow (allowed: {}); \
+                     an app role is written `<tenant id>/<role>`, with the tenant first even \
+                     when the role has a `/` of its own",
+                    crate::audit::text::clean(tenant, 64),
+                    issuer_names(
+                        &with_tenants.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                        "does",
+                        "do"
+                    ),
+                    tenants.into_iter().collect::<Vec<_>>().join(", ")
+                ));
             }
-            None => {
-                if let Some((issuer, tenants)) = with_tenants.iter().find(|(_, tenants)| tenants.len() > 1) {
-                    return Err(format!(
-                        "app role `{shown}` names no tenant, but issuer `{issuer}` allows several \
-                         ({}), and each tenant's administrators assign app roles on their own copy \
-                         of the app: any of them could grant it. Write one entry per tenant whose \
-                         assignments you trust, as `{}/{shown}`",
-                        tenants.join(", "),
-                        tenants[0]
-                    ));
-                }
-            }
+        } else if let Some((issuer, tenants)) = with_tenants.iter().find(|(_, tenants)| tenants.len() > 1) {
+            return Err(format!(
+                "app role `{shown}` names no tenant, but issuer `{issuer}` allows several \
+                 ({}), and each tenant's administrators assign app roles on their own copy \
+                 of the app: any of them could grant it. Write one entry per tenant whose \
+                 assignments you trust, as `{}/{shown}`",
+                tenants.join(", "),
+                tenants[0]
+            ));
         }
+        read.push(parsed);
     }
-    Ok(())
+    Ok(read)
 }
 
 /// `issuer `a`` or `issuers `a`, `b``, with the verb in agreement.
@@ -609,40 +677,10 @@ fn issuer_names(issuers: &[&str], one: &str, several: &str) -> String {
     }
 }
 
-/// An Entra tenant id: a GUID, `8-4-4-4-12` hexadecimal digits.
-fn looks_like_tenant_id(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(group, len)| group.len() == len && group.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// How a denial names an app-role selector to the person: with the tenant
-/// it counts in, one entry per tenant when it stands for the only tenant
-/// of several issuers.
-fn describe_app_role(selector: &str, issuers: &[&str], tenancy: &Tenancy) -> Vec<String> {
-    let with_tenants = issuers.iter().any(|i| tenancy.tenants(i).is_some());
-    let tenantless = issuers.iter().any(|i| tenancy.tenants(i).is_none());
-    let mut out = Vec::new();
-    match selector.split_once('/') {
-        Some((tenant, role)) if with_tenants => out.push(format!("app role {role} in tenant {tenant}")),
-        _ if with_tenants => out.extend(
-            issuers
-                .iter()
-                .filter_map(|i| tenancy.home(i))
-                .map(|home| format!("app role {selector} in tenant {home}")),
-        ),
-        _ => {}
-    }
-    if tenantless {
-        out.push(format!("app role {selector}"));
-    }
-    out
-}
-
-fn rule_matches(rule: &Rule, claims: &Claims, tenancy: &Tenancy) -> bool {
+/// Whether `rule`, whose app-role selectors are `app_roles`, matches
+/// `claims`; `home` is the tenant of the token's issuer that a selector
+/// naming none stands for.
+fn rule_matches(rule: &Rule, app_roles: &[AppRoleSelector], claims: &Claims, home: Option<&str>) -> bool {
     let issuer = if rule.issuers.is_empty() {
         claims.issuer_name == crate::config::LOGIN_ISSUER
     } else {
@@ -658,12 +696,10 @@ fn rule_matches(rule: &Rule, claims: &Claims, tenancy: &Tenancy) -> bool {
             .any(|g| claims.groups.iter().any(|have| have.eq_ignore_ascii_case(g)));
     // The tenant the token's issuer verified, as for `users`: an issuer
     // without tenants gives none, whatever `tid` its tokens carry.
-    let home = tenancy.home(&claims.issuer_name);
-    let app_roles = rule.app_roles.is_empty()
-        || rule
-            .app_roles
+    let app_roles = app_roles.is_empty()
+        || app_roles
             .iter()
-            .any(|r| app_role_matches(r, home, claims.tenant.as_deref(), &claims.app_roles));
+            .any(|r| r.matches(home, claims.tenant.as_deref(), &claims.app_roles));
     // People are named by what they cannot change: the subject (`oid` on
     // Entra, else `sub`), optionally pinned to a tenant as `tid/oid`. Never
     // the username: `preferred_username` and `email` are editable, and
@@ -1316,8 +1352,7 @@ default_roles: [os:reader]
         // issuer allows several (such a rule is refused at load; this is
         // what a rule that got through would do).
         for tid in [TENANT_A, TENANT_B] {
-            assert!(!app_role_matches(
-                "Talos.Reader",
+            assert!(!AppRoleSelector::parse("Talos.Reader").matches(
                 two_tenants().home("login"),
                 Some(tid),
                 &strings(&["Talos.Reader"])
@@ -1326,10 +1361,56 @@ default_roles: [os:reader]
     }
 
     #[test]
+    fn an_app_role_selector_is_read_once_and_named_as_it_counts() {
+        let pinned = AppRoleSelector::parse(&format!("{TENANT_A}/Ops/Backup"));
+        assert_eq!(
+            pinned,
+            AppRoleSelector {
+                tenant: Some(TENANT_A.to_owned()),
+                role: "Ops/Backup".to_owned()
+            }
+        );
+        let alone = AppRoleSelector::parse("Talos.Reader");
+        assert_eq!(
+            (alone.tenant.as_deref(), alone.role.as_str()),
+            (None, "Talos.Reader")
+        );
+        // Written back as it was read.
+        for written in [
+            format!("{TENANT_A}/Ops/Backup"),
+            "Talos.Reader".into(),
+            "/x".into(),
+            "t/".into(),
+        ] {
+            assert_eq!(AppRoleSelector::parse(&written).to_string(), written);
+        }
+        // Without a tenant to compare, the selector is the role as written.
+        assert!(pinned.matches(None, None, &[format!("{TENANT_A}/Ops/Backup")]));
+        assert!(!pinned.matches(None, None, &strings(&["Ops/Backup", TENANT_A])));
+        // Named with the tenant it counts in, or as written when there is none.
+        let home = strings(&[TENANT_A]);
+        let both = strings(&[TENANT_A, TENANT_B]);
+        assert_eq!(
+            pinned.describe(&both),
+            Some(format!("app role Ops/Backup in tenant {TENANT_A}"))
+        );
+        assert_eq!(
+            alone.describe(&home),
+            Some(format!("app role Talos.Reader in tenant {TENANT_A}"))
+        );
+        assert_eq!(alone.describe(&both), None);
+        assert_eq!(
+            pinned.describe(&[]),
+            Some(format!("app role {TENANT_A}/Ops/Backup"))
+        );
+    }
+
+    #[test]
     fn app_role_selectors_are_checked_against_the_tenants_of_their_issuers() {
         let tenancy = two_tenants();
-        let check =
-            |selector: &str, issuers: &[&str]| check_app_roles(&strings(&[selector]), issuers, &tenancy);
+        let check = |selector: &str, issuers: &[&str]| {
+            check_app_roles(&strings(&[selector]), issuers, &tenancy).map(|_| ())
+        };
         let login = &[crate::config::LOGIN_ISSUER][..];
         let error = check("Talos.Admin", login).unwrap_err();
         assert!(
@@ -1395,6 +1476,49 @@ default_roles: [os:reader]
             refused
                 .to_string()
                 .starts_with("rule 1: app role `Talos.Admin` names no tenant")
+        );
+    }
+
+    #[test]
+    fn a_tenant_is_refused_in_a_selector_whose_issuers_have_none() {
+        // `contoso` is no GUID, but a tenant this server allows (for
+        // `partner`): in front of a role for `ci`, which has no tenants, it
+        // is refused as a tenant all the same.
+        let tenancy = Tenancy::new([
+            (crate::config::LOGIN_ISSUER.to_owned(), strings(&[TENANT_A])),
+            ("partner".to_owned(), strings(&["contoso"])),
+        ]);
+        let check = |selector: &str, issuers: &[&str]| {
+            check_app_roles(&strings(&[selector]), issuers, &tenancy).map(|_| ())
+        };
+        for selector in ["contoso/Talos.Admin", "CONTOSO/Talos.Admin"] {
+            let error = check(selector, &["ci"]).unwrap_err();
+            assert!(
+                error.starts_with(&format!(
+                    "app role `{selector}` names tenant `{}`",
+                    &selector[..7]
+                )) && error.ends_with("but issuer `ci` has no tenants: write the role alone, `Talos.Admin`"),
+                "{error}"
+            );
+        }
+        // Any other prefix is the role's own.
+        assert_eq!(check("contosa/Talos.Admin", &["ci"]), Ok(()));
+        // A rule of several issuers names them all, the verb agreeing.
+        let error = check(&format!("{TENANT_A}/Talos.Admin"), &["ci", "cd"]).unwrap_err();
+        assert!(
+            error.contains("but issuers `ci`, `cd` have no tenants: write the role alone"),
+            "{error}"
+        );
+        let error = check(
+            &format!("{TENANT_B}/Talos.Admin"),
+            &[crate::config::LOGIN_ISSUER, "partner"],
+        )
+        .unwrap_err();
+        assert!(
+            error.contains(&format!(
+                "which issuers `login`, `partner` do not allow (allowed: {TENANT_A}, contoso)"
+            )),
+            "{error}"
         );
     }
 

@@ -909,15 +909,9 @@ fn replaced(yaml: &str, from: &str, to: &str) -> String {
 /// The test configuration with the partner tenant allowed too (the login
 /// issuer as Entra's multi-tenant template), and `Talos.Reader` (rule),
 /// `Talos.Auditor` (auditors) and `Talos.Admin` (admins) pinned to the
-/// home tenant when `pinned`, else as the role alone.
-fn two_tenants(yaml: String, pinned: bool) -> String {
-    let role = |r: &str| {
-        if pinned {
-            format!("\"{TENANT_ID}/{r}\"")
-        } else {
-            format!("\"{r}\"")
-        }
-    };
+/// home tenant.
+fn two_tenants(yaml: String) -> String {
+    let role = |r: &str| format!("\"{TENANT_ID}/{r}\"");
     let yaml = replaced(&yaml, &format!("/{TENANT_ID}/v2.0\""), "/{tenantid}/v2.0\"");
     let yaml = replaced(
         &yaml,
@@ -949,7 +943,7 @@ fn two_tenants(yaml: String, pinned: bool) -> String {
 
 #[tokio::test]
 async fn an_app_role_counts_only_in_the_tenant_that_assigned_it() {
-    let env = TestEnv::start_from_file(Backend::Sqlite, |yaml| two_tenants(yaml, true)).await;
+    let env = TestEnv::start_from_file(Backend::Sqlite, two_tenants).await;
     let entra = &env.emulator;
     // The same person and role values, assigned in either tenant.
     let token = |tenant: &str, user: &str, roles: &[&str]| {
@@ -1052,17 +1046,21 @@ async fn an_app_role_counts_only_in_the_tenant_that_assigned_it() {
     let path = file.to_str().unwrap();
     let checked = server_cli(&["check", "--config", path]).await.unwrap_err();
     assert!(checked.contains(says), "{checked}");
-    let unpinned = two_tenants(
-        talos_sso_tests::harness::config_yaml(entra, &env.work, &env.database_url),
-        false,
+    let started = server_cli(&["serve", "--config", path]).await.unwrap_err();
+    assert!(started.contains(says), "{started}");
+    // A rule's role alone too, by `check` and at start (the rule is
+    // checked with the cluster's policy, after `auditors` and `admins`).
+    let unpinned = replaced(
+        &pinned,
+        &format!("app_roles: [\"{TENANT_ID}/Talos.Reader\"]"),
+        "app_roles: [\"Talos.Reader\"]",
     );
     std::fs::write(&file, unpinned).unwrap();
+    let says = "clusters.prod.rules[2].app_roles: app role `Talos.Reader` names no tenant, but issuer `login` allows several";
+    let spelling = format!("`{TENANT_ID}/Talos.Reader`");
+    let checked = server_cli(&["check", "--config", path]).await.unwrap_err();
+    assert!(checked.contains(says) && checked.contains(&spelling), "{checked}");
     let started = server_cli(&["serve", "--config", path]).await.unwrap_err();
-    assert!(
-        started.contains(
-            "clusters.prod.rules[2].app_roles: app role `Talos.Reader` names no tenant, but issuer `login` allows several"
-        ) && started.contains(&format!("`{TENANT_ID}/Talos.Reader`")),
-        "{started}"
-    );
+    assert!(started.contains(says) && started.contains(&spelling), "{started}");
     env.finish().await;
 }

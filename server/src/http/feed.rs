@@ -377,7 +377,12 @@ impl Watch<'_> {
 /// Whether the running configuration (reloaded since the stream started,
 /// perhaps) still makes `caller` an auditor.
 fn still_an_auditor(app: &App, caller: &VerifiedIdentity) -> Result<(), Stop> {
-    if is_member(&app.settings().config.auditors, caller) {
+    let settings = app.settings();
+    if is_member(
+        &settings.config.auditors,
+        &settings.config.identity.allowed_tenants,
+        caller,
+    ) {
         return Ok(());
     }
     tracing::info!("an audit stream ended: its caller is no longer among the auditors");

@@ -12,6 +12,7 @@ use crate::app::App;
 use crate::audit::store::{Append, Appended, DenyChange};
 use crate::audit::{AuditRecord, StoredRecord, outcome};
 use crate::identity::VerifiedIdentity;
+use crate::policy::AppRoleSelector;
 
 /// Who may do what beyond asking for a certificate.
 #[derive(Debug, Clone, Copy)]
@@ -26,12 +27,17 @@ pub enum Privilege {
 /// in by an app role or by its client id; a person never by a client id.
 /// An app role counts only in the tenant its selector names (or the login
 /// issuer's only tenant): another allowed tenant's administrators assign
-/// the same role values to whom they like.
-pub(super) fn is_member(list: &crate::config::GroupList, verified: &VerifiedIdentity) -> bool {
+/// the same role values to whom they like. `tenants` are the login
+/// issuer's (`identity.allowed_tenants`).
+pub(super) fn is_member(
+    list: &crate::config::GroupList,
+    tenants: &[String],
+    verified: &VerifiedIdentity,
+) -> bool {
     if !verified.from_login_issuer() {
         return false;
     }
-    let home = list.tenancy.home(crate::config::LOGIN_ISSUER);
+    let home = crate::policy::home_tenant(tenants);
     let tenant = verified.tenant.as_deref();
     let by_client_id = verified
         .application
@@ -45,7 +51,7 @@ pub(super) fn is_member(list: &crate::config::GroupList, verified: &VerifiedIden
         || list
             .app_roles
             .iter()
-            .any(|r| crate::policy::app_role_matches(r, home, tenant, &verified.app_roles))
+            .any(|r| AppRoleSelector::parse(r).matches(home, tenant, &verified.app_roles))
 }
 
 pub(super) fn identity_denied() -> ApiError {
@@ -85,7 +91,7 @@ pub async fn authorize(
              (or, for an application, one of its client ids)",
         ),
     };
-    if !is_member(list, &verified) {
+    if !is_member(list, &settings.config.identity.allowed_tenants, &verified) {
         return Err(deny(app, record, ApiError::new(code, message)).await);
     }
     // A deny-listed auditor or admin is out too. Checked here so that they
@@ -130,8 +136,7 @@ pub async fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{GroupList, LOGIN_ISSUER};
-    use crate::policy::Tenancy;
+    use crate::config::GroupList;
 
     fn caller(application: Option<&str>, app_roles: &[&str], groups: &[&str]) -> VerifiedIdentity {
         VerifiedIdentity {
@@ -157,31 +162,37 @@ mod tests {
             groups: vec!["security".into()],
             app_roles: vec!["Talos.Auditor".into()],
             client_ids: vec!["SIEM-client".into()],
-            tenancy: Tenancy::new([(LOGIN_ISSUER.to_owned(), vec!["t".to_owned()])]),
         };
-        assert!(is_member(&auditors, &caller(Some("siem-client"), &[], &[])));
+        let tenants = ["t".to_owned()];
         assert!(is_member(
             &auditors,
+            &tenants,
+            &caller(Some("siem-client"), &[], &[])
+        ));
+        assert!(is_member(
+            &auditors,
+            &tenants,
             &caller(Some("other"), &["Talos.Auditor"], &[])
         ));
         assert!(!is_member(
             &auditors,
+            &tenants,
             &caller(Some("other"), &["Talos.Reader"], &[])
         ));
         // A person whose username happens to be a client id is no application.
-        assert!(!is_member(&auditors, &caller(None, &[], &[])));
+        assert!(!is_member(&auditors, &tenants, &caller(None, &[], &[])));
         let mut named = caller(None, &[], &[]);
         named.username = "siem-client".into();
-        assert!(!is_member(&auditors, &named));
-        assert!(is_member(&auditors, &caller(None, &[], &["SECURITY"])));
+        assert!(!is_member(&auditors, &tenants, &named));
+        assert!(is_member(&auditors, &tenants, &caller(None, &[], &["SECURITY"])));
         // Another issuer's tokens are never auditors.
         let mut workload = caller(Some("siem-client"), &["Talos.Auditor"], &[]);
         workload.issuer_name = "ci".into();
-        assert!(!is_member(&auditors, &workload));
+        assert!(!is_member(&auditors, &tenants, &workload));
         // Nor by a group of the login issuer's that another issuer asserts.
         let mut colleague = caller(None, &[], &["security"]);
         colleague.issuer_name = "partner".into();
-        assert!(!is_member(&auditors, &colleague));
+        assert!(!is_member(&auditors, &tenants, &colleague));
     }
 
     #[test]
@@ -190,38 +201,35 @@ mod tests {
             "aaaaaaaa-0000-4000-8000-00000000000a",
             "bbbbbbbb-0000-4000-8000-00000000000b",
         );
+        let both = [home.to_owned(), partner.to_owned()];
         let admins = GroupList {
             app_roles: vec![format!("{}/Talos.Admin", home.to_uppercase())],
-            tenancy: Tenancy::new([(LOGIN_ISSUER.to_owned(), vec![home.to_owned(), partner.to_owned()])]),
             ..GroupList::default()
         };
         let of = |tenant: &str, application: Option<&str>| VerifiedIdentity {
             tenant: Some(tenant.into()),
             ..caller(application, &["Talos.Admin"], &[])
         };
-        assert!(is_member(&admins, &of(home, None)));
-        assert!(is_member(&admins, &of(home, Some("automation"))));
+        assert!(is_member(&admins, &both, &of(home, None)));
+        assert!(is_member(&admins, &both, &of(home, Some("automation"))));
         // The partner's administrators assigned the same role value.
-        assert!(!is_member(&admins, &of(partner, None)));
-        assert!(!is_member(&admins, &of(partner, Some("automation"))));
+        assert!(!is_member(&admins, &both, &of(partner, None)));
+        assert!(!is_member(&admins, &both, &of(partner, Some("automation"))));
         // A role alone is the only tenant's; with several, nobody's.
-        let single = |tenants: &[&str]| GroupList {
+        let alone = GroupList {
             app_roles: vec!["Talos.Admin".into()],
-            tenancy: Tenancy::new([(
-                LOGIN_ISSUER.to_owned(),
-                tenants.iter().map(|t| t.to_string()).collect(),
-            )]),
             ..GroupList::default()
         };
-        assert!(is_member(&single(&[home]), &of(home, None)));
-        assert!(!is_member(&single(&[home]), &of(partner, None)));
-        assert!(!is_member(&single(&[home, partner]), &of(home, None)));
+        let only_home = [home.to_owned()];
+        assert!(is_member(&alone, &only_home, &of(home, None)));
+        assert!(!is_member(&alone, &only_home, &of(partner, None)));
+        assert!(!is_member(&alone, &both, &of(home, None)));
         // A login issuer without tenants: the role as written.
         let tenantless = VerifiedIdentity {
             tenant: None,
             ..caller(None, &["Talos.Admin"], &[])
         };
-        assert!(is_member(&single(&[]), &tenantless));
-        assert!(!is_member(&admins, &tenantless));
+        assert!(is_member(&alone, &[], &tenantless));
+        assert!(!is_member(&admins, &both, &tenantless));
     }
 }

@@ -171,7 +171,13 @@ async fn not_a_member(app: &App, caller: &Caller, verified: &VerifiedIdentity) -
         return page::unavailable();
     }
     let settings = app.settings();
-    page::membership(None, &verified.username, "auditors", &settings.config.auditors)
+    page::membership(
+        None,
+        &verified.username,
+        "auditors",
+        &settings.config.auditors,
+        &settings.config.identity.allowed_tenants,
+    )
 }
 
 /// Redeem the code, verify the ID token, open a session: its id, or what
@@ -274,7 +280,10 @@ async fn finish(
         return Err("The ID token was not issued for this login (nonce). Start again.".into());
     }
     let settings = app.settings();
-    if !is_member(&settings.config.auditors, &verified) && !is_member(&settings.config.admins, &verified) {
+    let tenants = &settings.config.identity.allowed_tenants;
+    if !is_member(&settings.config.auditors, tenants, &verified)
+        && !is_member(&settings.config.admins, tenants, &verified)
+    {
         return Ok(Finished::NotMember(Box::new(verified)));
     }
     tracing::info!(target: "talos_sso::console", user = %crate::audit::text::clean_field(&verified.username), "console login");

@@ -42,6 +42,7 @@ use super::privileged::{commit, is_member};
 use crate::app::App;
 use crate::audit::{event, outcome};
 use crate::config::GroupList;
+use crate::policy::AppRoleSelector;
 use session::{SESSION_COOKIE, Session, Sessions, cookie};
 use zeroize::Zeroizing;
 
@@ -318,9 +319,10 @@ pub async fn viewer(
         record.details = serde_json::json!({"via": "console", "view": here});
         return Err(refuse_rate(app, record, retry, "you").await);
     }
+    let tenants = &settings.config.identity.allowed_tenants;
     let (auditor, admin) = (
-        is_member(&settings.config.auditors, &session.identity),
-        is_member(&settings.config.admins, &session.identity),
+        is_member(&settings.config.auditors, tenants, &session.identity),
+        is_member(&settings.config.admins, tenants, &session.identity),
     );
     let allowed = match need {
         Need::Auditor => auditor,
@@ -389,6 +391,7 @@ pub async fn viewer(
             &viewer.session.identity.username,
             what,
             list,
+            &settings.config.identity.allowed_tenants,
         ));
     }
     let identity = &viewer.session.identity;
@@ -532,13 +535,18 @@ pub async fn record_now(
     })
 }
 
-/// The groups, app roles and client ids of `list`, as the membership page
-/// names them.
-pub fn members_of(list: &GroupList) -> Vec<String> {
+/// The groups and app roles of `list`, as the membership page names them:
+/// an app role with the tenant it counts in, as a denial names it
+/// (`tenants` are the login issuer's).
+pub fn members_of(list: &GroupList, tenants: &[String]) -> Vec<String> {
     list.groups
         .iter()
         .map(|g| format!("group {g}"))
-        .chain(list.app_roles.iter().map(|r| format!("app role {r}")))
+        .chain(
+            list.app_roles
+                .iter()
+                .filter_map(|r| AppRoleSelector::parse(r).describe(tenants)),
+        )
         .collect()
 }
 
@@ -571,5 +579,33 @@ mod tests {
             "{shown}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_membership_page_names_app_roles_with_their_tenant_as_denials_do() {
+        const HOME: &str = "aaaaaaaa-0000-4000-8000-00000000000a";
+        const PARTNER: &str = "bbbbbbbb-0000-4000-8000-00000000000b";
+        let list = GroupList {
+            groups: vec!["security".into()],
+            app_roles: vec!["Talos.Auditor".into(), format!("{PARTNER}/Talos.Reader")],
+            client_ids: vec!["siem".into()],
+        };
+        assert_eq!(
+            members_of(&list, &[HOME.to_owned()]),
+            [
+                "group security".to_owned(),
+                format!("app role Talos.Auditor in tenant {HOME}"),
+                format!("app role Talos.Reader in tenant {PARTNER}"),
+            ]
+        );
+        // A login issuer without tenants: the role as written.
+        assert_eq!(
+            members_of(&list, &[]),
+            [
+                "group security".to_owned(),
+                "app role Talos.Auditor".to_owned(),
+                format!("app role {PARTNER}/Talos.Reader"),
+            ]
+        );
     }
 }

@@ -108,9 +108,16 @@ pub async fn signed_out() -> Response {
 }
 
 /// Logged in, but not an auditor (or admin): whom to ask.
-/// `viewer` is `None` at login, when no session was opened.
-pub fn membership(viewer: Option<&Viewer>, username: &str, what: &str, list: &GroupList) -> Response {
-    let members = members_of(list);
+/// `viewer` is `None` at login, when no session was opened; `tenants` are
+/// the login issuer's, which `list`'s app roles are read in.
+pub fn membership(
+    viewer: Option<&Viewer>,
+    username: &str,
+    what: &str,
+    list: &GroupList,
+    tenants: &[String],
+) -> Response {
+    let members = members_of(list, tenants);
     answer(
         StatusCode::FORBIDDEN,
         layout(
