@@ -1,6 +1,8 @@
 -- The hash chain starts at seq 1 and `audit verify` reads from there, so a
 -- row at seq 0 or below is outside the chain (see the Postgres schema):
--- refused from now on, and kept out of every view.
+-- refused from now on, and kept out of every view. This keeps out rows
+-- below the chain, nothing more: a record appended after the head, with
+-- the right hashes, is in the chain and verifies like the server's own.
 --
 -- SQLite cannot add a CHECK to an existing table, so a trigger refuses the
 -- row instead of rebuilding the table: a rebuild copies the whole trail
@@ -28,7 +30,7 @@ INSERT INTO audit_events_outside_chain SELECT seq FROM audit_events WHERE seq <=
 DROP TABLE audit_events_outside_chain;
 
 -- Every view keeps to the rows of the chain with the test every read of
--- the server uses (server/src/audit/store/mod.rs, `verified_rows!`). It is
+-- the server uses (server/src/audit/store/mod.rs, `chain_rows!`). It is
 -- written `+seq > 0`: the unary `+` keeps it from SQLite's indexes, which
 -- otherwise seek from this bound rather than from a query's own. Measured
 -- on 200,000 rows, `SELECT * FROM audit_issued WHERE seq > N` read the view

@@ -160,7 +160,7 @@ async fn the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out
     assert!(store.outside_chain().await.unwrap().is_none());
 
     // Every view of the trail keeps to the chain with the store's own test.
-    let verified = store.verified_rows();
+    let verified = store.chain_rows();
     let definitions = view_definitions(store).await;
     let mut names: Vec<&str> = definitions.iter().map(|(name, _)| name.as_str()).collect();
     let mut expected: Vec<&str> = VIEWS.iter().map(|(view, ..)| *view).collect();

@@ -344,8 +344,12 @@ macro_rules! on_pool {
 /// schema took one from anyone who could insert) is outside the chain and
 /// nothing vouches for it, so no query shows it, counts it or resolves a
 /// name through it: every read of the trail keeps to this one test, the
-/// views of migration 0007 included ([`AuditStore::verified_rows`] for
+/// views of migration 0007 included ([`AuditStore::chain_rows`] for
 /// text built at run time).
+///
+/// It tells where a row sits, not who wrote it: a record the runtime role
+/// appends after the head, with the right `prev_hash` and `hash`, is in
+/// the chain and verifies like the server's own (docs/security.md).
 ///
 /// SQLite's is written `+seq > 0`: the unary `+` keeps it from SQLite's
 /// indexes, which otherwise seek from whichever lower bound of `seq` comes
@@ -354,7 +358,7 @@ macro_rules! on_pool {
 /// instead of 0.1), and may prefer its range to an `event` or
 /// `occurred_at` index. Postgres takes the tightest of several bounds and estimates this
 /// one from its statistics (it matches every row), so it is written plainly.
-macro_rules! verified_rows {
+macro_rules! chain_rows {
     (postgres) => {
         "seq > 0"
     };
@@ -362,9 +366,9 @@ macro_rules! verified_rows {
         "+seq > 0"
     };
 }
-pub(crate) use verified_rows;
+pub(crate) use chain_rows;
 
-/// Rows outside the chain, the complement of [`verified_rows!`], written as
+/// Rows outside the chain, the complement of [`chain_rows!`], written as
 /// a bound both databases seek from (a scan otherwise: `NOT (+seq > 0)`
 /// is no index's range): the first few and how many, read at start.
 const OUTSIDE_CHAIN_SQL: &str =
@@ -377,7 +381,7 @@ macro_rules! head_sql {
     ($backend:ident) => {
         concat!(
             "SELECT seq, hash FROM audit_events WHERE ",
-            $crate::audit::store::verified_rows!($backend),
+            $crate::audit::store::chain_rows!($backend),
             " ORDER BY seq DESC LIMIT 1"
         )
     };
@@ -389,7 +393,7 @@ macro_rules! hash_at_sql {
     ($backend:ident) => {
         concat!(
             "SELECT hash FROM audit_events WHERE seq = $1 AND ",
-            verified_rows!($backend)
+            chain_rows!($backend)
         )
     };
 }
@@ -430,7 +434,7 @@ macro_rules! subjects_of_sql {
     ($backend:ident, issuer in $issuers:literal, tenants $any_tenant:literal, tenant in $tenants:literal) => {
         concat!(
             "SELECT DISTINCT subject, tenant FROM audit_events WHERE ",
-            verified_rows!($backend),
+            chain_rows!($backend),
             " AND identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
              AND lower(issuer) IN ",
             $issuers,
@@ -508,23 +512,23 @@ struct RecordQuery {
 }
 
 impl RecordQuery {
-    /// `verified` is the backend's [`verified_rows!`].
-    fn page(after_seq: i64, limit: i64, verified: &str) -> Self {
+    /// `in_chain` is the backend's [`chain_rows!`].
+    fn page(after_seq: i64, limit: i64, in_chain: &str) -> Self {
         Self {
             sql: format!(
-                "SELECT {COLUMNS} FROM audit_events WHERE seq > $1 AND {verified} ORDER BY seq LIMIT $2"
+                "SELECT {COLUMNS} FROM audit_events WHERE seq > $1 AND {in_chain} ORDER BY seq LIMIT $2"
             ),
             binds: vec![Bind::Int(after_seq), Bind::Int(limit)],
         }
     }
 
     /// `role_condition(n)` is the backend's test that placeholder `n` is a
-    /// granted or requested role, `verified` its [`verified_rows!`]. Oldest
+    /// granted or requested role, `in_chain` its [`chain_rows!`]. Oldest
     /// first, unless `order` says otherwise.
     fn matching(
         filter: &AuditFilter,
         role_condition: fn(usize) -> String,
-        verified: &str,
+        in_chain: &str,
         order: Order,
     ) -> Self {
         // `seq` follows time. With a time bound on the far side of the scan
@@ -539,7 +543,7 @@ impl RecordQuery {
         // index may hold, so that only the page's records are read whole.
         let far_bound = order.far_bound(filter);
         let key = if far_bound { "seq + 0" } else { "seq" };
-        let mut conditions = vec![format!("{key} > $1"), verified.to_owned()];
+        let mut conditions = vec![format!("{key} > $1"), in_chain.to_owned()];
         let mut binds = vec![Bind::Int(filter.after_seq)];
         let mut add = |condition: &dyn Fn(usize) -> String, bind: Bind| {
             binds.push(bind);
@@ -772,16 +776,17 @@ impl AuditStore {
 
     /// Up to `limit` records after `after_seq`, in order.
     pub async fn page(&self, after_seq: i64, limit: i64) -> Result<Vec<StoredRecord>, StoreError> {
-        self.records(RecordQuery::page(after_seq, limit, self.verified_rows()))
+        self.records(RecordQuery::page(after_seq, limit, self.chain_rows()))
             .await
     }
 
-    /// This backend's [`verified_rows!`]: the test every read of
-    /// `audit_events` keeps to, for statements built at run time.
-    pub fn verified_rows(&self) -> &'static str {
+    /// This backend's [`chain_rows!`]: the test that keeps a read of
+    /// `audit_events` to the rows of the chain, for statements built at
+    /// run time.
+    pub fn chain_rows(&self) -> &'static str {
         match self {
-            AuditStore::Postgres(_) => verified_rows!(postgres),
-            AuditStore::Sqlite(_) => verified_rows!(sqlite),
+            AuditStore::Postgres(_) => chain_rows!(postgres),
+            AuditStore::Sqlite(_) => chain_rows!(sqlite),
         }
     }
 
@@ -810,7 +815,7 @@ impl AuditStore {
         self.records(RecordQuery::matching(
             filter,
             role_condition,
-            self.verified_rows(),
+            self.chain_rows(),
             order,
         ))
         .await
@@ -1424,12 +1429,12 @@ mod tests {
         (
             "postgres",
             7,
-            "44f9017a780d61ef333a41f817841505c7f98b19e46c53192dcf40783646a6edba6578a65a18b5756c12aa022875ca86",
+            "e3d0c14864ab45e55a671258d471c17e0ea4f8a8d38fc8e20e49b90f73a9e0d641e19cd735299c0ff5e49e26a3f13423",
         ),
         (
             "sqlite",
             7,
-            "52bd675408e9be412621b84afdc2671306fdb5226b85095264802ec7e85a527622e3898302304a1d0f39e5deab3d6707",
+            "cd02624422eab184c20d1d4c1afb16a4ce43f1ea9676e888e85da6a8e080ed3a33c34f6bec531bda14c4f7aa41bcd089",
         ),
     ];
 
@@ -1561,15 +1566,15 @@ mod tests {
 
     #[test]
     fn every_read_of_the_trail_keeps_to_the_rows_of_the_chain() {
-        for (verified, head, hash_at, subjects) in [
+        for (in_chain, head, hash_at, subjects) in [
             (
-                verified_rows!(postgres),
+                chain_rows!(postgres),
                 postgres::HEAD_SQL,
                 hash_at_sql!(postgres),
                 SUBJECTS_OF_POSTGRES,
             ),
             (
-                verified_rows!(sqlite),
+                chain_rows!(sqlite),
                 sqlite::HEAD_SQL,
                 hash_at_sql!(sqlite),
                 SUBJECTS_OF_SQLITE,
@@ -1584,24 +1589,24 @@ mod tests {
                 head.to_owned(),
                 hash_at.to_owned(),
                 subjects.to_owned(),
-                RecordQuery::page(0, 1, verified).sql,
-                RecordQuery::matching(&AuditFilter::default(), role, verified, Order::OldestFirst).sql,
-                RecordQuery::matching(&filter, role, verified, Order::OldestFirst).sql,
-                RecordQuery::matching(&filter, role, verified, Order::NewestFirst { before_seq: None }).sql,
+                RecordQuery::page(0, 1, in_chain).sql,
+                RecordQuery::matching(&AuditFilter::default(), role, in_chain, Order::OldestFirst).sql,
+                RecordQuery::matching(&filter, role, in_chain, Order::OldestFirst).sql,
+                RecordQuery::matching(&filter, role, in_chain, Order::NewestFirst { before_seq: None }).sql,
             ];
             for sql in statements {
                 assert!(
-                    sql.contains(&format!(" WHERE {verified} "))
-                        || sql.contains(&format!(" AND {verified} "))
-                        || sql.ends_with(&format!(" AND {verified}")),
+                    sql.contains(&format!(" WHERE {in_chain} "))
+                        || sql.contains(&format!(" AND {in_chain} "))
+                        || sql.ends_with(&format!(" AND {in_chain}")),
                     "{sql}"
                 );
             }
         }
         // The same test as the rows a constraint admits, written so that
         // SQLite never seeks from it; its complement is a range both seek.
-        assert_eq!(verified_rows!(postgres), "seq > 0");
-        assert_eq!(verified_rows!(sqlite), "+seq > 0");
+        assert_eq!(chain_rows!(postgres), "seq > 0");
+        assert_eq!(chain_rows!(sqlite), "+seq > 0");
         assert!(
             OUTSIDE_CHAIN_SQL.contains(" WHERE seq <= 0 ")
                 && OUTSIDE_CHAIN_COUNT_SQL.ends_with(" WHERE seq <= 0")
@@ -1626,7 +1631,7 @@ mod tests {
         for (folder, verified, files) in [
             (
                 "postgres",
-                verified_rows!(postgres),
+                chain_rows!(postgres),
                 [
                     include_str!("../../../../migrations/postgres/0001_audit.sql"),
                     include_str!("../../../../migrations/postgres/0004_audit_views.sql"),
@@ -1635,7 +1640,7 @@ mod tests {
             ),
             (
                 "sqlite",
-                verified_rows!(sqlite),
+                chain_rows!(sqlite),
                 [
                     include_str!("../../../../migrations/sqlite/0001_audit.sql"),
                     include_str!("../../../../migrations/sqlite/0004_audit_views.sql"),
