@@ -18,8 +18,8 @@
 -- verifies like the server's own (docs/security.md).
 ALTER TABLE audit_events ADD CONSTRAINT audit_events_seq_in_chain CHECK (seq > 0);
 
--- Every view keeps to the rows of the chain with the test every read of
--- the server uses (`seq > 0`, server/src/audit/store/mod.rs,
+-- Every view keeps to the rows of the chain with the test the server's
+-- queries of records use (`seq > 0`, server/src/audit/store/mod.rs,
 -- `chain_rows!`): with the constraint no other row can be there, and a
 -- view says so itself. The columns are those of 0001 and 0004, unchanged:
 -- CREATE OR REPLACE keeps each view's grants (the runtime role's SELECT).

@@ -29,8 +29,8 @@ CREATE TEMP TABLE audit_events_outside_chain (seq INTEGER CHECK (seq > 0));
 INSERT INTO audit_events_outside_chain SELECT seq FROM audit_events WHERE seq <= 0;
 DROP TABLE audit_events_outside_chain;
 
--- Every view keeps to the rows of the chain with the test every read of
--- the server uses (server/src/audit/store/mod.rs, `chain_rows!`). It is
+-- Every view keeps to the rows of the chain with the test the server's
+-- queries of records use (server/src/audit/store/mod.rs, `chain_rows!`). It is
 -- written `+seq > 0`: the unary `+` keeps it from SQLite's indexes, which
 -- otherwise seek from this bound rather than from a query's own. Measured
 -- on 200,000 rows, `SELECT * FROM audit_issued WHERE seq > N` read the view
