@@ -456,37 +456,14 @@ const SUBJECTS_OF_SQLITE: &str = subjects_of_sql!(
 /// Whose records may tie a username to a subject: verified records of
 /// these issuers (`iss` as the records hold it, compared ignoring case as
 /// issuers are told apart at load) and, when any are named, of these
-/// tenants (Entra `tid`).
+/// tenants (Entra `tid`). The issuers do not imply the tenants: an Entra
+/// issuer whose `iss` names no tenant (no `{tenantid}`) takes every
+/// allowed tenant's tokens under that one `iss`, and a record of a tenant
+/// no longer allowed must not resolve a name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IssuerScope {
     pub issuers: Vec<String>,
     pub tenants: Vec<String>,
-}
-
-/// A subject a username resolved to, and the tenants of the records that
-/// name it with that username (none for an issuer without tenants).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubjectCandidate {
-    pub subject: String,
-    pub tenants: Vec<String>,
-}
-
-/// Rows `(subject, tenant)`, ordered by subject, as candidates: one per
-/// subject, with its tenants.
-fn candidates(rows: Vec<(String, Option<String>)>) -> Vec<SubjectCandidate> {
-    let mut out: Vec<SubjectCandidate> = Vec::new();
-    for (subject, tenant) in rows {
-        if out.last().is_none_or(|last| last.subject != subject) {
-            out.push(SubjectCandidate {
-                subject,
-                tenants: Vec::new(),
-            });
-        }
-        if let (Some(last), Some(tenant)) = (out.last_mut(), tenant) {
-            last.tenants.push(tenant);
-        }
-    }
-    out
 }
 
 /// A value for one placeholder of a [`RecordQuery`]; each backend binds
@@ -831,21 +808,20 @@ impl AuditStore {
     }
 
     /// The subjects that verified records of `scope` name with this
-    /// username (case does not matter), each with its tenants, from at
-    /// most `limit` (subject, tenant) pairs: how a username is turned into
-    /// the immutable identifier a deny-list entry blocks. Records of other
+    /// username (case does not matter), as at most `limit` (subject,
+    /// tenant) pairs ordered by subject: how a username is turned into the
+    /// immutable identifier a deny-list entry blocks. Records of other
     /// issuers, and unverified ones, say nothing here: a name they claim
-    /// is not their subject's to take.
+    /// is not their subject's to take. An Entra `oid` is per tenant, so a
+    /// subject comes with the one tenant of its records (none for an
+    /// issuer without tenants).
     pub async fn subjects_of(
         &self,
         username: &str,
         scope: &IssuerScope,
         limit: i64,
-    ) -> Result<Vec<SubjectCandidate>, StoreError> {
-        if scope.issuers.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<(String, Option<String>)> = match self {
+    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        Ok(match self {
             AuditStore::Postgres(pool) => {
                 sqlx::query_as(SUBJECTS_OF_POSTGRES)
                     .bind(username)
@@ -864,8 +840,7 @@ impl AuditStore {
                     .fetch_all(store.pool())
                     .await?
             }
-        };
-        Ok(candidates(rows))
+        })
     }
 
     /// The rows outside the hash chain, if there are any (`None` too when
@@ -1633,23 +1608,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn a_usernames_candidates_are_its_subjects_each_with_its_tenants() {
-        let row = |s: &str, t: Option<&str>| (s.to_owned(), t.map(str::to_owned));
-        let found = candidates(vec![
-            row("a", Some("t1")),
-            row("a", Some("t2")),
-            row("b", None),
-            row("c", Some("t1")),
-        ]);
-        let pairs: Vec<(&str, Vec<&str>)> = found
-            .iter()
-            .map(|c| (c.subject.as_str(), c.tenants.iter().map(String::as_str).collect()))
-            .collect();
-        assert_eq!(pairs, [("a", vec!["t1", "t2"]), ("b", vec![]), ("c", vec!["t1"])]);
-        assert_eq!(candidates(Vec::new()), []);
     }
 
     #[test]
