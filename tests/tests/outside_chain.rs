@@ -10,13 +10,11 @@
 //!   refusal names the rows.
 
 use sqlx::Row;
-use talos_sso_server::audit::store::{
-    Append, AuditFilter, AuditStore, IssuerScope, StoreError, StoreOptions,
-};
+use talos_sso_server::audit::store::{Append, AuditFilter, AuditStore, IssuerScope, StoreError};
 use talos_sso_server::audit::{AuditRecord, event, outcome};
 use talos_sso_server::config::Config;
 use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle};
-use talos_sso_tests::harness::{Backend, BareStore, TestDatabase, Workdir, config_yaml, server_cli};
+use talos_sso_tests::harness::{Backend, BareStore, Workdir, config_yaml, migrate_up_to, server_cli};
 use time::OffsetDateTime;
 
 on_both_stores!(
@@ -198,70 +196,17 @@ async fn the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out
     bare.close().await;
 }
 
-/// A store of its own, not migrated: its URL, and what keeps it.
-async fn unmigrated(
-    backend: Backend,
-) -> (
-    AuditStore,
-    String,
-    Option<TestDatabase>,
-    Option<tempfile::TempDir>,
-) {
-    let (url, database, dir) = match backend {
-        Backend::Postgres => {
-            let database = TestDatabase::create().await;
-            (database.url.clone(), Some(database), None)
-        }
-        Backend::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}/audit.db", dir.path().display());
-            (url, None, Some(dir))
-        }
-    };
-    let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
-    (store, url, database, dir)
-}
-
-/// The embedded migrations of `backend` from their folder, up to `last`.
-async fn migrator_up_to(backend: Backend, last: i64) -> sqlx::migrate::Migrator {
-    let folder = match backend {
-        Backend::Postgres => "postgres",
-        Backend::Sqlite => "sqlite",
-    };
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../migrations")
-        .join(folder);
-    let mut migrator = sqlx::migrate::Migrator::new(dir).await.unwrap();
-    let kept: Vec<_> = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version <= last)
-        .cloned()
-        .collect();
-    migrator.migrations = kept.into();
-    migrator
-}
-
-async fn run(
-    migrator: &sqlx::migrate::Migrator,
-    store: &AuditStore,
-) -> Result<(), sqlx::migrate::MigrateError> {
-    match store {
-        AuditStore::Postgres(pool) => migrator.run(pool).await,
-        AuditStore::Sqlite(store) => migrator.run(store.pool()).await,
-    }
-}
-
 async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_migrated_nor_served(
     backend: Backend,
 ) {
-    let (store, url, database, dir) = unmigrated(backend).await;
+    let bare = BareStore::open_unmigrated(backend).await;
+    let (store, url) = (&bare.store, &bare.url);
     // As the schema stood before 0007, when anyone who could insert could
     // write such a row: it ties carol's username to a made-up subject.
-    run(&migrator_up_to(backend, 6).await, &store).await.unwrap();
-    append_records(&store, 3).await;
+    migrate_up_to(store, 6).await.unwrap();
+    append_records(store, 3).await;
     execute(
-        &store,
+        store,
         &planted(backend, -1, "certificate.issued", "success", "carol@example.com"),
     )
     .await
@@ -329,16 +274,13 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
         [7],
         "{backend:?}"
     );
-    assert!(
-        run(&migrator_up_to(backend, 7).await, &store).await.is_err(),
-        "{backend:?}"
-    );
+    assert!(migrate_up_to(store, 7).await.is_err(), "{backend:?}");
     assert_eq!(store.unapplied_migrations().await.unwrap().len(), 1);
 
     let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
     let work = Workdir::new();
     for migrate_on_start in [true, false] {
-        let text = config_yaml(&emulator, &work, &url).replace(
+        let text = config_yaml(&emulator, &work, url).replace(
             "acquire_timeout: 2s }",
             &format!("acquire_timeout: 2s, migrate_on_start: {migrate_on_start} }}"),
         );
@@ -361,9 +303,5 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
             assert!(error.contains(named), "{backend:?} {args:?}: {error}");
         }
     }
-    store.close().await;
-    if let Some(database) = database {
-        database.drop_now().await;
-    }
-    drop(dir);
+    bare.close().await;
 }

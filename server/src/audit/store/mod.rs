@@ -1554,62 +1554,6 @@ mod tests {
         );
     }
 
-    /// Each view's statement in `sql`, by name.
-    fn views(sql: &str) -> Vec<(String, String)> {
-        sql.split(';')
-            .filter_map(|statement| {
-                let (at, length) = ["\nCREATE OR REPLACE VIEW ", "\nCREATE VIEW "]
-                    .iter()
-                    .find_map(|start| Some((statement.find(start)?, start.len())))?;
-                let name = statement[at + length..].split_whitespace().next()?;
-                Some((name.to_owned(), statement[at..].to_owned()))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn migration_7_keeps_every_view_of_the_trail_to_the_rows_of_the_chain() {
-        for (folder, verified, files) in [
-            (
-                "postgres",
-                chain_rows!(postgres),
-                [
-                    include_str!("../../../../migrations/postgres/0001_audit.sql"),
-                    include_str!("../../../../migrations/postgres/0004_audit_views.sql"),
-                    include_str!("../../../../migrations/postgres/0007_audit_seq_positive.sql"),
-                ],
-            ),
-            (
-                "sqlite",
-                chain_rows!(sqlite),
-                [
-                    include_str!("../../../../migrations/sqlite/0001_audit.sql"),
-                    include_str!("../../../../migrations/sqlite/0004_audit_views.sql"),
-                    include_str!("../../../../migrations/sqlite/0007_audit_seq_positive.sql"),
-                ],
-            ),
-        ] {
-            let earlier: Vec<String> = views(files[0])
-                .into_iter()
-                .chain(views(files[1]))
-                .filter(|(_, sql)| sql.contains("FROM audit_events"))
-                .map(|(name, _)| name)
-                .collect();
-            let redefined = views(files[2]);
-            assert_eq!(
-                redefined.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(),
-                earlier,
-                "{folder}"
-            );
-            for (name, sql) in redefined {
-                assert!(
-                    sql.contains(&format!("\n    WHERE {verified} AND ")),
-                    "{folder} {name}: {sql}"
-                );
-            }
-        }
-    }
-
     #[test]
     fn rows_outside_the_chain_are_named_with_what_to_do() {
         let outside = OutsideChain {
