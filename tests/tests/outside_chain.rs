@@ -20,6 +20,7 @@ use time::OffsetDateTime;
 on_both_stores!(
     the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out,
     a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_migrated_nor_served,
+    a_username_resolves_through_the_scopes_issuers_and_tenants_ignoring_case,
 );
 
 /// The login issuer's `iss` in these stores' records.
@@ -153,7 +154,11 @@ async fn the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out
         let unnamed = planted(backend, 0, "certificate.issued", "success", "x")
             .replace("(seq, ", "(")
             .replace("VALUES (0, ", "VALUES (");
-        assert!(execute(store, &unnamed).await.is_err());
+        let refused = execute(store, &unnamed).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("seq must be above 0"),
+            "the trigger audit_events_seq_in_chain: {refused}"
+        );
     }
     assert!(store.outside_chain().await.unwrap().is_none());
 
@@ -255,9 +260,12 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
         resolved.is_empty(),
         "{backend:?}: the planted row resolved carol's username: {resolved:?}"
     );
-    assert_eq!(store.head().await.unwrap().0, 3);
-    let check = store.verify_chain().await.unwrap();
-    assert_eq!((check.verified, check.first_broken), (3, None), "{backend:?}");
+    // The same scope resolves a username the chain's records carry.
+    assert_eq!(
+        store.subjects_of("bob@example.com", &scope, 10).await.unwrap(),
+        [("bob-oid".to_owned(), None)],
+        "{backend:?}"
+    );
 
     // Named wherever the trail is taken up.
     let named = "seq -1 (certificate.issued, carol@example.com)";
@@ -303,5 +311,112 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
             assert!(error.contains(named), "{backend:?} {args:?}: {error}");
         }
     }
+    bare.close().await;
+}
+
+/// A verified record of `issuer` and `tenant` naming `subject` with
+/// `username`, as the server writes one.
+fn login(issuer: &str, tenant: Option<&str>, subject: &str, username: &str) -> Append {
+    let mut record = AuditRecord::new(
+        event::CERTIFICATE_ISSUED,
+        outcome::SUCCESS,
+        subject,
+        OffsetDateTime::now_utc(),
+    );
+    record.issuer = Some(issuer.into());
+    record.tenant = tenant.map(str::to_owned);
+    record.subject = Some(subject.into());
+    record.username = Some(username.into());
+    record.identity_verified = true;
+    Append {
+        record,
+        ..Default::default()
+    }
+}
+
+/// `subjects_of`, the store's half of `deny add --user`: the scope's
+/// issuers and tenants are compared ignoring case, a tenant outside the
+/// scope resolves nothing, and at most `limit` pairs come back, by subject.
+async fn a_username_resolves_through_the_scopes_issuers_and_tenants_ignoring_case(backend: Backend) {
+    let bare = BareStore::open(backend).await;
+    let store = &bare.store;
+    store
+        .append_batch(&[
+            login(LOGIN_ISS, Some("tenant-a"), "erin-a", "erin@example.com"),
+            login(LOGIN_ISS, Some("tenant-b"), "erin-b", "Erin@Example.com"),
+            login(
+                &LOGIN_ISS.to_uppercase(),
+                Some("TENANT-A"),
+                "frank-a",
+                "frank@example.com",
+            ),
+            login(LOGIN_ISS, Some("tenant-a"), "gus-1", "gus@example.com"),
+            login(LOGIN_ISS, Some("tenant-a"), "gus-2", "gus@example.com"),
+            login(LOGIN_ISS, Some("tenant-a"), "gus-3", "gus@example.com"),
+        ])
+        .await
+        .unwrap();
+    let scope = |issuer: &str, tenants: &[&str]| IssuerScope {
+        issuers: vec![issuer.into()],
+        tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
+    };
+    let pair = |subject: &str, tenant: &str| (subject.to_owned(), Some(tenant.to_owned()));
+    let of = |username: &'static str, scope: IssuerScope, limit: i64| async move {
+        store.subjects_of(username, &scope, limit).await.unwrap()
+    };
+
+    // Tenant B is not allowed: its record does not make erin ambiguous.
+    assert_eq!(
+        of("ERIN@example.com", scope(LOGIN_ISS, &["tenant-a"]), 10).await,
+        [pair("erin-a", "tenant-a")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of(
+            "erin@example.com",
+            scope(LOGIN_ISS, &["tenant-a", "tenant-b"]),
+            10
+        )
+        .await,
+        [pair("erin-a", "tenant-a"), pair("erin-b", "tenant-b")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of("erin@example.com", scope(LOGIN_ISS, &["tenant-c"]), 10).await,
+        [],
+        "{backend:?}"
+    );
+    // Issuer and tenant in another case, on either side.
+    assert_eq!(
+        of("frank@example.com", scope(LOGIN_ISS, &["tenant-a"]), 10).await,
+        [pair("frank-a", "TENANT-A")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of(
+            "erin@example.com",
+            scope(&LOGIN_ISS.to_uppercase(), &["TENANT-A"]),
+            10
+        )
+        .await,
+        [pair("erin-a", "tenant-a")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of(
+            "erin@example.com",
+            scope("https://other.example/v2.0", &["tenant-a"]),
+            10
+        )
+        .await,
+        [],
+        "{backend:?}"
+    );
+    // Cut at the limit, the first subjects kept.
+    assert_eq!(
+        of("gus@example.com", scope(LOGIN_ISS, &["tenant-a"]), 2).await,
+        [pair("gus-1", "tenant-a"), pair("gus-2", "tenant-a")],
+        "{backend:?}"
+    );
     bare.close().await;
 }
