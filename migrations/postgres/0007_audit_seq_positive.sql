@@ -12,11 +12,15 @@
 -- lock (writes wait for it) and fails on a row already there; the server
 -- looks for such rows before it migrates and, finding one, refuses with
 -- each named instead (docs/operations.md, "Rows outside the chain").
+--
+-- This keeps out rows below the chain, nothing more: a record the runtime
+-- role appends after the head, with the right hashes, is in the chain and
+-- verifies like the server's own (docs/security.md).
 ALTER TABLE audit_events ADD CONSTRAINT audit_events_seq_in_chain CHECK (seq > 0);
 
--- Every view keeps to the rows of the chain with the test every read of
--- the server uses (`seq > 0`, server/src/audit/store/mod.rs,
--- VERIFIED_ROWS): with the constraint no other row can be there, and a
+-- Every view keeps to the rows of the chain with the test the server's
+-- queries of records use (`seq > 0`, server/src/audit/store/mod.rs,
+-- `chain_rows!`): with the constraint no other row can be there, and a
 -- view says so itself. The columns are those of 0001 and 0004, unchanged:
 -- CREATE OR REPLACE keeps each view's grants (the runtime role's SELECT).
 CREATE OR REPLACE VIEW issued_certificates AS

@@ -1,11 +1,12 @@
 -- The hash chain starts at seq 1 and `audit verify` reads from there, so a
 -- row at seq 0 or below is outside the chain (see the Postgres schema):
--- refused from now on, and kept out of every view.
+-- refused from now on, and kept out of every view. This keeps out rows
+-- below the chain, nothing more: a record appended after the head, with
+-- the right hashes, is in the chain and verifies like the server's own.
 --
 -- SQLite cannot add a CHECK to an existing table, so a trigger refuses the
 -- row instead of rebuilding the table: a rebuild copies the whole trail
--- (seconds on a million records, and the file twice over meanwhile) and
--- must recreate every trigger, index and view on it, the append-only ones
+-- (and the file twice over meanwhile) and must recreate every trigger, index and view on it, the append-only ones
 -- included, when this trigger adds one check to each insert and leaves the
 -- rest as it is. It guards what a CHECK would (a trigger can be dropped by
 -- whoever may write the file, as the append-only ones can; the chain is
@@ -27,13 +28,13 @@ CREATE TEMP TABLE audit_events_outside_chain (seq INTEGER CHECK (seq > 0));
 INSERT INTO audit_events_outside_chain SELECT seq FROM audit_events WHERE seq <= 0;
 DROP TABLE audit_events_outside_chain;
 
--- Every view keeps to the rows of the chain with the test every read of
--- the server uses (server/src/audit/store/mod.rs, `verified_rows!`). It is
--- written `+seq > 0`: the unary `+` keeps it from SQLite's indexes, which
--- otherwise seek from this bound rather than from a query's own. Measured
--- on 200,000 rows, `SELECT * FROM audit_issued WHERE seq > N` read the view
--- from seq 1 (14 ms, not 0.1) and a count lost its covering index. The
--- columns are those of 0001 and 0004, unchanged.
+-- Every view keeps to the rows of the chain with the test the server's
+-- queries of records use (server/src/audit/store/mod.rs, `chain_rows!`). It
+-- is written `+seq > 0`: the unary `+` keeps it from SQLite's indexes,
+-- which otherwise seek from this bound rather than from a query's own, so
+-- that `SELECT * FROM audit_issued WHERE seq > N` would read the view from
+-- seq 1, and a count could lose its covering index. The columns are those
+-- of 0001 and 0004, unchanged.
 DROP VIEW issued_certificates;
 CREATE VIEW issued_certificates AS
     SELECT seq, occurred_at, cluster, username, subject, roles_granted, serial,

@@ -171,12 +171,21 @@ pub enum Backend {
 #[derive(Debug)]
 pub struct BareStore {
     pub store: AuditStore,
+    /// What the store was opened with, for a server or CLI to open it too.
+    pub url: String,
     pub database: Option<TestDatabase>,
     pub dir: Option<tempfile::TempDir>,
 }
 
 impl BareStore {
     pub async fn open(backend: Backend) -> Self {
+        let bare = Self::open_unmigrated(backend).await;
+        bare.store.migrate().await.expect("migrations");
+        bare
+    }
+
+    /// As [`BareStore::open`], with no migration applied.
+    pub async fn open_unmigrated(backend: Backend) -> Self {
         let (url, database, dir) = match backend {
             Backend::Postgres => {
                 let database = TestDatabase::create().await;
@@ -191,8 +200,12 @@ impl BareStore {
         let store = AuditStore::connect(&url, &StoreOptions::default())
             .await
             .expect("audit store");
-        store.migrate().await.expect("migrations");
-        Self { store, database, dir }
+        Self {
+            store,
+            url,
+            database,
+            dir,
+        }
     }
 
     /// Close the store and drop its database.
@@ -201,6 +214,25 @@ impl BareStore {
         if let Some(database) = self.database {
             database.drop_now().await;
         }
+    }
+}
+
+/// Apply the store's migrations from their folder up to version `last`
+/// only, as a database written by an earlier schema stands.
+pub async fn migrate_up_to(store: &AuditStore, last: i64) -> Result<(), sqlx::migrate::MigrateError> {
+    let folder = match store {
+        AuditStore::Postgres(_) => "postgres",
+        AuditStore::Sqlite(_) => "sqlite",
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(folder);
+    let all = sqlx::migrate::Migrator::new(dir).await?;
+    let migrator =
+        sqlx::migrate::Migrator::with_migrations(all.iter().filter(|m| m.version <= last).cloned().collect());
+    match store {
+        AuditStore::Postgres(pool) => migrator.run(pool).await,
+        AuditStore::Sqlite(store) => migrator.run(store.pool()).await,
     }
 }
 

@@ -15,7 +15,7 @@ use sqlx::{Column, Row, TypeInfo, ValueRef};
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::audit::store::{AuditFilter, AuditStore, StoreOptions};
 use talos_sso_tests::audit_seed::{SeedPlan, Trail, in_company_ranges};
-use talos_sso_tests::harness::{Backend, BareStore, TestDatabase};
+use talos_sso_tests::harness::{Backend, BareStore, TestDatabase, migrate_up_to};
 use time::{Duration, OffsetDateTime};
 
 /// A seeded store, and every record it holds.
@@ -28,7 +28,9 @@ struct Seeded {
 
 impl Seeded {
     async fn new(backend: Backend) -> Self {
-        let BareStore { store, database, dir } = BareStore::open(backend).await;
+        let BareStore {
+            store, database, dir, ..
+        } = BareStore::open(backend).await;
         let plan = SeedPlan {
             records: 20_000,
             seed: 11,
@@ -689,11 +691,7 @@ async fn sqlite_role_table_says_what_the_records_say() {
         panic!("{url} is not SQLite")
     };
     let pool = sqlite.pool();
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite");
-    let all = sqlx::migrate::Migrator::new(folder).await.unwrap();
-    let before_0004 =
-        sqlx::migrate::Migrator::with_migrations(all.iter().filter(|m| m.version < 4).cloned().collect());
-    before_0004.run(pool).await.unwrap();
+    migrate_up_to(&store, 3).await.unwrap();
     let plan = SeedPlan {
         records: 3_000,
         seed: 5,

@@ -10,18 +10,17 @@
 //!   refusal names the rows.
 
 use sqlx::Row;
-use talos_sso_server::audit::store::{
-    Append, AuditFilter, AuditStore, IssuerScope, StoreError, StoreOptions,
-};
+use talos_sso_server::audit::store::{Append, AuditFilter, AuditStore, IssuerScope, StoreError};
 use talos_sso_server::audit::{AuditRecord, event, outcome};
 use talos_sso_server::config::Config;
 use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle};
-use talos_sso_tests::harness::{Backend, BareStore, TestDatabase, Workdir, config_yaml, server_cli};
+use talos_sso_tests::harness::{Backend, BareStore, Workdir, config_yaml, migrate_up_to, server_cli};
 use time::OffsetDateTime;
 
 on_both_stores!(
     the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out,
     a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_migrated_nor_served,
+    a_username_resolves_through_the_scopes_issuers_and_tenants_ignoring_case,
 );
 
 /// The login issuer's `iss` in these stores' records.
@@ -155,12 +154,16 @@ async fn the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out
         let unnamed = planted(backend, 0, "certificate.issued", "success", "x")
             .replace("(seq, ", "(")
             .replace("VALUES (0, ", "VALUES (");
-        assert!(execute(store, &unnamed).await.is_err());
+        let refused = execute(store, &unnamed).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("seq must be above 0"),
+            "the trigger audit_events_seq_in_chain: {refused}"
+        );
     }
     assert!(store.outside_chain().await.unwrap().is_none());
 
     // Every view of the trail keeps to the chain with the store's own test.
-    let verified = store.verified_rows();
+    let verified = store.chain_rows();
     let definitions = view_definitions(store).await;
     let mut names: Vec<&str> = definitions.iter().map(|(name, _)| name.as_str()).collect();
     let mut expected: Vec<&str> = VIEWS.iter().map(|(view, ..)| *view).collect();
@@ -198,70 +201,17 @@ async fn the_database_refuses_a_row_outside_the_chain_and_the_views_leave_it_out
     bare.close().await;
 }
 
-/// A store of its own, not migrated: its URL, and what keeps it.
-async fn unmigrated(
-    backend: Backend,
-) -> (
-    AuditStore,
-    String,
-    Option<TestDatabase>,
-    Option<tempfile::TempDir>,
-) {
-    let (url, database, dir) = match backend {
-        Backend::Postgres => {
-            let database = TestDatabase::create().await;
-            (database.url.clone(), Some(database), None)
-        }
-        Backend::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}/audit.db", dir.path().display());
-            (url, None, Some(dir))
-        }
-    };
-    let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
-    (store, url, database, dir)
-}
-
-/// The embedded migrations of `backend` from their folder, up to `last`.
-async fn migrator_up_to(backend: Backend, last: i64) -> sqlx::migrate::Migrator {
-    let folder = match backend {
-        Backend::Postgres => "postgres",
-        Backend::Sqlite => "sqlite",
-    };
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../migrations")
-        .join(folder);
-    let mut migrator = sqlx::migrate::Migrator::new(dir).await.unwrap();
-    let kept: Vec<_> = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version <= last)
-        .cloned()
-        .collect();
-    migrator.migrations = kept.into();
-    migrator
-}
-
-async fn run(
-    migrator: &sqlx::migrate::Migrator,
-    store: &AuditStore,
-) -> Result<(), sqlx::migrate::MigrateError> {
-    match store {
-        AuditStore::Postgres(pool) => migrator.run(pool).await,
-        AuditStore::Sqlite(store) => migrator.run(store.pool()).await,
-    }
-}
-
 async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_migrated_nor_served(
     backend: Backend,
 ) {
-    let (store, url, database, dir) = unmigrated(backend).await;
+    let bare = BareStore::open_unmigrated(backend).await;
+    let (store, url) = (&bare.store, &bare.url);
     // As the schema stood before 0007, when anyone who could insert could
     // write such a row: it ties carol's username to a made-up subject.
-    run(&migrator_up_to(backend, 6).await, &store).await.unwrap();
-    append_records(&store, 3).await;
+    migrate_up_to(store, 6).await.unwrap();
+    append_records(store, 3).await;
     execute(
-        &store,
+        store,
         &planted(backend, -1, "certificate.issued", "success", "carol@example.com"),
     )
     .await
@@ -310,10 +260,12 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
         resolved.is_empty(),
         "{backend:?}: the planted row resolved carol's username: {resolved:?}"
     );
-    assert_eq!(store.hash_at(-1).await.unwrap(), None, "{backend:?}");
-    assert_eq!(store.head().await.unwrap().0, 3);
-    let check = store.verify_chain().await.unwrap();
-    assert_eq!((check.verified, check.first_broken), (3, None), "{backend:?}");
+    // The same scope resolves a username the chain's records carry.
+    assert_eq!(
+        store.subjects_of("bob@example.com", &scope, 10).await.unwrap(),
+        [("bob-oid".to_owned(), None)],
+        "{backend:?}"
+    );
 
     // Named wherever the trail is taken up.
     let named = "seq -1 (certificate.issued, carol@example.com)";
@@ -330,16 +282,13 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
         [7],
         "{backend:?}"
     );
-    assert!(
-        run(&migrator_up_to(backend, 7).await, &store).await.is_err(),
-        "{backend:?}"
-    );
+    assert!(migrate_up_to(store, 7).await.is_err(), "{backend:?}");
     assert_eq!(store.unapplied_migrations().await.unwrap().len(), 1);
 
     let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
     let work = Workdir::new();
     for migrate_on_start in [true, false] {
-        let text = config_yaml(&emulator, &work, &url).replace(
+        let text = config_yaml(&emulator, &work, url).replace(
             "acquire_timeout: 2s }",
             &format!("acquire_timeout: 2s, migrate_on_start: {migrate_on_start} }}"),
         );
@@ -362,9 +311,112 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
             assert!(error.contains(named), "{backend:?} {args:?}: {error}");
         }
     }
-    store.close().await;
-    if let Some(database) = database {
-        database.drop_now().await;
+    bare.close().await;
+}
+
+/// A verified record of `issuer` and `tenant` naming `subject` with
+/// `username`, as the server writes one.
+fn login(issuer: &str, tenant: Option<&str>, subject: &str, username: &str) -> Append {
+    let mut record = AuditRecord::new(
+        event::CERTIFICATE_ISSUED,
+        outcome::SUCCESS,
+        subject,
+        OffsetDateTime::now_utc(),
+    );
+    record.issuer = Some(issuer.into());
+    record.tenant = tenant.map(str::to_owned);
+    record.subject = Some(subject.into());
+    record.username = Some(username.into());
+    record.identity_verified = true;
+    Append {
+        record,
+        ..Default::default()
     }
-    drop(dir);
+}
+
+/// `subjects_of`, the store's half of `deny add --user`: the scope's
+/// issuers and tenants are compared ignoring case, a tenant outside the
+/// scope resolves nothing, and at most `limit` pairs come back, by subject.
+async fn a_username_resolves_through_the_scopes_issuers_and_tenants_ignoring_case(backend: Backend) {
+    let bare = BareStore::open(backend).await;
+    let store = &bare.store;
+    store
+        .append_batch(&[
+            login(LOGIN_ISS, Some("tenant-a"), "erin-a", "erin@example.com"),
+            login(LOGIN_ISS, Some("tenant-b"), "erin-b", "Erin@Example.com"),
+            login(
+                &LOGIN_ISS.to_uppercase(),
+                Some("TENANT-A"),
+                "frank-a",
+                "frank@example.com",
+            ),
+            login(LOGIN_ISS, Some("tenant-a"), "gus-1", "gus@example.com"),
+            login(LOGIN_ISS, Some("tenant-a"), "gus-2", "gus@example.com"),
+            login(LOGIN_ISS, Some("tenant-a"), "gus-3", "gus@example.com"),
+        ])
+        .await
+        .unwrap();
+    let scope = |issuer: &str, tenants: &[&str]| IssuerScope {
+        issuers: vec![issuer.into()],
+        tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
+    };
+    let pair = |subject: &str, tenant: &str| (subject.to_owned(), Some(tenant.to_owned()));
+    let of = |username: &'static str, scope: IssuerScope, limit: i64| async move {
+        store.subjects_of(username, &scope, limit).await.unwrap()
+    };
+
+    // Tenant B is not allowed: its record does not make erin ambiguous.
+    assert_eq!(
+        of("ERIN@example.com", scope(LOGIN_ISS, &["tenant-a"]), 10).await,
+        [pair("erin-a", "tenant-a")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of(
+            "erin@example.com",
+            scope(LOGIN_ISS, &["tenant-a", "tenant-b"]),
+            10
+        )
+        .await,
+        [pair("erin-a", "tenant-a"), pair("erin-b", "tenant-b")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of("erin@example.com", scope(LOGIN_ISS, &["tenant-c"]), 10).await,
+        [],
+        "{backend:?}"
+    );
+    // Issuer and tenant in another case, on either side.
+    assert_eq!(
+        of("frank@example.com", scope(LOGIN_ISS, &["tenant-a"]), 10).await,
+        [pair("frank-a", "TENANT-A")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of(
+            "erin@example.com",
+            scope(&LOGIN_ISS.to_uppercase(), &["TENANT-A"]),
+            10
+        )
+        .await,
+        [pair("erin-a", "tenant-a")],
+        "{backend:?}"
+    );
+    assert_eq!(
+        of(
+            "erin@example.com",
+            scope("https://other.example/v2.0", &["tenant-a"]),
+            10
+        )
+        .await,
+        [],
+        "{backend:?}"
+    );
+    // Cut at the limit, the first subjects kept.
+    assert_eq!(
+        of("gus@example.com", scope(LOGIN_ISS, &["tenant-a"]), 2).await,
+        [pair("gus-1", "tenant-a"), pair("gus-2", "tenant-a")],
+        "{backend:?}"
+    );
+    bare.close().await;
 }

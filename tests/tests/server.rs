@@ -1855,6 +1855,43 @@ async fn a_username_is_resolved_only_through_the_login_issuers_verified_records(
         "{detail}"
     );
     assert_eq!(env.server.app.audit.store().deny_list().await.unwrap().len(), 1);
+
+    // More subjects than the answer lists, with long names: the list is
+    // cut at ten, and the detail, cut at its limit, still begins with what
+    // to do.
+    for i in 0..9 {
+        let long = format!("d5{i:02}{}", "0".repeat(196));
+        let token = login("dave@example.com", json!({"oid": long}));
+        let answer = post(&env, base, Some(&token), body(&csr, &[])).await;
+        assert!(answer.status == 201 || answer.status == 403, "{}", answer.body);
+    }
+    let cut = deny_by_name("dave@example.com").await;
+    assert_eq!(
+        (cut.status, cut.code()),
+        (409, Some("subject_ambiguous")),
+        "{}",
+        cut.body
+    );
+    let subjects = cut.body["subjects"].as_array().cloned().unwrap_or_default();
+    assert_eq!(subjects.len(), 10, "{}", cut.body);
+    assert_eq!(subjects[0], "d4000000-0000-4000-8000-000000000004");
+    let detail = cut.body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with(
+            "`dave@example.com` has been used by at least 10 different subjects of the login issuer; \
+             name the `subject` to block. Candidates: d4000000-0000-4000-8000-000000000004 (tenant "
+        ),
+        "{detail}"
+    );
+    // Cut: the limit's characters and the mark, not the tenth subject.
+    assert_eq!(
+        detail.chars().count(),
+        talos_sso_server::audit::text::REASON_CHARS + 1,
+        "{detail}"
+    );
+    assert!(detail.ends_with('…'), "{detail}");
+    assert!(!detail.contains("d507"), "{detail}");
+    assert_eq!(env.server.app.audit.store().deny_list().await.unwrap().len(), 1);
     assert_chain_intact(&env).await;
     env.finish().await;
 }

@@ -194,8 +194,9 @@ fn login_scope(app: &App) -> Result<IssuerScope, ApiError> {
     })
 }
 
-/// How many subjects a username may resolve to before the answer lists
-/// only these.
+/// How many (subject, tenant) pairs a username's resolution reads at most,
+/// and so the most subjects a `subject_ambiguous` answer lists (an Entra
+/// `oid` has one tenant, so a pair is a subject).
 const CANDIDATES: i64 = 10;
 
 /// The one subject that verified records of the login issuer name with
@@ -210,9 +211,9 @@ async fn subject_of(app: &App, username: &str) -> Result<String, ApiError> {
         .subjects_of(username, &scope, CANDIDATES)
         .await?;
     if candidates.len() == 1
-        && let Some(one) = candidates.pop()
+        && let Some((one, _)) = candidates.pop()
     {
-        return Ok(one.subject);
+        return Ok(one);
     }
     if candidates.is_empty() {
         return Err(ApiError::new(
@@ -224,21 +225,26 @@ async fn subject_of(app: &App, username: &str) -> Result<String, ApiError> {
             ),
         ));
     }
+    let count = match candidates.len() {
+        n if n as i64 >= CANDIDATES => format!("at least {n}"),
+        n => n.to_string(),
+    };
     let described: Vec<String> = candidates
         .iter()
-        .map(|c| match c.tenants.as_slice() {
-            [] => c.subject.clone(),
-            tenants => format!("{} (tenant {})", c.subject, tenants.join(", ")),
+        .map(|(subject, tenant)| match tenant {
+            None => subject.clone(),
+            Some(tenant) => format!("{subject} (tenant {tenant})"),
         })
         .collect();
+    // What to do comes before the list: the detail is cut at
+    // `REASON_CHARS`, and long subjects could fill it.
     Err(ApiError::new(
         ErrorCode::SubjectAmbiguous {
-            subjects: candidates.into_iter().map(|c| c.subject).collect(),
+            subjects: candidates.into_iter().map(|(subject, _)| subject).collect(),
         },
         format!(
-            "`{username}` has been used by {} different subjects of the login issuer: {}; name the `subject` \
-             to block",
-            described.len(),
+            "`{username}` has been used by {count} different subjects of the login issuer; name the \
+             `subject` to block. Candidates: {}",
             described.join(", ")
         ),
     ))

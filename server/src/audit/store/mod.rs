@@ -343,18 +343,22 @@ macro_rules! on_pool {
 /// `audit verify` reads. A row below (migration 0007 refuses one; an older
 /// schema took one from anyone who could insert) is outside the chain and
 /// nothing vouches for it, so no query shows it, counts it or resolves a
-/// name through it: every read of the trail keeps to this one test, the
-/// views of migration 0007 included ([`AuditStore::verified_rows`] for
-/// text built at run time).
+/// name through it: every query that filters, pages or counts records
+/// keeps to this one test, the views of migration 0007 included
+/// ([`AuditStore::chain_rows`] for text built at run time).
+///
+/// It tells where a row sits, not who wrote it: a record the runtime role
+/// appends after the head, with the right `prev_hash` and `hash`, is in
+/// the chain and verifies like the server's own (docs/security.md).
 ///
 /// SQLite's is written `+seq > 0`: the unary `+` keeps it from SQLite's
 /// indexes, which otherwise seek from whichever lower bound of `seq` comes
-/// first in the statement, this one rather than a cursor's `seq > $1`
-/// (measured on a million rows: a page at the end read from seq 1, 52 ms
-/// instead of 0.1), and may prefer its range to an `event` or
-/// `occurred_at` index. Postgres takes the tightest of several bounds and estimates this
-/// one from its statistics (it matches every row), so it is written plainly.
-macro_rules! verified_rows {
+/// first in the statement, this one rather than a cursor's `seq > $1`, so
+/// that a page far into the trail would be read from seq 1; and it could
+/// prefer that range to an `event` or `occurred_at` index. Postgres takes
+/// the tightest of several bounds and estimates this one from its
+/// statistics (it matches every row), so it is written plainly.
+macro_rules! chain_rows {
     (postgres) => {
         "seq > 0"
     };
@@ -362,37 +366,30 @@ macro_rules! verified_rows {
         "+seq > 0"
     };
 }
-pub(crate) use verified_rows;
 
-/// Rows outside the chain, the complement of [`verified_rows!`], written as
+/// Rows outside the chain, the complement of [`chain_rows!`], written as
 /// a bound both databases seek from (a scan otherwise: `NOT (+seq > 0)`
 /// is no index's range): the first few and how many, read at start.
 const OUTSIDE_CHAIN_SQL: &str =
     "SELECT seq, event, username FROM audit_events WHERE seq <= 0 ORDER BY seq LIMIT $1";
 const OUTSIDE_CHAIN_COUNT_SQL: &str = "SELECT count(*) FROM audit_events WHERE seq <= 0";
 
-/// The chain head, as a literal for `concat!` (each backend's `HEAD_SQL`
-/// and `head_and_denied` statement).
+/// The chain head, as a literal for `concat!` ([`HEAD_SQL`], and each
+/// backend's `head_and_denied` statement). No [`chain_rows!`] here: the
+/// head is the highest `seq`, which that test changes only on a trail
+/// holding no row of the chain but some below it, and such a trail is
+/// refused before it is migrated or served
+/// ([`AuditStore::require_chain_only`]). Nor where a record is read by
+/// its `seq` ([`AuditStore::hash_at`], [`AuditStore::holds`]): the server
+/// names only records of the chain.
 macro_rules! head_sql {
-    ($backend:ident) => {
-        concat!(
-            "SELECT seq, hash FROM audit_events WHERE ",
-            $crate::audit::store::verified_rows!($backend),
-            " ORDER BY seq DESC LIMIT 1"
-        )
+    () => {
+        "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1"
     };
 }
 use head_sql;
 
-/// The hash of the record at `$1`, as a literal.
-macro_rules! hash_at_sql {
-    ($backend:ident) => {
-        concat!(
-            "SELECT hash FROM audit_events WHERE seq = $1 AND ",
-            verified_rows!($backend)
-        )
-    };
-}
+const HEAD_SQL: &str = head_sql!();
 
 /// The statements that read the deny list in a batch, from a backend's
 /// literals: `$null` is its NULL text column, `$matches` its test that an
@@ -402,14 +399,14 @@ macro_rules! deny_list_sql {
     (denied, $matches:expr) => {
         concat!("SELECT subject, username FROM deny_list_active WHERE ", $matches)
     };
-    (head_and_denied, $backend:ident, $null:literal, $matches:expr) => {
+    (head_and_denied, $null:literal, $matches:expr) => {
         concat!(
             "SELECT seq, hash, ",
             $null,
             ", ",
             $null,
             " FROM (",
-            $crate::audit::store::head_sql!($backend),
+            $crate::audit::store::head_sql!(),
             ") AS head \
              UNION ALL SELECT NULL, NULL, subject, username FROM deny_list_active WHERE ",
             $matches
@@ -430,7 +427,7 @@ macro_rules! subjects_of_sql {
     ($backend:ident, issuer in $issuers:literal, tenants $any_tenant:literal, tenant in $tenants:literal) => {
         concat!(
             "SELECT DISTINCT subject, tenant FROM audit_events WHERE ",
-            verified_rows!($backend),
+            chain_rows!($backend),
             " AND identity_verified = true AND subject IS NOT NULL AND lower(username) = lower($1) \
              AND lower(issuer) IN ",
             $issuers,
@@ -459,37 +456,14 @@ const SUBJECTS_OF_SQLITE: &str = subjects_of_sql!(
 /// Whose records may tie a username to a subject: verified records of
 /// these issuers (`iss` as the records hold it, compared ignoring case as
 /// issuers are told apart at load) and, when any are named, of these
-/// tenants (Entra `tid`).
+/// tenants (Entra `tid`). The issuers do not imply the tenants: an Entra
+/// issuer whose `iss` names no tenant (no `{tenantid}`) takes every
+/// allowed tenant's tokens under that one `iss`, and a record of a tenant
+/// no longer allowed must not resolve a name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IssuerScope {
     pub issuers: Vec<String>,
     pub tenants: Vec<String>,
-}
-
-/// A subject a username resolved to, and the tenants of the records that
-/// name it with that username (none for an issuer without tenants).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubjectCandidate {
-    pub subject: String,
-    pub tenants: Vec<String>,
-}
-
-/// Rows `(subject, tenant)`, ordered by subject, as candidates: one per
-/// subject, with its tenants.
-fn candidates(rows: Vec<(String, Option<String>)>) -> Vec<SubjectCandidate> {
-    let mut out: Vec<SubjectCandidate> = Vec::new();
-    for (subject, tenant) in rows {
-        if out.last().is_none_or(|last| last.subject != subject) {
-            out.push(SubjectCandidate {
-                subject,
-                tenants: Vec::new(),
-            });
-        }
-        if let (Some(last), Some(tenant)) = (out.last_mut(), tenant) {
-            last.tenants.push(tenant);
-        }
-    }
-    out
 }
 
 /// A value for one placeholder of a [`RecordQuery`]; each backend binds
@@ -508,23 +482,23 @@ struct RecordQuery {
 }
 
 impl RecordQuery {
-    /// `verified` is the backend's [`verified_rows!`].
-    fn page(after_seq: i64, limit: i64, verified: &str) -> Self {
+    /// `in_chain` is the backend's [`chain_rows!`].
+    fn page(after_seq: i64, limit: i64, in_chain: &str) -> Self {
         Self {
             sql: format!(
-                "SELECT {COLUMNS} FROM audit_events WHERE seq > $1 AND {verified} ORDER BY seq LIMIT $2"
+                "SELECT {COLUMNS} FROM audit_events WHERE seq > $1 AND {in_chain} ORDER BY seq LIMIT $2"
             ),
             binds: vec![Bind::Int(after_seq), Bind::Int(limit)],
         }
     }
 
     /// `role_condition(n)` is the backend's test that placeholder `n` is a
-    /// granted or requested role, `verified` its [`verified_rows!`]. Oldest
+    /// granted or requested role, `in_chain` its [`chain_rows!`]. Oldest
     /// first, unless `order` says otherwise.
     fn matching(
         filter: &AuditFilter,
         role_condition: fn(usize) -> String,
-        verified: &str,
+        in_chain: &str,
         order: Order,
     ) -> Self {
         // `seq` follows time. With a time bound on the far side of the scan
@@ -539,7 +513,7 @@ impl RecordQuery {
         // index may hold, so that only the page's records are read whole.
         let far_bound = order.far_bound(filter);
         let key = if far_bound { "seq + 0" } else { "seq" };
-        let mut conditions = vec![format!("{key} > $1"), verified.to_owned()];
+        let mut conditions = vec![format!("{key} > $1"), in_chain.to_owned()];
         let mut binds = vec![Bind::Int(filter.after_seq)];
         let mut add = |condition: &dyn Fn(usize) -> String, bind: Bind| {
             binds.push(bind);
@@ -743,13 +717,14 @@ impl AuditStore {
     /// connection this server lost has finished, one way or the other,
     /// before the answer is given.
     pub async fn holds(&self, record: &StoredRecord) -> Result<bool, StoreError> {
+        const HASH_AT_SEQ: &str = "SELECT hash FROM audit_events WHERE seq = $1";
         let hash: Option<String> = match self {
             AuditStore::Postgres(pool) => {
                 // A `ChainTx`: given up while it waits for the lock (the
                 // caller's deadline), its connection is closed, never
                 // handed back to the pool to be granted the lock there.
                 let mut tx = postgres::ChainTx::begin(pool).await?;
-                let hash = sqlx::query_scalar(hash_at_sql!(postgres))
+                let hash = sqlx::query_scalar(HASH_AT_SEQ)
                     .bind(record.seq)
                     .fetch_optional(tx.connection())
                     .await?;
@@ -759,7 +734,7 @@ impl AuditStore {
             AuditStore::Sqlite(store) => {
                 let mut appender = store.appender().await?;
                 let mut tx = sqlite::begin_chain(appender.connection()?).await?;
-                let hash = sqlx::query_scalar(hash_at_sql!(sqlite))
+                let hash = sqlx::query_scalar(HASH_AT_SEQ)
                     .bind(record.seq)
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -772,16 +747,17 @@ impl AuditStore {
 
     /// Up to `limit` records after `after_seq`, in order.
     pub async fn page(&self, after_seq: i64, limit: i64) -> Result<Vec<StoredRecord>, StoreError> {
-        self.records(RecordQuery::page(after_seq, limit, self.verified_rows()))
+        self.records(RecordQuery::page(after_seq, limit, self.chain_rows()))
             .await
     }
 
-    /// This backend's [`verified_rows!`]: the test every read of
-    /// `audit_events` keeps to, for statements built at run time.
-    pub fn verified_rows(&self) -> &'static str {
+    /// This backend's [`chain_rows!`]: the test that keeps a read of
+    /// `audit_events` to the rows of the chain, for statements built at
+    /// run time.
+    pub fn chain_rows(&self) -> &'static str {
         match self {
-            AuditStore::Postgres(_) => verified_rows!(postgres),
-            AuditStore::Sqlite(_) => verified_rows!(sqlite),
+            AuditStore::Postgres(_) => chain_rows!(postgres),
+            AuditStore::Sqlite(_) => chain_rows!(sqlite),
         }
     }
 
@@ -810,7 +786,7 @@ impl AuditStore {
         self.records(RecordQuery::matching(
             filter,
             role_condition,
-            self.verified_rows(),
+            self.chain_rows(),
             order,
         ))
         .await
@@ -832,21 +808,20 @@ impl AuditStore {
     }
 
     /// The subjects that verified records of `scope` name with this
-    /// username (case does not matter), each with its tenants, from at
-    /// most `limit` (subject, tenant) pairs: how a username is turned into
-    /// the immutable identifier a deny-list entry blocks. Records of other
+    /// username (case does not matter), as at most `limit` (subject,
+    /// tenant) pairs ordered by subject: how a username is turned into the
+    /// immutable identifier a deny-list entry blocks. Records of other
     /// issuers, and unverified ones, say nothing here: a name they claim
-    /// is not their subject's to take.
+    /// is not their subject's to take. An Entra `oid` is per tenant, so a
+    /// subject comes with the one tenant of its records (none for an
+    /// issuer without tenants).
     pub async fn subjects_of(
         &self,
         username: &str,
         scope: &IssuerScope,
         limit: i64,
-    ) -> Result<Vec<SubjectCandidate>, StoreError> {
-        if scope.issuers.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<(String, Option<String>)> = match self {
+    ) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        Ok(match self {
             AuditStore::Postgres(pool) => {
                 sqlx::query_as(SUBJECTS_OF_POSTGRES)
                     .bind(username)
@@ -865,8 +840,7 @@ impl AuditStore {
                     .fetch_all(store.pool())
                     .await?
             }
-        };
-        Ok(candidates(rows))
+        })
     }
 
     /// The rows outside the hash chain, if there are any (`None` too when
@@ -919,33 +893,17 @@ impl AuditStore {
     /// The last record's `seq` and hash, as committed now; `(0,`
     /// [`GENESIS_HASH`]`)` for an empty trail. What a checkpoint signs.
     pub async fn head(&self) -> Result<(i64, String), StoreError> {
-        let head: Option<(i64, String)> = match self {
-            AuditStore::Postgres(pool) => sqlx::query_as(postgres::HEAD_SQL).fetch_optional(pool).await?,
-            AuditStore::Sqlite(store) => {
-                sqlx::query_as(sqlite::HEAD_SQL)
-                    .fetch_optional(store.pool())
-                    .await?
-            }
-        };
+        let head: Option<(i64, String)> =
+            on_pool!(self, pool => sqlx::query_as(HEAD_SQL).fetch_optional(pool).await?);
         Ok(head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned())))
     }
 
     /// The hash of the record at `seq`, if there is one.
     pub async fn hash_at(&self, seq: i64) -> Result<Option<String>, StoreError> {
-        Ok(match self {
-            AuditStore::Postgres(pool) => {
-                sqlx::query_scalar(hash_at_sql!(postgres))
-                    .bind(seq)
-                    .fetch_optional(pool)
-                    .await?
-            }
-            AuditStore::Sqlite(store) => {
-                sqlx::query_scalar(hash_at_sql!(sqlite))
-                    .bind(seq)
-                    .fetch_optional(store.pool())
-                    .await?
-            }
-        })
+        on_pool!(self, pool => Ok(sqlx::query_scalar("SELECT hash FROM audit_events WHERE seq = $1")
+            .bind(seq)
+            .fetch_optional(pool)
+            .await?))
     }
 
     /// Recompute the whole chain; stops at the first broken link.
@@ -1424,12 +1382,12 @@ mod tests {
         (
             "postgres",
             7,
-            "44f9017a780d61ef333a41f817841505c7f98b19e46c53192dcf40783646a6edba6578a65a18b5756c12aa022875ca86",
+            "7209c2286baed99e11062399326982e0c49d5eb3f1cb45c592695bc75a9a57ecca069a268077e303c075a84ab9cc895a",
         ),
         (
             "sqlite",
             7,
-            "52bd675408e9be412621b84afdc2671306fdb5226b85095264802ec7e85a527622e3898302304a1d0f39e5deab3d6707",
+            "9408c5ed9d5c14d7a70e0a57365e8cd44e7094719fea1dfd979fc57274650f5f3d8655b1606b17d3e0d488aa362b84a6",
         ),
     ];
 
@@ -1560,20 +1518,10 @@ mod tests {
     }
 
     #[test]
-    fn every_read_of_the_trail_keeps_to_the_rows_of_the_chain() {
-        for (verified, head, hash_at, subjects) in [
-            (
-                verified_rows!(postgres),
-                postgres::HEAD_SQL,
-                hash_at_sql!(postgres),
-                SUBJECTS_OF_POSTGRES,
-            ),
-            (
-                verified_rows!(sqlite),
-                sqlite::HEAD_SQL,
-                hash_at_sql!(sqlite),
-                SUBJECTS_OF_SQLITE,
-            ),
+    fn every_query_of_records_keeps_to_the_rows_of_the_chain() {
+        for (in_chain, subjects) in [
+            (chain_rows!(postgres), SUBJECTS_OF_POSTGRES),
+            (chain_rows!(sqlite), SUBJECTS_OF_SQLITE),
         ] {
             let role = |n: usize| format!("role = ${n}");
             let filter = AuditFilter {
@@ -1581,104 +1529,29 @@ mod tests {
                 ..Default::default()
             };
             let statements = [
-                head.to_owned(),
-                hash_at.to_owned(),
                 subjects.to_owned(),
-                RecordQuery::page(0, 1, verified).sql,
-                RecordQuery::matching(&AuditFilter::default(), role, verified, Order::OldestFirst).sql,
-                RecordQuery::matching(&filter, role, verified, Order::OldestFirst).sql,
-                RecordQuery::matching(&filter, role, verified, Order::NewestFirst { before_seq: None }).sql,
+                RecordQuery::page(0, 1, in_chain).sql,
+                RecordQuery::matching(&AuditFilter::default(), role, in_chain, Order::OldestFirst).sql,
+                RecordQuery::matching(&filter, role, in_chain, Order::OldestFirst).sql,
+                RecordQuery::matching(&filter, role, in_chain, Order::NewestFirst { before_seq: None }).sql,
             ];
             for sql in statements {
                 assert!(
-                    sql.contains(&format!(" WHERE {verified} "))
-                        || sql.contains(&format!(" AND {verified} "))
-                        || sql.ends_with(&format!(" AND {verified}")),
+                    sql.contains(&format!(" WHERE {in_chain} "))
+                        || sql.contains(&format!(" AND {in_chain} "))
+                        || sql.ends_with(&format!(" AND {in_chain}")),
                     "{sql}"
                 );
             }
         }
         // The same test as the rows a constraint admits, written so that
         // SQLite never seeks from it; its complement is a range both seek.
-        assert_eq!(verified_rows!(postgres), "seq > 0");
-        assert_eq!(verified_rows!(sqlite), "+seq > 0");
+        assert_eq!(chain_rows!(postgres), "seq > 0");
+        assert_eq!(chain_rows!(sqlite), "+seq > 0");
         assert!(
             OUTSIDE_CHAIN_SQL.contains(" WHERE seq <= 0 ")
                 && OUTSIDE_CHAIN_COUNT_SQL.ends_with(" WHERE seq <= 0")
         );
-    }
-
-    /// Each view's statement in `sql`, by name.
-    fn views(sql: &str) -> Vec<(String, String)> {
-        sql.split(';')
-            .filter_map(|statement| {
-                let (at, length) = ["\nCREATE OR REPLACE VIEW ", "\nCREATE VIEW "]
-                    .iter()
-                    .find_map(|start| Some((statement.find(start)?, start.len())))?;
-                let name = statement[at + length..].split_whitespace().next()?;
-                Some((name.to_owned(), statement[at..].to_owned()))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn migration_7_keeps_every_view_of_the_trail_to_the_rows_of_the_chain() {
-        for (folder, verified, files) in [
-            (
-                "postgres",
-                verified_rows!(postgres),
-                [
-                    include_str!("../../../../migrations/postgres/0001_audit.sql"),
-                    include_str!("../../../../migrations/postgres/0004_audit_views.sql"),
-                    include_str!("../../../../migrations/postgres/0007_audit_seq_positive.sql"),
-                ],
-            ),
-            (
-                "sqlite",
-                verified_rows!(sqlite),
-                [
-                    include_str!("../../../../migrations/sqlite/0001_audit.sql"),
-                    include_str!("../../../../migrations/sqlite/0004_audit_views.sql"),
-                    include_str!("../../../../migrations/sqlite/0007_audit_seq_positive.sql"),
-                ],
-            ),
-        ] {
-            let earlier: Vec<String> = views(files[0])
-                .into_iter()
-                .chain(views(files[1]))
-                .filter(|(_, sql)| sql.contains("FROM audit_events"))
-                .map(|(name, _)| name)
-                .collect();
-            let redefined = views(files[2]);
-            assert_eq!(
-                redefined.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(),
-                earlier,
-                "{folder}"
-            );
-            for (name, sql) in redefined {
-                assert!(
-                    sql.contains(&format!("\n    WHERE {verified} AND ")),
-                    "{folder} {name}: {sql}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_usernames_candidates_are_its_subjects_each_with_its_tenants() {
-        let row = |s: &str, t: Option<&str>| (s.to_owned(), t.map(str::to_owned));
-        let found = candidates(vec![
-            row("a", Some("t1")),
-            row("a", Some("t2")),
-            row("b", None),
-            row("c", Some("t1")),
-        ]);
-        let pairs: Vec<(&str, Vec<&str>)> = found
-            .iter()
-            .map(|c| (c.subject.as_str(), c.tenants.iter().map(String::as_str).collect()))
-            .collect();
-        assert_eq!(pairs, [("a", vec!["t1", "t2"]), ("b", vec![]), ("c", vec!["t1"])]);
-        assert_eq!(candidates(Vec::new()), []);
     }
 
     #[test]

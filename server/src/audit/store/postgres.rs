@@ -13,9 +13,9 @@ use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
 
 use super::{
-    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HeadOrDenied, RecordQuery,
-    RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers, deny_entry,
-    deny_list_sql, distinct_claims, head_and_denied, head_sql, stored_record,
+    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, HeadOrDenied,
+    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
+    deny_entry, deny_list_sql, distinct_claims, head_and_denied, stored_record,
 };
 use crate::audit::{AuditRecord, StoredRecord};
 
@@ -28,9 +28,6 @@ const CHAIN_LOCK_KEY: i64 = 0x7461_6c6f_7353_534f;
 /// The files of `migrations/postgres`, embedded at build time; each file's
 /// name gives its version and description.
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
-
-/// The chain head: the last record's `seq` and hash.
-pub(super) const HEAD_SQL: &str = head_sql!(postgres);
 
 pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool, StoreError> {
     Ok(PgPoolOptions::new()
@@ -252,16 +249,12 @@ impl BatchTx for ChainTx {
         subjects: &[String],
         usernames: &[String],
     ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
-        let rows: Vec<HeadOrDenied> = sqlx::query_as(deny_list_sql!(
-            head_and_denied,
-            postgres,
-            "NULL::text",
-            deny_matches!()
-        ))
-        .bind(subjects)
-        .bind(usernames)
-        .fetch_all(self.connection())
-        .await?;
+        let rows: Vec<HeadOrDenied> =
+            sqlx::query_as(deny_list_sql!(head_and_denied, "NULL::text", deny_matches!()))
+                .bind(subjects)
+                .bind(usernames)
+                .fetch_all(self.connection())
+                .await?;
         head_and_denied(rows)
     }
 

@@ -23,17 +23,15 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::{
     Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
-    HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, append_in, change_deny_list,
-    claim_answers, deny_entry, deny_list_sql, distinct_claims, head_and_denied, head_sql, stored_record,
+    HEAD_SQL, HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, append_in,
+    change_deny_list, claim_answers, deny_entry, deny_list_sql, distinct_claims, head_and_denied,
+    stored_record,
 };
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
 /// The files of `migrations/sqlite`, embedded at build time; each file's
 /// name gives its version and description.
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
-
-/// The chain head: the last record's `seq` and hash.
-pub(super) const HEAD_SQL: &str = head_sql!(sqlite);
 
 /// The SQLite store: a pool for reads (and migrations), and one connection
 /// of its own for the chain's appends.
@@ -269,7 +267,7 @@ impl BatchTx for Transaction<'_, Sqlite> {
         usernames: &[String],
     ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
         let rows: Vec<HeadOrDenied> =
-            sqlx::query_as(deny_list_sql!(head_and_denied, sqlite, "NULL", deny_matches!()))
+            sqlx::query_as(deny_list_sql!(head_and_denied, "NULL", deny_matches!()))
                 .bind(json_list(subjects))
                 .bind(json_list(usernames))
                 .fetch_all(&mut **self)

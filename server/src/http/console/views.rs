@@ -727,7 +727,7 @@ async fn chart_counts(
     hourly: bool,
 ) -> Result<(Counts, Counts), sqlx::Error> {
     // Only the chain's rows, as every read of the trail.
-    let verified = store.verified_rows();
+    let verified = store.chain_rows();
     match store {
         AuditStore::Postgres(pool) => {
             let (unit, format) = if hourly {
