@@ -1,4 +1,0 @@
-pub mod ustr;
-
-#[macro_use]
-pub mod async_stream;
