@@ -53,6 +53,8 @@
 //! - `verification`: concurrent chain verifications share one run.
 //! - `tools`: what the measuring tools read of the machine (CPU times from
 //!   `/proc`).
+//! - `layers`: the module graph of the sources: imports point one way (the
+//!   server's layers), and no two sibling modules depend on each other.
 //! - `outside_chain`: rows below the hash chain's first `seq`, on both
 //!   stores: refused by the database, left out of every view and read, and
 //!   a trail already holding one neither migrated, served nor verified.
@@ -96,6 +98,7 @@ mod hostile;
 mod hsm;
 mod identity;
 mod issuance;
+mod layers;
 mod matrix;
 mod metrics;
 mod monitoring;
