@@ -21,7 +21,7 @@
 //! - `hostile`: hostile input against a running server (poisoned text,
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
 //!   deny list's edges).
-//! - `matrix`: the hostile-input matrix of docs/reliability.md: every bad
+//! - `matrix`: the hostile-input matrix of docs/evidence/reliability.md: every bad
 //!   input by group, each with its exact status and code, nothing issued.
 //! - `checkpoints`: signed audit checkpoints, and what they catch that the
 //!   hash chain alone cannot (a rewritten trail, a cut end).
