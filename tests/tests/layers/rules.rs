@@ -56,12 +56,14 @@ pub fn circles(krate: &Crate) -> Vec<String> {
             messages.push(format!(
                 "circle among the modules inside {}: {}\n\
                  The child modules of one module must depend on each other one way only.\n\
+                 The shortest circle: {}\n\
                  Each line is one dependency with one example reference (file:line, the path as written):\n\
                  {}\n\
                  To fix it, pick the direction that should stay and move what the other side uses\n\
                  (into the lower module, into the parent, or into a new module both can use).",
                 describe(krate, parent),
                 component.join(", "),
+                shortest_circle(graph, &inside).join(" -> "),
                 lines.join("\n"),
             ));
         }
@@ -152,6 +154,48 @@ fn sort_key(reference: &Reference) -> (String, usize, String) {
         .map(|(f, l)| (f.to_string(), l.parse().unwrap_or(0)))
         .unwrap_or_default();
     (file, line, reference.written.clone())
+}
+
+/// The shortest circle through the modules of one component, as the
+/// names along it (the first again at the end): where to start cutting.
+fn shortest_circle<T>(
+    graph: &BTreeMap<String, BTreeMap<String, T>>,
+    inside: &BTreeSet<&String>,
+) -> Vec<String> {
+    let mut best: Vec<String> = Vec::new();
+    for &start in inside {
+        // Breadth first from `start` until an edge leads back to it.
+        let mut came_from: BTreeMap<&String, &String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut closing = None;
+        while let Some(node) = queue.pop_front() {
+            for next in graph.get(node).into_iter().flat_map(|m| m.keys()) {
+                if next == start {
+                    closing = Some(node);
+                    break;
+                }
+                if inside.contains(next) && !came_from.contains_key(next) {
+                    came_from.insert(next, node);
+                    queue.push_back(next);
+                }
+            }
+            if closing.is_some() {
+                break;
+            }
+        }
+        let Some(mut node) = closing else { continue };
+        let mut path = vec![start.clone()];
+        while node != start {
+            path.push(node.clone());
+            node = came_from[node];
+        }
+        path.push(start.clone());
+        path.reverse();
+        if best.is_empty() || path.len() < best.len() {
+            best = path;
+        }
+    }
+    best
 }
 
 /// The strongly connected components with more than one module (Tarjan's

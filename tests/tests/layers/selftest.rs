@@ -153,6 +153,7 @@ fn two_siblings_using_each_other_fail() {
         ]),
         &[
             "circle among the modules inside api (the crate root): a, b",
+            "The shortest circle: a -> b -> a\n",
             "a -> b: api/src/a.rs:1 `crate::b::g`",
             "b -> a: api/src/b.rs:1 `super::a::f`",
         ],
@@ -180,6 +181,7 @@ fn a_circle_of_three_deep_inside_the_tree_fails() {
         ]),
         &[
             "circle among the modules inside client::outer: a, b, c",
+            "The shortest circle: a -> b -> c -> a\n",
             "a -> b: client/src/outer/a/deep.rs:1 `crate::outer::b::g`",
             "b -> c: client/src/outer/b.rs:1 `super::c::h`",
             "c -> a: client/src/outer/c.rs:2 `super::a::deep::f`",
