@@ -181,11 +181,11 @@ impl Reader {
             .unwrap_or(path)
             .display()
             .to_string();
-        // `lib.rs`, `main.rs` and `mod.rs` keep their children beside them;
+        // A crate root and a `mod.rs` keep their children beside them;
         // `x.rs` keeps them in `x/`.
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let dir = if matches!(stem, "lib" | "main" | "mod") || module.is_empty() {
+        let dir = if stem == "mod" || module.is_empty() {
             parent
         } else {
             parent.join(stem)
@@ -266,13 +266,15 @@ impl Reader {
     }
 
     /// Paths inside a macro's or an attribute's tokens: `crate`, `super`,
-    /// `self` or a name followed by `::` and more names.
-    fn tokens(&mut self, tokens: TokenStream) {
+    /// `self` or a name followed by `::` and more names; and, in an
+    /// attribute (`in_attribute`), strings that are paths. A macro's strings
+    /// are text (`format!`, SQL), never paths.
+    fn tokens(&mut self, tokens: TokenStream, in_attribute: bool) {
         let trees: Vec<TokenTree> = tokens.into_iter().collect();
         let mut i = 0;
         while i < trees.len() {
             match &trees[i] {
-                TokenTree::Group(group) => self.tokens(group.stream()),
+                TokenTree::Group(group) => self.tokens(group.stream(), in_attribute),
                 TokenTree::Ident(ident) if !follows_path_separator(&trees, i) => {
                     let mut segments = vec![ident.to_string()];
                     let mut j = i + 1;
@@ -289,7 +291,7 @@ impl Reader {
                         continue;
                     }
                 }
-                TokenTree::Literal(literal) => self.string_path(literal),
+                TokenTree::Literal(literal) if in_attribute => self.string_path(literal),
                 _ => {}
             }
             i += 1;
@@ -482,7 +484,7 @@ impl<'ast> Visit<'ast> for Reader {
     }
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-        self.tokens(mac.tokens.clone());
+        self.tokens(mac.tokens.clone(), false);
         visit::visit_macro(self, mac);
     }
 
@@ -495,7 +497,7 @@ impl<'ast> Visit<'ast> for Reader {
             syn::Meta::Path(path) => self.visit_path(path),
             syn::Meta::List(list) => {
                 self.visit_path(&list.path);
-                self.tokens(list.tokens.clone());
+                self.tokens(list.tokens.clone(), true);
             }
             syn::Meta::NameValue(pair) => {
                 if let syn::Expr::Lit(syn::ExprLit {

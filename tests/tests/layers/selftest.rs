@@ -251,3 +251,10 @@ fn other_crates_and_doc_links_are_not_references() {
                   /// Called by [`crate::http::serve`].\npub fn issue() -> fmt::Result { let _ = Method::GET; Ok(()) }\n";
     assert_eq!(run(&[("server/src/issuance.rs", source)]), Vec::<String>::new());
 }
+
+#[test]
+fn strings_in_macros_are_text_not_paths() {
+    let source = "pub fn decide() -> String { format!(\"see crate::http::x\") + \"crate::http\" }\n\
+                  pub fn sql() -> &'static str { concat!(\"crate::http::x\") }\n";
+    assert_eq!(run(&[("server/src/policy.rs", source)]), Vec::<String>::new());
+}
