@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a newcomer waits for (docs/performance.md, "The first build"):
+# What a newcomer waits for (docs/evidence/performance.md, "The first build"):
 # clones COMMIT (default HEAD) of this repository into a fresh folder with an
 # empty target directory, then times, with every output line stamped in
 # seconds from the start:

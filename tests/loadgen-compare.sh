@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issuances per second of two commits, measured alternately so that both
-# see the same machine (docs/performance.md): builds `loadgen` in release
+# see the same machine (docs/evidence/performance.md): builds `loadgen` in release
 # mode from BEFORE and from AFTER (each in a fresh clone with its own target
 # directory), then runs them in turn, RUNS times each, with 4,000 requests
 # per level, and prints each level's row and the run's crypto floor, after

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instruction counts of the server's request path under load, which do not
-# depend on what else the machine runs (docs/performance.md, "Where the
+# depend on what else the machine runs (docs/evidence/performance.md, "Where the
 # time goes"): the release `loadgen` runs under callgrind with
 # instrumentation off, and it is on only while one level's requests are
 # sent and answered (not while tokens and CSRs are made, nor for the

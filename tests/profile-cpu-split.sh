@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the whole machine's CPU goes at one concurrency level, every process
-# counted (docs/performance.md, "Before and after, and the whole
+# counted (docs/evidence/performance.md, "Before and after, and the whole
 # machine's CPU by process"): the release `loadgen` runs one level, and
 # while its requests are being sent and answered `perf record -a` samples
 # both cores for SECONDS, whatever

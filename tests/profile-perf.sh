@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the CPU time of the request path goes, kernel included
-# (docs/performance.md, "Where the time goes"): the release `loadgen` runs
+# (docs/evidence/performance.md, "Where the time goes"): the release `loadgen` runs
 # under `perf record` (software clock, DWARF call stacks) with sampling off,
 # and it is on only while one level's requests are sent and answered, as in
 # tests/profile-callgrind.sh. Callgrind counts instructions in user space

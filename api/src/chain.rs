@@ -42,7 +42,7 @@ pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 /// by turning the record into a `serde_json::Value` and canonicalising
 /// that: the server hashes every record while it holds the chain lock, and
 /// the general route costs about ten times as many instructions
-/// (docs/performance.md). [`canonical_encoding_by_value`] is that route,
+/// (docs/evidence/performance.md). [`canonical_encoding_by_value`] is that route,
 /// kept as the definition: the tests and the `audit_encoding` fuzz target
 /// check that both give the same bytes.
 pub fn canonical_encoding(seq: i64, record: &AuditRecord, prev_hash: &str) -> Vec<u8> {

@@ -4,7 +4,7 @@
 //! value, canonicalised), each with the SHA-256 of the chain on top.
 //!
 //! Run: `cargo bench --manifest-path benches/Cargo.toml --bench audit`. Figures are in
-//! docs/performance.md.
+//! docs/evidence/performance.md.
 
 use std::hint::black_box;
 

@@ -3,7 +3,7 @@
 //! certificate, for each CA key type.
 //!
 //! Run: `cargo bench --manifest-path benches/Cargo.toml --bench issue`. Figures are in
-//! docs/performance.md.
+//! docs/evidence/performance.md.
 
 use std::hint::black_box;
 use std::time::Duration;

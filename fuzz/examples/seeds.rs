@@ -122,18 +122,30 @@ fn main() {
     }
 
     // server_config: the shipped configurations, as YAML, TOML and `check`.
+    // Each name says the loader its first byte picks; `.seed`, not the
+    // loader's letter, so that no tool takes `x.c` or `x.y` for source code.
     for (name, path) in [
         ("compose", "deploy/compose/config.yaml"),
         ("systemd", "deploy/systemd/config.yaml"),
         ("kubernetes", "deploy/kubernetes/base/config.yaml"),
     ] {
         let text = fixture(path);
-        put(&root, "server_config", &format!("{name}.y"), format!("y{text}"));
-        put(&root, "server_config", &format!("{name}.c"), format!("c{text}"));
         put(
             &root,
             "server_config",
-            &format!("{name}-env.y"),
+            &format!("{name}-yaml.seed"),
+            format!("y{text}"),
+        );
+        put(
+            &root,
+            "server_config",
+            &format!("{name}-check.seed"),
+            format!("c{text}"),
+        );
+        put(
+            &root,
+            "server_config",
+            &format!("{name}-yaml-env.seed"),
             format!(
                 "y{text}\0TALOS_SSO__IDENTITY__CLIENT_ID=abc\nIDENTITY__AUDIENCES=a,b\nCLUSTERS__X__TTL=10m\n"
             ),
@@ -142,7 +154,7 @@ fn main() {
     put(
         &root,
         "server_config",
-        "minimal.t",
+        "minimal-toml.seed",
         "tinsecure_http = true\n[identity]\nkind = \"oidc\"\nissuer = \"https://idp.example.com\"\nclient_id = \"cli\"\n\
          [[identity.trusted_issuers]]\nname = \"ci\"\nkind = \"oidc\"\nissuer = \"https://token.actions.example\"\naudiences = [\"talos\"]\n\
          [clusters.lab]\nendpoints = [\"10.5.0.2\"]\nttl = \"5m\"\nmax_ttl = \"1h\"\nclock_skew = \"1m\"\n[clusters.lab.ca]\nsecrets_bundle = \"/etc/talos/secrets.yaml\"\n\

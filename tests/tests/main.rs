@@ -21,7 +21,7 @@
 //! - `hostile`: hostile input against a running server (poisoned text,
 //!   extreme parameters, slow clients, floods, forwarded addresses, the
 //!   deny list's edges).
-//! - `matrix`: the hostile-input matrix of docs/reliability.md: every bad
+//! - `matrix`: the hostile-input matrix of docs/evidence/reliability.md: every bad
 //!   input by group, each with its exact status and code, nothing issued.
 //! - `checkpoints`: signed audit checkpoints, and what they catch that the
 //!   hash chain alone cannot (a rewritten trail, a cut end).
@@ -53,6 +53,8 @@
 //! - `verification`: concurrent chain verifications share one run.
 //! - `tools`: what the measuring tools read of the machine (CPU times from
 //!   `/proc`).
+//! - `layers`: the module graph of the sources: imports point one way (the
+//!   server's layers), and no two sibling modules depend on each other.
 //! - `outside_chain`: rows below the hash chain's first `seq`, on both
 //!   stores: refused by the database, left out of every view and read, and
 //!   a trail already holding one neither migrated, served nor verified.
@@ -96,6 +98,7 @@ mod hostile;
 mod hsm;
 mod identity;
 mod issuance;
+mod layers;
 mod matrix;
 mod metrics;
 mod monitoring;

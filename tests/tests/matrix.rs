@@ -1,4 +1,4 @@
-//! The hostile-input matrix (docs/reliability.md, section 4): the inputs an
+//! The hostile-input matrix (docs/evidence/reliability.md, section 4): the inputs an
 //! attacker (or a broken client, proxy or operator) would send, one group
 //! per test, each case named by its label in the table and in every
 //! assertion message. For each case the exact answer is asserted: the HTTP

@@ -165,7 +165,7 @@ impl AuditWriter {
         // the server's runtime waits behind every runnable request (each
         // verifying and signing) each time it is woken, once per statement
         // of a batch, and the batch's cycle is what paces issuance
-        // (docs/performance.md). Its connections are its own too
+        // (docs/evidence/performance.md). Its connections are its own too
         // (`AuditStore::for_writer`), so that their sockets are watched by
         // this runtime rather than by the busy one. A thread of its own, not
         // one of the runtime's blocking pool: named in profiles, and not

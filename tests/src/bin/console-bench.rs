@@ -2,7 +2,7 @@
 //! large trail (made by `seed-audit`). A real server on that database with
 //! the console on, the Entra emulator for the login; an auditor signs in,
 //! then each page is fetched `--repeat` times in turn, the body read whole,
-//! and its p50, p95 and slowest are printed as a table (docs/performance.md,
+//! and its p50, p95 and slowest are printed as a table (docs/evidence/performance.md,
 //! "Console"). The first fetch of each page writes its `audit.query`
 //! record, as it would for a person.
 //!

@@ -175,7 +175,7 @@ impl Drop for ChainTx {
 /// behind the current transaction while its `COMMIT` is on the way, so the
 /// next batch starts with the lock already granted instead of spending two
 /// round trips after the commit (the writer's cycle is what sets the pace
-/// under load: docs/performance.md). The lock is granted only once the
+/// under load: docs/evidence/performance.md). The lock is granted only once the
 /// current transaction has ended, so the next batch still reads the head
 /// that commit left. Dropped untaken, it closes its connection, which
 /// frees the lock: a lock ahead is only ever taken by the very next batch,

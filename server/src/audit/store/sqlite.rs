@@ -40,7 +40,7 @@ pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 /// keeps what they need warm: SQLite empties a connection's page cache
 /// whenever another connection wrote since it last read, so appends taking
 /// turns on a pool's connections read every index page they touch again
-/// (docs/performance.md, "SQLite's cost per record"). The connection is
+/// (docs/evidence/performance.md, "SQLite's cost per record"). The connection is
 /// kept between batches rather than given back to its pool, which would
 /// return it in a task of its own that the next batch waits for.
 #[derive(Debug, Clone)]
