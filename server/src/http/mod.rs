@@ -27,6 +27,7 @@ pub mod deadline;
 pub mod deny;
 pub mod error;
 pub mod feed;
+pub mod gate;
 pub mod privileged;
 pub mod serve;
 pub mod slots;
