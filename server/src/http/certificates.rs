@@ -1,6 +1,6 @@
 //! `POST /v1/certificates`: authenticate the caller, read the request, let
 //! [`crate::issuance`] decide, sign and record, and answer. Every decision
-//! (issued or denied, for any reason) is committed to the audit trail
+//! (issued or refused, for any reason) is committed to the audit trail
 //! before the answer leaves; when that is impossible the answer is 503
 //! `audit_unavailable` and nothing is issued.
 

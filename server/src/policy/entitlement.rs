@@ -37,7 +37,8 @@ pub struct Applicant {
     pub application: bool,
 }
 
-/// Why no certificate: the stable code and what the person can do about it.
+/// A denial: the policy refusing the roles asked for (or any role), with
+/// what the person can do about it. The issuance answers it as a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
     /// No rule matched. `would_grant` lists the selectors that would.
@@ -72,17 +73,7 @@ impl Denial {
 
     /// The stable code, as recorded and counted.
     pub fn code(&self) -> &'static str {
-        match self {
-            Denial::NoMatchingRule { .. } => ErrorCode::NoMatchingRule {
-                would_grant: Vec::new(),
-            },
-            Denial::RoleNotPermitted { .. } => ErrorCode::RoleNotPermitted {
-                refused: Vec::new(),
-                entitled: Vec::new(),
-            },
-            Denial::RoleRequired { .. } => ErrorCode::RoleRequired { entitled: Vec::new() },
-        }
-        .code()
+        self.error_code().code()
     }
 }
 
