@@ -4,7 +4,7 @@
 
 use talos_sso_api::ErrorCode;
 
-use crate::app::Clusters;
+use super::Clusters;
 use crate::audit::recorder::Recorder;
 use crate::audit::store::Append;
 use crate::audit::writer::AuditError;
