@@ -21,20 +21,17 @@
 
 use std::collections::VecDeque;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::audit::{AuditRecord, BrokenLink, StoredRecord, format_micros};
-use crate::checkpoint::{Checkpoint, printable};
+use crate::canonical::{CanonicalObject, only_safe_integers};
+pub use crate::canonical::{MAX_SAFE_INTEGER, canonical_json, is_safe_integer, sha256_hex};
+use crate::checkpoint::Checkpoint;
+pub use crate::checkpoint::CheckpointCoverage;
+use crate::exact_line::{ExactLineError, OTHER_FORMS, read_exact_line};
 
 /// `prev_hash` of the first record.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// Largest integer magnitude a record may hold as a number: beyond it,
-/// RFC 8785 (which reads every number as an IEEE 754 double) would write
-/// two different integers as the same bytes.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// The bytes that are hashed for `record` at `seq` after `prev_hash`.
 ///
@@ -102,125 +99,6 @@ pub fn canonical_encoding_by_value(seq: i64, record: &AuditRecord, prev_hash: &s
     canonical_json(&value)
 }
 
-/// An RFC 8785 object written key by key, the caller giving the keys in
-/// their canonical order.
-struct CanonicalObject {
-    out: Vec<u8>,
-}
-
-impl CanonicalObject {
-    fn with_capacity(capacity: usize) -> Self {
-        let mut out = Vec::with_capacity(capacity);
-        out.push(b'{');
-        Self { out }
-    }
-
-    /// `"key":`, after a comma unless it is the first. Keys here are
-    /// plain ASCII names: nothing to escape.
-    fn key(&mut self, key: &str) {
-        if self.out.len() > 1 {
-            self.out.push(b',');
-        }
-        self.out.push(b'"');
-        self.out.extend_from_slice(key.as_bytes());
-        self.out.extend_from_slice(b"\":");
-    }
-
-    fn raw(&mut self, key: &str, value: &str) {
-        self.key(key);
-        self.out.extend_from_slice(value.as_bytes());
-    }
-
-    fn string(&mut self, key: &str, value: &str) {
-        self.key(key);
-        push_string(&mut self.out, value);
-    }
-
-    fn optional(&mut self, key: &str, value: Option<&str>) {
-        match value {
-            Some(value) => self.string(key, value),
-            None => self.raw(key, "null"),
-        }
-    }
-
-    fn list(&mut self, key: &str, items: &[String]) {
-        self.key(key);
-        self.out.push(b'[');
-        for (i, item) in items.iter().enumerate() {
-            if i > 0 {
-                self.out.push(b',');
-            }
-            push_string(&mut self.out, item);
-        }
-        self.out.push(b']');
-    }
-
-    /// A time in its one text form, as the record's serialisation writes it.
-    fn time(&mut self, key: &str, value: Option<time::OffsetDateTime>) {
-        match value {
-            Some(t) => self.string(key, &format_micros(t)),
-            None => self.raw(key, "null"),
-        }
-    }
-
-    /// Any JSON value, canonicalised on its own (most records hold `{}`);
-    /// false when it has no canonical form.
-    fn details(&mut self, key: &str, value: &Value) -> bool {
-        self.key(key);
-        if value.as_object().is_some_and(serde_json::Map::is_empty) {
-            self.out.extend_from_slice(b"{}");
-            return true;
-        }
-        let bytes = canonical_json(value);
-        self.out.extend_from_slice(&bytes);
-        !bytes.is_empty()
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        self.out.push(b'}');
-        self.out
-    }
-}
-
-/// A JSON string as RFC 8785 writes it: quoted, with `"`, `\` and the
-/// control characters escaped (the short escapes where JSON has them,
-/// else `\u00xx` in lowercase hex), everything else as it is.
-fn push_string(out: &mut Vec<u8>, value: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
-    let bytes = value.as_bytes();
-    let mut start = 0;
-    let mut unicode = *b"\\u0000";
-    for (i, &byte) in bytes.iter().enumerate() {
-        let escape: &[u8] = match byte {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x09 => b"\\t",
-            0x0a => b"\\n",
-            0x0c => b"\\f",
-            0x0d => b"\\r",
-            0x00..=0x1f => {
-                unicode[4] = HEX[usize::from(byte >> 4)];
-                unicode[5] = HEX[usize::from(byte & 0xf)];
-                &unicode
-            }
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        out.extend_from_slice(escape);
-        start = i + 1;
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
-}
-
-/// RFC 8785 bytes of `value`. Empty only for a value JSON cannot hold
-/// (a non-finite float), which no record or checkpoint has.
-pub fn canonical_json(value: &Value) -> Vec<u8> {
-    serde_json_canonicalizer::to_vec(value).unwrap_or_default()
-}
-
 /// Why a line of an export is not a record the server wrote.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
@@ -260,41 +138,6 @@ pub fn read_record_line(line: &[u8]) -> Result<Option<StoredRecord>, LineError> 
     Ok(Some(stored))
 }
 
-/// How a line of the server's JSON that reads as the same value may
-/// differ from the one it writes.
-pub(crate) const OTHER_FORMS: &str = "a key repeated, moved, missing or added, whitespace, an escape or a number \
-                                      written otherwise, a time in another form, a CR before the newline";
-
-/// Why a line is not one the server writes.
-#[derive(Debug)]
-pub(crate) enum ExactLineError<T> {
-    NotUtf8,
-    /// Not the JSON of a `T`: why, as [`printable`] quotes a file.
-    NotJson(String),
-    /// The JSON of this `T`, in another form ([`OTHER_FORMS`]).
-    OtherForm(T),
-}
-
-/// The `T` of one line of a file the server writes (JSON Lines), `None`
-/// for an empty line: its bytes, the final `\n` aside, must be exactly
-/// `to_line` of the `T` they read as.
-pub(crate) fn read_exact_line<T: DeserializeOwned>(
-    line: &[u8],
-    to_line: impl FnOnce(&T) -> String,
-) -> Result<Option<T>, ExactLineError<T>> {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    if line.is_empty() {
-        return Ok(None);
-    }
-    let text = std::str::from_utf8(line).map_err(|_| ExactLineError::NotUtf8)?;
-    let value: T =
-        serde_json::from_str(text).map_err(|e| ExactLineError::NotJson(printable(&e.to_string())))?;
-    if to_line(&value) != text {
-        return Err(ExactLineError::OtherForm(value));
-    }
-    Ok(Some(value))
-}
-
 impl From<ExactLineError<StoredRecord>> for LineError {
     fn from(error: ExactLineError<StoredRecord>) -> Self {
         match error {
@@ -303,32 +146,6 @@ impl From<ExactLineError<StoredRecord>> for LineError {
             ExactLineError::OtherForm(stored) => LineError::NotServerForm { seq: stored.seq },
         }
     }
-}
-
-/// Whether every number in `value` is an integer of at most
-/// [`MAX_SAFE_INTEGER`] in magnitude.
-fn only_safe_integers(value: &Value) -> bool {
-    match value {
-        Value::Number(n) => is_safe_integer(n),
-        Value::Array(items) => items.iter().all(only_safe_integers),
-        Value::Object(map) => map.values().all(only_safe_integers),
-        Value::Null | Value::Bool(_) | Value::String(_) => true,
-    }
-}
-
-/// Whether `n` is an integer of at most [`MAX_SAFE_INTEGER`] in magnitude:
-/// a number a record may hold as a number (fractions and larger integers
-/// are kept as strings), which every JSON reader reads and writes alike.
-pub fn is_safe_integer(n: &serde_json::Number) -> bool {
-    n.as_i64()
-        .map(i64::unsigned_abs)
-        .or_else(|| n.as_u64())
-        .is_some_and(|magnitude| magnitude <= MAX_SAFE_INTEGER)
-}
-
-/// Lowercase hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
 }
 
 pub fn record_hash(seq: i64, record: &AuditRecord, prev_hash: &str) -> String {
@@ -345,22 +162,6 @@ pub fn chain(prev_seq: i64, prev_hash: &str, record: AuditRecord) -> StoredRecor
         prev_hash: prev_hash.to_owned(),
         hash,
     }
-}
-
-/// How far signed checkpoints vouch for a chain that was checked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckpointCoverage {
-    /// Checkpoints whose record was found with the signed hash.
-    pub matched: u64,
-    /// The last of them: every record up to its `seq` is as it was when it
-    /// was signed.
-    pub last: Option<Checkpoint>,
-    /// Records after the last matched checkpoint, vouched for by the chain
-    /// alone until the next checkpoint is signed.
-    pub records_after_last: u64,
-    /// Checkpoints before the first record checked (an export that starts
-    /// later): they vouch for records that were not checked.
-    pub before_first: u64,
 }
 
 /// Where a chain check stands after some records.

@@ -6,7 +6,7 @@
 //! its signature covers, the public keys it is checked with, and the
 //! reading of a checkpoint file (one JSON object per line).
 //!
-//! Signed bytes: the RFC 8785 encoding ([`crate::chain::canonical_json`])
+//! Signed bytes: the RFC 8785 encoding ([`crate::canonical::canonical_json`])
 //! of the checkpoint without its `signature`. The `type` field keeps those
 //! bytes from meaning anything else. `key_id` is the hex SHA-256 of the
 //! signing key's SubjectPublicKeyInfo DER, what
@@ -19,8 +19,9 @@ use serde_json::Value;
 use spki::der::Decode;
 use time::OffsetDateTime;
 
-use crate::audit::micros;
-use crate::chain::{ExactLineError, OTHER_FORMS, canonical_json, read_exact_line, sha256_hex};
+use crate::canonical::{canonical_json, sha256_hex};
+use crate::exact_line::{ExactLineError, OTHER_FORMS, printable, read_exact_line};
+use crate::time_text::micros;
 
 /// The `type` of every checkpoint this version writes.
 pub const CHECKPOINT_TYPE: &str = "talos-sso.audit.checkpoint.v1";
@@ -266,21 +267,20 @@ pub fn read_checkpoints(
     }
 }
 
-/// Text from a file (a checkpoint file, an export) as an error may quote
-/// it: escaped as Rust escapes text for debugging (control, format and
-/// other invisible characters), at most 128 characters; the file is not the
-/// server's until it is checked.
-pub(crate) fn printable(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .take(128)
-        .collect::<String>()
-        .escape_debug()
-        .to_string();
-    if text.chars().count() > 128 {
-        out.push('…');
-    }
-    out
+/// How far signed checkpoints vouch for a chain that was checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointCoverage {
+    /// Checkpoints whose record was found with the signed hash.
+    pub matched: u64,
+    /// The last of them: every record up to its `seq` is as it was when it
+    /// was signed.
+    pub last: Option<Checkpoint>,
+    /// Records after the last matched checkpoint, vouched for by the chain
+    /// alone until the next checkpoint is signed.
+    pub records_after_last: u64,
+    /// Checkpoints before the first record checked (an export that starts
+    /// later): they vouch for records that were not checked.
+    pub before_first: u64,
 }
 
 #[cfg(test)]

@@ -5,14 +5,17 @@
 //! the contract between them; `API_VERSION` names it.
 
 pub mod audit;
+mod canonical;
 pub mod certificates;
 pub mod chain;
 pub mod checkpoint;
 pub mod deny;
 pub mod error;
+mod exact_line;
 pub mod feed;
 pub mod info;
 pub mod issuer;
+mod time_text;
 
 pub use audit::{AuditPage, AuditQuery, AuditRecord, ChainStatus, StoredRecord};
 pub use certificates::{CertificateRequest, Identity, IssuedCertificate};

@@ -205,13 +205,13 @@ async fn a_commit_whose_answer_is_lost_is_read_back_or_recorded_as_undelivered()
 /// allows).
 #[tokio::test]
 async fn requests_waiting_for_a_key_refresh_share_its_timeout() {
-    use talos_sso_server::identity::provider::{Provider, ProviderSettings};
+    use talos_sso_server::identity::provider::{IssuerKeys, ProviderSettings};
     use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle, Faults};
     let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
     let mut settings = ProviderSettings::new(emulator.issuer());
     settings.http_timeout = Duration::from_millis(300);
     settings.min_refresh_interval = Duration::from_millis(1);
-    let provider = Provider::discover(&settings).await.unwrap();
+    let provider = IssuerKeys::discover(&settings).await.unwrap();
     emulator.set_faults(Faults {
         delay: Duration::from_secs(5),
         ..Default::default()

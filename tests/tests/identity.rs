@@ -16,7 +16,7 @@ use serde_json::json;
 use talos_sso_server::config::{GraphConfig, IssuerConfig, LOGIN_ISSUER};
 use talos_sso_server::identity::authenticator::{Authenticator, RelevantGroups};
 use talos_sso_server::identity::issuer::Issuer;
-use talos_sso_server::identity::provider::{Provider, ProviderError, ProviderSettings};
+use talos_sso_server::identity::provider::{IssuerKeys, ProviderError, ProviderSettings};
 use talos_sso_tests::emulator::{
     CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, Faults, GROUP_ONCALL, GROUP_PLATFORM_ADMINS,
     GROUP_SECURITY, SERVER_APP_ID, SERVER_APP_SECRET, SIEM_CLIENT_ID, TENANT_ID, TokenKind,
@@ -399,7 +399,7 @@ async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
         malformed_documents: true,
         ..Default::default()
     });
-    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()))
+    let error = IssuerKeys::discover(&ProviderSettings::new(emulator.issuer()))
         .await
         .unwrap_err();
     assert!(
@@ -416,14 +416,14 @@ async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
     emulator.set_faults(Faults::default());
     let mut settings = ProviderSettings::new(format!("{}/", emulator.issuer()));
     settings.discovery_url = Some(format!("{}/.well-known/openid-configuration", emulator.issuer()));
-    let error = Provider::discover(&settings).await.unwrap_err();
+    let error = IssuerKeys::discover(&settings).await.unwrap_err();
     assert!(matches!(error, ProviderError::IssuerMismatch { .. }), "{error}");
 
     emulator.set_faults(Faults {
         jwks_unavailable: true,
         ..Default::default()
     });
-    let error = Provider::discover(&ProviderSettings::new(emulator.issuer()))
+    let error = IssuerKeys::discover(&ProviderSettings::new(emulator.issuer()))
         .await
         .unwrap_err();
     assert!(
@@ -437,7 +437,7 @@ async fn discovery_refuses_bad_documents_wrong_issuers_and_slow_providers() {
     });
     let mut settings = ProviderSettings::new(emulator.issuer());
     settings.http_timeout = Duration::from_millis(300);
-    let error = Provider::discover(&settings).await.unwrap_err();
+    let error = IssuerKeys::discover(&settings).await.unwrap_err();
     assert!(matches!(error, ProviderError::Unreachable { .. }), "{error}");
 }
 

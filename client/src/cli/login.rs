@@ -9,16 +9,15 @@ use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use time::OffsetDateTime;
 
-use super::status::human_duration;
 use talos_sso_api::audit::parse_micros;
 use talos_sso_api::{CertificateRequest, ClusterInfo, ServerInfo};
 
-use super::explained;
 use super::select::LoginSelection;
+use super::{explained, human_duration};
 use crate::api::ApiClient;
 use crate::key::ClientKey;
 use crate::login::browser::{BrowserOptions, Opener, system_opener};
-use crate::login::{Provider, Tokens, cache};
+use crate::login::{LoginClient, Tokens, cache};
 use crate::state::{self, LoginRecord};
 use crate::talosconfig::{self, ContextEntry};
 use crate::trust::{ExtraRoots, ServerTrust};
@@ -186,7 +185,7 @@ fn pick_cluster<'a>(wanted: Option<&str>, info: &'a ServerInfo) -> anyhow::Resul
 /// A fresh ID token: silently with the cached refresh token when possible,
 /// else interactively (saying why).
 async fn obtain_tokens(
-    provider: &Provider,
+    provider: &LoginClient,
     server: &str,
     login: &LoginMethod,
     timeout: Duration,
@@ -233,7 +232,7 @@ async fn obtain_tokens(
 }
 
 /// What a login says when the provider gave no refresh token.
-fn no_refresh_token(provider: &Provider) -> String {
+fn no_refresh_token(provider: &LoginClient) -> String {
     format!(
         "Note: the identity provider issued no refresh token (scopes asked for: {}), so the next login \
          needs the browser again. Its operators can allow refresh tokens for this client \
@@ -255,7 +254,7 @@ const SAME_SECOND_WAIT: Duration = Duration::from_millis(1100);
 /// row, or `exec` right after `login`, would be refused as a replay. Such
 /// a token is recognised by its hash and asked for again after the second
 /// has passed.
-async fn refresh(provider: &Provider, key: &str, refresh_token: &str) -> anyhow::Result<Tokens> {
+async fn refresh(provider: &LoginClient, key: &str, refresh_token: &str) -> anyhow::Result<Tokens> {
     let once = |refresh_token: zeroize::Zeroizing<String>| async move {
         let tokens = provider.refresh(&refresh_token).await?;
         if let Some(rotated) = &tokens.refresh_token {
@@ -312,7 +311,7 @@ pub async fn login_with(
         args.cluster.as_deref().or(saved.default_cluster.as_deref()),
         &info,
     )?;
-    let provider = Provider::discover(&info, trust.provider.as_ref()).await?;
+    let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;
     let tokens = obtain_tokens(&provider, &server, &args.method, args.timeout, opener).await?;
 
     let key = ClientKey::generate()?;
@@ -523,7 +522,7 @@ pub(super) async fn authenticated(
         return Ok((api, token_from_file(path)?));
     }
     let info = api.info().await.map_err(explained)?;
-    let provider = Provider::discover(&info, trust.provider.as_ref()).await?;
+    let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;
     let tokens = obtain_tokens(&provider, &server, login, LOGIN_TIMEOUT, Some(system_opener())).await?;
     // Remember the server, as `login` does.
     state::update(|s| s.server = Some(server.clone())).context("saving the client configuration")?;

@@ -163,6 +163,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Time left, as people read it (`4m59s`, `1h02m`, `expired`).
+fn human_duration(seconds: i64) -> String {
+    if seconds <= 0 {
+        return "expired".into();
+    }
+    let (m, s) = (seconds / 60, seconds % 60);
+    if m >= 60 {
+        format!("{}h{:02}m", m / 60, m % 60)
+    } else {
+        format!("{m}m{s:02}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;

@@ -9,6 +9,7 @@ use clap::ValueEnum;
 use serde_json::json;
 use time::OffsetDateTime;
 
+use super::human_duration;
 use super::select::LoginSelection;
 use crate::api::ApiClient;
 use crate::state::{self, LoginRecord};
@@ -18,18 +19,6 @@ use crate::talosconfig;
 pub enum Output {
     Text,
     Json,
-}
-
-pub(super) fn human_duration(seconds: i64) -> String {
-    if seconds <= 0 {
-        return "expired".into();
-    }
-    let (m, s) = (seconds / 60, seconds % 60);
-    if m >= 60 {
-        format!("{}h{:02}m", m / 60, m % 60)
-    } else {
-        format!("{m}m{s:02}s")
-    }
 }
 
 /// What `status` reports for one login.

@@ -31,7 +31,7 @@ use talos_sso_api::issuer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{LoginError, Provider, Tokens, with_progress};
+use super::{LoginClient, LoginError, Tokens, with_progress};
 
 /// Something that shows the login URL to a person: the desktop's browser,
 /// or (for the quick-start demo) an automated one.
@@ -448,7 +448,7 @@ struct Authorization {
     verifier: openidconnect::PkceCodeVerifier,
 }
 
-fn authorize(provider: &Provider, port: u16) -> Result<Authorization, LoginError> {
+fn authorize(provider: &LoginClient, port: u16) -> Result<Authorization, LoginError> {
     let redirect = RedirectUrl::new(format!("http://localhost:{port}/callback"))
         .map_err(|e| LoginError::Callback(e.to_string()))?;
     let client = provider.client.clone().set_redirect_uri(redirect);
@@ -475,7 +475,7 @@ fn authorize(provider: &Provider, port: u16) -> Result<Authorization, LoginError
 
 impl Authorization {
     /// What this request's redirect must carry.
-    fn expected(&self, provider: &Provider) -> Expected {
+    fn expected(&self, provider: &LoginClient) -> Expected {
         Expected {
             state: self.state.secret().clone(),
             issuer: provider.issuer.clone(),
@@ -484,7 +484,7 @@ impl Authorization {
     }
 
     /// Exchange the code (with the PKCE verifier) and check the ID token.
-    async fn finish(self, provider: &Provider, code: String) -> Result<Tokens, LoginError> {
+    async fn finish(self, provider: &LoginClient, code: String) -> Result<Tokens, LoginError> {
         let exchange = self
             .client
             .exchange_code(AuthorizationCode::new(code))
@@ -498,7 +498,7 @@ impl Authorization {
     }
 }
 
-pub async fn login(provider: &Provider, options: &BrowserOptions) -> Result<Tokens, LoginError> {
+pub async fn login(provider: &LoginClient, options: &BrowserOptions) -> Result<Tokens, LoginError> {
     let listener = bind_loopback(options.callback_port).await?;
     let authorization = authorize(provider, listener.port)?;
     let url = authorization.url.clone();
@@ -534,7 +534,7 @@ const KEYBOARD_ATTEMPTS: usize = 3;
 /// checked as for the listener, so a pasted link from someone else is
 /// refused.
 pub async fn keyboard_login(
-    provider: &Provider,
+    provider: &LoginClient,
     port: Option<u16>,
     timeout: Duration,
     input: &mut (dyn tokio::io::AsyncBufRead + Unpin + Send),

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use openidconnect::core::CoreDeviceAuthorizationResponse;
 
-use super::{LoginError, Provider, Tokens, with_progress};
+use super::{LoginClient, LoginError, Tokens, with_progress};
 
-pub async fn login(provider: &Provider) -> Result<Tokens, LoginError> {
+pub async fn login(provider: &LoginClient) -> Result<Tokens, LoginError> {
     let endpoint = provider
         .device_endpoint
         .clone()

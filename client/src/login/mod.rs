@@ -107,9 +107,10 @@ impl std::fmt::Debug for Tokens {
     }
 }
 
-/// A discovered provider.
+/// The OpenID Connect client the CLI logs in with, against the provider
+/// the server names (discovered).
 #[derive(Debug, Clone)]
-pub struct Provider {
+pub struct LoginClient {
     pub http: openidconnect::reqwest::Client,
     pub client: Client,
     pub device_endpoint: Option<DeviceAuthorizationUrl>,
@@ -122,7 +123,7 @@ pub struct Provider {
     pub names_itself_in_redirects: bool,
 }
 
-impl Provider {
+impl LoginClient {
     /// Discover the provider `info` names, also trusting `roots`
     /// (`login --provider-certificate-authority`).
     pub async fn discover(info: &ServerInfo, roots: Option<&ExtraRoots>) -> Result<Self, LoginError> {
@@ -404,7 +405,7 @@ mod tests {
     async fn an_unreachable_discovery_endpoint_is_named() {
         let (_held, port) = refused_port();
         let Err(error) =
-            Provider::discover(&info(format!("http://127.0.0.1:{port}/tenant/v2.0")), None).await
+            LoginClient::discover(&info(format!("http://127.0.0.1:{port}/tenant/v2.0")), None).await
         else {
             panic!("discovery worked on a closed port");
         };
@@ -422,7 +423,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_issuer_without_a_scheme_is_named() {
-        let Err(error) = Provider::discover(&info("login.example.com/tenant/v2.0".into()), None).await else {
+        let Err(error) = LoginClient::discover(&info("login.example.com/tenant/v2.0".into()), None).await
+        else {
             panic!("discovery worked without a scheme");
         };
         assert_eq!(
@@ -435,7 +437,7 @@ mod tests {
     #[tokio::test]
     async fn an_unresolvable_provider_is_named() {
         let Err(error) =
-            Provider::discover(&info("https://login.talos-sso.invalid/tenant/v2.0".into()), None).await
+            LoginClient::discover(&info("https://login.talos-sso.invalid/tenant/v2.0".into()), None).await
         else {
             panic!("discovery worked on an .invalid name");
         };
@@ -454,7 +456,7 @@ mod tests {
     async fn an_unreachable_token_endpoint_is_named() {
         let (_held_token_port, token_port) = refused_port();
         let issuer = provider_with_token_endpoint_on(token_port).await;
-        let provider = Provider::discover(&info(issuer), None).await.unwrap();
+        let provider = LoginClient::discover(&info(issuer), None).await.unwrap();
         let text = provider.refresh("a refresh token").await.unwrap_err().to_string();
         assert!(
             text.starts_with(&format!(

@@ -12,7 +12,7 @@ use serde_json::json;
 use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
 use talos_sso_api::{AuditPage, AuditQuery, ChainStatus};
 
-use super::caller::{Caller, deny};
+use super::caller::Caller;
 use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
@@ -109,16 +109,16 @@ pub async fn list(
     // recorded as sent, and matched against what the records hold.
     let query = query_or_400(query)?.map(text::clean_field);
     let details = json!({"action": "list", "filter": query});
-    let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    let admitted = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
     let filter = match filter(&query, app.clock.now()) {
         Ok(filter) => filter,
         Err((parameter, detail)) => {
             let error = ApiError::request_invalid(detail, Some(parameter));
-            return Err(deny(&app, record, error).await);
+            return Err(admitted.refuse(error).await);
         }
     };
     let records = app.audit.store().query(&filter).await?;
-    commit(&app, record, None).await?;
+    commit(&app, admitted.into_success().1, None).await?;
     let full_page = records.len() as i64 >= filter.limit;
     let next_cursor = if full_page {
         records.last().map(|r| r.seq)
@@ -134,8 +134,8 @@ pub async fn list(
 /// console): a caller who asks while one runs gets its answer.
 pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<ChainStatus>, ApiError> {
     let details = json!({"action": "verify"});
-    let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
-    commit(&app, record, None).await?;
+    let admitted = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    commit(&app, admitted.into_success().1, None).await?;
     match app.verify_chain().finished().await {
         Some(status) => Ok(Json(status)),
         None => Err(ApiError::audit_unavailable()),
@@ -146,15 +146,15 @@ pub async fn verify(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<
 /// is recorded first, so the checkpoint covers its own record.
 pub async fn checkpoint(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<Checkpoint>, ApiError> {
     let details = json!({"action": "checkpoint"});
-    let (_, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    let admitted = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
     let Some(checkpoints) = &app.checkpoints else {
         let error = ApiError::new(
             talos_sso_api::ErrorCode::CheckpointsNotConfigured,
             "this server signs no audit checkpoints: `audit.checkpoints` is not configured",
         );
-        return Err(deny(&app, record, error).await);
+        return Err(admitted.refuse(error).await);
     };
-    commit(&app, record, None).await?;
+    commit(&app, admitted.into_success().1, None).await?;
     let signed = checkpoints
         .publish(app.audit.store(), trigger::REQUEST, app.clock.now())
         .await

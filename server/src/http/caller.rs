@@ -1,8 +1,7 @@
 //! The caller of an endpoint: what the request says about them before any
-//! check (address, user agent, client version, bearer token), their
-//! authentication with the rate limits around it, and how a refusal of
-//! them is recorded. Every endpoint that authenticates goes through here,
-//! so each refusal is recorded the same way whichever endpoint refused it.
+//! check (address, user agent, client version, bearer token), and the
+//! record of a request of theirs. Their authentication, and the recording
+//! of every refusal, is the gate's ([`super::gate`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,19 +9,13 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use talos_sso_api::{CLIENT_VERSION_HEADER, ErrorCode};
+use talos_sso_api::CLIENT_VERSION_HEADER;
 
 use super::RequestId;
 use super::error::ApiError;
-use crate::app::{App, Settings};
+use crate::app::App;
 use crate::audit::{AuditRecord, outcome, text};
-use crate::identity::{ClaimedIdentity, VerifiedIdentity};
-use crate::issuance::{count_refusal, record_denial};
 use crate::ratelimit::address_key;
-use crate::refusals::Admission;
-
-/// Requested roles kept in the record of a caller nobody authenticated.
-const UNVERIFIED_ROLES: usize = 8;
 
 /// What is known about the caller before any check.
 #[derive(Clone)]
@@ -39,7 +32,7 @@ pub struct Caller {
 
 /// What the `Authorization` header holds, before any check.
 #[derive(Clone)]
-enum Credentials {
+pub(super) enum Credentials {
     /// No header, another scheme, or an empty bearer token.
     Missing,
     /// A bearer token, unverified.
@@ -92,15 +85,6 @@ impl FromRequestParts<Arc<App>> for Caller {
     }
 }
 
-/// Which per-identity limit applies once the caller is known.
-#[derive(Debug, Clone, Copy)]
-pub enum IdentityLimit {
-    /// Certificates per identity.
-    Certificates,
-    /// Audit and deny-list requests per identity.
-    Api,
-}
-
 impl Caller {
     /// The record of this request's decision: `event`, denied until an
     /// action succeeds.
@@ -112,77 +96,9 @@ impl Caller {
         record
     }
 
-    /// Rate limits, then the token: who is asking, as only a token we
-    /// verified ourselves says. Every refusal is recorded in `record`
-    /// (with who the token *claimed* to be, marked unverified); a rate-limit
-    /// refusal is also counted by limit (`talos_sso_rate_limited_total`).
-    /// `settings` are the ones the request is decided with (taken once).
-    pub async fn authenticate(
-        &self,
-        app: &App,
-        settings: &Settings,
-        record: &mut AuditRecord,
-        limit: IdentityLimit,
-    ) -> Result<VerifiedIdentity, ApiError> {
-        // A flood from one address is stopped before any token work.
-        if let Some(address) = &self.address_key
-            && let Err(retry) = settings.rate_limits.check_address(address)
-        {
-            app.metrics.count_rate_limited("address");
-            if let Credentials::Bearer(token) = &self.credentials {
-                with_claimed_identity(record, app.authenticator.claimed(token));
-            }
-            return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "this address")).await);
-        }
-        let token = match &self.credentials {
-            Credentials::Bearer(token) => token,
-            Credentials::Missing => {
-                let error = ApiError::new(
-                    ErrorCode::TokenMissing,
-                    "send the identity provider's token as `Authorization: Bearer ...`",
-                );
-                return Err(deny(app, record.clone(), error).await);
-            }
-            Credentials::Unreadable(why) => {
-                let error = ApiError::new(ErrorCode::TokenMalformed, *why);
-                return Err(deny(app, record.clone(), error).await);
-            }
-        };
-        let verified = match app
-            .authenticator
-            .authenticate(token, app.clock.now(), &settings.relevant_groups)
-            .await
-        {
-            Ok(verified) => verified,
-            Err(error) => {
-                match error.verified_identity() {
-                    // A valid token whose groups could not be resolved: an
-                    // authenticated decision, recorded in full.
-                    Some(verified) => with_identity(record, verified),
-                    None => with_claimed_identity(record, app.authenticator.claimed(token)),
-                }
-                tracing::info!(request_id = %self.request_id, code = error.code(), "token refused");
-                let error = ApiError::token(&error, app.clock.now());
-                return Err(deny(app, record.clone(), error).await);
-            }
-        };
-        with_identity(record, &verified);
-        let rate_limits = &settings.rate_limits;
-        let (limited, name) = match limit {
-            IdentityLimit::Certificates => (
-                rate_limits.check_identity(&verified.qualified_subject()),
-                "identity",
-            ),
-            IdentityLimit::Api => (
-                rate_limits.check_api_identity(&verified.qualified_subject()),
-                "api_identity",
-            ),
-        };
-        if let Err(retry) = limited {
-            app.metrics.count_rate_limited(name);
-            return Err(deny(app, record.clone(), ApiError::rate_limited(retry, "you")).await);
-        }
-        Ok(verified)
+    /// What the `Authorization` header holds, unverified.
+    pub(super) fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 }
 
@@ -215,62 +131,6 @@ fn credentials(headers: &HeaderMap) -> Credentials {
             token => Credentials::Bearer(token.to_owned()),
         },
         _ => Credentials::Unreadable("the bearer token is not ASCII text, so it is no token"),
-    }
-}
-
-pub(super) fn with_identity(record: &mut AuditRecord, verified: &VerifiedIdentity) {
-    record.issuer = Some(verified.issuer.clone());
-    record.tenant = verified.tenant.clone();
-    record.subject = Some(verified.subject.clone());
-    record.username = Some(verified.username.clone());
-    record.identity_verified = true;
-    record.groups_evaluated = verified.groups.clone();
-    record.token_id = verified.token_id.clone();
-    record.token_issued_at = verified.issued_at;
-}
-
-/// For a token that failed verification: record who it *claimed* to be
-/// (as its issuer reads it, already cleaned), marked unverified.
-fn with_claimed_identity(record: &mut AuditRecord, claimed: Option<ClaimedIdentity>) {
-    let Some(claimed) = claimed else {
-        return;
-    };
-    record.issuer = claimed.issuer;
-    record.tenant = claimed.tenant;
-    record.subject = claimed.subject;
-    record.username = claimed.username;
-    record.token_id = claimed.token_id;
-    record.identity_verified = false;
-}
-
-/// Commit a refusal, then answer with it (or 503 when it cannot be
-/// recorded). Refusals of callers nobody authenticated, and rate-limited
-/// ones, are aggregated per client address instead ([`crate::refusals`]):
-/// only the first of each kind per window waits for its own record.
-pub async fn deny(app: &App, mut record: AuditRecord, error: ApiError) -> ApiError {
-    record.reason_code = Some(error.code().to_owned());
-    record.outcome = outcome::DENIED.into();
-    if !record.identity_verified && record.roles_requested.len() > UNVERIFIED_ROLES {
-        // Nobody vouched for this caller: keep a glimpse, not their list.
-        let more = record.roles_requested.len() - UNVERIFIED_ROLES;
-        record.roles_requested.truncate(UNVERIFIED_ROLES);
-        record.roles_requested.push(format!("… {more} more"));
-    }
-    if !record.identity_verified || matches!(error.error, ErrorCode::RateLimited { .. }) {
-        let key = record
-            .client_ip
-            .as_deref()
-            .and_then(|ip| ip.parse().ok())
-            .map(address_key);
-        if app.refusals.admit(key.as_deref(), &record) == Admission::Counted {
-            count_refusal(&app.settings().clusters, &app.metrics, &record, error.code());
-            return error;
-        }
-    }
-    let settings = app.settings();
-    match record_denial(&app.audit, &settings.clusters, &app.metrics, record, error.code()).await {
-        Ok(()) => error,
-        Err(_) => ApiError::audit_unavailable(),
     }
 }
 

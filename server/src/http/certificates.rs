@@ -1,6 +1,6 @@
 //! `POST /v1/certificates`: authenticate the caller, read the request, let
 //! [`crate::issuance`] decide, sign and record, and answer. Every decision
-//! (issued or denied, for any reason) is committed to the audit trail
+//! (issued or refused, for any reason) is committed to the audit trail
 //! before the answer leaves; when that is impossible the answer is 503
 //! `audit_unavailable` and nothing is issued.
 
@@ -10,13 +10,13 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde_json::json;
 use talos_sso_api::{CertificateRequest, Identity, IssuedCertificate};
 
-use super::caller::{Caller, IdentityLimit, deny};
+use super::caller::Caller;
 use super::error::ApiError;
+use super::gate::{Gate, IdentityLimit};
 use crate::app::App;
-use crate::audit::{event, format_micros, text};
+use crate::audit::{event, format_micros};
 use crate::issuance::Issuance;
 
 pub async fn issue(
@@ -33,24 +33,13 @@ pub async fn issue(
 }
 
 async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<IssuedCertificate, ApiError> {
-    // One configuration for the whole decision, even if a reload lands
-    // while it is made.
-    let settings = app.settings();
-    let mut record = caller.record(app, event::CERTIFICATE_DENIED);
     let parsed: Result<CertificateRequest, String> = serde_json::from_slice(body).map_err(|e| e.to_string());
-    if let Ok(request) = &parsed {
-        // Only a configured name goes in `cluster` (and into metric labels);
-        // anything else is kept, escaped, as what it is: a name asked for.
-        if settings.clusters.contains_key(&request.cluster) {
-            record.cluster = Some(request.cluster.clone());
-        } else {
-            record.details = json!({ "requested_cluster": text::clean(&request.cluster, 64) });
-        }
-        record.roles_requested = request.roles.clone();
-    }
-    let verified = caller
-        .authenticate(app, &settings, &mut record, IdentityLimit::Certificates)
-        .await?;
+    let gate = Gate::open(app, caller, event::CERTIFICATE_DENIED);
+    let gate = match &parsed {
+        Ok(request) => gate.asking_for(request),
+        Err(_) => gate,
+    };
+    let admitted = gate.pass(IdentityLimit::Certificates).await?;
     let request = match parsed {
         Ok(request) => request,
         Err(reason) => {
@@ -58,9 +47,13 @@ async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<Is
                 format!("the request body is not a certificate request: {reason}"),
                 None,
             );
-            return Err(deny(app, record, error).await);
+            return Err(admitted.refuse(error).await);
         }
     };
+    // One configuration for the whole decision, even if a reload lands
+    // while it is made.
+    let settings = admitted.settings().clone();
+    let (verified, record) = admitted.into_parts();
     let issuance = Issuance {
         clusters: &settings.clusters,
         recorder: &app.audit,

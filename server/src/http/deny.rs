@@ -12,8 +12,9 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use talos_sso_api::{DenyAdded, DenyEntry, DenyList, DenyRemoved, DenyRequest, ErrorCode};
 
-use super::caller::{Caller, deny};
+use super::caller::Caller;
 use super::error::ApiError;
+use super::gate::refuse;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
@@ -63,7 +64,9 @@ pub async fn add(
         .map_err(|e| ApiError::request_invalid(format!("not a deny request: {e}"), None))?;
     let addition = addition(&request)?;
     let details = addition_details(&addition);
-    let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_ADDED, details).await?;
+    let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_ADDED, details)
+        .await?
+        .into_success();
     let added = add_entry(&app, &verified, record, addition).await?;
     tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry added");
     Ok((StatusCode::CREATED, Json(added)))
@@ -131,13 +134,13 @@ pub(super) async fn add_entry(
             "`expires_at` must be in the future and at most ten years ahead (leave it out for no expiry)",
             None,
         );
-        return Err(deny(app, record, error).await);
+        return Err(refuse(app, record, error).await);
     }
     let subject = match (subject, &username) {
         (Some(subject), _) => subject,
         (None, Some(username)) => match subject_of(app, username).await {
             Ok(subject) => subject,
-            Err(error) => return Err(deny(app, record, error).await),
+            Err(error) => return Err(refuse(app, record, error).await),
         },
         (None, None) => return Err(ApiError::internal()),
     };
@@ -259,7 +262,9 @@ pub async fn remove(
     let request = query_or_400(query)?;
     let (subject, username) = target(&request)?;
     let details = json!({"target_subject": subject, "target_username": username});
-    let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_REMOVED, details).await?;
+    let (verified, record) = authorize(&app, &caller, Privilege::Admin, event::DENY_REMOVED, details)
+        .await?
+        .into_success();
     let removed = remove_entries(&app, record, subject, username).await?;
     tracing::warn!(request_id = %caller.request_id, by = %text::clean_field(&verified.username), "deny list entry removed");
     Ok(Json(removed))
@@ -280,7 +285,7 @@ pub(super) async fn remove_entries(
         (None, Some(name)) => match subject_of(app, name).await {
             Ok(subject) => Some(subject),
             Err(error) if error.error == ErrorCode::SubjectRequired => None,
-            Err(error) => return Err(deny(app, record, error).await),
+            Err(error) => return Err(refuse(app, record, error).await),
         },
         (None, None) => None,
     };

@@ -11,11 +11,10 @@ use axum::response::{IntoResponse, Response};
 use talos_sso_api::error::PROBLEM_CONTENT_TYPE;
 use talos_sso_api::{ErrorCode, Problem};
 
+use crate::audit::store::StoreError;
 use crate::audit::text;
 use crate::audit::writer::AuditError;
-use crate::audit::{format_micros, store::StoreError};
-use crate::identity::authenticator::AuthError;
-use crate::identity::token::TokenError;
+use crate::identity::auth_error::AuthError;
 use crate::issuance::IssuanceError;
 use crate::policy::Denial;
 
@@ -108,33 +107,7 @@ impl ApiError {
     /// A refused token; times come with the server's clock so that the
     /// client can tell a clock problem from a stale token.
     pub fn token(error: &AuthError, now: time::OffsetDateTime) -> Self {
-        let server_time = || format_micros(now);
-        let code = match error {
-            AuthError::OverageUnresolved { .. } => ErrorCode::GroupsOverageUnresolved,
-            AuthError::Token(token) => match token {
-                TokenError::Malformed(_) => ErrorCode::TokenMalformed,
-                TokenError::AlgorithmNotAllowed(_) => ErrorCode::TokenAlgorithmNotAllowed,
-                TokenError::KeyUnknown(_) => ErrorCode::TokenKeyUnknown,
-                TokenError::BadSignature => ErrorCode::TokenSignatureInvalid,
-                TokenError::Expired => ErrorCode::TokenExpired {
-                    server_time: server_time(),
-                },
-                TokenError::NotYetValid => ErrorCode::TokenNotYetValid {
-                    server_time: server_time(),
-                },
-                TokenError::IssuedInFuture => ErrorCode::TokenIssuedInFuture {
-                    server_time: server_time(),
-                },
-                TokenError::WrongIssuer(_) => ErrorCode::TokenIssuerInvalid,
-                TokenError::WrongAudience => ErrorCode::TokenAudienceInvalid,
-                TokenError::WrongClient => ErrorCode::TokenClientInvalid,
-                TokenError::TenantMissing => ErrorCode::TokenTenantMissing,
-                TokenError::TenantNotAllowed(_) => ErrorCode::TokenTenantNotAllowed,
-                TokenError::SubjectMissing(_) => ErrorCode::TokenSubjectMissing,
-                TokenError::UsernameMissing(_) => ErrorCode::TokenUsernameMissing,
-            },
-        };
-        Self::new(code, error.to_string())
+        Self::new(error.error_code(now), error.to_string())
     }
 
     /// The whole answer, with the request id of the request it answers.
@@ -175,50 +148,23 @@ impl IntoResponse for ApiError {
 
 impl From<Denial> for ApiError {
     fn from(denial: Denial) -> Self {
-        let detail = denial.to_string();
-        let code = match denial {
-            Denial::NoMatchingRule { would_grant } => ErrorCode::NoMatchingRule { would_grant },
-            // The roles asked for are the caller's text.
-            Denial::RoleNotPermitted { requested, entitled } => ErrorCode::RoleNotPermitted {
-                refused: text::clean_list(&requested),
-                entitled,
-            },
-            Denial::RoleRequired { entitled } => ErrorCode::RoleRequired { entitled },
-        };
-        Self::new(code, detail)
+        Self::new(denial.error_code(), denial.to_string())
     }
 }
 
 impl From<IssuanceError> for ApiError {
     fn from(error: IssuanceError) -> Self {
-        let detail = error.to_string();
+        let code = error.error_code();
         match error {
-            IssuanceError::ClusterUnknown { known, .. } => {
-                Self::new(ErrorCode::ClusterUnknown { clusters: known }, detail)
-            }
-            IssuanceError::Policy(denial) => denial.into(),
-            IssuanceError::TtlInvalid => Self::new(ErrorCode::TtlInvalid, detail),
-            IssuanceError::TtlTooLong { max, .. } => Self::new(
-                ErrorCode::TtlTooLong {
-                    max_ttl_seconds: max.as_secs(),
-                },
-                detail,
-            ),
-            IssuanceError::Csr(csr) => Self::new(
-                ErrorCode::CsrInvalid {
-                    reason: csr.reason().into(),
-                },
-                csr.to_string(),
-            ),
+            IssuanceError::Csr(csr) => Self::new(code, csr.to_string()),
             IssuanceError::Signing(_) => Self::internal(),
             IssuanceError::SigningUnavailable(_) => Self::new(
-                ErrorCode::SigningUnavailable,
+                code,
                 "the CA's signing key (a hardware security module) cannot be reached right now, \
                  so nothing was issued; try again shortly",
             ),
-            IssuanceError::IdentityDenied => Self::new(ErrorCode::IdentityDenied, detail),
-            IssuanceError::TokenReplayed => Self::new(ErrorCode::TokenReplayed, detail),
             IssuanceError::AuditUnavailable => Self::audit_unavailable(),
+            other => Self::new(code, other.to_string()),
         }
     }
 }

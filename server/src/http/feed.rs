@@ -43,9 +43,10 @@ use talos_sso_api::feed::{Heartbeat, STREAM_CONTENT_TYPE, StreamEnd, StreamLine,
 use tokio::sync::{mpsc, watch};
 
 use super::audit::filter;
-use super::caller::{Caller, deny};
+use super::caller::Caller;
 use super::deadline::SendDeadline;
 use super::error::ApiError;
+use super::gate::refuse;
 use super::privileged::{Privilege, authorize, commit, is_member};
 use super::slots::{Full, Slot, Slots};
 use super::{QueryParams, query_or_400};
@@ -173,17 +174,18 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let query = query_or_400(query)?.map(text::clean_field);
     let details = json!({"action": "follow", "filter": query});
-    let (verified, record) =
-        authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details).await?;
+    let (verified, record) = authorize(&app, &caller, Privilege::Auditor, event::AUDIT_QUERY, details)
+        .await?
+        .into_success();
     if query.limit.is_some() {
         let error = ApiError::request_invalid("`limit` is for pages; a stream has no end", Some("limit"));
-        return Err(deny(&app, record, error).await);
+        return Err(refuse(&app, record, error).await);
     }
     let filter = match filter(&query, app.clock.now()) {
         Ok(filter) => filter,
         Err((parameter, detail)) => {
             let error = ApiError::request_invalid(detail, Some(parameter));
-            return Err(deny(&app, record, error).await);
+            return Err(refuse(&app, record, error).await);
         }
     };
     // A token past its `exp` (still within the leeway) would open a stream
@@ -194,10 +196,10 @@ pub async fn stream(
         .unwrap_or(Duration::ZERO);
     if left.is_zero() {
         let error = ApiError::token(
-            &crate::identity::authenticator::AuthError::Token(crate::identity::token::TokenError::Expired),
+            &crate::identity::auth_error::AuthError::Token(crate::identity::token::TokenError::Expired),
             app.clock.now(),
         );
-        return Err(deny(&app, record, error).await);
+        return Err(refuse(&app, record, error).await);
     }
     let slot = match app.feeds.slots.take(&verified.qualified_subject()) {
         Ok(slot) => slot,
@@ -207,7 +209,7 @@ pub async fn stream(
                 Full::Total | Full::Closed => "every client: this server serves its most audit streams",
             };
             let error = ApiError::rate_limited(RETRY_STREAM, who);
-            return Err(deny(&app, record, error).await);
+            return Err(refuse(&app, record, error).await);
         }
     };
     commit(&app, record, None).await?;

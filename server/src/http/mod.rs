@@ -9,9 +9,10 @@
 //! - `console`: the web console at `/ui` (auditors, admins), when enabled;
 //! - `status`: `/v1/info`, `/healthz`, `/readyz`, `/metrics` (here, or
 //!   alone on the metrics listener: [`metrics_router`]), not found;
-//! - `caller`: what is known of a caller before and after authentication,
-//!   and how a refusal is recorded;
-//! - `privileged`: authenticating auditors and admins;
+//! - `caller`: what is known of a caller before any check;
+//! - `gate`: what every API request passes once: rate limits, the token,
+//!   and the recording of any refusal of it;
+//! - `privileged`: auditors and admins, past the gate;
 //! - `error`: problem details;
 //! - `deadline`: by when an answer's body must have reached its client;
 //! - `slots`: how many long answers (exports, streams) run at once, in all
@@ -27,6 +28,7 @@ pub mod deadline;
 pub mod deny;
 pub mod error;
 pub mod feed;
+pub mod gate;
 pub mod privileged;
 pub mod serve;
 pub mod slots;

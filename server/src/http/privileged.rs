@@ -6,11 +6,12 @@
 use serde_json::Value;
 use talos_sso_api::ErrorCode;
 
-use super::caller::{Caller, IdentityLimit, deny};
+use super::caller::Caller;
 use super::error::ApiError;
+use super::gate::{Admitted, Gate, IdentityLimit};
 use crate::app::App;
 use crate::audit::store::{Append, Appended, DenyChange};
-use crate::audit::{AuditRecord, StoredRecord, outcome};
+use crate::audit::{AuditRecord, StoredRecord};
 use crate::identity::VerifiedIdentity;
 use crate::policy::AppRoleSelector;
 
@@ -61,22 +62,22 @@ pub(super) fn identity_denied() -> ApiError {
     )
 }
 
-/// Authenticate `caller` and check `privilege`; every refusal is recorded.
-/// On success, the returned record (event `event`, outcome success, with
-/// `details`) is ready to be committed with the action.
-pub async fn authorize(
-    app: &App,
-    caller: &Caller,
+/// Pass `caller` through the gate and check `privilege`; every refusal is
+/// recorded. On success, the request (event `event`, with `details`) is
+/// admitted: its record is committed with the action
+/// ([`Admitted::into_success`], [`commit`]), or with a later refusal.
+pub async fn authorize<'a>(
+    app: &'a App,
+    caller: &'a Caller,
     privilege: Privilege,
     event: &str,
     details: Value,
-) -> Result<(VerifiedIdentity, AuditRecord), ApiError> {
-    let mut record = caller.record(app, event);
-    record.details = details;
-    let settings = app.settings();
-    let verified = caller
-        .authenticate(app, &settings, &mut record, IdentityLimit::Api)
+) -> Result<Admitted<'a>, ApiError> {
+    let admitted = Gate::open(app, caller, event)
+        .with_details(details)
+        .pass(IdentityLimit::Api)
         .await?;
+    let settings = admitted.settings().clone();
     let (list, code, message) = match privilege {
         Privilege::Auditor => (
             &settings.config.auditors,
@@ -91,8 +92,9 @@ pub async fn authorize(
              (or, for an application, one of its client ids)",
         ),
     };
-    if !is_member(list, &settings.config.identity.allowed_tenants, &verified) {
-        return Err(deny(app, record, ApiError::new(code, message)).await);
+    let verified = &admitted.verified;
+    if !is_member(list, &settings.config.identity.allowed_tenants, verified) {
+        return Err(admitted.refuse(ApiError::new(code, message)).await);
     }
     // A deny-listed auditor or admin is out too. Checked here so that they
     // get no answer computed for them, and again in the transaction that
@@ -103,10 +105,9 @@ pub async fn authorize(
         .is_denied(&verified.subject, &verified.username)
         .await?
     {
-        return Err(deny(app, record, identity_denied()).await);
+        return Err(admitted.refuse(identity_denied()).await);
     }
-    record.outcome = outcome::SUCCESS.into();
-    Ok((verified, record))
+    Ok(admitted)
 }
 
 /// Commit the record of a privileged action, with its deny-list change, in

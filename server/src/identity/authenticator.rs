@@ -15,43 +15,11 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::auth_error::AuthError;
 use super::issuer::{Issuer, IssuerError};
-use super::token::{Claims, Jwt, TokenError, unverified_claims};
+use super::token::{ClaimSet, Jwt, unverified_claims};
 use super::{ClaimedIdentity, VerifiedIdentity};
 use crate::config::IdentityConfig;
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum AuthError {
-    #[error(transparent)]
-    Token(#[from] TokenError),
-    #[error(
-        "you are in too many groups for them to fit in the token, and the server could not look them up \
-         in Microsoft Graph ({reason}); ask an administrator to configure identity.entra_graph, or to use app roles"
-    )]
-    OverageUnresolved {
-        reason: String,
-        /// The token itself passed every check: the refusal is recorded
-        /// with who it is about, as an authenticated decision.
-        identity: Box<VerifiedIdentity>,
-    },
-}
-
-impl AuthError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            AuthError::Token(e) => e.code(),
-            AuthError::OverageUnresolved { .. } => "groups_overage_unresolved",
-        }
-    }
-
-    /// Who the refused token is about, when the token itself was valid.
-    pub fn verified_identity(&self) -> Option<&VerifiedIdentity> {
-        match self {
-            AuthError::OverageUnresolved { identity, .. } => Some(identity),
-            AuthError::Token(_) => None,
-        }
-    }
-}
 
 /// The groups decisions look at (the rules', the auditors', the admins'),
 /// lower-cased: the only groups kept of a person's. Part of the settings a
@@ -108,7 +76,7 @@ impl Authenticator {
 
     /// The issuer whose rules accept these (unverified) claims; the login
     /// issuer when none does.
-    fn route(&self, claims: Option<&Claims>) -> &Issuer {
+    fn route(&self, claims: Option<&ClaimSet>) -> &Issuer {
         claims
             .and_then(|claims| self.issuers().find(|issuer| issuer.rules().accepts(claims)))
             .unwrap_or(&self.login)

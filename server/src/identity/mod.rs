@@ -10,12 +10,14 @@
 //! - `issuer`: one trusted issuer and its kind (`oidc`, `entra`): which
 //!   `iss` it accepts and how its tokens name people, tenants and groups.
 //! - `graph`: Microsoft Graph, for Entra group overage.
+//! - `auth_error`: why a token was not accepted, as an API code.
 //! - `authenticator`: every trusted issuer together: a token is routed to
 //!   its issuer, verified, its groups completed and filtered.
 //!
 //! What the rest of the server reads: [`VerifiedIdentity`] for a token that
 //! passed, [`ClaimedIdentity`] for one that did not.
 
+pub mod auth_error;
 pub mod authenticator;
 pub mod graph;
 pub mod issuer;

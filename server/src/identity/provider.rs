@@ -85,9 +85,9 @@ pub struct ProviderMetadata {
     pub authorization_response_iss_parameter_supported: bool,
 }
 
-/// A discovered provider with its key cache.
+/// One issuer's signing keys: found by discovery, cached, refreshed.
 #[derive(Debug)]
-pub struct Provider {
+pub struct IssuerKeys {
     /// The issuer's name, for the logs.
     name: String,
     http: reqwest::Client,
@@ -167,7 +167,7 @@ pub fn with_roots(builder: reqwest::ClientBuilder, roots: &[reqwest::Certificate
     })
 }
 
-impl Provider {
+impl IssuerKeys {
     /// Fetch the discovery document and the key set. Fails when either is
     /// unavailable or malformed, or the issuer is not the configured one.
     pub async fn discover(settings: &ProviderSettings) -> Result<Self, ProviderError> {
@@ -373,7 +373,7 @@ impl Provider {
         }
     }
 
-    /// [`Provider::refresh_periodically`] on a task of its own, until the
+    /// [`IssuerKeys::refresh_periodically`] on a task of its own, until the
     /// returned task is aborted.
     pub fn spawn_refresher(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
         tokio::spawn(self.refresh_periodically(period))
@@ -381,8 +381,8 @@ impl Provider {
 }
 
 /// Key-set refreshes so far over several providers: (succeeded, failed).
-pub fn total_refresh_counts<'a>(providers: impl Iterator<Item = &'a Provider>) -> (u64, u64) {
+pub fn total_refresh_counts<'a>(providers: impl Iterator<Item = &'a IssuerKeys>) -> (u64, u64) {
     providers
-        .map(Provider::refresh_counts)
+        .map(IssuerKeys::refresh_counts)
         .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
 }

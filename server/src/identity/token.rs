@@ -25,6 +25,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::signature;
 use serde_json::{Map, Value};
+use talos_sso_api::ErrorCode;
 use time::OffsetDateTime;
 
 use super::jwks::{KeySet, VerifyingKey};
@@ -36,7 +37,7 @@ pub const ALLOWED_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
 
 /// A token's claims.
-pub type Claims = Map<String, Value>;
+pub type ClaimSet = Map<String, Value>;
 
 /// What every token of an issuer must satisfy, whatever its kind.
 #[derive(Debug, Clone)]
@@ -88,23 +89,37 @@ pub enum TokenError {
 }
 
 impl TokenError {
-    pub fn code(&self) -> &'static str {
+    /// The API code of this refusal; times are the server's clock at `now`.
+    pub fn error_code(&self, now: OffsetDateTime) -> ErrorCode {
+        let server_time = || talos_sso_api::audit::format_micros(now);
         match self {
-            TokenError::Malformed(_) => "token_malformed",
-            TokenError::AlgorithmNotAllowed(_) => "token_algorithm_not_allowed",
-            TokenError::KeyUnknown(_) => "token_key_unknown",
-            TokenError::BadSignature => "token_signature_invalid",
-            TokenError::Expired => "token_expired",
-            TokenError::NotYetValid => "token_not_yet_valid",
-            TokenError::IssuedInFuture => "token_issued_in_future",
-            TokenError::WrongIssuer(_) => "token_issuer_invalid",
-            TokenError::WrongAudience => "token_audience_invalid",
-            TokenError::WrongClient => "token_client_invalid",
-            TokenError::TenantMissing => "token_tenant_missing",
-            TokenError::TenantNotAllowed(_) => "token_tenant_not_allowed",
-            TokenError::SubjectMissing(_) => "token_subject_missing",
-            TokenError::UsernameMissing(_) => "token_username_missing",
+            TokenError::Malformed(_) => ErrorCode::TokenMalformed,
+            TokenError::AlgorithmNotAllowed(_) => ErrorCode::TokenAlgorithmNotAllowed,
+            TokenError::KeyUnknown(_) => ErrorCode::TokenKeyUnknown,
+            TokenError::BadSignature => ErrorCode::TokenSignatureInvalid,
+            TokenError::Expired => ErrorCode::TokenExpired {
+                server_time: server_time(),
+            },
+            TokenError::NotYetValid => ErrorCode::TokenNotYetValid {
+                server_time: server_time(),
+            },
+            TokenError::IssuedInFuture => ErrorCode::TokenIssuedInFuture {
+                server_time: server_time(),
+            },
+            TokenError::WrongIssuer(_) => ErrorCode::TokenIssuerInvalid,
+            TokenError::WrongAudience => ErrorCode::TokenAudienceInvalid,
+            TokenError::WrongClient => ErrorCode::TokenClientInvalid,
+            TokenError::TenantMissing => ErrorCode::TokenTenantMissing,
+            TokenError::TenantNotAllowed(_) => ErrorCode::TokenTenantNotAllowed,
+            TokenError::SubjectMissing(_) => ErrorCode::TokenSubjectMissing,
+            TokenError::UsernameMissing(_) => ErrorCode::TokenUsernameMissing,
         }
+    }
+
+    /// The stable code (the time in some codes' fields aside, which it
+    /// does not depend on).
+    pub fn code(&self) -> &'static str {
+        self.error_code(OffsetDateTime::UNIX_EPOCH).code()
     }
 }
 
@@ -120,12 +135,12 @@ pub struct SignedToken {
     pub signed_sha256: String,
     pub issued_at: Option<OffsetDateTime>,
     pub expires_at: OffsetDateTime,
-    pub claims: Claims,
+    pub claims: ClaimSet,
 }
 
 /// The claims of a token whose signature was *not* checked, for recording
 /// who a refused token claimed to be. Never use it to authorize anything.
-pub fn unverified_claims(token: &str) -> Option<Claims> {
+pub fn unverified_claims(token: &str) -> Option<ClaimSet> {
     if token.len() > MAX_TOKEN_LEN {
         return None;
     }
@@ -134,7 +149,7 @@ pub fn unverified_claims(token: &str) -> Option<Claims> {
     serde_json::from_slice(&bytes).ok()
 }
 
-fn decode_json(part: &str, what: &'static str) -> Result<Claims, TokenError> {
+fn decode_json(part: &str, what: &'static str) -> Result<ClaimSet, TokenError> {
     let bytes = URL_SAFE_NO_PAD
         .decode(part)
         .map_err(|_| TokenError::Malformed(what))?;
@@ -147,7 +162,7 @@ const LATEST_TOKEN_TIME: i64 = 253_402_300_799;
 
 /// A time claim in seconds since 1970, refused outside 1970..=9999 (a time
 /// the stores cannot keep would make its audit record unreadable).
-fn time_claim(claims: &Claims, name: &'static str) -> Result<Option<i64>, TokenError> {
+fn time_claim(claims: &ClaimSet, name: &'static str) -> Result<Option<i64>, TokenError> {
     match claims.get(name) {
         None => Ok(None),
         Some(Value::Number(n)) => n
@@ -161,12 +176,12 @@ fn time_claim(claims: &Claims, name: &'static str) -> Result<Option<i64>, TokenE
 }
 
 /// A non-empty string claim.
-pub fn string_claim<'a>(claims: &'a Claims, name: &str) -> Option<&'a str> {
+pub fn string_claim<'a>(claims: &'a ClaimSet, name: &str) -> Option<&'a str> {
     claims.get(name).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
 /// A claim holding a list of strings (or one string).
-pub fn string_list(claims: &Claims, name: &str) -> Vec<String> {
+pub fn string_list(claims: &ClaimSet, name: &str) -> Vec<String> {
     match claims.get(name) {
         Some(Value::Array(items)) => items
             .iter()
@@ -189,7 +204,7 @@ pub struct Jwt<'a> {
     /// Header and payload: what the signature covers.
     signed: &'a str,
     signature: &'a str,
-    claims: Result<Claims, TokenError>,
+    claims: Result<ClaimSet, TokenError>,
 }
 
 impl<'a> Jwt<'a> {
@@ -236,7 +251,7 @@ impl<'a> Jwt<'a> {
     }
 
     /// The claims, *not verified*: for routing to an issuer only.
-    pub fn unverified_claims(&self) -> Option<&Claims> {
+    pub fn unverified_claims(&self) -> Option<&ClaimSet> {
         self.claims.as_ref().ok()
     }
 
@@ -249,8 +264,8 @@ impl<'a> Jwt<'a> {
         self,
         keys: &KeySet,
         rules: &TokenRules,
-        accepts_issuer: &dyn Fn(&str, &Claims) -> bool,
-        application_token: &dyn Fn(&Claims) -> bool,
+        accepts_issuer: &dyn Fn(&str, &ClaimSet) -> bool,
+        application_token: &dyn Fn(&ClaimSet) -> bool,
         now: OffsetDateTime,
     ) -> Result<SignedToken, TokenError> {
         let key = keys
@@ -340,11 +355,11 @@ mod tests {
         }
     }
 
-    fn no_application(_claims: &Claims) -> bool {
+    fn no_application(_claims: &ClaimSet) -> bool {
         false
     }
 
-    fn entra_issuer(iss: &str, _claims: &Claims) -> bool {
+    fn entra_issuer(iss: &str, _claims: &ClaimSet) -> bool {
         iss == format!("https://login.microsoftonline.com/{TENANT}/v2.0")
     }
 

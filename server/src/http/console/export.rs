@@ -36,8 +36,8 @@ use super::{Auditor, Console, Viewer, record_now};
 use crate::app::App;
 use crate::audit::store::{Append, AuditFilter, StoreError};
 use crate::audit::{AuditRecord, event, outcome};
-use crate::http::caller::with_identity;
 use crate::http::deadline::SendDeadline;
+use crate::http::gate::with_identity;
 use crate::http::slots::{Full, Slot};
 
 /// Records one export holds at most (newest first).

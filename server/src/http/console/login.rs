@@ -19,8 +19,9 @@ use super::session::{LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, cookie, same_s
 use super::{Console, page, redirect};
 use crate::app::App;
 use crate::audit::event;
-use crate::http::caller::{Caller, deny, with_identity};
+use crate::http::caller::Caller;
 use crate::http::error::ApiError;
+use crate::http::gate::{refuse as deny, with_identity};
 use crate::http::privileged::is_member;
 use crate::identity::VerifiedIdentity;
 use talos_sso_api::ErrorCode;

@@ -36,8 +36,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use serde_json::Value;
 
-use super::caller::{Caller, deny, with_identity};
+use super::caller::Caller;
 use super::error::ApiError;
+use super::gate::{refuse as deny, with_identity};
 use super::privileged::{commit, is_member};
 use crate::app::App;
 use crate::audit::{event, outcome};

@@ -26,9 +26,9 @@ use super::{
     BoxFuture, Kind, Principal, Registration, claim_text, claimed_token_id, claimed_username, principal,
 };
 use crate::config::{GraphConfig, IssuerConfig, read_secret};
-use crate::identity::authenticator::AuthError;
+use crate::identity::auth_error::AuthError;
 use crate::identity::graph::{GraphClient, GraphSettings};
-use crate::identity::token::{Claims, TokenError, string_claim};
+use crate::identity::token::{ClaimSet, TokenError, string_claim};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 
 pub(super) const KIND: Registration = Registration {
@@ -121,7 +121,7 @@ fn graph_client(config: &GraphConfig, ca_file: Option<&std::path::Path>) -> Resu
 }
 
 /// Whether the token says its groups did not fit and must come from Graph.
-pub(super) fn groups_overage(claims: &Claims) -> bool {
+pub(super) fn groups_overage(claims: &ClaimSet) -> bool {
     claims.get("_claim_names").and_then(|c| c.get("groups")).is_some()
         || claims
             .get("hasgroups")
@@ -135,7 +135,7 @@ pub(super) fn groups_overage(claims: &Claims) -> bool {
 /// that optional claim, else an `oid` equal to its `sub` (for people `sub`
 /// is pairwise and never the `oid`). Without a client id it is no
 /// application's token.
-fn application_client(claims: &Claims) -> Option<&str> {
+fn application_client(claims: &ClaimSet) -> Option<&str> {
     if claims.contains_key("scp") {
         return None;
     }
@@ -168,13 +168,13 @@ impl Entra {
 }
 
 impl Kind for Entra {
-    fn accepts(&self, iss: &str, claims: &Claims) -> bool {
+    fn accepts(&self, iss: &str, claims: &ClaimSet) -> bool {
         // A template stands only for allowed tenants.
         let tenant = string_claim(claims, "tid").filter(|tid| self.tenant_allowed(tid));
         self.issuers.iter().any(|accepted| matches(accepted, iss, tenant))
     }
 
-    fn identify(&self, claims: &Claims) -> Result<Principal, TokenError> {
+    fn identify(&self, claims: &ClaimSet) -> Result<Principal, TokenError> {
         let tid = string_claim(claims, "tid").ok_or(TokenError::TenantMissing)?;
         if !self.tenant_allowed(tid) {
             return Err(TokenError::TenantNotAllowed(tid.chars().take(64).collect()));
@@ -190,11 +190,11 @@ impl Kind for Entra {
         )
     }
 
-    fn application_token(&self, claims: &Claims) -> bool {
+    fn application_token(&self, claims: &ClaimSet) -> bool {
         application_client(claims).is_some()
     }
 
-    fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
+    fn claimed(&self, claims: &ClaimSet) -> ClaimedIdentity {
         ClaimedIdentity {
             issuer: claim_text(claims, "iss"),
             tenant: claim_text(claims, "tid"),

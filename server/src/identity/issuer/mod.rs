@@ -28,11 +28,11 @@ use std::time::Duration;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::authenticator::AuthError;
+use super::auth_error::AuthError;
 use super::graph::GraphStats;
 use super::jwks::KeySet;
-use super::provider::{Provider, ProviderError, ProviderSettings};
-use super::token::{Claims, Jwt, TokenError, TokenRules, string_claim, string_list};
+use super::provider::{IssuerKeys, ProviderError, ProviderSettings};
+use super::token::{ClaimSet, Jwt, TokenError, TokenRules, string_claim, string_list};
 use super::{ClaimedIdentity, VerifiedIdentity};
 use crate::audit::text::clean_field;
 use crate::config::IssuerConfig;
@@ -51,22 +51,22 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Kind: Send + Sync + std::fmt::Debug {
     /// Whether a token naming `iss` is this issuer's; the other claims are
     /// not verified yet (an Entra template is filled in with `tid`).
-    fn accepts(&self, iss: &str, claims: &Claims) -> bool;
+    fn accepts(&self, iss: &str, claims: &ClaimSet) -> bool;
 
     /// The kind's own checks on a token whose signature and shared checks
     /// passed, and who it is about.
-    fn identify(&self, claims: &Claims) -> Result<Principal, TokenError>;
+    fn identify(&self, claims: &ClaimSet) -> Result<Principal, TokenError>;
 
     /// Whether a token whose signature and shared checks passed is an
     /// application's own (client credentials, no person behind it). Such a
     /// token's `azp`/`appid` names the application, not the CLI. None by
     /// default: a kind that cannot tell says no.
-    fn application_token(&self, _claims: &Claims) -> bool {
+    fn application_token(&self, _claims: &ClaimSet) -> bool {
         false
     }
 
     /// Who a token that failed verification claims to be, for its record.
-    fn claimed(&self, claims: &Claims) -> ClaimedIdentity;
+    fn claimed(&self, claims: &ClaimSet) -> ClaimedIdentity;
 
     /// What must be looked up before the identity is complete (Entra:
     /// groups that did not fit in the token, from Graph).
@@ -198,7 +198,7 @@ impl IssuerRules {
     }
 
     /// Whether `claims` (not verified) name this issuer.
-    pub fn accepts(&self, claims: &Claims) -> bool {
+    pub fn accepts(&self, claims: &ClaimSet) -> bool {
         string_claim(claims, "iss").is_some_and(|iss| self.kind.accepts(iss, claims))
     }
 
@@ -230,7 +230,7 @@ impl IssuerRules {
     }
 
     /// Who a token that failed verification claims to be.
-    pub fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
+    pub fn claimed(&self, claims: &ClaimSet) -> ClaimedIdentity {
         self.kind.claimed(claims)
     }
 
@@ -263,7 +263,7 @@ pub enum IssuerError {
 pub struct Issuer {
     name: String,
     rules: IssuerRules,
-    provider: Arc<Provider>,
+    provider: Arc<IssuerKeys>,
 }
 
 impl Issuer {
@@ -283,7 +283,7 @@ impl Issuer {
                     reason: format!("identity.ca_file: {reason}"),
                 })?;
         }
-        let provider = Provider::discover(&settings)
+        let provider = IssuerKeys::discover(&settings)
             .await
             .map_err(|source| IssuerError::Provider {
                 name: config.name.clone(),
@@ -293,7 +293,7 @@ impl Issuer {
     }
 
     /// The issuer `config` describes, with keys from `provider`.
-    pub fn new(config: &IssuerConfig, provider: Arc<Provider>) -> Result<Self, IssuerError> {
+    pub fn new(config: &IssuerConfig, provider: Arc<IssuerKeys>) -> Result<Self, IssuerError> {
         let rules = IssuerRules::new(config).map_err(|reason| IssuerError::Kind {
             name: config.name.clone(),
             reason,
@@ -309,7 +309,7 @@ impl Issuer {
         &self.rules
     }
 
-    pub fn provider(&self) -> &Arc<Provider> {
+    pub fn provider(&self) -> &Arc<IssuerKeys> {
         &self.provider
     }
 
@@ -352,7 +352,7 @@ impl Issuer {
 
 /// A claim as text for the record of a refused token: cleaned, since
 /// nobody vouched for it.
-fn claim_text(claims: &Claims, name: &str) -> Option<String> {
+fn claim_text(claims: &ClaimSet, name: &str) -> Option<String> {
     claims.get(name).and_then(Value::as_str).map(clean_field)
 }
 
@@ -361,7 +361,7 @@ fn claim_text(claims: &Claims, name: &str) -> Option<String> {
 /// and app roles of its claims. An application (`application`, its client
 /// id) has no username claim: its client id is its name.
 fn principal(
-    claims: &Claims,
+    claims: &ClaimSet,
     tenant: Option<&str>,
     subject: &str,
     username_claim: Option<&str>,
@@ -385,11 +385,11 @@ fn principal(
 }
 
 /// The token id a refused token claims, for its record.
-fn claimed_token_id(claims: &Claims) -> Option<String> {
+fn claimed_token_id(claims: &ClaimSet) -> Option<String> {
     claim_text(claims, "uti").or_else(|| claim_text(claims, "jti"))
 }
 
-fn claimed_username(claims: &Claims) -> Option<String> {
+fn claimed_username(claims: &ClaimSet) -> Option<String> {
     ["preferred_username", "upn", "email"]
         .iter()
         .find_map(|name| claim_text(claims, name))
@@ -399,7 +399,7 @@ fn claimed_username(claims: &Claims) -> Option<String> {
 /// refusal; otherwise the first of `preferred_username`, `upn`,
 /// `unique_name`, `email`, then the subject. `email` counts only with
 /// `email_verified: true`.
-fn username(claims: &Claims, configured: Option<&str>, subject: &str) -> Result<String, TokenError> {
+fn username(claims: &ClaimSet, configured: Option<&str>, subject: &str) -> Result<String, TokenError> {
     let usable = |name: &str| {
         let email_ok = name != "email" || claims.get("email_verified").and_then(Value::as_bool) == Some(true);
         string_claim(claims, name).filter(|_| email_ok)

@@ -13,8 +13,8 @@ use super::{
     principal,
 };
 use crate::config::IssuerConfig;
-use crate::identity::authenticator::AuthError;
-use crate::identity::token::{Claims, TokenError, string_claim};
+use crate::identity::auth_error::AuthError;
+use crate::identity::token::{ClaimSet, TokenError, string_claim};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 
 pub(super) const KIND: Registration = Registration {
@@ -50,7 +50,7 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
 /// The client id of an application's own token, as RFC 9068 writes one
 /// for the client credentials grant: `client_id`, and a `sub` that is that
 /// client (or none). A person's token names them in `sub`.
-fn application_client(claims: &Claims) -> Option<&str> {
+fn application_client(claims: &ClaimSet) -> Option<&str> {
     let client_id = string_claim(claims, "client_id")?;
     match string_claim(claims, "sub") {
         None => Some(client_id),
@@ -65,11 +65,11 @@ struct Oidc {
 }
 
 impl Kind for Oidc {
-    fn accepts(&self, iss: &str, _claims: &Claims) -> bool {
+    fn accepts(&self, iss: &str, _claims: &ClaimSet) -> bool {
         self.issuers.iter().any(|accepted| accepted == iss)
     }
 
-    fn identify(&self, claims: &Claims) -> Result<Principal, TokenError> {
+    fn identify(&self, claims: &ClaimSet) -> Result<Principal, TokenError> {
         if let Some(tid) = string_claim(claims, "tid")
             && tid.eq_ignore_ascii_case(super::CONSUMER_TENANT)
         {
@@ -82,11 +82,11 @@ impl Kind for Oidc {
         principal(claims, None, subject, self.username_claim.as_deref(), application)
     }
 
-    fn application_token(&self, claims: &Claims) -> bool {
+    fn application_token(&self, claims: &ClaimSet) -> bool {
         application_client(claims).is_some()
     }
 
-    fn claimed(&self, claims: &Claims) -> ClaimedIdentity {
+    fn claimed(&self, claims: &ClaimSet) -> ClaimedIdentity {
         ClaimedIdentity {
             issuer: claim_text(claims, "iss"),
             tenant: None,

@@ -7,6 +7,10 @@
 //!
 //! Nothing here knows HTTP: the handler turns a request into a call and an
 //! [`IssuanceError`] into an answer; `break_glass` calls the same service.
+//! A refusal is committed by [`refusal::RefusalRecorder`], the one way any
+//! refused request becomes a record, here and in the API's gate.
+
+pub mod refusal;
 
 use std::time::Duration;
 
@@ -20,13 +24,15 @@ use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
 use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequest};
 use crate::identity::VerifiedIdentity;
 use crate::metrics::Metrics;
-use crate::policy::{Claims, Denial};
+use crate::policy::{Applicant, Denial};
 use crate::x509::X509Error;
+use refusal::RefusalRecorder;
+use talos_sso_api::ErrorCode;
 
 /// What a person asks for (the body of `POST /v1/certificates`).
 pub use talos_sso_api::CertificateRequest;
 
-/// Why nothing was issued. Each has been recorded, except
+/// Why nothing was issued (a refusal). Each has been recorded, except
 /// [`IssuanceError::AuditUnavailable`], which says that recording failed.
 #[derive(Debug, thiserror::Error)]
 pub enum IssuanceError {
@@ -57,20 +63,34 @@ pub enum IssuanceError {
 }
 
 impl IssuanceError {
-    /// The stable code recorded with the denial and counted in metrics.
-    pub fn code(&self) -> &'static str {
+    /// The API code of this refusal, with its fields: the one value the
+    /// answer, the audit record's reason and the metrics take their code
+    /// from.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            IssuanceError::ClusterUnknown { .. } => "cluster_unknown",
-            IssuanceError::Policy(denial) => denial.code(),
-            IssuanceError::TtlInvalid => "ttl_invalid",
-            IssuanceError::TtlTooLong { .. } => "ttl_too_long",
-            IssuanceError::Csr(_) => "csr_invalid",
-            IssuanceError::Signing(_) => "internal_error",
-            IssuanceError::SigningUnavailable(_) => "signing_unavailable",
-            IssuanceError::IdentityDenied => "identity_denied",
-            IssuanceError::TokenReplayed => "token_replayed",
-            IssuanceError::AuditUnavailable => "audit_unavailable",
+            IssuanceError::ClusterUnknown { known, .. } => ErrorCode::ClusterUnknown {
+                clusters: known.clone(),
+            },
+            IssuanceError::Policy(denial) => denial.error_code(),
+            IssuanceError::TtlInvalid => ErrorCode::TtlInvalid,
+            IssuanceError::TtlTooLong { max, .. } => ErrorCode::TtlTooLong {
+                max_ttl_seconds: max.as_secs(),
+            },
+            IssuanceError::Csr(csr) => ErrorCode::CsrInvalid {
+                reason: csr.reason().into(),
+            },
+            // The server's failure, not the caller's: nothing to say.
+            IssuanceError::Signing(_) => ErrorCode::InternalError,
+            IssuanceError::SigningUnavailable(_) => ErrorCode::SigningUnavailable,
+            IssuanceError::IdentityDenied => ErrorCode::IdentityDenied,
+            IssuanceError::TokenReplayed => ErrorCode::TokenReplayed,
+            IssuanceError::AuditUnavailable => ErrorCode::AuditUnavailable,
         }
+    }
+
+    /// The stable code, as recorded and counted.
+    pub fn code(&self) -> &'static str {
+        self.error_code().code()
     }
 }
 
@@ -126,7 +146,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             };
             return Err(self.refuse(record, error).await);
         };
-        let claims = Claims {
+        let applicant = Applicant {
             issuer_name: identity.issuer_name.clone(),
             tenant: identity.tenant.clone(),
             subject: identity.subject.clone(),
@@ -136,7 +156,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             raw: identity.claims.clone(),
             application: identity.application.is_some(),
         };
-        let granted = match cluster.policy.decide(&claims, &request.roles) {
+        let granted = match cluster.policy.decide(&applicant, &request.roles) {
             Ok(decision) => decision.granted,
             Err(denial) => return Err(self.refuse(record, IssuanceError::Policy(denial)).await),
         };
@@ -213,7 +233,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
 
     /// Sign, then commit the record naming the certificate; only a
     /// committed record lets the certificate out. A signing failure is
-    /// recorded as a denial when `commit.record_failure` says so.
+    /// recorded as a refusal when `commit.record_failure` says so.
     async fn sign_and_record(
         &self,
         cluster: &'a Cluster,
@@ -261,13 +281,18 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             .await;
         let stored = match appended {
             Ok(Appended::Recorded(stored)) => stored,
+            // Recorded by the store in place of the issuance; counted here.
             Ok(Appended::Denied(_)) => {
-                self.count_denied(Some(&cluster.name), "identity_denied");
-                return Err(IssuanceError::IdentityDenied);
+                let error = IssuanceError::IdentityDenied;
+                self.refusals()
+                    .count_certificate(Some(&cluster.name), &error.error_code());
+                return Err(error);
             }
             Ok(Appended::Replayed(_)) => {
-                self.count_denied(Some(&cluster.name), "token_replayed");
-                return Err(IssuanceError::TokenReplayed);
+                let error = IssuanceError::TokenReplayed;
+                self.refusals()
+                    .count_certificate(Some(&cluster.name), &error.error_code());
+                return Err(error);
             }
             Err(_) => return Err(IssuanceError::AuditUnavailable),
         };
@@ -285,14 +310,18 @@ impl<'a, R: Recorder> Issuance<'a, R> {
     /// Record a refusal of a verified caller and return it (or
     /// `AuditUnavailable` when it cannot be recorded).
     async fn refuse(&self, record: AuditRecord, error: IssuanceError) -> IssuanceError {
-        match record_denial(self.recorder, self.clusters, self.metrics, record, error.code()).await {
+        match self.refusals().record(record, &error.error_code()).await {
             Ok(()) => error,
-            Err(unavailable) => unavailable,
+            Err(_) => IssuanceError::AuditUnavailable,
         }
     }
 
-    fn count_denied(&self, cluster: Option<&str>, reason: &'static str) {
-        count_denied(self.clusters, self.metrics, cluster, reason);
+    fn refusals(&self) -> RefusalRecorder<'_, R> {
+        RefusalRecorder {
+            recorder: self.recorder,
+            clusters: self.clusters,
+            metrics: self.metrics,
+        }
     }
 }
 
@@ -305,7 +334,7 @@ struct Commit {
     claim: Option<TokenClaim>,
     /// Refuse it in the committing transaction when the identity is denied.
     deny_check: bool,
-    /// Record a signing failure as a denial of the request.
+    /// Record a signing failure as a refusal of the request.
     record_failure: bool,
 }
 
@@ -317,45 +346,4 @@ fn within_max_ttl(cluster: &Cluster, ttl: Duration) -> Result<(), IssuanceError>
         });
     }
     Ok(())
-}
-
-/// Commit `record` as a denial with `code`, counting a refused certificate.
-pub async fn record_denial<R: Recorder>(
-    recorder: &R,
-    clusters: &Clusters,
-    metrics: &Metrics,
-    mut record: AuditRecord,
-    code: &'static str,
-) -> Result<(), IssuanceError> {
-    record.reason_code = Some(code.to_owned());
-    record.outcome = outcome::DENIED.into();
-    count_refusal(clusters, metrics, &record, code);
-    recorder
-        .append(Append {
-            record,
-            ..Default::default()
-        })
-        .await
-        .map(|_| ())
-        .map_err(|_| IssuanceError::AuditUnavailable)
-}
-
-/// Count `record` when it is a refused certificate (other refusals are
-/// recorded, not counted).
-pub fn count_refusal(clusters: &Clusters, metrics: &Metrics, record: &AuditRecord, reason: &'static str) {
-    if record.event == event::CERTIFICATE_DENIED {
-        count_denied(clusters, metrics, record.cluster.as_deref(), reason);
-    }
-}
-
-/// Count a denial. Labels take only configured values: `cluster` is a
-/// configured cluster's name or `unknown`, `reason` one of the server's
-/// own codes.
-pub fn count_denied(clusters: &Clusters, metrics: &Metrics, cluster: Option<&str>, reason: &'static str) {
-    let cluster = cluster.filter(|c| clusters.contains_key(*c)).unwrap_or("unknown");
-    let labels = crate::metrics::DeniedLabels {
-        cluster: cluster.to_owned(),
-        reason: reason.to_owned(),
-    };
-    metrics.denied.get_or_create(&labels).inc();
 }
