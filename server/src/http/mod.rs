@@ -29,7 +29,7 @@ pub mod error;
 pub mod feed;
 pub mod privileged;
 pub mod serve;
-pub mod slots;
+pub use crate::slots;
 pub mod status;
 
 use std::net::{IpAddr, SocketAddr};

@@ -1,0 +1,157 @@
+//! What the clusters' rules, the policy examples, the auditors and the
+//! admins are, as written; what they mean is `policy`'s business.
+
+use serde::Deserialize;
+
+/// One rule of a cluster, as written in the configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Group object ids (Entra) or group names (other providers); matches
+    /// when the person is in any of them. Compared case-insensitively.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// App roles (the token's `roles` claim); any of them. `<tenant
+    /// id>/<role>` counts the role only as that tenant assigned it; the
+    /// role alone stands for the only tenant of an issuer that allows one
+    /// (refused when an issuer of the rule allows several).
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+    /// Specific people by subject (`oid` for Entra, else `sub`), or
+    /// `tid/oid` to pin the tenant; any of them. Usernames never match:
+    /// their owners can change them.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Claim values that must all be present: a string claim equal to the
+    /// value, or an array claim containing it.
+    #[serde(default)]
+    pub claims: std::collections::BTreeMap<String, String>,
+    /// Talos roles this rule grants.
+    pub roles: Vec<String>,
+    /// The issuers whose tokens this rule judges, by configured name
+    /// (`login` is the one people log in with, the others are
+    /// `identity.trusted_issuers` names). Empty: the login issuer only, so
+    /// that a newly trusted issuer is granted nothing until a rule names it.
+    #[serde(default)]
+    pub issuers: Vec<String>,
+}
+
+/// The policy part of a cluster's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Roles granted when the request names none (intersected with what the
+    /// person is entitled to). Empty: every entitled role.
+    #[serde(default)]
+    pub default_roles: Vec<String>,
+    /// Allow rules to grant `os:impersonator`.
+    #[serde(default)]
+    pub allow_impersonator: bool,
+    /// The tenants of the issuers, what app roles are read against (from
+    /// `identity`, not from the cluster).
+    #[serde(skip)]
+    pub tenancy: Tenancy,
+}
+
+/// The tenants each issuer allows, by configured name: what app-role
+/// selectors are read against. An issuer missing here has no tenants
+/// (kind `oidc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tenancy(pub(crate) std::collections::BTreeMap<String, Vec<String>>);
+
+impl Tenancy {
+    /// From (issuer name, allowed tenants) of the issuers that have
+    /// tenants (Entra's `allowed_tenants`).
+    pub fn new(issuers: impl IntoIterator<Item = (String, Vec<String>)>) -> Self {
+        Self(
+            issuers
+                .into_iter()
+                .filter(|(_, tenants)| !tenants.is_empty())
+                .collect(),
+        )
+    }
+
+    /// The tenants `issuer` allows; `None` when it has none.
+    pub fn tenants(&self, issuer: &str) -> Option<&[String]> {
+        self.0.get(issuer).map(Vec::as_slice)
+    }
+
+    /// The tenant an app role that names none is read in for `issuer`:
+    /// its only allowed tenant. `None` when it allows several (such a
+    /// selector is refused at load, and matches nothing if one got
+    /// through) or has none.
+    pub fn home(&self, issuer: &str) -> Option<&str> {
+        self.tenants(issuer).and_then(home_tenant)
+    }
+}
+
+/// The tenant an app role that names none is read in, for an issuer that
+/// allows `tenants`: the only one, else none.
+pub fn home_tenant(tenants: &[String]) -> Option<&str> {
+    match tenants {
+        [only] => Some(only.as_str()),
+        _ => None,
+    }
+}
+
+/// A claims -> roles example from the configuration, checked at start-up so
+/// a rule change that breaks an intended outcome stops the server instead of
+/// silently granting or denying.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyExample {
+    /// What the example is about, shown when it fails.
+    #[serde(default)]
+    pub description: String,
+    /// The cluster whose rules it checks (in the server configuration).
+    #[serde(default)]
+    pub cluster: String,
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub subject: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+    /// Other claims, for `claims` selectors.
+    #[serde(default)]
+    pub claims: serde_json::Map<String, serde_json::Value>,
+    /// The example stands for an application's own token (client
+    /// credentials) rather than a person's.
+    #[serde(default)]
+    pub application: bool,
+    /// Roles asked for (`--role`); empty means the defaults.
+    #[serde(default)]
+    pub request: Vec<String>,
+    /// The roles that must be granted...
+    #[serde(default)]
+    pub expect_roles: Option<Vec<String>>,
+    /// ...or the denial code that must come back.
+    #[serde(default)]
+    pub expect_denied: Option<String>,
+}
+
+/// Who `auditors` or `admins` are: people (groups, app roles) and
+/// applications (app roles, client ids), all of the login issuer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupList {
+    /// Group object ids (Entra) or names; compared case-insensitively.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// App roles (`roles`), of a person or of an application's own token.
+    /// `<tenant id>/<role>` counts the role only as that tenant assigned
+    /// it; the role alone stands for the login issuer's only tenant, and is
+    /// refused when it allows several (`policy::check_app_roles`).
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+    /// Client ids (`azp`/`appid`) of applications whose own tokens (client
+    /// credentials) are let in, whatever their app roles; never a person.
+    /// Not tied to a tenant: an application's client id is the same in
+    /// every tenant that has a copy of it (docs/entra-id.md).
+    #[serde(default)]
+    pub client_ids: Vec<String>,
+}
