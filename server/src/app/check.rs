@@ -52,7 +52,7 @@ mod tests {
         let with = |base: &str, extra: &str| loaded(&format!("{base}{extra}"));
         let refused = |extra: &str| with(&two, extra).unwrap_err().to_string();
         // A rule's are checked with the rest of the rule, when its
-        // cluster's policy is built (`app::load_clusters` says where).
+        // cluster's policy is built (`cluster::load_clusters` says where).
         let rule_refused = |config: Config| {
             crate::policy::ClusterPolicy::new(config.clusters["prod"].policy(&config.identity.tenancy()))
                 .unwrap_err()
@@ -215,5 +215,55 @@ mod tests {
             .replace("72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0", "{tenantid}/v2.0");
         let error = loaded(&template).unwrap_err().to_string();
         assert!(error.contains("`allowed_tenants`"), "{error}");
+    }
+
+    /// The check given to the loader runs with and without the overrides,
+    /// so that a domain's refusal an override causes is blamed on it, and a
+    /// reload of that configuration runs it again.
+    #[test]
+    fn a_domain_refusal_an_override_causes_names_the_variable() {
+        const HOME: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+        let two_tenants = MINIMAL
+            .replace(
+                &format!("login.microsoftonline.com/{HOME}/v2.0"),
+                "login.microsoftonline.com/{tenantid}/v2.0",
+            )
+            .replace(
+                &format!("allowed_tenants: [\"{HOME}\"]"),
+                &format!("allowed_tenants: [\"{HOME}\", \"0b0b0b0b-1111-4222-8333-444444444444\"]"),
+            );
+        let dir = std::env::temp_dir().join(format!(
+            "talos-sso-check-test-{}",
+            crate::random::random_hex(8).unwrap()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("config.yaml");
+        std::fs::write(&path, &two_tenants).unwrap();
+        let variable = "TALOS_SSO__AUDITORS__APP_ROLES";
+        let env = || [(variable.to_owned(), "[Talos.Auditor]".to_owned())];
+        let error = Config::load_with_env_checked(&path, env(), check).unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::Environment { variables, .. } if variables == variable),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("auditors.app_roles: "), "{error}");
+        // Loaded without the check, it loads; the check refuses it then,
+        // without knowing whom to blame.
+        let unchecked = Config::load_with_env(&path, env()).unwrap();
+        assert!(matches!(check(&unchecked), Err(ConfigError::Invalid(_))));
+        // A reload of a checked configuration checks again: the file's own
+        // mistake is the file's.
+        let checked = Config::load_with_env_checked(&path, [], check).unwrap();
+        std::fs::write(
+            &path,
+            format!("{two_tenants}auditors: {{ app_roles: [Talos.Auditor] }}\n"),
+        )
+        .unwrap();
+        let error = checked.source.unwrap().load().unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::Invalid(reason) if reason.starts_with("auditors.app_roles: ")),
+            "{error:?}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
