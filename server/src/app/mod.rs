@@ -85,7 +85,7 @@ impl From<ClusterError> for StartError {
 
 /// What a configuration reload replaces, swapped whole: a request takes it
 /// once and decides with one consistent configuration
-/// ([`crate::reload`]).
+/// ([`reload`]).
 #[derive(Debug)]
 pub struct Settings {
     /// The configuration being served: as the server started, with the
