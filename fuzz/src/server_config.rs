@@ -51,6 +51,12 @@ pub fn run(data: &[u8]) {
     config
         .validate()
         .unwrap_or_else(|e| panic!("a loaded configuration does not validate: {e}"));
+    // The domains' checks start-up runs besides (`app::check`): what
+    // follows is derived from a configuration that passed them, as before
+    // they left the loader.
+    if talos_sso_server::app::check(&config).is_err() {
+        return;
+    }
     let _ = config.warnings();
     for issuer in config.identity.issuers() {
         // Graph settings name a secret file to read; the rest is pure.

@@ -21,9 +21,10 @@ use ring::rand::SystemRandom;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::app::{Cluster, StartError, load_clusters, open_serving_store};
+use crate::app::{StartError, open_serving_store};
 use crate::audit::{AuditRecord, event, outcome};
 use crate::ca::generate::{NewKeyType, generate_key};
+use crate::cluster::{Cluster, load_clusters};
 use crate::config::Config;
 use crate::issuance::{BreakGlassGrant, Issuance, IssuanceError};
 use crate::metrics::Metrics;
@@ -181,7 +182,7 @@ pub async fn run(
         return Err(BreakGlassError::OutputExists(request.out.display().to_string()));
     }
     let now = OffsetDateTime::now_utc();
-    let (clusters, _) = load_clusters(config, now)?;
+    let (clusters, _) = load_clusters(config, now).map_err(StartError::from)?;
     let cluster: &Cluster = clusters
         .get(request.cluster)
         .ok_or_else(|| BreakGlassError::UnknownCluster(request.cluster.to_owned()))?;

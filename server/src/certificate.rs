@@ -26,10 +26,9 @@ use x509_cert::request::CertReq;
 use crate::ca::CertificateAuthority;
 use crate::x509::{self, CertificateTemplate, KeyKind, ParsedCertificate, X509Error, oid};
 
-/// How far `not_before` is moved into the past so that a client whose clock
-/// runs a little behind the node's still sees a valid certificate (Talos
-/// itself allows no skew).
-pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+/// How far `not_before` is moved back by default: configuration data
+/// (`config`, a cluster's `clock_skew`).
+pub use crate::config::DEFAULT_CLOCK_SKEW;
 
 /// Longest accepted username (the certificate's CN). Entra UPNs can exceed
 /// X.520's 64 characters, and Talos never reads the CN, so allow more.

@@ -14,14 +14,13 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use time::OffsetDateTime;
 
-use crate::app::{
-    SystemClock, load_clusters, migrate_store, open_store, owner_warning, require_current_schema,
-};
+use crate::app::{SystemClock, migrate_store, open_store, owner_warning, require_current_schema};
 use crate::audit::checkpoint::{AuditKey, Checkpoints};
 use crate::audit::store::AuditStore;
 use crate::break_glass::BreakGlassRequest;
 use crate::ca::generate::{self, NewKeyType};
 use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
+use crate::cluster::load_clusters;
 use crate::config::Config;
 use crate::server::Server;
 
@@ -343,7 +342,8 @@ fn config_error_message(path: &Path, error: &crate::config::ConfigError) -> Stri
 }
 
 fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let config = Config::load(path).map_err(|e| anyhow::anyhow!(config_error_message(path, &e)))?;
+    let config = Config::load_checked(path, crate::app::check)
+        .map_err(|e| anyhow::anyhow!(config_error_message(path, &e)))?;
     crate::telemetry::init_logging(&config.log.format);
     Ok(config)
 }
@@ -655,7 +655,7 @@ fn run_ca(command: CaCommand, now: OffsetDateTime, out: &mut (dyn Write + Send))
             let refused = |e: crate::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
             let spki = match (generate, &token_pin_file) {
                 (Some(kind), Some(pin_file)) => {
-                    let pin = crate::config::read_secret(pin_file)?;
+                    let pin = crate::secret_file::read_secret(pin_file)?;
                     let pin = cryptoki::types::AuthPin::from(pin.as_str().to_owned());
                     crate::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
                 }

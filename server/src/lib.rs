@@ -4,46 +4,64 @@
 //! Data flows one way: `http` extracts and authenticates (`identity`), then
 //! calls `issuance`, which decides (`policy`), signs (`certificate` with a
 //! `ca`) and records (`audit`) before anything is answered. The domain
-//! modules (`issuance`, `certificate`, `policy`, `ca`, `identity::token`)
-//! know nothing about HTTP; only `audit::store` knows SQL. The request and
-//! response types are the `talos-sso-api` crate's, shared with the CLI.
+//! modules know nothing about HTTP; only `audit::store` knows SQL. The
+//! request and response types are the `talos-sso-api` crate's, shared with
+//! the CLI.
 //!
-//! - `x509`: DER mechanics (exact name bytes, building, signing, verifying).
-//! - `ca`: Talos CA material in every form Talos writes (it reads files),
-//!   refused when unsafe; `ca::generate` makes new roots and intermediates.
-//! - `pkcs11`: a CA key inside a hardware security module, signing through
-//!   a pool of PKCS#11 sessions that reopens itself after a failure.
-//! - `certificate`: CSR checks and the Talos client certificate profile.
-//! - `identity`: bearer-token verification for every trusted issuer (kinds
-//!   `oidc` and `entra`), discovery and keys, Entra group overage through Graph.
-//! - `policy`: claims to Talos roles per cluster; pure, checked at load.
-//! - `issuance`: the one service that decides, signs and records a
-//!   certificate, for the API and for break-glass.
-//! - `audit`: the hash-chained, append-only trail in Postgres or SQLite, with
-//!   group commit.
-//! - `metrics`: Prometheus metrics on `/metrics` (on the main port, or a
-//!   listener of their own).
-//! - `config`: the configuration file, its cluster files and its
-//!   environment overrides.
-//! - `app`: the server's state built from the configuration.
-//! - `reload`: the configuration read again while the server runs (SIGHUP,
-//!   a changed file), applied whole or refused.
-//! - `http`: router, one module per endpoint group, problem details, the
-//!   serve loop.
-//! - `server`: start-up and shutdown around the serve loop, one path for
-//!   `serve`, the tests and the quick start; everything is checked before
-//!   the port is taken, and a stop loses no audit record.
-//! - `ratelimit`: requests per identity and per client address.
-//! - `refusals`: unauthenticated and rate-limited refusals, aggregated so
-//!   that a flood adds a bounded number of audit records.
-//! - `secret_file`: who may read a file holding a secret.
-//! - `text_file`: reading a file the operator named, up to a bound.
-//! - `guid`: Entra's object and tenant ids (GUIDs), for `identity` and
-//!   `policy`.
-//! - `random`: random values (request ids); a failing generator is an error.
-//! - `break_glass`: certificates when the identity provider is down.
-//! - `cli`: the command line; the only place `anyhow` is used.
-//! - `telemetry`: logging setup.
+//! Modules are in layers, and imports point down only (a module may use
+//! one of its own layer when no circle results):
+//!
+//! 0. Utilities, which import nothing of the crate but each other:
+//!    - `random`: random values (request ids); a failing generator is an
+//!      error.
+//!    - `secret_file`: who may read a file holding a secret, and reading one.
+//!    - `text_file`: reading a file the operator named, up to a bound.
+//!    - `guid`: Entra's object and tenant ids (GUIDs).
+//!    - `slots`: caps on long answers (exports, streams), in all and per
+//!      person.
+//!    - `telemetry`: logging setup.
+//! 1. `config`: the configuration file, its cluster files and its
+//!    environment overrides, as plain data with the checks the file alone
+//!    allows; the checks that need a domain's knowledge are the domain's.
+//! 2. The domain, which knows nothing of `app`, `http`, `server`, `cli` or
+//!    `break_glass`:
+//!    - `x509`: DER mechanics (exact name bytes, building, signing,
+//!      verifying).
+//!    - `pkcs11`: a CA key inside a hardware security module, signing
+//!      through a pool of PKCS#11 sessions that reopens itself after a
+//!      failure.
+//!    - `ca`: Talos CA material in every form Talos writes (it reads files),
+//!      refused when unsafe; `ca::generate` makes new roots and
+//!      intermediates.
+//!    - `certificate`: CSR checks and the Talos client certificate profile.
+//!    - `identity`: bearer-token verification for every trusted issuer
+//!      (kinds `oidc` and `entra`), discovery and keys, Entra group overage
+//!      through Graph.
+//!    - `policy`: claims to Talos roles per cluster; pure, checked at load.
+//!    - `cluster`: each cluster's CA and policy, built and checked, and the
+//!      policy examples run against them.
+//!    - `issuance`: the one service that decides, signs and records a
+//!      certificate, for the API and for break-glass.
+//!    - `audit`: the hash-chained, append-only trail in Postgres or SQLite,
+//!      with group commit.
+//!    - `ratelimit`: requests per identity and per client address.
+//!    - `refusals`: unauthenticated and rate-limited refusals, aggregated so
+//!      that a flood adds a bounded number of audit records.
+//!    - `metrics`: Prometheus metrics, read from the rest through the
+//!      closures it is given.
+//! 3. `app`: the composition root: the server's state built from the
+//!    configuration (after the domains' checks, `app::check`), and a
+//!    reloaded configuration applied to it whole or refused
+//!    (`app::reload`).
+//! 4. The edges:
+//!    - `http`: router, one module per endpoint group, problem details, the
+//!      serve loop.
+//!    - `server`: start-up and shutdown around the serve loop, one path for
+//!      `serve`, the tests and the quick start; everything is checked
+//!      before the port is taken, and a stop loses no audit record. The
+//!      reload watcher (SIGHUP, changed files) starts here.
+//!    - `break_glass`: certificates when the identity provider is down.
+//!    - `cli`: the command line; the only place `anyhow` is used.
 
 /// This build's version (`talos-sso-server --version`, `/v1/info`, metrics).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -58,6 +76,7 @@ pub mod break_glass;
 pub mod ca;
 pub mod certificate;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 mod guid;
 pub mod http;
@@ -69,9 +88,9 @@ pub mod policy;
 pub mod random;
 pub mod ratelimit;
 pub mod refusals;
-pub mod reload;
 pub mod secret_file;
 pub mod server;
+pub mod slots;
 pub mod telemetry;
 pub mod text_file;
 pub mod x509;

@@ -95,7 +95,7 @@ pub struct Sources {
     /// last one's `seq` and time; `None` when none are signed.
     pub checkpoints: Option<std::sync::Arc<crate::audit::checkpoint::CheckpointStats>>,
     /// Configuration reloads so far.
-    pub reloads: std::sync::Arc<crate::reload::ReloadStats>,
+    pub reloads: Read<ReloadCounts>,
     /// Each cluster's signing CA expiry (Unix time), by cluster name, as
     /// the clusters are now (a reload may change them).
     pub ca_not_after: Box<dyn Fn() -> Vec<(String, i64)> + Send + Sync>,
@@ -107,9 +107,20 @@ pub struct Sources {
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sources")
-            .field("reloads", &self.reloads)
+            .field("reloads", &(self.reloads)())
             .finish_non_exhaustive()
     }
+}
+
+/// Configuration reloads so far, as the metrics show them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReloadCounts {
+    pub succeeded: u64,
+    pub failed: u64,
+    /// 1 when the last attempt was applied (or none was made), else 0.
+    pub last_successful: i64,
+    /// When a configuration was last loaded (Unix time): the start counts.
+    pub last_success_at: i64,
 }
 
 fn encode_results(
@@ -168,7 +179,7 @@ impl Collector for Sources {
         if let Some(stats) = &self.checkpoints {
             encode_checkpoint_stats(stats, &mut encoder)?;
         }
-        encode_reload_stats(&self.reloads, &mut encoder)?;
+        encode_reload_counts((self.reloads)(), &mut encoder)?;
         if let Some(not_after) = self.tls_not_after.as_ref().and_then(|read| read()) {
             ConstGauge::new(not_after).encode(encoder.encode_descriptor(
                 "tls_certificate_not_after_timestamp_seconds",
@@ -197,32 +208,31 @@ impl Collector for Sources {
     }
 }
 
-fn encode_reload_stats(
-    stats: &crate::reload::ReloadStats,
+fn encode_reload_counts(
+    counts: ReloadCounts,
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
-    use std::sync::atomic::Ordering::Relaxed;
     encode_results(
         encoder,
         "config_reloads",
         "Configuration reloads (SIGHUP or a changed file), by result.",
-        (stats.succeeded.load(Relaxed), stats.failed.load(Relaxed)),
+        (counts.succeeded, counts.failed),
     )?;
-    encode_gauges(
-        encoder,
-        [
-            (
-                "config_last_reload_successful",
-                "Whether the last configuration reload was applied (1) or refused (0).",
-                &stats.last_successful,
-            ),
-            (
-                "config_last_reload_success_timestamp_seconds",
-                "When a configuration was last loaded, at start or by a reload (Unix time).",
-                &stats.last_success_at,
-            ),
-        ],
-    )
+    for (name, help, value) in [
+        (
+            "config_last_reload_successful",
+            "Whether the last configuration reload was applied (1) or refused (0).",
+            counts.last_successful,
+        ),
+        (
+            "config_last_reload_success_timestamp_seconds",
+            "When a configuration was last loaded, at start or by a reload (Unix time).",
+            counts.last_success_at,
+        ),
+    ] {
+        ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+    }
+    Ok(())
 }
 
 /// Gauges without labels, read from atomics: (name, help, value).
@@ -599,11 +609,11 @@ mod tests {
             keys_age: Box::new(|| vec![("https://idp.example/v2.0".into(), Duration::from_millis(61_500))]),
             graph_requests: Box::new(|| (5, 4)),
             checkpoints: None,
-            reloads: std::sync::Arc::new(crate::reload::ReloadStats {
-                succeeded: 4.into(),
-                failed: 1.into(),
-                last_successful: 0.into(),
-                last_success_at: 1_700_000_000.into(),
+            reloads: Box::new(|| ReloadCounts {
+                succeeded: 4,
+                failed: 1,
+                last_successful: 0,
+                last_success_at: 1_700_000_000,
             }),
             ca_not_after: Box::new(|| {
                 vec![("prod".into(), 1_900_000_000), ("staging".into(), 1_800_000_000)]

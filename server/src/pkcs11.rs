@@ -32,7 +32,6 @@ use cryptoki::slot::Slot;
 use cryptoki::types::AuthPin;
 use der::asn1::UintRef;
 use der::{Decode, Encode};
-use serde::Deserialize;
 use spki::SubjectPublicKeyInfoOwned;
 
 use crate::x509::{KeyKind, oid};
@@ -41,27 +40,8 @@ use crate::x509::{KeyKind, oid};
 /// ([`Pkcs11Key::turn_to_sign`]).
 const POOL_SIZE: usize = 8;
 
-/// Where the key is: a cluster's `ca.pkcs11` section, and the `--pkcs11-*`
-/// flags of `ca inspect`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Pkcs11Source {
-    /// The vendor's PKCS#11 library (`/usr/lib/softhsm/libsofthsm2.so`).
-    pub module: PathBuf,
-    /// The token's label (`CKA_LABEL` of the token, as `pkcs11-tool -L` shows).
-    pub token_label: String,
-    /// The private key's `CKA_LABEL` on that token.
-    pub key_label: String,
-    /// A file holding the user PIN; it must not be readable by group or others.
-    pub pin_file: PathBuf,
-}
-
-impl Pkcs11Source {
-    /// How messages name the key: `PKCS#11 token `t`, key `k``.
-    pub fn describe(&self) -> String {
-        format!("PKCS#11 token `{}`, key `{}`", self.token_label, self.key_label)
-    }
-}
+/// Where the key is: configuration data (`config`).
+pub use crate::config::Pkcs11Source;
 
 /// Why the token could not sign (or be opened). Each names the token.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -12,28 +12,8 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
-use serde::Deserialize;
 
-/// The `rate_limits` section of the configuration.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitConfig {
-    /// Certificate requests one person may make per minute (bursts up to this).
-    #[serde(default = "default_per_identity")]
-    pub per_identity_per_minute: u32,
-    /// Requests (certificates, audit, deny list) one client address may
-    /// make per minute.
-    #[serde(default = "default_per_address")]
-    pub per_address_per_minute: u32,
-    /// Audit and deny-list requests one person may make per minute (an
-    /// export reads one page per request).
-    #[serde(default = "default_api_per_identity")]
-    pub api_per_identity_per_minute: u32,
-}
-
-fn default_api_per_identity() -> u32 {
-    600
-}
+pub use crate::config::RateLimitConfig;
 
 /// The key a client address is limited (and its refusals counted) under:
 /// an IPv4 address, or the /64 network of an IPv6 address.
@@ -47,24 +27,6 @@ pub fn address_key(ip: IpAddr) -> String {
                 network.map(|n| n.to_string()).unwrap_or_else(|_| v6.to_string())
             }
         },
-    }
-}
-
-fn default_per_identity() -> u32 {
-    20
-}
-
-fn default_per_address() -> u32 {
-    300
-}
-
-impl Default for RateLimitConfig {
-    fn default() -> Self {
-        Self {
-            per_identity_per_minute: default_per_identity(),
-            per_address_per_minute: default_per_address(),
-            api_per_identity_per_minute: default_api_per_identity(),
-        }
     }
 }
 

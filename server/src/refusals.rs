@@ -16,41 +16,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::audit::{AuditRecord, event, outcome};
-
-/// The `audit.refusals` section of the configuration.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RefusalConfig {
-    /// How long one window lasts; at its end the counts are recorded.
-    #[serde(default = "default_window", deserialize_with = "crate::config::duration")]
-    pub window: Duration,
-    /// (client address, event, reason) keys tracked one by one per window
-    /// (an IPv6 address is its /64 network).
-    #[serde(default = "default_keys")]
-    pub max_keys: usize,
-}
-
-fn default_window() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn default_keys() -> usize {
-    256
-}
-
-impl Default for RefusalConfig {
-    fn default() -> Self {
-        Self {
-            window: default_window(),
-            max_keys: default_keys(),
-        }
-    }
-}
+pub use crate::config::RefusalConfig;
 
 /// The address all addresses past the cap share.
 pub const OTHER_ADDRESSES: &str = "*";

@@ -5,7 +5,9 @@
 //! That is exactly how Kubernetes mounts Secrets with `fsGroup` (root-owned,
 //! mode 0440, group = the pod's fsGroup), and it gives nobody else access.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
 
 /// Why a secret file is too open, with its mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +49,31 @@ pub fn check(path: &Path) -> std::io::Result<Result<(), TooOpen>> {
     }
     let _ = path;
     Ok(Ok(()))
+}
+
+/// Why a secret could not be read from its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read secret file {path}: {reason}")]
+pub struct SecretError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// Read a secret from a file, refusing files readable by group or others
+/// (see [`check`]); the trailing line break is not part of it.
+pub fn read_secret(path: &Path) -> Result<Zeroizing<String>, SecretError> {
+    let error = |reason: String| SecretError {
+        path: path.to_owned(),
+        reason,
+    };
+    if let Err(too_open) = check(path).map_err(|e| error(e.to_string()))? {
+        return Err(error(format!(
+            "readable by group or others (mode {:04o}); chmod 600 it",
+            too_open.mode
+        )));
+    }
+    let text = crate::text_file::read(path).map_err(|e| error(e.to_string()))?;
+    Ok(Zeroizing::new(text.trim_end_matches(['\n', '\r']).to_owned()))
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use talos_sso_server::app::reload::Trigger;
 use talos_sso_server::audit::StoredRecord;
-use talos_sso_server::reload::Trigger;
 use talos_sso_tests::emulator::{
     OTHER_APP_CLIENT_ID, OTHER_APP_CLIENT_SECRET, SAM_OID, SERVER_APP_ID, SIEM_CLIENT_ID, SIEM_CLIENT_SECRET,
     TENANT_ID, TokenKind,

@@ -1033,7 +1033,7 @@ async fn an_app_role_counts_only_in_the_tenant_that_assigned_it() {
     let refused = env
         .server
         .app
-        .reload(talos_sso_server::reload::Trigger::Signal)
+        .reload(talos_sso_server::app::reload::Trigger::Signal)
         .await
         .unwrap_err()
         .to_string();

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use talos_sso_api::audit::event;
+use talos_sso_server::app::reload::Trigger;
 use talos_sso_server::audit::StoredRecord;
-use talos_sso_server::reload::Trigger;
 use talos_sso_tests::emulator::{GROUP_ONCALL, GROUP_SECURITY, TENANT_ID, TokenKind};
 use talos_sso_tests::harness::{Backend, TestEnv, json_of};
 
@@ -565,7 +565,7 @@ async fn sighup_during_start_is_not_fatal() {
 /// reload is refused, counted and recorded, and nothing changes.
 #[tokio::test]
 async fn a_server_without_a_configuration_file_refuses_to_reload() {
-    use talos_sso_server::reload::ReloadError;
+    use talos_sso_server::app::reload::ReloadError;
     let env = TestEnv::start(Backend::Sqlite).await;
     let refused = env.server.app.reload(Trigger::Signal).await;
     assert!(matches!(refused, Err(ReloadError::NoSource)), "{refused:?}");

@@ -101,7 +101,7 @@ impl AuditKey {
             path: path.to_owned(),
             reason,
         };
-        let text = crate::config::read_secret(path).map_err(|e| bad(secret_reason(e)))?;
+        let text = crate::secret_file::read_secret(path).map_err(|e| bad(secret_reason(e)))?;
         let blocks = x509::pem_blocks(&text).map_err(|e| bad(format!("not PEM: {e}")))?;
         let Some((_, der)) = blocks.into_iter().find(|(label, _)| label == "PRIVATE KEY") else {
             return Err(bad(
@@ -139,7 +139,7 @@ impl AuditKey {
             origin: source.describe(),
             reason,
         };
-        let pin = crate::config::read_secret(&source.pin_file).map_err(|e| bad(secret_reason(e)))?;
+        let pin = crate::secret_file::read_secret(&source.pin_file).map_err(|e| bad(secret_reason(e)))?;
         let spki = crate::pkcs11::token_public_key(source).map_err(|e| bad(e.to_string()))?;
         if crate::x509::key_kind(&spki) != crate::x509::KeyKind::Ed25519 {
             return Err(bad(
@@ -237,11 +237,8 @@ impl AuditKey {
 }
 
 /// A secret-file error without the "audit.checkpoints.key_file" twice.
-fn secret_reason(error: crate::config::ConfigError) -> String {
-    match error {
-        crate::config::ConfigError::Secret { reason, .. } => reason,
-        other => other.to_string(),
-    }
+fn secret_reason(error: crate::secret_file::SecretError) -> String {
+    error.reason
 }
 
 /// This server's name in its checkpoints: the configured one, else the

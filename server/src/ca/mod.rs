@@ -48,52 +48,10 @@ pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};
 pub use key::ACCEPTED_KEY_LABELS;
 pub use material::parse_certificates;
 
-/// Where a cluster's CA comes from; the names match the configuration keys of
-/// a cluster's `ca` section and the flags of `ca inspect`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CaSource {
-    /// PEM files. `cert_file` holds the signing certificate first, then (for an
-    /// intermediate) the certificates above it up to the Talos root.
-    Files { cert_file: PathBuf, key_file: PathBuf },
-    /// A `talosctl gen secrets` bundle; the Talos API CA is `certs.os`.
-    SecretsBundle(PathBuf),
-    /// A control plane machine config; the CA is `machine.ca`.
-    MachineConfig(PathBuf),
-    /// The certificate from a PEM file (as `Files`), the key inside a
-    /// PKCS#11 token: it never enters this process.
-    Pkcs11 {
-        cert_file: PathBuf,
-        pkcs11: Pkcs11Source,
-    },
-}
+/// Where a cluster's CA comes from: configuration data (`config`).
+pub use crate::config::CaSource;
 
 impl CaSource {
-    /// The one source named by the configuration keys (or command-line flags)
-    /// of a cluster's `ca`: `cert_file` + `key_file`, `secrets_bundle`, or
-    /// `machine_config`, or `cert_file` + `pkcs11`. `None` when there is
-    /// not exactly one.
-    pub fn from_parts(
-        cert_file: Option<&PathBuf>,
-        key_file: Option<&PathBuf>,
-        secrets_bundle: Option<&PathBuf>,
-        machine_config: Option<&PathBuf>,
-        pkcs11: Option<&Pkcs11Source>,
-    ) -> Option<Self> {
-        match (cert_file, key_file, secrets_bundle, machine_config, pkcs11) {
-            (Some(cert_file), Some(key_file), None, None, None) => Some(CaSource::Files {
-                cert_file: cert_file.clone(),
-                key_file: key_file.clone(),
-            }),
-            (Some(cert_file), None, None, None, Some(pkcs11)) => Some(CaSource::Pkcs11 {
-                cert_file: cert_file.clone(),
-                pkcs11: pkcs11.clone(),
-            }),
-            (None, None, Some(bundle), None, None) => Some(CaSource::SecretsBundle(bundle.clone())),
-            (None, None, None, Some(config), None) => Some(CaSource::MachineConfig(config.clone())),
-            _ => None,
-        }
-    }
-
     /// The certificate and key text this source holds (`Pkcs11` holds no
     /// key text, and is read by `authority`).
     fn read(&self) -> Result<Material, CaError> {
@@ -107,26 +65,6 @@ impl CaSource {
                 key_path: pkcs11.pin_file.clone(),
                 origin: pkcs11.describe(),
             }),
-        }
-    }
-}
-
-impl fmt::Display for CaSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CaSource::Files { cert_file, key_file } => {
-                write!(
-                    f,
-                    "cert_file {} + key_file {}",
-                    cert_file.display(),
-                    key_file.display()
-                )
-            }
-            CaSource::SecretsBundle(p) => write!(f, "secrets bundle {}", p.display()),
-            CaSource::MachineConfig(p) => write!(f, "machine config {}", p.display()),
-            CaSource::Pkcs11 { cert_file, pkcs11 } => {
-                write!(f, "cert_file {} + {}", cert_file.display(), pkcs11.describe())
-            }
         }
     }
 }

@@ -35,7 +35,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::json;
 use talos_sso_api::AuditQuery;
 use talos_sso_api::audit::{MAX_PAGE, format_micros};
@@ -48,117 +47,13 @@ use super::deadline::SendDeadline;
 use super::error::ApiError;
 use super::gate::refuse;
 use super::privileged::{Privilege, authorize, commit, is_member};
-use super::slots::{Full, Slot, Slots};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
 use crate::audit::store::AuditFilter;
 use crate::audit::{event, text};
+use crate::config::FeedConfig;
 use crate::identity::VerifiedIdentity;
-
-/// The `audit.feed` section.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FeedConfig {
-    /// Streams served at once by one replica; further ones are refused
-    /// (`rate_limited`).
-    #[serde(default = "default_max_streams")]
-    pub max_streams: usize,
-    /// Streams one caller may hold at once on one replica, so that one
-    /// service principal cannot take every slot.
-    #[serde(default = "default_max_streams_per_identity")]
-    pub max_streams_per_identity: usize,
-    /// A client that takes no line for this long is cut off.
-    #[serde(
-        default = "default_write_timeout",
-        deserialize_with = "crate::config::duration"
-    )]
-    pub write_timeout: Duration,
-    /// A heartbeat line after this long without any other, so that
-    /// proxies do not close a quiet stream.
-    #[serde(default = "default_heartbeat", deserialize_with = "crate::config::duration")]
-    pub heartbeat: Duration,
-    /// How often a stream looks for records that other replicas committed
-    /// (this replica's own wake it at once).
-    #[serde(
-        default = "default_poll_interval",
-        deserialize_with = "crate::config::duration"
-    )]
-    pub poll_interval: Duration,
-}
-
-impl Default for FeedConfig {
-    fn default() -> Self {
-        Self {
-            max_streams: default_max_streams(),
-            max_streams_per_identity: default_max_streams_per_identity(),
-            write_timeout: default_write_timeout(),
-            heartbeat: default_heartbeat(),
-            poll_interval: default_poll_interval(),
-        }
-    }
-}
-
-fn default_max_streams() -> usize {
-    16
-}
-fn default_max_streams_per_identity() -> usize {
-    2
-}
-fn default_write_timeout() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_heartbeat() -> Duration {
-    Duration::from_secs(15)
-}
-fn default_poll_interval() -> Duration {
-    Duration::from_secs(5)
-}
-
-impl FeedConfig {
-    /// What is wrong with the section, if anything.
-    pub fn check(&self) -> Result<(), String> {
-        if self.max_streams == 0 || self.max_streams_per_identity == 0 {
-            return Err(
-                "audit.feed.max_streams and audit.feed.max_streams_per_identity must be at least 1".into(),
-            );
-        }
-        if self.heartbeat.is_zero() || self.poll_interval.is_zero() || self.write_timeout.is_zero() {
-            return Err(
-                "audit.feed.heartbeat, audit.feed.poll_interval and audit.feed.write_timeout must be above zero"
-                    .into(),
-            );
-        }
-        Ok(())
-    }
-}
-
-/// The streams of one server: how many may run (in all and per caller,
-/// fixed at start), and the signal that ends them all at shutdown.
-#[derive(Debug)]
-pub struct Feeds {
-    slots: Arc<Slots>,
-    stopping: watch::Sender<bool>,
-}
-
-impl Feeds {
-    pub fn new(config: &FeedConfig) -> Self {
-        Self {
-            slots: Slots::new(config.max_streams, config.max_streams_per_identity),
-            stopping: watch::Sender::new(false),
-        }
-    }
-
-    /// Streams running now.
-    pub fn running(&self) -> usize {
-        self.slots.in_use()
-    }
-
-    /// End every stream (each says `shutting_down`), and refuse new ones.
-    pub fn shut_down(&self) {
-        self.stopping.send_replace(true);
-        self.slots.close();
-    }
-}
+use crate::slots::{Full, Slot};
 
 /// Lines waiting to be sent; a slow reader holds the stream back here.
 const QUEUED_LINES: usize = 64;
@@ -201,7 +96,7 @@ pub async fn stream(
         );
         return Err(refuse(&app, record, error).await);
     }
-    let slot = match app.feeds.slots.take(&verified.qualified_subject()) {
+    let slot = match app.feeds.take(&verified.qualified_subject()) {
         Ok(slot) => slot,
         Err(full) => {
             let who = match full {
@@ -336,7 +231,7 @@ struct Watch<'a> {
 
 impl Watch<'_> {
     async fn run(&self) -> Stop {
-        let mut stopping = self.app.feeds.stopping.subscribe();
+        let mut stopping = self.app.feeds.stopping();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(self.poll_interval) => {}

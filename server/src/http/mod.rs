@@ -31,7 +31,7 @@ pub mod feed;
 pub mod gate;
 pub mod privileged;
 pub mod serve;
-pub mod slots;
+pub use crate::slots;
 pub mod status;
 
 use std::net::{IpAddr, SocketAddr};

@@ -24,18 +24,6 @@ pub async fn not_found() -> ApiError {
     ApiError::new(ErrorCode::NotFound, "no such endpoint")
 }
 
-/// The last readiness answer. `/readyz` and `/metrics` answer anyone, so the
-/// checks behind them (a database round trip, a signature by each PKCS#11
-/// token) run at most once per [`READINESS_FRESH_FOR`] and one at a time,
-/// whatever the request rate: a flood of probes neither takes the
-/// database's connections from issuance nor the token's sessions from
-/// signing. A token that hangs is not asked again until it has answered.
-#[derive(Debug, Default)]
-pub struct ReadinessCache {
-    last: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
-    signing_probe_running: Arc<AtomicBool>,
-}
-
 /// How long a readiness answer is reused.
 pub const READINESS_FRESH_FOR: Duration = Duration::from_millis(500);
 

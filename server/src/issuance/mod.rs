@@ -17,11 +17,11 @@ use std::time::Duration;
 use spki::SubjectPublicKeyInfoOwned;
 use time::OffsetDateTime;
 
-use crate::app::{Cluster, Clusters};
 use crate::audit::recorder::Recorder;
 use crate::audit::store::{Append, Appended, TokenClaim};
 use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
 use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequest};
+use crate::cluster::{Cluster, Clusters};
 use crate::identity::VerifiedIdentity;
 use crate::metrics::Metrics;
 use crate::policy::{Applicant, Denial};

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::config::{Tenancy, home_tenant};
+use crate::config::{Tenancy, home_tenant};
 
 /// An app-role selector, read once: `<tenant id>/<role>`, or the role
 /// alone. The tenant ends at the first `/`: the role may have one of its

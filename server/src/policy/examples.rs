@@ -1,9 +1,9 @@
 //! Policy examples from the configuration (`policy_examples`), checked at
 //! start-up against the rules they name.
 
-use super::config::PolicyExample;
 use super::entitlement::Applicant;
 use super::rules::ClusterPolicy;
+use crate::config::PolicyExample;
 
 impl ClusterPolicy {
     /// Check one example; the error says what was expected and what happened.

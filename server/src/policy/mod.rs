@@ -24,9 +24,7 @@
 //! - `os:impersonator` is effectively admin on Talos (it can claim any role
 //!   per request); a rule may only grant it when the cluster sets
 //!   `allow_impersonator`.
-
 //!
-//! - `config`: the rules, defaults and examples as configured (plain data).
 //! - `rules`: a cluster's rules, checked at load, and which match a token.
 //! - `app_roles`: app-role selectors and the tenant they count in.
 //! - `entitlement`: the roles a token entitles to, and the decision.
@@ -34,14 +32,13 @@
 //! - `examples`: the configured examples, checked at start.
 
 mod app_roles;
-mod config;
 mod defaults;
 mod entitlement;
 mod examples;
 mod rules;
 
+pub use crate::config::{PolicyConfig, PolicyExample, Rule, Tenancy, home_tenant};
 pub use app_roles::{AppRoleSelector, check_app_roles};
-pub use config::{PolicyConfig, PolicyExample, Rule, Tenancy, home_tenant};
 pub use entitlement::{Applicant, Decision, Denial};
 pub use rules::{ClusterPolicy, PolicyConfigError};
 

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use super::app_roles::{AppRoleSelector, check_app_roles};
-use super::config::{PolicyConfig, Rule};
 use super::entitlement::Applicant;
 use super::{IMPERSONATOR, TALOS_ROLES};
+use crate::config::{PolicyConfig, Rule};
 
 /// A configuration mistake in a cluster's rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

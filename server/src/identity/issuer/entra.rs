@@ -25,11 +25,12 @@ use talos_sso_api::issuer::{for_tenant, is_template, matches};
 use super::{
     BoxFuture, Kind, Principal, Registration, claim_text, claimed_token_id, claimed_username, principal,
 };
-use crate::config::{GraphConfig, IssuerConfig, read_secret};
+use crate::config::{GraphConfig, IssuerConfig};
 use crate::identity::auth_error::AuthError;
 use crate::identity::graph::{GraphClient, GraphSettings};
 use crate::identity::token::{ClaimSet, TokenError, string_claim};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
+use crate::secret_file::read_secret;
 
 pub(super) const KIND: Registration = Registration {
     name: "entra",

@@ -135,16 +135,6 @@ pub fn accepted_issuers(config: &IssuerConfig) -> Result<Vec<String>, String> {
     (registration(&config.kind)?.accepted_issuers)(config)
 }
 
-/// The kind of a login issuer whose configuration does not name one: Entra
-/// when it allows tenants, as before kinds were named.
-pub fn inferred_kind(allowed_tenants: &[String]) -> &'static str {
-    if allowed_tenants.is_empty() {
-        oidc::KIND.name
-    } else {
-        entra::KIND.name
-    }
-}
-
 /// Check the configured issuers at load (their names are the
 /// configuration's business): kinds, each kind's own rules, and that no
 /// `iss` is accepted by two issuers (a token must belong to exactly one).

@@ -1,7 +1,5 @@
-//! The policy part of the configuration, as plain data: a cluster's rules
-//! and its role defaults, the tenants app roles are read in, and the
-//! examples checked at start. What the rules mean is in the rest of
-//! `policy`.
+//! What the clusters' rules, the policy examples, the auditors and the
+//! admins are, as written; what they mean is `policy`'s business.
 
 use serde::Deserialize;
 
@@ -134,4 +132,26 @@ pub struct PolicyExample {
     /// ...or the denial code that must come back.
     #[serde(default)]
     pub expect_denied: Option<String>,
+}
+
+/// Who `auditors` or `admins` are: people (groups, app roles) and
+/// applications (app roles, client ids), all of the login issuer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupList {
+    /// Group object ids (Entra) or names; compared case-insensitively.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// App roles (`roles`), of a person or of an application's own token.
+    /// `<tenant id>/<role>` counts the role only as that tenant assigned
+    /// it; the role alone stands for the login issuer's only tenant, and is
+    /// refused when it allows several (`policy::check_app_roles`).
+    #[serde(default)]
+    pub app_roles: Vec<String>,
+    /// Client ids (`azp`/`appid`) of applications whose own tokens (client
+    /// credentials) are let in, whatever their app roles; never a person.
+    /// Not tied to a tenant: an application's client id is the same in
+    /// every tenant that has a copy of it (docs/entra-id.md).
+    #[serde(default)]
+    pub client_ids: Vec<String>,
 }

@@ -1,11 +1,23 @@
-//! The running server's state, built from a [`Config`]: each cluster's CA and
-//! policy, the trusted identity issuers, the audit writer, the clock.
+//! The composition root: the running server's state, built from a
+//! [`Config`]: each cluster's CA and policy, the trusted identity issuers,
+//! the audit writer, the clock; and a reload applied to it (`reload`).
 //!
 //! Building refuses anything that would make the server unsafe or useless at
-//! its first request (CA material, rules, policy examples, the provider,
-//! the database), with a message that names what to fix.
+//! its first request (the domains' checks of the configuration, CA
+//! material, rules, policy examples, the provider, the database), with a
+//! message that names what to fix.
 
-use std::collections::BTreeMap;
+mod check;
+mod feeds;
+mod readiness;
+pub mod reload;
+mod store;
+
+pub use check::check;
+pub use feeds::Feeds;
+pub use readiness::ReadinessCache;
+pub use store::{migrate_store, open_serving_store, open_store, owner_warning, require_current_schema};
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,13 +25,10 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::audit::checkpoint::Checkpoints;
-use crate::audit::store::roles::SchemaAuthority;
-use crate::audit::store::{AuditStore, StoreError, StoreOptions};
 use crate::audit::writer::AuditWriter;
-use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
-use crate::config::{ClusterConfig, Config, ConfigError};
+use crate::cluster::{ClusterError, Clusters, load_clusters};
+use crate::config::{Config, ConfigError};
 use crate::identity::authenticator::{Authenticator, RelevantGroups};
-use crate::policy::{ClusterPolicy, PolicyConfigError};
 
 /// Time, injectable: certificates are five minutes long and the edges matter.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -32,21 +41,6 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::now_utc()
-    }
-}
-
-/// One cluster, ready to sign.
-#[derive(Debug)]
-pub struct Cluster {
-    pub name: String,
-    pub config: ClusterConfig,
-    pub ca: CertificateAuthority,
-    pub policy: ClusterPolicy,
-}
-
-impl Cluster {
-    pub fn context_name(&self) -> String {
-        self.config.context.clone().unwrap_or_else(|| self.name.clone())
     }
 }
 
@@ -79,67 +73,19 @@ pub enum StartError {
     },
 }
 
-/// Clusters by name.
-pub type Clusters = BTreeMap<String, Cluster>;
-
-/// CA warnings with the cluster they concern.
-pub type ClusterWarnings = Vec<(String, CaWarning)>;
-
-/// Clusters with their CAs and policies, checked. Shared by `serve`,
-/// `check` and `break-glass`.
-pub fn load_clusters(
-    config: &Config,
-    now: OffsetDateTime,
-) -> Result<(Clusters, ClusterWarnings), StartError> {
-    let mut clusters = BTreeMap::new();
-    let mut warnings = Vec::new();
-    let tenancy = config.identity.tenancy();
-    for (name, cluster_config) in &config.clusters {
-        let fail = |message: String| StartError::Cluster {
-            cluster: name.clone(),
-            message,
-        };
-        let options = CaOptions {
-            accepted_cas: cluster_config.accepted_cas.clone(),
-            allow_insecure_key_permissions: cluster_config.ca.allow_insecure_key_permissions,
-        };
-        let source = cluster_config.ca.source()?;
-        let ca = CertificateAuthority::load(&source, &options, now)
-            .map_err(|e| fail(format!("CA refused [{}]: {e}", e.code())))?;
-        warnings.extend(ca.warnings().iter().cloned().map(|w| (name.clone(), w)));
-        let policy = ClusterPolicy::new(cluster_config.policy(&tenancy)).map_err(|e| match e {
-            // Named by its place in the file, as the `auditors` and
-            // `admins` app roles are when the configuration is read.
-            PolicyConfigError::AppRole { index, message } => StartError::Config(ConfigError::Invalid(
-                format!("clusters.{name}.rules[{index}].app_roles: {message}"),
-            )),
-            other => fail(other.to_string()),
-        })?;
-        clusters.insert(
-            name.clone(),
-            Cluster {
-                name: name.clone(),
-                config: cluster_config.clone(),
-                ca,
-                policy,
-            },
-        );
+impl From<ClusterError> for StartError {
+    fn from(error: ClusterError) -> Self {
+        match error {
+            ClusterError::Config(error) => StartError::Config(error),
+            ClusterError::Cluster { cluster, message } => StartError::Cluster { cluster, message },
+            ClusterError::PolicyExample(message) => StartError::PolicyExample(message),
+        }
     }
-    for example in &config.policy_examples {
-        let cluster = clusters
-            .get(&example.cluster)
-            .ok_or_else(|| StartError::PolicyExample(format!("unknown cluster `{}`", example.cluster)))?;
-        cluster
-            .policy
-            .check_example(example)
-            .map_err(|e| StartError::PolicyExample(format!("cluster `{}`: {e}", example.cluster)))?;
-    }
-    Ok((clusters, warnings))
 }
 
 /// What a configuration reload replaces, swapped whole: a request takes it
 /// once and decides with one consistent configuration
-/// ([`crate::reload`]).
+/// ([`reload`]).
 #[derive(Debug)]
 pub struct Settings {
     /// The configuration being served: as the server started, with the
@@ -178,17 +124,17 @@ pub struct App {
     pub authenticator: Authenticator,
     pub audit: AuditWriter,
     pub clock: Arc<dyn Clock>,
-    /// Reloads so far (`crate::reload`).
-    pub reloads: Arc<crate::reload::ReloadStats>,
+    /// Reloads so far ([`reload`]).
+    pub reloads: Arc<reload::ReloadStats>,
     /// The last `/readyz` answer, shared by the probes and the scrapes.
-    pub readiness: crate::http::status::ReadinessCache,
+    pub readiness: ReadinessCache,
     /// Unauthenticated and rate-limited refusals, counted per window.
     pub refusals: crate::refusals::Refusals,
     pub metrics: crate::metrics::Metrics,
     /// Signed checkpoints of the trail, when `audit.checkpoints` is set.
     pub checkpoints: Option<Arc<Checkpoints>>,
     /// The audit streams running (`GET /v1/audit/stream`).
-    pub feeds: crate::http::feed::Feeds,
+    pub feeds: Feeds,
     /// The chain verification running, one at a time, and the last one.
     pub verifications: Arc<crate::audit::verification::Verifications>,
 }
@@ -204,9 +150,6 @@ pub struct Background {
     pub refusal_recorder: tokio::task::JoinHandle<()>,
     /// Signs a checkpoint at each `audit.checkpoints.interval`.
     pub checkpoint_signer: Option<tokio::task::JoinHandle<()>>,
-    /// Reloads the configuration on SIGHUP and when its files change; only
-    /// for a configuration read from a file.
-    pub config_watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Groups any decision looks at: the rules', the auditors', the admins'.
@@ -249,98 +192,6 @@ pub async fn authenticator(config: &Config) -> Result<Authenticator, StartError>
         .map_err(|e| StartError::Provider(e.to_string()))
 }
 
-/// Open the audit store named by the configuration, migrating if asked.
-pub async fn open_store(config: &Config, migrate: bool) -> Result<AuditStore, StartError> {
-    let url = config.database_url()?;
-    let options = StoreOptions {
-        max_connections: config
-            .database
-            .max_connections
-            .unwrap_or(StoreOptions::default().max_connections),
-        acquire_timeout: config
-            .database
-            .acquire_timeout
-            .unwrap_or(StoreOptions::default().acquire_timeout),
-    };
-    let store = AuditStore::connect(&url, &options)
-        .await
-        .map_err(|e| StartError::Database(e.to_string()))?;
-    if migrate {
-        migrate_store(&store).await?;
-    }
-    Ok(store)
-}
-
-fn database_error(error: StoreError) -> StartError {
-    StartError::Database(error.to_string())
-}
-
-/// Apply the migrations, or say why the connected role may not and what to
-/// run instead.
-pub async fn migrate_store(store: &AuditStore) -> Result<(), StartError> {
-    if let SchemaAuthority::Runtime { role, reason } =
-        store.schema_authority().await.map_err(database_error)?
-    {
-        return Err(StartError::Database(format!(
-            "role `{role}` {reason}, so it may not migrate the schema: run `talos-sso-server migrate --config <the owner's configuration> --runtime-role {role}` as the schema owner, and set `database.migrate_on_start: false` for this server"
-        )));
-    }
-    store.migrate().await.map_err(database_error)
-}
-
-/// The store as `serve` and `break-glass` use it: migrated when
-/// `database.migrate_on_start` (the default), else checked to be current,
-/// so that an old schema stops the server here rather than at its first
-/// insert. Either way a trail holding rows outside its hash chain is
-/// refused, each named (migrating refuses it too).
-pub async fn open_serving_store(config: &Config) -> Result<AuditStore, StartError> {
-    let migrate = config.database.migrate_on_start.unwrap_or(true);
-    let store = open_store(config, migrate).await?;
-    if !migrate {
-        store.require_chain_only().await.map_err(database_error)?;
-        require_current_schema(&store).await?;
-    }
-    if let Some(warning) = owner_warning(&store).await? {
-        tracing::warn!("{warning}");
-    }
-    Ok(store)
-}
-
-/// Refuse a schema that lacks a migration embedded in this binary, naming
-/// the versions and the command that applies them.
-pub async fn require_current_schema(store: &AuditStore) -> Result<(), StartError> {
-    let unapplied = store.unapplied_migrations().await.map_err(database_error)?;
-    if unapplied.is_empty() {
-        return Ok(());
-    }
-    let versions: Vec<String> = unapplied.iter().map(ToString::to_string).collect();
-    let command = match store.schema_authority().await.map_err(database_error)? {
-        SchemaAuthority::File => "talos-sso-server migrate --config <this configuration>".to_owned(),
-        SchemaAuthority::Owner { role } | SchemaAuthority::Runtime { role, .. } => {
-            format!("talos-sso-server migrate --config <the owner's configuration> --runtime-role {role}")
-        }
-    };
-    let (migrations, are) = match versions.len() {
-        1 => ("migration", "is"),
-        _ => ("migrations", "are"),
-    };
-    Err(StartError::Database(format!(
-        "the schema is not current: {migrations} {} {are} not applied, and `database.migrate_on_start` is false; run `{command}` as the schema owner, then start the server again",
-        versions.join(", ")
-    )))
-}
-
-/// A warning when the server connects as a role that may change the schema,
-/// and so could disable the append-only triggers.
-pub async fn owner_warning(store: &AuditStore) -> Result<Option<String>, StartError> {
-    Ok(match store.schema_authority().await.map_err(database_error)? {
-        SchemaAuthority::Owner { role } => Some(format!(
-            "the server connects to Postgres as `{role}`, which may change the schema and so could disable the append-only triggers of audit_events: connect as a runtime role (`talos-sso-server migrate --runtime-role`, docs/configuration.md)"
-        )),
-        SchemaAuthority::File | SchemaAuthority::Runtime { .. } => None,
-    })
-}
-
 impl App {
     /// The verification of the whole chain running now, started when none
     /// is: one at a time on this replica, whoever asks (the API, the
@@ -371,9 +222,7 @@ impl App {
         clock: Arc<dyn Clock>,
         tls_not_after: Option<crate::metrics::Read<Option<i64>>>,
     ) -> Result<(Arc<Self>, Background), StartError> {
-        // Before the CA material is read: a file changed while the server
-        // starts is then seen as changed by the reload watcher.
-        let loaded_state = crate::reload::loaded_state(&config);
+        check(&config)?;
         let (clusters, warnings) = load_clusters(&config, clock.now())?;
         for (cluster, warning) in &warnings {
             tracing::warn!(cluster = %cluster, "{warning}");
@@ -433,10 +282,9 @@ impl App {
         let audit_stats = audit.stats().clone();
         let aged = providers.clone();
         let graph = authenticator.graph_stats();
-        let reloads = Arc::new(crate::reload::ReloadStats::started(clock.now()));
+        let reloads = Arc::new(reload::ReloadStats::started(clock.now()));
         let refusals = crate::refusals::Refusals::new(config.audit.refusals.clone());
-        let feeds = crate::http::feed::Feeds::new(&config.audit.feed);
-        let reload_interval = config.reload.interval;
+        let feeds = Feeds::new(&config.audit.feed);
         let relevant_groups = relevant_groups(&config, &clusters);
         let settings = LiveSettings::new(Settings {
             config,
@@ -462,7 +310,10 @@ impl App {
                     .fold((0, 0), |(ok, failed), (o, f)| (ok + o, failed + f))
             }),
             checkpoints: checkpoints.as_ref().map(|c| c.stats.clone()),
-            reloads: reloads.clone(),
+            reloads: {
+                let reloads = reloads.clone();
+                Box::new(move || reloads.counts())
+            },
             ca_not_after: Box::new(move || {
                 live.get()
                     .clusters
@@ -515,12 +366,6 @@ impl App {
                 }
             })
         });
-        let config_watcher = app
-            .settings()
-            .config
-            .source
-            .is_some()
-            .then(|| crate::reload::spawn_watcher(&app, reload_interval, loaded_state));
         Ok((
             app,
             Background {
@@ -529,7 +374,6 @@ impl App {
                 rate_limit_janitor,
                 refusal_recorder,
                 checkpoint_signer,
-                config_watcher,
             },
         ))
     }

@@ -10,7 +10,8 @@
 //! connections on either listener, in-flight requests finish within
 //! `http.shutdown_grace`, the periodic tasks stop, the last refusal counts
 //! are recorded while the audit writer still takes records, the writer
-//! drains, and the last checkpoint is signed.
+//! drains, and the last checkpoint is signed. The reload watcher
+//! (`reload_watch`) starts here too.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,6 +22,8 @@ use tokio::task::JoinHandle;
 use crate::app::{App, Background, Clock, StartError};
 use crate::config::{Config, ConfigError};
 use crate::http::serve::{self, TlsFiles};
+
+pub mod reload_watch;
 
 /// A server that holds its port, ready to serve.
 #[derive(Debug)]
@@ -45,6 +48,9 @@ struct Tasks {
     background: Background,
     /// Reloads the TLS certificate and key when their files change.
     tls_reloader: Option<JoinHandle<()>>,
+    /// Reloads the configuration on SIGHUP and when its files change; only
+    /// for a configuration read from a file.
+    config_watcher: Option<JoinHandle<()>>,
 }
 
 impl Tasks {
@@ -61,7 +67,7 @@ impl Tasks {
         let optional = [
             self.tls_reloader.as_mut(),
             background.checkpoint_signer.as_mut(),
-            background.config_watcher.as_mut(),
+            self.config_watcher.as_mut(),
         ];
         for task in periodic.into_iter().chain(optional.into_iter().flatten()) {
             task.abort();
@@ -82,6 +88,9 @@ impl Server {
         let tls_not_after = tls
             .clone()
             .map(|files| -> crate::metrics::Read<Option<i64>> { Box::new(move || files.not_after()) });
+        // Before the CA material is read: a file changed while the server
+        // starts is then seen as changed by the reload watcher.
+        let loaded_state = reload_watch::loaded_state(&config);
         let (app, background) = match App::build(config, clock, tls_not_after).await {
             Ok(built) => built,
             Err(error) => {
@@ -91,9 +100,17 @@ impl Server {
                 return Err(error);
             }
         };
+        let settings = app.settings();
+        let config_watcher = settings
+            .config
+            .source
+            .is_some()
+            .then(|| reload_watch::spawn_watcher(&app, settings.config.reload.interval, loaded_state));
+        drop(settings);
         let mut tasks = Tasks {
             background,
             tls_reloader,
+            config_watcher,
         };
         let console = match crate::http::console::Console::new(&app.settings().config) {
             Ok(console) => console.map(Arc::new),

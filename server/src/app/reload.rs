@@ -1,14 +1,13 @@
-//! Configuration reload without a restart: on SIGHUP, and when the
-//! configuration file or a file of `clusters_dir` changes (a ConfigMap
-//! update), the server reads its configuration again and swaps in what may
-//! change while it runs: the clusters (CA material, rules, endpoints,
-//! lifetimes), the policy examples, the auditors, the admins and the rate
-//! limits. The rest (listener, TLS, database, identity provider, HTTP
+//! Applying a configuration read again while the server runs (when to read
+//! it, on SIGHUP or a changed file, is the watcher's business:
+//! `server::reload_watch`). The app swaps in what may change while it runs:
+//! the clusters (CA material, rules, endpoints, lifetimes), the policy
+//! examples, the auditors, the admins and the rate limits. The rest (listener, TLS, database, identity provider, HTTP
 //! limits, audit, log) takes a restart: a change there is applied to
 //! nothing and said so, in the log and in the record.
 //!
-//! A new configuration is checked as at start (CA material, rules, policy
-//! examples) before anything changes. One that fails is refused, logged,
+//! A new configuration is checked as at start (the domains' checks, CA
+//! material, rules, policy examples) before anything changes. One that fails is refused, logged,
 //! counted, and the running one keeps serving. Every attempt is an audit
 //! record (`config.reloaded`) committed before the new configuration
 //! serves: what changed, never who changed it (that is outside what the
@@ -17,14 +16,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
 
 use serde_json::json;
 use serde_yaml_ng::Value;
 use talos_sso_api::audit::{AuditRecord, event, outcome};
-use tokio::signal::unix::{SignalKind, signal};
 
-use crate::app::{App, Settings};
+use super::{App, Settings};
+use crate::cluster::{ClusterError, Clusters, load_clusters};
 use crate::config::{Config, ConfigError, ConfigSource, Snapshot};
 
 /// What made the server read its configuration again.
@@ -78,6 +76,16 @@ impl ReloadStats {
             ..Self::default()
         }
     }
+
+    /// The counts now, as the metrics read them.
+    pub fn counts(&self) -> crate::metrics::ReloadCounts {
+        crate::metrics::ReloadCounts {
+            succeeded: self.succeeded.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            last_successful: self.last_successful.load(Ordering::Relaxed),
+            last_success_at: self.last_success_at.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// What a reload changed.
@@ -111,7 +119,9 @@ pub enum ReloadError {
     #[error("{0}")]
     Config(#[from] ConfigError),
     #[error("{0}")]
-    Start(#[from] crate::app::StartError),
+    Start(#[from] super::StartError),
+    #[error("{0}")]
+    Clusters(#[from] ClusterError),
     #[error("the reload could not be recorded in the audit trail, so it is not applied: {0}")]
     Audit(String),
     #[error("reading the configuration stopped before it ended: {0}")]
@@ -139,7 +149,7 @@ impl App {
     /// Read and apply the configuration; nothing is logged or counted (but
     /// an applied configuration is recorded before it serves). From the
     /// files as `read` has them, or as they are now.
-    async fn attempt_reload(
+    pub(crate) async fn attempt_reload(
         &self,
         trigger: Trigger,
         read: Option<Result<Snapshot, ConfigError>>,
@@ -152,7 +162,7 @@ impl App {
     }
 
     /// Log and count the outcome of a reload; a refusal is recorded too.
-    async fn report_reload(&self, trigger: Trigger, result: &Result<Changes, ReloadError>) {
+    pub(crate) async fn report_reload(&self, trigger: Trigger, result: &Result<Changes, ReloadError>) {
         let stats = &self.reloads;
         match result {
             Ok(changes) => {
@@ -201,13 +211,15 @@ impl App {
         let (source, now) = (source.clone(), self.clock.now());
         let (new, clusters, warnings) = tokio::task::spawn_blocking(move || {
             let new = read.unwrap_or_else(|| source.snapshot())?.load()?;
-            let (clusters, warnings) = crate::app::load_clusters(&new, now)?;
+            // As at start, whatever check the configuration was loaded with.
+            super::check(&new)?;
+            let (clusters, warnings) = load_clusters(&new, now)?;
             Ok::<_, ReloadError>((new, clusters, warnings))
         })
         .await
         .map_err(|e| ReloadError::Interrupted(e.to_string()))??;
         if let Some(checkpoints) = &self.checkpoints {
-            crate::app::refuse_ca_key_as_audit_key(&clusters, checkpoints)?;
+            super::refuse_ca_key_as_audit_key(&clusters, checkpoints)?;
         }
         let changes = changes(&current.config, current, &new, &clusters);
         let applied = applied_config(&current.config, new);
@@ -221,7 +233,7 @@ impl App {
             tracing::warn!(cluster = %cluster, "{warning}");
         }
         self.metrics.know_clusters(clusters.keys().map(String::as_str));
-        let relevant_groups = crate::app::relevant_groups(&applied, &clusters);
+        let relevant_groups = super::relevant_groups(&applied, &clusters);
         self.replace_settings(Settings {
             config: applied,
             clusters,
@@ -320,7 +332,7 @@ fn section_swapped(running: &Value, new: &Value) -> Value {
 }
 
 /// What changed between the running configuration and the new one.
-fn changes(running: &Config, current: &Settings, new: &Config, clusters: &crate::app::Clusters) -> Changes {
+fn changes(running: &Config, current: &Settings, new: &Config, clusters: &Clusters) -> Changes {
     let before: BTreeSet<&String> = current.clusters.keys().collect();
     let after: BTreeSet<&String> = clusters.keys().collect();
     let cluster_document =
@@ -359,193 +371,4 @@ fn changes(running: &Config, current: &Settings, new: &Config, clusters: &crate:
         sections_changed,
         restart_required,
     }
-}
-
-/// Reload on SIGHUP, and when the configuration's files change: checked
-/// every `interval` (zero: on SIGHUP only), applied once the same change
-/// has been seen at two checks in a row, and only if what is then read is
-/// what was seen (a file written in place is not read half-written; a
-/// failure while the files moved on is not reported). A change that cannot be applied is tried again at
-/// every check (a Secret that arrives after its ConfigMap, a database
-/// that was away), but reported (logged, counted, recorded) once for the
-/// same files and the same error. Ends with the app.
-///
-/// `loaded` is the state of the files the running configuration was read
-/// from ([`loaded_state`], taken before its CA material was read).
-pub fn spawn_watcher(app: &Arc<App>, interval: Duration, loaded: WatchState) -> tokio::task::JoinHandle<()> {
-    let weak = Arc::downgrade(app);
-    tokio::spawn(async move {
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(signal) => Some(signal),
-            Err(error) => {
-                tracing::error!(
-                    "SIGHUP cannot be received ({error}); the configuration reloads when its files change"
-                );
-                None
-            }
-        };
-        let mut applied = loaded;
-        let mut seen_once: Option<WatchState> = None;
-        let mut reported: Option<(WatchState, String)> = None;
-        loop {
-            let hangup = async {
-                match hangups.as_mut() {
-                    Some(signal) => signal.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let tick = async {
-                if interval.is_zero() {
-                    std::future::pending::<()>().await;
-                }
-                tokio::time::sleep(interval).await;
-            };
-            let trigger = tokio::select! {
-                Some(()) = hangup => Trigger::Signal,
-                () = tick => Trigger::FileChanged,
-            };
-            let Some(app) = weak.upgrade() else { return };
-            let (state, read) = watch_state(&app).await;
-            if trigger == Trigger::FileChanged {
-                if state == applied {
-                    seen_once = None;
-                    continue;
-                }
-                if seen_once.as_ref() != Some(&state) {
-                    seen_once = Some(state);
-                    continue;
-                }
-            }
-            // What was compared is what is loaded: a file written in place
-            // between the two would otherwise be read half-written.
-            let result = app.attempt_reload(trigger, read).await;
-            match &result {
-                Ok(_) => {
-                    applied = state;
-                    seen_once = None;
-                    reported = None;
-                    app.report_reload(trigger, &result).await;
-                }
-                Err(error) => {
-                    // The CA material is read after the comparison: a failure
-                    // while it was being replaced (a key read half-written)
-                    // says nothing of the new files; wait for them to settle.
-                    if trigger == Trigger::FileChanged && named_state(&app).await != state.named {
-                        seen_once = None;
-                        continue;
-                    }
-                    let this = (state, error.to_string());
-                    // An operator's SIGHUP is always answered.
-                    if trigger == Trigger::Signal || reported.as_ref() != Some(&this) {
-                        app.report_reload(trigger, &result).await;
-                        reported = Some(this);
-                    }
-                }
-            }
-        }
-    })
-}
-
-/// What the watcher compares.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WatchState {
-    /// The digest of the configuration's files (their content), as
-    /// [`Config::fingerprint`] has it, or why they cannot be read.
-    files: String,
-    /// The files the running configuration names (CA material, accepted
-    /// CAs, PIN files): their identity, size and time, so that a file
-    /// replaced at the same path, or a Secret's link swapped, is seen.
-    named: String,
-}
-
-/// The watcher's state of the files now, and the configuration's files as
-/// read for it. Read off the runtime.
-async fn watch_state(app: &App) -> (WatchState, Option<Result<Snapshot, ConfigError>>) {
-    let settings = app.settings();
-    let Some(source) = settings.config.source.clone() else {
-        let nothing = WatchState {
-            files: String::new(),
-            named: String::new(),
-        };
-        return (nothing, None);
-    };
-    tokio::task::spawn_blocking(move || {
-        let read = source.snapshot();
-        let files = match &read {
-            Ok(snapshot) => snapshot.fingerprint(),
-            Err(error) => format!("unreadable: {error}"),
-        };
-        let named = stamps(&named_files(&settings.config));
-        (WatchState { files, named }, Some(read))
-    })
-    .await
-    .unwrap_or_else(|error| {
-        let failed = WatchState {
-            files: format!("unreadable: {error}"),
-            named: String::new(),
-        };
-        (failed, None)
-    })
-}
-
-/// The stamps of the files the running configuration names, now (the
-/// `named` of [`WatchState`], without reading the configuration again).
-async fn named_state(app: &App) -> String {
-    let settings = app.settings();
-    tokio::task::spawn_blocking(move || stamps(&named_files(&settings.config)))
-        .await
-        .unwrap_or_default()
-}
-
-/// The watcher's state for `config` as it was loaded: its files' digest,
-/// and the named files as they are now (call it before reading them).
-pub fn loaded_state(config: &Config) -> WatchState {
-    WatchState {
-        files: config.fingerprint.clone(),
-        named: stamps(&named_files(config)),
-    }
-}
-
-fn stamps(files: &[std::path::PathBuf]) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let mut stamps = String::new();
-    for path in files {
-        let stamp = match std::fs::metadata(path) {
-            Ok(m) => format!(
-                "{}:{}:{}:{}.{}",
-                m.dev(),
-                m.ino(),
-                m.len(),
-                m.mtime(),
-                m.mtime_nsec()
-            ),
-            Err(error) => format!("missing ({})", error.kind()),
-        };
-        stamps.push_str(&format!("\n{}={stamp}", path.display()));
-    }
-    stamps
-}
-
-/// Every file the clusters of `config` read.
-fn named_files(config: &Config) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for cluster in config.clusters.values() {
-        let ca = &cluster.ca;
-        files.extend(
-            [
-                &ca.cert_file,
-                &ca.key_file,
-                &ca.secrets_bundle,
-                &ca.machine_config,
-            ]
-            .into_iter()
-            .flatten()
-            .cloned(),
-        );
-        files.extend(ca.pkcs11.iter().map(|p| p.pin_file.clone()));
-        files.extend(cluster.accepted_cas.iter().cloned());
-    }
-    files.sort();
-    files.dedup();
-    files
 }
