@@ -26,6 +26,7 @@ use crate::audit::{AuditRecord, event, outcome};
 use crate::ca::generate::{NewKeyType, generate_key};
 use crate::config::Config;
 use crate::issuance::{BreakGlassGrant, Issuance, IssuanceError};
+use crate::keys::Signer;
 use crate::metrics::Metrics;
 use crate::random::random_hex;
 

@@ -24,7 +24,8 @@ use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
 use x509_cert::request::CertReq;
 
 use crate::ca::CertificateAuthority;
-use crate::x509::{self, CertificateTemplate, KeyKind, ParsedCertificate, X509Error, oid};
+use crate::keys::{KeyKind, key_kind};
+use crate::x509::{self, CertificateTemplate, ParsedCertificate, X509Error, oid};
 
 /// How far `not_before` is moved into the past so that a client whose clock
 /// runs a little behind the node's still sees a valid certificate (Talos
@@ -125,7 +126,7 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
     let signed = signed_request_info(&der).map_err(malformed)?;
     let spki = request.info.public_key;
 
-    match x509::key_kind(&spki) {
+    match key_kind(&spki) {
         KeyKind::Ed25519 | KeyKind::EcdsaP256 => {}
         KeyKind::Rsa { bits } if bits < 2048 => return Err(CsrError::RsaKeyTooSmall { bits }),
         KeyKind::Rsa { bits } if bits <= 8192 => {}
@@ -262,7 +263,7 @@ pub fn sign_leaf(
         not_after,
         extensions,
     };
-    let der = x509::sign_certificate(&template, ca.key(), ca.rng())?;
+    let der = x509::sign_certificate(&template, ca.key())?;
     let leaf = ParsedCertificate::from_der(&der)?;
     let chain_pem = std::iter::once(&leaf)
         .chain(ca.chain_to_send())

@@ -159,11 +159,11 @@ pub enum TokenKeyTypeArg {
     P256,
 }
 
-impl From<TokenKeyTypeArg> for crate::x509::KeyKind {
+impl From<TokenKeyTypeArg> for crate::keys::KeyKind {
     fn from(kind: TokenKeyTypeArg) -> Self {
         match kind {
-            TokenKeyTypeArg::Ed25519 => crate::x509::KeyKind::Ed25519,
-            TokenKeyTypeArg::P256 => crate::x509::KeyKind::EcdsaP256,
+            TokenKeyTypeArg::Ed25519 => crate::keys::KeyKind::Ed25519,
+            TokenKeyTypeArg::P256 => crate::keys::KeyKind::EcdsaP256,
         }
     }
 }
@@ -424,7 +424,7 @@ pub async fn run(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
                     cluster.ca.summary(now).days_left,
                     cluster.config.rules.len()
                 )?;
-                if let Some(token) = cluster.ca.token() {
+                if let Some(token) = cluster.ca.key_location() {
                     writeln!(out, "cluster {name}: key in {token}")?;
                 }
             }
@@ -588,7 +588,7 @@ fn run_ca(command: CaCommand, now: OffsetDateTime, out: &mut (dyn Write + Send))
             let ca = source.load(now)?;
             writeln!(out, "{}", source.source()?)?;
             writeln!(out, "{}", ca.summary(now))?;
-            if let Some(token) = ca.token() {
+            if let Some(token) = ca.key_location() {
                 writeln!(out, "key:         {token}")?;
             }
             if ca.is_intermediate() {
@@ -652,14 +652,14 @@ fn run_ca(command: CaCommand, now: OffsetDateTime, out: &mut (dyn Write + Send))
                 key_label: token_key_label,
                 pin_file: token_pin_file.clone().unwrap_or_default(),
             };
-            let refused = |e: crate::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
+            let refused =
+                |e: crate::keys::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
             let spki = match (generate, &token_pin_file) {
                 (Some(kind), Some(pin_file)) => {
                     let pin = crate::config::read_secret(pin_file)?;
-                    let pin = cryptoki::types::AuthPin::from(pin.as_str().to_owned());
-                    crate::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
+                    crate::keys::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
                 }
-                _ => crate::pkcs11::token_public_key(&token).map_err(refused)?,
+                _ => crate::keys::pkcs11::token_public_key(&token).map_err(refused)?,
             };
             let (cert, cert_pem) =
                 generate::intermediate_certificate(&root, &spki, &common_name, validity, now)?;

@@ -11,8 +11,9 @@
 //! - `x509`: DER mechanics (exact name bytes, building, signing, verifying).
 //! - `ca`: Talos CA material in every form Talos writes (it reads files),
 //!   refused when unsafe; `ca::generate` makes new roots and intermediates.
-//! - `pkcs11`: a CA key inside a hardware security module, signing through
-//!   a pool of PKCS#11 sessions that reopens itself after a failure.
+//! - `keys`: private keys behind one `Signer` trait: in memory (ring), or
+//!   inside a hardware security module, signing through a pool of PKCS#11
+//!   sessions that reopens itself after a failure.
 //! - `certificate`: CSR checks and the Talos client certificate profile.
 //! - `identity`: bearer-token verification for every trusted issuer (kinds
 //!   `oidc` and `entra`), discovery and keys, Entra group overage through Graph.
@@ -63,8 +64,8 @@ mod guid;
 pub mod http;
 pub mod identity;
 pub mod issuance;
+pub mod keys;
 pub mod metrics;
-pub mod pkcs11;
 pub mod policy;
 pub mod random;
 pub mod ratelimit;
