@@ -167,9 +167,10 @@ pub struct LeafRequest<'a> {
     pub clock_skew: Duration,
 }
 
-/// A signed leaf and the facts the audit record needs about it.
+/// A signed leaf certificate and the facts the audit record needs about it
+/// (the API's `IssuedCertificate` answer is made from it).
 #[derive(Debug, Clone)]
-pub struct IssuedCertificate {
+pub struct SignedLeaf {
     pub leaf: ParsedCertificate,
     /// Leaf then intermediates (in intermediate mode): the talosconfig `crt`.
     pub chain_pem: String,
@@ -190,7 +191,7 @@ pub fn issue(
     csr: &[u8],
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
-) -> Result<IssuedCertificate, IssueError> {
+) -> Result<SignedLeaf, IssueError> {
     let spki = verify_csr(csr)?;
     sign_leaf(ca, &spki, request, now)
 }
@@ -202,7 +203,7 @@ pub fn sign_leaf(
     spki: &SubjectPublicKeyInfoOwned,
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
-) -> Result<IssuedCertificate, IssueError> {
+) -> Result<SignedLeaf, IssueError> {
     let roles = checked_roles(request.roles)?;
     let username = request.username;
     if username.is_empty()
@@ -269,7 +270,7 @@ pub fn sign_leaf(
         .chain(ca.chain_to_send())
         .map(ParsedCertificate::to_pem)
         .collect();
-    Ok(IssuedCertificate {
+    Ok(SignedLeaf {
         serial_hex: serial_hex(&serial),
         certificate_sha256: leaf.sha256_fingerprint(),
         public_key_sha256: hex::encode(ring::digest::digest(&ring::digest::SHA256, &spki_der)),

@@ -17,7 +17,7 @@ use crate::app::{Cluster, Clusters};
 use crate::audit::recorder::Recorder;
 use crate::audit::store::{Append, Appended, TokenClaim};
 use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
-use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequest};
+use crate::certificate::{self, CsrError, IssueError, LeafRequest, SignedLeaf};
 use crate::identity::VerifiedIdentity;
 use crate::keys::SignError;
 use crate::metrics::Metrics;
@@ -79,7 +79,7 @@ impl IssuanceError {
 #[derive(Debug)]
 pub struct Issued<'a> {
     pub cluster: &'a Cluster,
-    pub certificate: IssuedCertificate,
+    pub certificate: SignedLeaf,
     pub record: StoredRecord,
 }
 

@@ -33,7 +33,7 @@ fn issue_to(
     ca: &CertificateAuthority,
     csr: &[u8],
     roles: &[String],
-) -> Result<certificate::IssuedCertificate, certificate::IssueError> {
+) -> Result<certificate::SignedLeaf, certificate::IssueError> {
     let request = LeafRequest {
         username: "alice@example.com",
         roles,

@@ -7,7 +7,7 @@ use talos_sso::key::ClientKey;
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::ca::{CaSource, CertificateAuthority};
 use talos_sso_server::certificate::{
-    self, CsrError, DEFAULT_CLOCK_SKEW, IssueError, IssuedCertificate, LeafRequest,
+    self, CsrError, DEFAULT_CLOCK_SKEW, IssueError, LeafRequest, SignedLeaf,
 };
 use talos_sso_server::x509::{self, CertificateTemplate, ParsedCertificate, oid};
 use talos_sso_tests::material::{fixture, fresh_ca, load, private_copy, read_fixture};
@@ -31,7 +31,7 @@ fn issue_at(
     role_names: &[&str],
     ttl: Duration,
     now: OffsetDateTime,
-) -> Result<IssuedCertificate, IssueError> {
+) -> Result<SignedLeaf, IssueError> {
     let roles = roles(role_names);
     let request = LeafRequest {
         username: "alice@example.com",
