@@ -27,9 +27,7 @@ use time::OffsetDateTime;
 
 use super::store::{AuditStore, StoreError};
 use crate::config::CheckpointConfig;
-use crate::keys::pkcs11::Pkcs11Key;
-use crate::keys::software::ed25519_pkcs8_v1;
-use crate::keys::{KeyKind, SignError, Signer, SoftwareKey, key_kind};
+use crate::keys::{KeyKind, SignError, Signer, SoftwareKey, key_kind, pkcs11, software};
 use crate::x509::{self, oid};
 
 /// Longest a webhook may take to take a checkpoint.
@@ -138,19 +136,20 @@ impl AuditKey {
     /// An Ed25519 key inside a PKCS#11 token (its PIN from a file nobody
     /// else can read): the public key is read from the token, and a probe
     /// signature proves the private key is its pair.
-    pub fn load_pkcs11(source: &crate::ca::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
+    pub fn load_pkcs11(source: &pkcs11::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
         let bad = |reason: String| CheckpointSetupError::TokenKey {
             origin: source.describe(),
             reason,
         };
         let pin = crate::config::read_secret(&source.pin_file).map_err(|e| bad(secret_reason(e)))?;
-        let spki = crate::keys::pkcs11::token_public_key(source).map_err(|e| bad(e.to_string()))?;
+        let spki = pkcs11::token_public_key(source).map_err(|e| bad(e.to_string()))?;
         if key_kind(&spki) != KeyKind::Ed25519 {
             return Err(bad(
                 "the key is not Ed25519: the audit key is an Ed25519 key".into()
             ));
         }
-        let token_key = Pkcs11Key::open(source, pin.as_str(), &spki).map_err(|e| bad(e.to_string()))?;
+        let token_key =
+            pkcs11::Pkcs11Key::open(source, pin.as_str(), &spki).map_err(|e| bad(e.to_string()))?;
         let key = Self::from_signing_key(Box::new(token_key)).map_err(&bad)?;
         let probe = key
             .sign(
@@ -196,7 +195,7 @@ impl AuditKey {
         let seed: [u8; 32] = ring::rand::generate(&rng)
             .map_err(|_| "no randomness".to_owned())?
             .expose();
-        let pkcs8 = ed25519_pkcs8_v1(&seed).map_err(|e| e.to_string())?;
+        let pkcs8 = software::ed25519_pkcs8_v1(&seed).map_err(|e| e.to_string())?;
         let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&pkcs8).map_err(|e| e.to_string())?;
         let key = Self::from_signing_key(Box::new(SoftwareKey::Ed25519(pair)))?;
         let private_pem = x509::pem_encode("PRIVATE KEY", &pkcs8);
