@@ -35,8 +35,9 @@ pub trait Signer: std::fmt::Debug + Send + Sync {
     fn public_key_info(&self) -> Result<SubjectPublicKeyInfoOwned, der::Error>;
 
     /// Sign `message` as X.509 wants it (ECDSA as a DER `Ecdsa-Sig-Value`).
-    /// A key outside the process may wait on it: call from a blocking-safe
-    /// place or accept the wait.
+    /// A key outside the process waits for its answer without holding up
+    /// the async runtime's other tasks; when it cannot be reached, the
+    /// error is [`SignError::Unavailable`].
     fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SignError>;
 
     /// Where the key lives when it is outside this process (a token, a key

@@ -398,9 +398,9 @@ impl Signer for Pkcs11Key {
         Some(self.facts.to_string())
     }
 
-    /// Wait, without holding a thread, for a turn to sign: at most
+    /// Turns to sign, waited for without holding a thread: at most
     /// [`POOL_SIZE`] issuances sign with this key at once, each on a pooled
-    /// session, and the rest wait here. Without the bound every request in
+    /// session, and the rest wait for a turn. Without the bound every request in
     /// flight could be inside the token at once, each opening a session of
     /// its own: past the HSM's session limit `C_OpenSession` fails, which
     /// reads as a lost token and re-initializes the module under every
