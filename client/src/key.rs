@@ -117,9 +117,10 @@ impl ClientKey {
     }
 }
 
+/// One PEM block, LF line endings (the `pem` crate's default is CRLF).
 fn pem(label: &str, der: &[u8]) -> String {
-    // Only fails for malformed labels, and ours are constants.
-    der::pem::encode_string(label, der::pem::LineEnding::LF, der).unwrap_or_default()
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    pem::encode_config(&pem::Pem::new(label, der), config)
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use std::time::Duration;
 use talos_sso_server::ca::CertificateAuthority;
 use talos_sso_server::ca::generate::{NewKeyType, new_root};
 use talos_sso_server::certificate::{IssueError, LeafRequest, MAX_USERNAME_LEN, issue, verify_csr};
-use talos_sso_server::x509::{KeyKind, key_kind, oid};
+use talos_sso_server::keys::{KeyKind, key_kind};
+use talos_sso_server::x509::oid;
 
 /// Separates the CSR from the request lines.
 pub const REQUEST_MARKER: &[u8] = b"\n~~leaf request~~\n";

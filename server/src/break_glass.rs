@@ -27,6 +27,7 @@ use crate::ca::generate::{NewKeyType, generate_key};
 use crate::cluster::{Cluster, load_clusters};
 use crate::config::Config;
 use crate::issuance::{BreakGlassGrant, Issuance, IssuanceError};
+use crate::keys::Signer;
 use crate::metrics::Metrics;
 use crate::random::random_hex;
 

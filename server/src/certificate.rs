@@ -24,7 +24,8 @@ use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
 use x509_cert::request::CertReq;
 
 use crate::ca::CertificateAuthority;
-use crate::x509::{self, CertificateTemplate, KeyKind, ParsedCertificate, X509Error, oid};
+use crate::keys::{KeyKind, key_kind};
+use crate::x509::{self, CertificateTemplate, ParsedCertificate, X509Error, oid};
 
 /// How far `not_before` is moved back by default: configuration data
 /// (`config`, a cluster's `clock_skew`).
@@ -124,7 +125,7 @@ pub fn verify_csr(input: &[u8]) -> Result<SubjectPublicKeyInfoOwned, CsrError> {
     let signed = signed_request_info(&der).map_err(malformed)?;
     let spki = request.info.public_key;
 
-    match x509::key_kind(&spki) {
+    match key_kind(&spki) {
         KeyKind::Ed25519 | KeyKind::EcdsaP256 => {}
         KeyKind::Rsa { bits } if bits < 2048 => return Err(CsrError::RsaKeyTooSmall { bits }),
         KeyKind::Rsa { bits } if bits <= 8192 => {}
@@ -165,9 +166,10 @@ pub struct LeafRequest<'a> {
     pub clock_skew: Duration,
 }
 
-/// A signed leaf and the facts the audit record needs about it.
+/// A signed leaf certificate and the facts the audit record needs about it
+/// (the API's `IssuedCertificate` answer is made from it).
 #[derive(Debug, Clone)]
-pub struct IssuedCertificate {
+pub struct SignedLeaf {
     pub leaf: ParsedCertificate,
     /// Leaf then intermediates (in intermediate mode): the talosconfig `crt`.
     pub chain_pem: String,
@@ -188,7 +190,7 @@ pub fn issue(
     csr: &[u8],
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
-) -> Result<IssuedCertificate, IssueError> {
+) -> Result<SignedLeaf, IssueError> {
     let spki = verify_csr(csr)?;
     sign_leaf(ca, &spki, request, now)
 }
@@ -200,7 +202,7 @@ pub fn sign_leaf(
     spki: &SubjectPublicKeyInfoOwned,
     request: &LeafRequest<'_>,
     now: OffsetDateTime,
-) -> Result<IssuedCertificate, IssueError> {
+) -> Result<SignedLeaf, IssueError> {
     let roles = checked_roles(request.roles)?;
     let username = request.username;
     if username.is_empty()
@@ -261,13 +263,13 @@ pub fn sign_leaf(
         not_after,
         extensions,
     };
-    let der = x509::sign_certificate(&template, ca.key(), ca.rng())?;
+    let der = x509::sign_certificate(&template, ca.key())?;
     let leaf = ParsedCertificate::from_der(&der)?;
     let chain_pem = std::iter::once(&leaf)
         .chain(ca.chain_to_send())
         .map(ParsedCertificate::to_pem)
         .collect();
-    Ok(IssuedCertificate {
+    Ok(SignedLeaf {
         serial_hex: serial_hex(&serial),
         certificate_sha256: leaf.sha256_fingerprint(),
         public_key_sha256: hex::encode(ring::digest::digest(&ring::digest::SHA256, &spki_der)),

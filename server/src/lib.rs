@@ -25,11 +25,11 @@
 //!    allows; the checks that need a domain's knowledge are the domain's.
 //! 2. The domain, which knows nothing of `app`, `http`, `server`, `cli` or
 //!    `break_glass`:
-//!    - `x509`: DER mechanics (exact name bytes, building, signing,
-//!      verifying).
-//!    - `pkcs11`: a CA key inside a hardware security module, signing
-//!      through a pool of PKCS#11 sessions that reopens itself after a
-//!      failure.
+//!    - `keys`: private keys behind one `Signer` trait: in memory (ring),
+//!      or inside a hardware security module, signing through a pool of
+//!      PKCS#11 sessions that reopens itself after a failure.
+//!    - `x509`: DER mechanics (exact name bytes, building, signing with a
+//!      `Signer`, verifying).
 //!    - `ca`: Talos CA material in every form Talos writes (it reads files),
 //!      refused when unsafe; `ca::generate` makes new roots and
 //!      intermediates.
@@ -82,8 +82,8 @@ mod guid;
 pub mod http;
 pub mod identity;
 pub mod issuance;
+pub mod keys;
 pub mod metrics;
-pub mod pkcs11;
 pub mod policy;
 pub mod random;
 pub mod ratelimit;

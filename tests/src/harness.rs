@@ -281,6 +281,7 @@ impl Default for Workdir {
 /// as rustls reads it) and the CA that signed it, in `dir`. Returns
 /// (CA PEM, certificate path, key path).
 pub fn tls_files(dir: &Path) -> (String, PathBuf, PathBuf) {
+    use talos_sso_server::keys::Signer;
     use talos_sso_server::x509::{self, CertificateTemplate, oid};
     let now = OffsetDateTime::now_utc();
     let root = generate::new_root(
@@ -322,7 +323,7 @@ pub fn tls_files(dir: &Path) -> (String, PathBuf, PathBuf) {
             .expect("eku"),
         ],
     };
-    let cert = x509::sign_certificate(&template, ca.key(), &rng).expect("sign");
+    let cert = x509::sign_certificate(&template, ca.key()).expect("sign");
     let cert_path = write_file(dir, "tls.crt", &x509::pem_encode("CERTIFICATE", &cert), 0o644);
     let key_path = write_file(dir, "tls.key", &key.pem, 0o600);
     (root.cert_pem, cert_path, key_path)

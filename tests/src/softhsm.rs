@@ -283,7 +283,7 @@ pub fn intermediate_for(
     source: &Pkcs11Source,
 ) -> (talos_sso_server::ca::CertificateAuthority, PathBuf) {
     let root = crate::material::fresh_ca(talos_sso_server::ca::generate::NewKeyType::Ed25519);
-    let spki = talos_sso_server::pkcs11::token_public_key(source).expect("the token's public key");
+    let spki = talos_sso_server::keys::pkcs11::token_public_key(source).expect("the token's public key");
     let (_, chain_pem) = talos_sso_server::ca::generate::intermediate_certificate(
         &root,
         &spki,

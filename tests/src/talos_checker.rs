@@ -29,6 +29,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use talos_sso_server::ca::generate::{self, NewKeyType};
+use talos_sso_server::keys::Signer;
 use talos_sso_server::x509::{self, CertificateTemplate, ParsedCertificate, oid};
 use time::OffsetDateTime;
 
@@ -193,7 +194,7 @@ fn node_identity() -> Result<NodeIdentity, String> {
             .map_err(|e| e.to_string())?,
         ],
     };
-    let leaf = x509::sign_certificate(&template, root_key.key(), &rng).map_err(|e| e.to_string())?;
+    let leaf = x509::sign_certificate(&template, root_key.key()).map_err(|e| e.to_string())?;
     Ok(NodeIdentity {
         ca: CertificateDer::from(root.cert.der.clone()),
         chain: vec![CertificateDer::from(leaf)],

@@ -5,7 +5,7 @@ use std::time::Duration;
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::ca::{CaOptions, CaSource, CaWarning, CertificateAuthority};
 use talos_sso_server::cli::{Cli, run};
-use talos_sso_server::x509::KeyKind;
+use talos_sso_server::keys::KeyKind;
 use talos_sso_tests::material::{fixture, load, private_copy, read_fixture, write_file};
 use time::OffsetDateTime;
 use time::macros::datetime;
@@ -54,7 +54,7 @@ fn every_talos_fixture_source_loads() {
         let ca = load(&CaSource::SecretsBundle(private_copy(dir.path(), name))).unwrap();
         assert_eq!(ca.signer().subject_organizations(), ["talos"], "{name}");
         assert_eq!(
-            talos_sso_server::x509::key_kind(ca.signer().spki()),
+            talos_sso_server::keys::key_kind(ca.signer().spki()),
             KeyKind::Ed25519
         );
         assert!(!ca.is_intermediate());
@@ -122,7 +122,7 @@ fn pem_files_with_every_key_label_load() {
     })
     .unwrap();
     assert_eq!(
-        talos_sso_server::x509::key_kind(etcd.signer().spki()),
+        talos_sso_server::keys::key_kind(etcd.signer().spki()),
         KeyKind::EcdsaP256
     );
     // EC PRIVATE KEY for P-384 and RSA PRIVATE KEY (PKCS#1), made by OpenSSL.
@@ -135,7 +135,7 @@ fn pem_files_with_every_key_label_load() {
             key_file: private_copy(dir.path(), &format!("openssl/{name}.key")),
         })
         .unwrap();
-        assert_eq!(talos_sso_server::x509::key_kind(ca.signer().spki()), kind);
+        assert_eq!(talos_sso_server::keys::key_kind(ca.signer().spki()), kind);
     }
 }
 
@@ -498,7 +498,7 @@ fn a_key_file_with_ec_parameters_first_loads() {
     })
     .unwrap();
     assert_eq!(
-        talos_sso_server::x509::key_kind(ca.signer().spki()),
+        talos_sso_server::keys::key_kind(ca.signer().spki()),
         KeyKind::EcdsaP384
     );
 }

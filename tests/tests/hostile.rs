@@ -560,9 +560,8 @@ async fn slow_and_silent_clients_are_cut_off_on_tls() {
     let started = tokio::task::spawn_blocking(move || {
         use std::io::{Read, Write};
         let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
+        for cert in talos_sso_tests::talos_checker::certificates_from_pem(&ca_pem).unwrap() {
+            roots.add(cert).unwrap();
         }
         let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
             rustls::crypto::ring::default_provider(),

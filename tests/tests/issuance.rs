@@ -7,7 +7,7 @@ use talos_sso::key::ClientKey;
 use talos_sso_server::ca::generate::{self, NewKeyType};
 use talos_sso_server::ca::{CaSource, CertificateAuthority};
 use talos_sso_server::certificate::{
-    self, CsrError, DEFAULT_CLOCK_SKEW, IssueError, IssuedCertificate, LeafRequest,
+    self, CsrError, DEFAULT_CLOCK_SKEW, IssueError, LeafRequest, SignedLeaf,
 };
 use talos_sso_server::x509::{self, CertificateTemplate, ParsedCertificate, oid};
 use talos_sso_tests::material::{fixture, fresh_ca, load, private_copy, read_fixture};
@@ -31,7 +31,7 @@ fn issue_at(
     role_names: &[&str],
     ttl: Duration,
     now: OffsetDateTime,
-) -> Result<IssuedCertificate, IssueError> {
+) -> Result<SignedLeaf, IssueError> {
     let roles = roles(role_names);
     let request = LeafRequest {
         username: "alice@example.com",
@@ -471,7 +471,7 @@ fn checker_refuses_a_leaf_whose_issuer_bytes_differ() {
         not_after: issued.not_after,
         extensions: issued.leaf.tbs().extensions().unwrap().to_vec(),
     };
-    let forged = x509::sign_certificate(&template, ca.key(), ca.rng()).unwrap();
+    let forged = x509::sign_certificate(&template, ca.key()).unwrap();
     let forged = ParsedCertificate::from_der(&forged).unwrap();
     let error = talos_checker::handshake(ca.trust_bundle_pem(), &forged.to_pem(), &key.private_key_pem())
         .unwrap_err();

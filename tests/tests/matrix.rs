@@ -1466,11 +1466,10 @@ async fn tls_protocol_abuse() {
     let handshake = |alpn: Vec<Vec<u8>>| {
         let (ca_pem, addr) = (ca_pem.clone(), addr.clone());
         tokio::task::spawn_blocking(move || {
-            use rustls::pki_types::pem::PemObject;
             use std::io::{Read, Write};
             let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-                roots.add(cert.unwrap()).unwrap();
+            for cert in talos_sso_tests::talos_checker::certificates_from_pem(&ca_pem).unwrap() {
+                roots.add(cert).unwrap();
             }
             let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
                 rustls::crypto::ring::default_provider(),

@@ -27,7 +27,8 @@ use time::OffsetDateTime;
 
 use super::store::{AuditStore, StoreError};
 use crate::config::CheckpointConfig;
-use crate::x509::{self, SigningKey, oid};
+use crate::keys::{KeyKind, SignError, Signer, SoftwareKey, key_kind, pkcs11, software};
+use crate::x509::{self, oid};
 
 /// Longest a webhook may take to take a checkpoint.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,7 +83,7 @@ pub enum PublishError {
 /// The audit signing key: Ed25519, PKCS#8 PEM (v1 as OpenSSL writes it,
 /// or v2), in a file nobody else can read.
 pub struct AuditKey {
-    pair: SigningKey,
+    pair: Box<dyn Signer>,
     public: CheckpointKey,
     spki_der: Vec<u8>,
 }
@@ -116,10 +117,11 @@ impl AuditKey {
             )));
         }
         let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der).map_err(|e| bad(e.to_string()))?;
-        Self::from_signing_key(SigningKey::Ed25519(pair)).map_err(bad)
+        Self::from_signing_key(Box::new(SoftwareKey::Ed25519(pair))).map_err(bad)
     }
 
-    /// The key named by `audit.checkpoints`: its file, or its token.
+    /// The key named by `audit.checkpoints`: its file, or its token (the
+    /// one place where the audit key's kind is chosen).
     pub fn configured(config: &CheckpointConfig) -> Result<Self, CheckpointSetupError> {
         match (&config.key_file, &config.pkcs11) {
             (Some(path), _) => Self::load(path),
@@ -134,21 +136,21 @@ impl AuditKey {
     /// An Ed25519 key inside a PKCS#11 token (its PIN from a file nobody
     /// else can read): the public key is read from the token, and a probe
     /// signature proves the private key is its pair.
-    pub fn load_pkcs11(source: &crate::ca::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
+    pub fn load_pkcs11(source: &pkcs11::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
         let bad = |reason: String| CheckpointSetupError::TokenKey {
             origin: source.describe(),
             reason,
         };
         let pin = crate::secret_file::read_secret(&source.pin_file).map_err(|e| bad(secret_reason(e)))?;
-        let spki = crate::pkcs11::token_public_key(source).map_err(|e| bad(e.to_string()))?;
-        if crate::x509::key_kind(&spki) != crate::x509::KeyKind::Ed25519 {
+        let spki = pkcs11::token_public_key(source).map_err(|e| bad(e.to_string()))?;
+        if key_kind(&spki) != KeyKind::Ed25519 {
             return Err(bad(
                 "the key is not Ed25519: the audit key is an Ed25519 key".into()
             ));
         }
-        let pin = cryptoki::types::AuthPin::from(pin.as_str().to_owned());
-        let token_key = crate::pkcs11::Pkcs11Key::open(source, pin, &spki).map_err(|e| bad(e.to_string()))?;
-        let key = Self::from_signing_key(SigningKey::Pkcs11(Box::new(token_key))).map_err(&bad)?;
+        let token_key =
+            pkcs11::Pkcs11Key::open(source, pin.as_str(), &spki).map_err(|e| bad(e.to_string()))?;
+        let key = Self::from_signing_key(Box::new(token_key)).map_err(&bad)?;
         let probe = key
             .sign(
                 "probe",
@@ -172,10 +174,10 @@ impl AuditKey {
         Ok(key)
     }
 
-    fn from_signing_key(pair: SigningKey) -> Result<Self, String> {
+    fn from_signing_key(pair: Box<dyn Signer>) -> Result<Self, String> {
         let spki_der = pair
             .public_key_info()
-            .and_then(|info| info.to_der().map_err(Into::into))
+            .and_then(|info| info.to_der())
             .map_err(|e| e.to_string())?;
         let public = CheckpointKey::from_spki_der(&spki_der, "the audit key").map_err(|e| e.to_string())?;
         Ok(Self {
@@ -193,9 +195,9 @@ impl AuditKey {
         let seed: [u8; 32] = ring::rand::generate(&rng)
             .map_err(|_| "no randomness".to_owned())?
             .expose();
-        let pkcs8 = crate::ca::generate::ed25519_pkcs8_v1(&seed).map_err(|e| e.to_string())?;
+        let pkcs8 = software::ed25519_pkcs8_v1(&seed).map_err(|e| e.to_string())?;
         let pair = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&pkcs8).map_err(|e| e.to_string())?;
-        let key = Self::from_signing_key(SigningKey::Ed25519(pair))?;
+        let key = Self::from_signing_key(Box::new(SoftwareKey::Ed25519(pair)))?;
         let private_pem = x509::pem_encode("PRIVATE KEY", &pkcs8);
         let public_pem = key.public_pem();
         Ok((key, private_pem, public_pem))
@@ -218,7 +220,7 @@ impl AuditKey {
         hash: &str,
         at: OffsetDateTime,
         trigger: &str,
-    ) -> Result<Checkpoint, crate::x509::X509Error> {
+    ) -> Result<Checkpoint, SignError> {
         let mut checkpoint = Checkpoint {
             kind: CHECKPOINT_TYPE.into(),
             server: server.to_owned(),
@@ -229,8 +231,7 @@ impl AuditKey {
             key_id: self.public.key_id.clone(),
             signature: String::new(),
         };
-        let rng = ring::rand::SystemRandom::new();
-        let signature = self.pair.sign(&rng, &checkpoint.signed_bytes())?;
+        let signature = self.pair.sign(&checkpoint.signed_bytes())?;
         checkpoint.signature = hex::encode(signature);
         Ok(checkpoint)
     }

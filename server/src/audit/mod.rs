@@ -46,7 +46,7 @@ pub trait RecordExt: Sized {
     fn refused_by_store(&self, reason: &str, with_identity: bool) -> Self;
 
     /// Name the certificate this record is about.
-    fn set_certificate(&mut self, issued: &crate::certificate::IssuedCertificate);
+    fn set_certificate(&mut self, issued: &crate::certificate::SignedLeaf);
 
     /// The record as the stores keep it: times to microseconds, and every
     /// text field escaped and bounded ([`text`]), whatever its source, so
@@ -82,7 +82,7 @@ impl RecordExt for AuditRecord {
         record
     }
 
-    fn set_certificate(&mut self, issued: &crate::certificate::IssuedCertificate) {
+    fn set_certificate(&mut self, issued: &crate::certificate::SignedLeaf) {
         self.roles_granted = issued.roles.clone();
         self.serial = Some(issued.serial_hex.clone());
         self.certificate_sha256 = Some(issued.certificate_sha256.clone());

@@ -3,17 +3,18 @@
 //! talosconfigs; and [`CaSummary`], what `ca inspect` and `check` print.
 
 use std::fmt;
+use std::sync::Arc;
 
 use ring::rand::SystemRandom;
 use time::{Duration, OffsetDateTime};
 
 use super::checks::{check_chain, check_key_permissions, check_signing_ca, signing_key_kind_supported};
 use super::key::{PROBE, decode_key};
-use super::material::{parse_certificates, read_text};
-use super::{CaError, CaOptions, CaSource, CaWarning, Pkcs11Source, TokenFacts, describe_name, format_time};
-use crate::pkcs11::Pkcs11Key;
-use crate::x509::{self, KeyKind, ParsedCertificate, SigningKey};
-use cryptoki::types::AuthPin;
+use super::material::{Material, parse_certificates, read_text};
+use super::{CaError, CaOptions, CaSource, CaWarning, Pkcs11Source, describe_name, format_time};
+use crate::keys::pkcs11::Pkcs11Key;
+use crate::keys::{KeyKind, Signer, key_kind};
+use crate::x509::{self, ParsedCertificate};
 
 /// A CA whose certificate expires sooner than this produces a warning: a Talos
 /// CA that quietly expires is an outage with a long fuse.
@@ -27,7 +28,8 @@ pub struct CertificateAuthority {
     /// Certificates above the signer, nearest first, ending at the Talos root.
     /// Empty when the signer is the root itself.
     chain: Vec<ParsedCertificate>,
-    key: SigningKey,
+    /// The signer's private key, of whichever kind the source named.
+    key: Arc<dyn Signer>,
     /// What goes into the talosconfig `ca` before base64: the root, then
     /// accepted CAs, as PEM; made once, it is in every answer.
     trust_bundle_pem: String,
@@ -52,22 +54,9 @@ impl CertificateAuthority {
             let text = read_text(path)?;
             accepted.extend(parse_certificates(&text, &path.display().to_string())?);
         }
-        let ca = match source {
-            CaSource::Pkcs11 { pkcs11, .. } => {
-                let text = zeroize::Zeroizing::new(read_text(&pkcs11.pin_file)?);
-                let pin = AuthPin::from(text.trim_end_matches(['\n', '\r']).to_owned());
-                Self::from_signer(&material.cert_pem, &material.origin, accepted, now, |signer| {
-                    open_pkcs11(pkcs11, pin, signer)
-                })?
-            }
-            _ => Self::from_pem(
-                &material.cert_pem,
-                &material.key_pem,
-                &material.origin,
-                accepted,
-                now,
-            )?,
-        };
+        let ca = Self::from_signer(&material.cert_pem, &material.origin, accepted, now, |signer| {
+            open_key(source, &material, signer)
+        })?;
         warnings.extend(ca.warnings);
         Ok(Self { warnings, ..ca })
     }
@@ -82,7 +71,7 @@ impl CertificateAuthority {
         now: OffsetDateTime,
     ) -> Result<Self, CaError> {
         Self::from_signer(cert_pem, origin, accepted, now, |signer| {
-            decode_key(key_pem, origin, signer)
+            Ok(Arc::new(decode_key(key_pem, origin, signer)?))
         })
     }
 
@@ -93,7 +82,7 @@ impl CertificateAuthority {
         origin: &str,
         accepted: Vec<ParsedCertificate>,
         now: OffsetDateTime,
-        key_for: impl FnOnce(&ParsedCertificate) -> Result<SigningKey, CaError>,
+        key_for: impl FnOnce(&ParsedCertificate) -> Result<Arc<dyn Signer>, CaError>,
     ) -> Result<Self, CaError> {
         let mut certs = parse_certificates(cert_pem, origin)?.into_iter();
         let signer = certs.next().ok_or_else(|| CaError::NotPem {
@@ -103,7 +92,7 @@ impl CertificateAuthority {
         let chain: Vec<ParsedCertificate> = certs.collect();
 
         check_signing_ca(&signer, now)?;
-        let kind = x509::key_kind(signer.spki());
+        let kind = key_kind(signer.spki());
         if !signing_key_kind_supported(&kind) {
             return Err(CaError::UnsupportedKeyType { kind });
         }
@@ -154,36 +143,29 @@ impl CertificateAuthority {
         &self.signer
     }
 
-    pub fn key(&self) -> &SigningKey {
-        &self.key
+    pub fn key(&self) -> &dyn Signer {
+        &*self.key
     }
 
-    /// The token holding the key, when it is in a PKCS#11 token.
-    pub fn token(&self) -> Option<&TokenFacts> {
-        match &self.key {
-            SigningKey::Pkcs11(key) => Some(key.facts()),
-            _ => None,
-        }
+    /// Where the key lives when it is outside this process (a PKCS#11
+    /// token), for `check` and `ca inspect`.
+    pub fn key_location(&self) -> Option<String> {
+        self.key.location()
     }
 
     /// Wait for a turn to sign a leaf: at once for a key in a file, and for
     /// a key in a token, until fewer than a bounded number of issuances are
-    /// signing with it ([`Pkcs11Key::turn_to_sign`]). Held while signing.
+    /// signing with it ([`Signer::turns`]). Held while signing.
     pub async fn turn_to_sign(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        match &self.key {
-            SigningKey::Pkcs11(key) => key.turn_to_sign().await,
-            _ => None,
-        }
+        // The semaphore is never closed: an error cannot happen.
+        self.key.turns()?.acquire().await.ok()
     }
 
-    /// Whether the CA can sign now. A file key always can; a token key
-    /// signs a probe (which reopens the module after a failure), so this
-    /// blocks on the HSM: call it off the async runtime.
+    /// Whether the CA can sign now. A key in memory always can; a key
+    /// outside the process signs a probe (a token reopens its module after a
+    /// failure), so this blocks on it: call it off the async runtime.
     pub fn signing_available(&self) -> bool {
-        match &self.key {
-            SigningKey::Pkcs11(key) => key.sign(PROBE).is_ok(),
-            _ => true,
-        }
+        self.key.location().is_none() || self.key.sign(PROBE).is_ok()
     }
 
     pub fn rng(&self) -> &SystemRandom {
@@ -223,17 +205,36 @@ impl CertificateAuthority {
     }
 }
 
-/// Open the token's key and prove with a probe signature that it is the
-/// certificate's: a mismatch names the token and the key label.
-fn open_pkcs11(
-    source: &Pkcs11Source,
-    pin: AuthPin,
+/// The signer's key, of the kind the source names, proved to be the
+/// certificate's: the one place where a CA's key kind is chosen.
+fn open_key(
+    source: &CaSource,
+    material: &Material,
     signer: &ParsedCertificate,
-) -> Result<SigningKey, CaError> {
-    let token_key = Pkcs11Key::open(source, pin, signer.spki())?;
-    let signature = token_key.sign(PROBE)?;
-    let key = SigningKey::Pkcs11(Box::new(token_key));
-    if x509::verify_signature(signer.spki(), &key.signature_algorithm(), PROBE, &signature).is_err() {
+) -> Result<Arc<dyn Signer>, CaError> {
+    Ok(match source {
+        CaSource::Pkcs11 { pkcs11, .. } => Arc::new(open_pkcs11(pkcs11, signer)?),
+        CaSource::Files { .. } | CaSource::SecretsBundle(_) | CaSource::MachineConfig(_) => {
+            Arc::new(decode_key(&material.key_pem, &material.origin, signer)?)
+        }
+    })
+}
+
+/// Open the token's key (its PIN from the file the source names) and prove
+/// with a probe signature that it is the certificate's: a mismatch names
+/// the token and the key label.
+fn open_pkcs11(source: &Pkcs11Source, signer: &ParsedCertificate) -> Result<Pkcs11Key, CaError> {
+    let pin = zeroize::Zeroizing::new(read_text(&source.pin_file)?);
+    let key = Pkcs11Key::open(source, pin.trim_end_matches(['\n', '\r']), signer.spki())?;
+    let signature = key.sign(PROBE)?;
+    if x509::verify_signature(
+        signer.spki(),
+        &Signer::signature_algorithm(&key),
+        PROBE,
+        &signature,
+    )
+    .is_err()
+    {
         return Err(CaError::KeyMismatch {
             origin: source.describe(),
         });
@@ -256,7 +257,7 @@ impl CaSummary {
     pub fn of(cert: &ParsedCertificate, now: OffsetDateTime) -> Self {
         Self {
             subject: describe_name(&cert.raw_subject),
-            key_type: x509::key_kind(cert.spki()),
+            key_type: key_kind(cert.spki()),
             sha256_fingerprint: cert.sha256_fingerprint(),
             not_before: cert.not_before(),
             not_after: cert.not_after(),
@@ -313,7 +314,7 @@ mod tests {
                 not_after: now + Duration::hours(1),
                 extensions: vec![ca.clone(), first, second],
             };
-            let der = x509::sign_certificate(&template, &key.key, &rng).unwrap();
+            let der = x509::sign_certificate(&template, &key.key).unwrap();
             let pem = x509::pem_encode("CERTIFICATE", &der);
             let error = CertificateAuthority::from_pem(&pem, &key.pem, "test", Vec::new(), now).unwrap_err();
             assert_eq!(error.code(), "ca_certificate_invalid");

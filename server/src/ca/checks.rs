@@ -8,7 +8,8 @@ use std::path::Path;
 use time::OffsetDateTime;
 
 use super::{CaError, CaWarning, describe_name, format_time};
-use crate::x509::{KeyKind, ParsedCertificate};
+use crate::keys::KeyKind;
+use crate::x509::ParsedCertificate;
 
 /// The key file must not be readable by anyone but its owner.
 pub(super) fn check_key_permissions(path: &Path, allow_insecure: bool) -> Result<Option<CaWarning>, CaError> {

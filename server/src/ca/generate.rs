@@ -14,7 +14,9 @@ use time::OffsetDateTime;
 use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
 
 use super::CertificateAuthority;
-use crate::x509::{self, CertificateTemplate, ParsedCertificate, SigningKey, X509Error, oid};
+use crate::keys::software::ed25519_pkcs8_v1;
+use crate::keys::{SignError, Signer, SoftwareKey};
+use crate::x509::{self, CertificateTemplate, ParsedCertificate, X509Error, oid};
 
 /// How far an intermediate's `not_before` is moved into the past, so that a
 /// client whose clock runs behind sees it valid as early as the leaves it
@@ -31,7 +33,7 @@ pub enum NewKeyType {
 
 /// A new private key and its PEM encoding.
 pub struct NewKey {
-    pub key: SigningKey,
+    pub key: SoftwareKey,
     pub pem: String,
 }
 
@@ -41,19 +43,6 @@ impl std::fmt::Debug for NewKey {
     }
 }
 
-/// PKCS#8 v1 (RFC 5208 PrivateKeyInfo, no public key) for an Ed25519 seed.
-pub fn ed25519_pkcs8_v1(seed: &[u8; 32]) -> Result<Vec<u8>, X509Error> {
-    let curve_private_key = der::asn1::OctetString::new(seed.as_slice())?.to_der()?;
-    let info = pkcs8::PrivateKeyInfoRef::new(
-        spki::AlgorithmIdentifier {
-            oid: oid::ED25519,
-            parameters: None,
-        },
-        der::asn1::OctetStringRef::new(&curve_private_key)?,
-    );
-    Ok(info.to_der()?)
-}
-
 pub fn generate_key(key_type: NewKeyType, rng: &SystemRandom) -> Result<NewKey, X509Error> {
     let no_randomness = |_| X509Error::NoRandomness;
     match key_type {
@@ -61,9 +50,9 @@ pub fn generate_key(key_type: NewKeyType, rng: &SystemRandom) -> Result<NewKey, 
             let mut seed = [0u8; 32];
             rng.fill(&mut seed).map_err(no_randomness)?;
             let pkcs8 = ed25519_pkcs8_v1(&seed)?;
-            let key = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| X509Error::SigningFailed)?;
+            let key = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| SignError::Failed)?;
             Ok(NewKey {
-                key: SigningKey::Ed25519(key),
+                key: SoftwareKey::Ed25519(key),
                 pem: x509::pem_encode("ED25519 PRIVATE KEY", &pkcs8),
             })
         }
@@ -74,12 +63,11 @@ pub fn generate_key(key_type: NewKeyType, rng: &SystemRandom) -> Result<NewKey, 
                 &signature::ECDSA_P384_SHA384_ASN1_SIGNING
             };
             let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, rng).map_err(no_randomness)?;
-            let pair =
-                EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), rng).map_err(|_| X509Error::SigningFailed)?;
+            let pair = EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), rng).map_err(|_| SignError::Failed)?;
             let key = if key_type == NewKeyType::EcdsaP256 {
-                SigningKey::EcdsaP256(pair)
+                SoftwareKey::EcdsaP256(pair)
             } else {
-                SigningKey::EcdsaP384(pair)
+                SoftwareKey::EcdsaP384(pair)
             };
             Ok(NewKey {
                 key,
@@ -148,7 +136,7 @@ pub fn new_root(
         not_after: now + validity,
         extensions,
     };
-    let der = x509::sign_certificate(&template, &new_key.key, &rng)?;
+    let der = x509::sign_certificate(&template, &new_key.key)?;
     let cert = ParsedCertificate::from_der(&der)?;
     Ok(NewCa {
         cert_pem: cert.to_pem(),
@@ -212,7 +200,7 @@ pub fn intermediate_certificate(
         not_after: std::cmp::min(now + validity, parent.not_after()),
         extensions,
     };
-    let der = x509::sign_certificate(&template, root.key(), rng)?;
+    let der = x509::sign_certificate(&template, root.key())?;
     let cert = ParsedCertificate::from_der(&der)?;
     let cert_pem = format!("{}{}", cert.to_pem(), parent.to_pem());
     Ok((cert, cert_pem))

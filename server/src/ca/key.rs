@@ -8,7 +8,8 @@ use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, RsaKeyPair};
 use spki::ObjectIdentifier;
 
 use super::CaError;
-use crate::x509::{self, ParsedCertificate, SigningKey, oid};
+use crate::keys::{Signer, SoftwareKey};
+use crate::x509::{self, ParsedCertificate, oid};
 
 /// The PEM labels Talos's own loader accepts for private keys.
 pub const ACCEPTED_KEY_LABELS: [&str; 4] = [
@@ -24,7 +25,7 @@ pub(super) const PROBE: &[u8] = b"talos-sso: does this key belong to the CA cert
 
 /// Decode the private key and prove it belongs to `cert` by signing a probe
 /// and verifying it with the certificate's public key.
-pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> Result<SigningKey, CaError> {
+pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> Result<SoftwareKey, CaError> {
     match text.trim() {
         "" => {
             return Err(CaError::EmptyKey {
@@ -67,7 +68,7 @@ pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> 
             let info = pkcs8::PrivateKeyInfoRef::from_der(&der).map_err(|e| bad(e.to_string()))?;
             let algorithm = info.algorithm.oid;
             if algorithm == oid::ED25519 {
-                SigningKey::Ed25519(
+                SoftwareKey::Ed25519(
                     Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der).map_err(|e| bad(e.to_string()))?,
                 )
             } else if algorithm == oid::EC_PUBLIC_KEY {
@@ -80,7 +81,7 @@ pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> 
                 ecdsa_key(curve, sec1.private_key, cert_key, &rng, origin)
                     .map_err(|e| e.unwrap_or_else(&bad))?
             } else if algorithm == oid::RSA_ENCRYPTION {
-                SigningKey::Rsa(RsaKeyPair::from_pkcs8(&der).map_err(|e| bad(e.to_string()))?)
+                SoftwareKey::Rsa(RsaKeyPair::from_pkcs8(&der).map_err(|e| bad(e.to_string()))?)
             } else {
                 return Err(bad(format!("unsupported key algorithm {algorithm}")));
             }
@@ -90,7 +91,7 @@ pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> 
             let curve = sec1.parameters.and_then(|p| p.named_curve());
             ecdsa_key(curve, sec1.private_key, cert_key, &rng, origin).map_err(|e| e.unwrap_or_else(&bad))?
         }
-        "RSA PRIVATE KEY" => SigningKey::Rsa(RsaKeyPair::from_der(&der).map_err(|e| bad(e.to_string()))?),
+        "RSA PRIVATE KEY" => SoftwareKey::Rsa(RsaKeyPair::from_der(&der).map_err(|e| bad(e.to_string()))?),
         _ => {
             return Err(CaError::UnsupportedKeyLabel {
                 origin: origin.to_owned(),
@@ -98,10 +99,9 @@ pub(super) fn decode_key(text: &str, origin: &str, cert: &ParsedCertificate) -> 
             });
         }
     };
-    let matches = key
-        .sign(&rng, PROBE)
-        .and_then(|sig| x509::verify_signature(cert.spki(), &key.signature_algorithm(), PROBE, &sig))
-        .is_ok();
+    let matches = key.sign(PROBE).is_ok_and(|sig| {
+        x509::verify_signature(cert.spki(), &key.signature_algorithm(), PROBE, &sig).is_ok()
+    });
     if !matches {
         return Err(CaError::KeyMismatch {
             origin: origin.to_owned(),
@@ -120,10 +120,14 @@ fn ecdsa_key(
     cert_public_key: &[u8],
     rng: &SystemRandom,
     origin: &str,
-) -> Result<SigningKey, Result<CaError, String>> {
-    let (algorithm, wrap): (_, fn(EcdsaKeyPair) -> SigningKey) = match curve {
-        Some(c) if c == oid::SECP256R1 => (&signature::ECDSA_P256_SHA256_ASN1_SIGNING, SigningKey::EcdsaP256),
-        Some(c) if c == oid::SECP384R1 => (&signature::ECDSA_P384_SHA384_ASN1_SIGNING, SigningKey::EcdsaP384),
+) -> Result<SoftwareKey, Result<CaError, String>> {
+    let (algorithm, wrap): (_, fn(EcdsaKeyPair) -> SoftwareKey) = match curve {
+        Some(c) if c == oid::SECP256R1 => {
+            (&signature::ECDSA_P256_SHA256_ASN1_SIGNING, SoftwareKey::EcdsaP256)
+        }
+        Some(c) if c == oid::SECP384R1 => {
+            (&signature::ECDSA_P384_SHA384_ASN1_SIGNING, SoftwareKey::EcdsaP384)
+        }
         Some(c) => return Err(Err(format!("unsupported curve {c}"))),
         None => return Err(Err("the key names no curve".into())),
     };

@@ -5,7 +5,7 @@
 //! intermediate followed by its issuers, up to the Talos root), a
 //! `talosctl gen secrets` bundle (`certs.os`) and a control plane machine
 //! config (`machine.ca`, plus its `machine.acceptedCAs`), and a certificate
-//! file whose key is inside a PKCS#11 token (`crate::pkcs11`). Every refusal
+//! file whose key is inside a PKCS#11 token (`crate::keys::pkcs11`). Every refusal
 //! has its own [`CaError`] variant and stable [`CaError::code`].
 //!
 //! Loading reads files (the source, accepted CAs, the key file's mode); the
@@ -19,10 +19,11 @@
 //! - `pem_files`, `secrets_bundle`, `machine_config`: one source each, read
 //!   into `material::Material` (PEM text of the certificates and the key);
 //! - `material`: what the sources share, and PEM text into certificates;
-//! - `key`: the private key, decoded and proved to match its certificate;
+//! - `key`: the private key in a PEM block, decoded and proved to match its
+//!   certificate;
 //! - `checks`: signing CA, intermediate chain and key file permissions;
-//! - `authority`: [`CertificateAuthority`], the checked signer, and its
-//!   [`CaSummary`];
+//! - `authority`: [`CertificateAuthority`], the checked signer (where the
+//!   key kind is chosen), and its [`CaSummary`];
 //! - `generate`: new roots and intermediates.
 
 mod authority;
@@ -40,8 +41,8 @@ use std::path::PathBuf;
 use der::Decode;
 use time::OffsetDateTime;
 
-pub use crate::pkcs11::{Pkcs11Error, Pkcs11Source, TokenFacts};
-use crate::x509::KeyKind;
+use crate::keys::KeyKind;
+pub use crate::keys::pkcs11::{Pkcs11Error, Pkcs11Source};
 use material::Material;
 
 pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};

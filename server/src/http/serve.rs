@@ -50,7 +50,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tower::ServiceExt;
 
@@ -102,15 +101,25 @@ fn load_served(cert: &Path, key: &Path) -> io::Result<(ServerConfig, Option<i64>
     let bad = |what: &Path, e: &dyn std::fmt::Display| {
         io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", what.display()))
     };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| bad(cert, &e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| bad(cert, &e))?;
+    let chain: Vec<CertificateDer<'static>> = pem_file(cert)?
+        .into_iter()
+        .filter(|(label, _)| label == "CERTIFICATE")
+        .map(|(_, der)| CertificateDer::from(der))
+        .collect();
     let Some(leaf) = chain.first() else {
         return Err(bad(cert, &"no CERTIFICATE block"));
     };
     let not_after = leaf_not_after(leaf);
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, &e))?;
+    // The first private key, in whichever form rustls takes.
+    let key_der = pem_file(key)?
+        .into_iter()
+        .find_map(|(label, der)| match label.as_str() {
+            "PRIVATE KEY" => Some(PrivateKeyDer::Pkcs8(der.into())),
+            "RSA PRIVATE KEY" => Some(PrivateKeyDer::Pkcs1(der.into())),
+            "EC PRIVATE KEY" => Some(PrivateKeyDer::Sec1(der.into())),
+            _ => None,
+        })
+        .ok_or_else(|| bad(key, &"no private key block"))?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -120,6 +129,15 @@ fn load_served(cert: &Path, key: &Path) -> io::Result<(ServerConfig, Option<i64>
         .map_err(|e| bad(key, &e))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok((config, not_after))
+}
+
+/// The PEM blocks of a file, read as every other PEM file is
+/// ([`crate::x509::pem_blocks`]).
+fn pem_file(path: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let text = crate::text_file::read(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    crate::x509::pem_blocks(&text)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))
 }
 
 fn leaf_not_after(leaf: &[u8]) -> Option<i64> {

@@ -51,7 +51,7 @@ async fn check_readiness(app: &Arc<App>) -> Readiness {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
     let settings = app.settings();
-    let signing = if settings.clusters.values().any(|c| c.ca.token().is_some()) {
+    let signing = if settings.clusters.values().any(|c| c.ca.key_location().is_some()) {
         probe_signing(&app.readiness.signing_probe_running, &settings).await
     } else {
         true

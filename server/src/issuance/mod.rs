@@ -20,9 +20,10 @@ use time::OffsetDateTime;
 use crate::audit::recorder::Recorder;
 use crate::audit::store::{Append, Appended, TokenClaim};
 use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
-use crate::certificate::{self, CsrError, IssueError, IssuedCertificate, LeafRequest};
+use crate::certificate::{self, CsrError, IssueError, LeafRequest, SignedLeaf};
 use crate::cluster::{Cluster, Clusters};
 use crate::identity::VerifiedIdentity;
+use crate::keys::SignError;
 use crate::metrics::Metrics;
 use crate::policy::{Applicant, Denial};
 use crate::x509::X509Error;
@@ -53,7 +54,7 @@ pub enum IssuanceError {
     #[error(
         "the CA's signing key cannot be reached right now ({0}), so nothing was issued; try again shortly"
     )]
-    SigningUnavailable(crate::pkcs11::Pkcs11Error),
+    SigningUnavailable(crate::keys::KeyUnavailable),
     #[error("you are blocked from new certificates on this server (deny list); ask the platform team")]
     IdentityDenied,
     #[error("this token was already used for a certificate; log in again for a new one")]
@@ -98,7 +99,7 @@ impl IssuanceError {
 #[derive(Debug)]
 pub struct Issued<'a> {
     pub cluster: &'a Cluster,
-    pub certificate: IssuedCertificate,
+    pub certificate: SignedLeaf,
     pub record: StoredRecord,
 }
 
@@ -252,7 +253,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             Err(error) => {
                 tracing::error!(request_id = %record.request_id, cluster = %cluster.name, %error, "signing failed");
                 let error = match error {
-                    IssueError::Signing(X509Error::SigningUnavailable(token)) => {
+                    IssueError::Signing(X509Error::Signing(SignError::Unavailable(token))) => {
                         let labels = crate::metrics::ClusterLabels {
                             cluster: cluster.name.clone(),
                         };

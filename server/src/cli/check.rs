@@ -1,0 +1,76 @@
+//! `check`: the configuration, CA material, policy examples, audit
+//! database and identity issuers, as `serve` would meet them at start.
+
+use std::io::Write;
+use std::path::Path;
+
+use time::OffsetDateTime;
+
+use crate::app::{open_store, owner_warning, require_current_schema};
+use crate::cluster::load_clusters;
+
+/// `check`: what is wrong is an error; what is fine, and the warnings, are
+/// written to `out`.
+pub(super) async fn run(
+    config: &Path,
+    now: OffsetDateTime,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let config = super::load_config(config)?;
+    let (clusters, warnings) = load_clusters(&config, now)?;
+    for (name, cluster) in &clusters {
+        writeln!(
+            out,
+            "cluster {name}: CA {} ({} days left), {} rules",
+            crate::ca::describe_name(&cluster.ca.signer().raw_subject),
+            cluster.ca.summary(now).days_left,
+            cluster.config.rules.len()
+        )?;
+        if let Some(token) = cluster.ca.key_location() {
+            writeln!(out, "cluster {name}: key in {token}")?;
+        }
+    }
+    writeln!(out, "policy examples: {} passed", config.policy_examples.len())?;
+    for (cluster, warning) in &warnings {
+        writeln!(out, "warning: cluster {cluster}: {warning}")?;
+    }
+    for warning in config.warnings() {
+        writeln!(out, "warning: {warning}")?;
+    }
+    match &config.audit.checkpoints {
+        None => writeln!(
+            out,
+            "note: {}",
+            config.unsigned_trail_notice().unwrap_or_default()
+        )?,
+        Some(settings) => {
+            let keys = crate::audit::checkpoint::configured_keys(settings)?;
+            writeln!(
+                out,
+                "audit checkpoints: signed every {} with key {}, appended to {}",
+                humantime::format_duration(settings.interval),
+                keys[0].key_id,
+                settings.file.display()
+            )?;
+        }
+    }
+    let store = open_store(&config, false).await?;
+    store
+        .ping()
+        .await
+        .map_err(|e| anyhow::anyhow!("audit database: {e}"))?;
+    writeln!(out, "audit database: reachable")?;
+    if config.database.migrate_on_start == Some(false) {
+        require_current_schema(&store).await?;
+        writeln!(out, "audit database: schema current")?;
+    }
+    if let Some(warning) = owner_warning(&store).await? {
+        writeln!(out, "warning: audit database: {warning}")?;
+    }
+    // The identity issuers, as `serve` will meet them at start.
+    let authenticator = crate::app::authenticator(&config).await?;
+    for line in authenticator.check().await.map_err(anyhow::Error::msg)? {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
