@@ -19,7 +19,7 @@ use std::path::Path;
 pub const SERVER_LAYERS: rules::Layers = &[
     (
         "utilities",
-        &["random", "secret_file", "text_file", "guid", "telemetry"],
+        &["random", "secret_file", "text_file", "guid", "slots", "telemetry"],
     ),
     ("configuration", &["config"]),
     (

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::entitlement::Denial;
+use super::decision::Denial;
 
 /// The roles granted by default to someone `entitled` (not empty) to
 /// roles, or `role_required` when none of the defaults is theirs.

@@ -1,7 +1,7 @@
 //! Policy examples from the configuration (`policy_examples`), checked at
 //! start-up against the rules they name.
 
-use super::entitlement::Applicant;
+use super::decision::Applicant;
 use super::rules::ClusterPolicy;
 use crate::config::PolicyExample;
 

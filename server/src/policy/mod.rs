@@ -27,11 +27,13 @@
 //!
 //! - `rules`: a cluster's rules, checked at load, and which match a token.
 //! - `app_roles`: app-role selectors and the tenant they count in.
+//! - `decision`: who applies, what a decision grants, and denials.
 //! - `entitlement`: the roles a token entitles to, and the decision.
 //! - `defaults`: what is granted when nothing is asked for.
 //! - `examples`: the configured examples, checked at start.
 
 mod app_roles;
+mod decision;
 mod defaults;
 mod entitlement;
 mod examples;
@@ -39,7 +41,7 @@ mod rules;
 
 pub use crate::config::{PolicyConfig, PolicyExample, Rule, Tenancy, home_tenant};
 pub use app_roles::{AppRoleSelector, check_app_roles};
-pub use entitlement::{Applicant, Decision, Denial};
+pub use decision::{Applicant, Decision, Denial};
 pub use rules::{ClusterPolicy, PolicyConfigError};
 
 /// Every role Talos knows (`role.All`, Talos 1.13). Older nodes ignore the

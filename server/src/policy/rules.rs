@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::app_roles::{AppRoleSelector, check_app_roles};
-use super::entitlement::Applicant;
+use super::decision::Applicant;
 use super::{IMPERSONATOR, TALOS_ROLES};
 use crate::config::{PolicyConfig, Rule};
 
