@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use talos_sso_server::ca::{CaOptions, CaSource, CertificateAuthority, parse_certificates};
+use talos_sso_server::ca::{CaOptions, CertificateAuthority, parse_certificates};
+use talos_sso_server::config::CaSource;
 use talos_sso_server::certificate::{LeafRequest, sign_leaf};
 
 fn directory() -> &'static Path {

@@ -29,7 +29,6 @@ use crate::x509::{self, CertificateTemplate, ParsedCertificate, X509Error, oid};
 
 /// How far `not_before` is moved back by default: configuration data
 /// (`config`, a cluster's `clock_skew`).
-pub use crate::config::DEFAULT_CLOCK_SKEW;
 
 /// Longest accepted username (the certificate's CN). Entra UPNs can exceed
 /// X.520's 64 characters, and Talos never reads the CN, so allow more.

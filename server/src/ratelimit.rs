@@ -13,7 +13,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
-pub use crate::config::RateLimitConfig;
+use crate::config::RateLimitConfig;
 
 /// The key a client address is limited (and its refusals counted) under:
 /// an IPv4 address, or the /64 network of an IPv6 address.

@@ -20,7 +20,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::audit::{AuditRecord, event, outcome};
-pub use crate::config::RefusalConfig;
+use crate::config::RefusalConfig;
 
 /// The address all addresses past the cap share.
 pub const OTHER_ADDRESSES: &str = "*";

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::ca::{CaOptions, CaSource, CertificateAuthority};
+use talos_sso_server::ca::{CaOptions, CertificateAuthority};
+use talos_sso_server::config::CaSource;
 use time::OffsetDateTime;
 
 /// `tests/fixtures/<name>`.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use talos_sso_server::ca::Pkcs11Source;
+use talos_sso_server::config::Pkcs11Source;
 
 use crate::material::write_file;
 

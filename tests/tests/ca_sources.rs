@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::ca::{CaOptions, CaSource, CaWarning, CertificateAuthority};
+use talos_sso_server::ca::{CaOptions, CaWarning, CertificateAuthority};
 use talos_sso_server::cli::{Cli, run};
+use talos_sso_server::config::CaSource;
 use talos_sso_server::keys::KeyKind;
 use talos_sso_tests::material::{fixture, load, private_copy, read_fixture, write_file};
 use time::OffsetDateTime;

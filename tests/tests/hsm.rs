@@ -9,9 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use talos_sso::key::ClientKey;
+use talos_sso_server::ca::CertificateAuthority;
 use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::ca::{CaSource, CertificateAuthority, Pkcs11Source};
-use talos_sso_server::certificate::{self, DEFAULT_CLOCK_SKEW, LeafRequest};
+use talos_sso_server::certificate::{self, LeafRequest};
+use talos_sso_server::config::{CaSource, DEFAULT_CLOCK_SKEW, Pkcs11Source};
 use talos_sso_server::keys::pkcs11::token_public_key;
 use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv, server_cli};

@@ -4,11 +4,10 @@
 use std::time::Duration;
 
 use talos_sso::key::ClientKey;
+use talos_sso_server::ca::CertificateAuthority;
 use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::ca::{CaSource, CertificateAuthority};
-use talos_sso_server::certificate::{
-    self, CsrError, DEFAULT_CLOCK_SKEW, IssueError, LeafRequest, SignedLeaf,
-};
+use talos_sso_server::certificate::{self, CsrError, IssueError, LeafRequest, SignedLeaf};
+use talos_sso_server::config::{CaSource, DEFAULT_CLOCK_SKEW};
 use talos_sso_server::x509::{self, CertificateTemplate, ParsedCertificate, oid};
 use talos_sso_tests::material::{fixture, fresh_ca, load, private_copy, read_fixture};
 use talos_sso_tests::{openssl, talos_checker};

@@ -136,7 +136,7 @@ impl AuditKey {
     /// An Ed25519 key inside a PKCS#11 token (its PIN from a file nobody
     /// else can read): the public key is read from the token, and a probe
     /// signature proves the private key is its pair.
-    pub fn load_pkcs11(source: &pkcs11::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
+    pub fn load_pkcs11(source: &crate::config::Pkcs11Source) -> Result<Self, CheckpointSetupError> {
         let bad = |reason: String| CheckpointSetupError::TokenKey {
             origin: source.describe(),
             reason,

@@ -42,7 +42,7 @@ use der::Decode;
 use time::OffsetDateTime;
 
 use crate::keys::KeyKind;
-pub use crate::keys::pkcs11::{Pkcs11Error, Pkcs11Source};
+pub use crate::keys::pkcs11::Pkcs11Error;
 use material::Material;
 
 pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};
@@ -50,7 +50,7 @@ pub use key::ACCEPTED_KEY_LABELS;
 pub use material::parse_certificates;
 
 /// Where a cluster's CA comes from: configuration data (`config`).
-pub use crate::config::CaSource;
+use crate::config::CaSource;
 
 impl CaSource {
     /// The certificate and key text this source holds (`Pkcs11` holds no

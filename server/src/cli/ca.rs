@@ -12,7 +12,8 @@ use time::OffsetDateTime;
 
 use super::files::{write_new_file, write_new_files};
 use crate::ca::generate::{self, NewKeyType};
-use crate::ca::{CaOptions, CaSource, CaSummary, CertificateAuthority};
+use crate::ca::{CaOptions, CaSummary, CertificateAuthority};
+use crate::config::CaSource;
 
 /// Where a new CA is written, and its key type.
 #[derive(Debug, Args)]
@@ -187,8 +188,8 @@ impl CaSourceArgs {
         })
     }
 
-    fn pkcs11_source(&self) -> Option<crate::ca::Pkcs11Source> {
-        Some(crate::ca::Pkcs11Source {
+    fn pkcs11_source(&self) -> Option<crate::config::Pkcs11Source> {
+        Some(crate::config::Pkcs11Source {
             module: self.pkcs11_module.clone()?,
             token_label: self.pkcs11_token_label.clone()?,
             key_label: self.pkcs11_key_label.clone()?,
@@ -279,7 +280,7 @@ pub(super) fn run(
             }
             // Without --generate, no PIN: the public key is readable
             // without logging in.
-            let token = crate::ca::Pkcs11Source {
+            let token = crate::config::Pkcs11Source {
                 module: token_module,
                 token_label,
                 key_label: token_key_label,

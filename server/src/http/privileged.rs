@@ -38,7 +38,7 @@ pub(super) fn is_member(
     if !verified.from_login_issuer() {
         return false;
     }
-    let home = crate::policy::home_tenant(tenants);
+    let home = crate::config::home_tenant(tenants);
     let tenant = verified.tenant.as_deref();
     let by_client_id = verified
         .application

@@ -39,7 +39,6 @@ mod entitlement;
 mod examples;
 mod rules;
 
-pub use crate::config::{PolicyConfig, PolicyExample, Rule, Tenancy, home_tenant};
 pub use app_roles::{AppRoleSelector, check_app_roles};
 pub use decision::{Applicant, Decision, Denial};
 pub use rules::{ClusterPolicy, PolicyConfigError};

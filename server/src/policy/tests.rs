@@ -2,6 +2,7 @@
 //! examples.
 
 use super::*;
+use crate::config::{PolicyConfig, PolicyExample, Rule, Tenancy};
 
 const ADMINS: &str = "0f2a7c3e-1111-4c5d-9e8f-000000000001";
 const ONCALL: &str = "0f2a7c3e-2222-4c5d-9e8f-000000000002";

@@ -37,7 +37,7 @@ pub use generate::{generate_key_pair, token_public_key};
 pub use session_pool::Pkcs11Key;
 
 /// Where the key is: configuration data (`config`).
-pub use crate::config::Pkcs11Source;
+use crate::config::Pkcs11Source;
 
 /// Why the token could not sign (or be opened). Each names the token.
 #[derive(Debug, Clone, thiserror::Error)]
