@@ -27,9 +27,6 @@ use crate::ca::CertificateAuthority;
 use crate::keys::{KeyKind, key_kind};
 use crate::x509::{self, CertificateTemplate, ParsedCertificate, X509Error, oid};
 
-/// How far `not_before` is moved back by default: configuration data
-/// (`config`, a cluster's `clock_skew`).
-
 /// Longest accepted username (the certificate's CN). Entra UPNs can exceed
 /// X.520's 64 characters, and Talos never reads the CN, so allow more.
 pub const MAX_USERNAME_LEN: usize = 256;
