@@ -981,6 +981,8 @@ impl sqlx_core::net::WithSocket for NoDelay {
 async fn postgres_connections_do_not_wait_for_acknowledgements() {
     let url = url::Url::parse(&talos_sso_tests::harness::admin_database_url()).unwrap();
     let (host, port) = (url.host_str().unwrap(), url.port().unwrap_or(5432));
-    let nodelay = sqlx_core::net::connect_tcp(host, port, NoDelay).await.unwrap();
+    let nodelay = sqlx_core::net::connect_tcp(sqlx_core::net::SocketHost::Str(host), port, NoDelay)
+        .await
+        .unwrap();
     assert_eq!(nodelay, Some(true), "TCP_NODELAY on the socket to {host}:{port}");
 }

@@ -6,7 +6,7 @@ use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
 
 use super::AuditStore;
-use super::batch::{BatchTx, change_deny_list, entry_blocks};
+use super::batch::{BatchTx, Identities, change_deny_list, entry_blocks};
 use super::types::{Append, Appended, StoreError, TokenClaim};
 use crate::audit::{AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, StoredRecord, chain};
 
@@ -25,7 +25,7 @@ pub(super) async fn extend_chain(
     // record is cleaned first (a subject with a zero-width space must match
     // the entry an admin wrote from the trail).
     let mut records: Vec<AuditRecord> = batch.iter().map(|a| a.record.clone().normalised()).collect();
-    let (subjects, usernames): (Vec<String>, Vec<String>) = batch
+    let (subjects, usernames) = batch
         .iter()
         .zip(&records)
         .filter(|(a, _)| a.deny_check)
@@ -36,13 +36,14 @@ pub(super) async fn extend_chain(
             )
         })
         .unzip();
+    let checked = Identities { subjects, usernames };
     // Records that check no identity (one-off commands' records) read the
     // head alone: they are also what is written to a schema older than the
     // deny list's view (migrations/sqlite/0006).
-    let (head, mut denied) = if subjects.is_empty() {
+    let (head, mut denied) = if checked.subjects.is_empty() {
         (tx.head().await?, Vec::new())
     } else {
-        tx.head_and_denied(&subjects, &usernames).await?
+        tx.head_and_denied(&checked).await?
     };
     let (seq, hash) = head.unwrap_or((0, GENESIS_HASH.to_owned()));
     let mut outcomes = Vec::with_capacity(batch.len());
@@ -92,9 +93,9 @@ pub(super) async fn extend_chain(
         if let (Some(change), Outcome::Recorded) = (&batch[last].deny_change, outcomes[last]) {
             let rows = change_deny_list(tx, change).await?;
             note_change(&mut records[last], rows);
-            if !subjects.is_empty() {
+            if !checked.subjects.is_empty() {
                 // Later records of this batch see the list as changed.
-                denied = tx.denied(&subjects, &usernames).await?;
+                denied = tx.denied(&checked).await?;
             }
         }
         start = end;

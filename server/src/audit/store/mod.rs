@@ -429,19 +429,15 @@ mod tests {
             Ok(self.records.last().map(|r| (r.seq, r.hash.clone())))
         }
 
-        async fn head_and_denied(
-            &mut self,
-            subjects: &[String],
-            _: &[String],
-        ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+        async fn head_and_denied(&mut self, checked: &Identities) -> Result<HeadAndDenied, StoreError> {
             self.calls.push("head and denied".into());
             let head = self.records.last().map(|r| (r.seq, r.hash.clone()));
-            Ok((head, self.listed(subjects)))
+            Ok((head, self.listed(&checked.subjects)))
         }
 
-        async fn denied(&mut self, subjects: &[String], _: &[String]) -> Result<DeniedPairs, StoreError> {
+        async fn denied(&mut self, checked: &Identities) -> Result<DeniedPairs, StoreError> {
             self.calls.push("denied".into());
-            Ok(self.listed(subjects))
+            Ok(self.listed(&checked.subjects))
         }
 
         async fn claim_tokens(
@@ -473,6 +469,10 @@ mod tests {
             }
             self.calls.push("change".into());
             Ok(1)
+        }
+
+        async fn insert_claims(&mut self, _: &[&Claim<'_>]) -> Result<Vec<String>, StoreError> {
+            unreachable!("claim_tokens above answers for this backend")
         }
 
         async fn insert_records(&mut self, records: &[StoredRecord]) -> Result<(), StoreError> {

@@ -12,12 +12,12 @@ use sqlx::postgres::{
 use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
 
-use super::batch::{BatchTx, DeniedPairs, HeadOrDenied, claim_answers, distinct_claims, head_and_denied};
+use super::batch::{BatchTx, Claim, HeadAndDenied, HeadOrDenied, Identities, head_and_denied};
 use super::query::{
     COLUMNS, DENY_LIST_SQL, DenyRow, HEAD_SQL, RecordRow, Statement, bound, deny_entry, deny_list_sql,
     stored_record,
 };
-use super::types::{DenyEntry, StoreError, StoreOptions, TokenClaim};
+use super::types::{DenyEntry, StoreError, StoreOptions};
 use crate::audit::{AuditRecord, StoredRecord};
 
 /// Postgres advisory lock key that serialises chain appends (any constant
@@ -252,34 +252,18 @@ impl BatchTx for ChainTx {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(self.connection()).await?)
     }
 
-    async fn head_and_denied(
-        &mut self,
-        subjects: &[String],
-        usernames: &[String],
-    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+    async fn head_and_denied(&mut self, checked: &Identities) -> Result<HeadAndDenied, StoreError> {
         let rows: Vec<HeadOrDenied> =
             sqlx::query_as(deny_list_sql!(head_and_denied, "NULL::text", deny_matches!()))
-                .bind(subjects)
-                .bind(usernames)
+                .bind(&checked.subjects)
+                .bind(&checked.usernames)
                 .fetch_all(self.connection())
                 .await?;
         head_and_denied(rows)
     }
 
-    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
-        Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
-            .bind(subjects)
-            .bind(usernames)
-            .fetch_all(self.connection())
-            .await?)
-    }
-
-    async fn claim_tokens(
-        &mut self,
-        claims: &[(&TokenClaim, OffsetDateTime)],
-    ) -> Result<Vec<bool>, StoreError> {
-        let distinct = distinct_claims(claims);
-        let inserted: Vec<String> = sqlx::query_scalar(
+    async fn insert_claims(&mut self, distinct: &[&Claim<'_>]) -> Result<Vec<String>, StoreError> {
+        let inserted = sqlx::query_scalar(
             "INSERT INTO used_tokens (token_id, used_at, expires_at) \
              SELECT * FROM UNNEST($1::text[], $2::timestamptz[], $3::timestamptz[]) \
              ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
@@ -289,7 +273,7 @@ impl BatchTx for ChainTx {
         .bind(distinct.iter().map(|(claim, _)| claim.expires_at).bind_iter())
         .fetch_all(self.connection())
         .await?;
-        Ok(claim_answers(claims, inserted))
+        Ok(inserted)
     }
 
     async fn execute(&mut self, statement: Statement) -> Result<u64, StoreError> {

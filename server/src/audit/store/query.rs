@@ -72,14 +72,11 @@ pub(super) use head_sql;
 
 pub(super) const HEAD_SQL: &str = head_sql!();
 
-/// The statements that read the deny list in a batch, from a backend's
-/// literals: `$null` is its NULL text column, `$matches` its test that an
-/// entry names one of the subjects (`$1`) or usernames (`$2`). `denied`:
-/// the matching entries; `head_and_denied`: the rows of [`HeadOrDenied`].
+/// The statement that reads the deny list in a batch, with the chain head,
+/// from a backend's literals: `$null` is its NULL text column, `$matches`
+/// its test that an entry names one of the subjects (`$1`) or usernames
+/// (`$2`); its rows are those of [`super::batch::HeadOrDenied`].
 macro_rules! deny_list_sql {
-    (denied, $matches:expr) => {
-        concat!("SELECT subject, username FROM deny_list_active WHERE ", $matches)
-    };
     (head_and_denied, $null:literal, $matches:expr) => {
         concat!(
             "SELECT seq, hash, ",

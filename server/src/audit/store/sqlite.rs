@@ -21,14 +21,12 @@ use sqlx::{Connection, Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::batch::{
-    BatchTx, DeniedPairs, HeadOrDenied, append_in, claim_answers, distinct_claims, head_and_denied,
-};
+use super::batch::{BatchTx, Claim, HeadAndDenied, HeadOrDenied, Identities, append_in, head_and_denied};
 use super::query::{
     COLUMNS, DENY_LIST_SQL, DenyRow, HEAD_SQL, RecordRow, Statement, bound, deny_entry, deny_list_sql,
     stored_record,
 };
-use super::types::{Append, Appended, DenyEntry, StoreError, StoreOptions, TokenClaim};
+use super::types::{Append, Appended, DenyEntry, StoreError, StoreOptions};
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
 /// The files of `migrations/sqlite`, embedded at build time; each file's
@@ -267,33 +265,17 @@ impl BatchTx for Transaction<'_, Sqlite> {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
     }
 
-    async fn head_and_denied(
-        &mut self,
-        subjects: &[String],
-        usernames: &[String],
-    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+    async fn head_and_denied(&mut self, checked: &Identities) -> Result<HeadAndDenied, StoreError> {
         let rows: Vec<HeadOrDenied> =
             sqlx::query_as(deny_list_sql!(head_and_denied, "NULL", deny_matches!()))
-                .bind(json_list(subjects))
-                .bind(json_list(usernames))
+                .bind(json_list(&checked.subjects))
+                .bind(json_list(&checked.usernames))
                 .fetch_all(&mut **self)
                 .await?;
         head_and_denied(rows)
     }
 
-    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
-        Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
-            .bind(json_list(subjects))
-            .bind(json_list(usernames))
-            .fetch_all(&mut **self)
-            .await?)
-    }
-
-    async fn claim_tokens(
-        &mut self,
-        claims: &[(&TokenClaim, OffsetDateTime)],
-    ) -> Result<Vec<bool>, StoreError> {
-        let distinct = distinct_claims(claims);
+    async fn insert_claims(&mut self, distinct: &[&Claim<'_>]) -> Result<Vec<String>, StoreError> {
         let mut inserted = Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(rows_per_statement(3)) {
             let sql = format!(
@@ -310,7 +292,7 @@ impl BatchTx for Transaction<'_, Sqlite> {
             }
             inserted.extend(query.fetch_all(&mut **self).await?);
         }
-        Ok(claim_answers(claims, inserted))
+        Ok(inserted)
     }
 
     async fn execute(&mut self, statement: Statement) -> Result<u64, StoreError> {

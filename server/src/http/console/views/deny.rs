@@ -5,10 +5,9 @@
 
 use std::sync::Arc;
 
-use axum::Extension;
-use axum::extract::State;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde::Deserialize;
 use serde_json::json;
@@ -157,38 +156,65 @@ pub enum Change {
     Remove,
 }
 
-/// `POST /ui/deny`: add an entry (recorded, as `POST /v1/deny` records it).
-pub async fn deny_add(
-    State(app): State<Arc<App>>,
-    Extension(console): Extension<Arc<Console>>,
+/// A deny-list form as posted: the request's caller and headers, and
+/// what the form holds.
+#[derive(Debug)]
+pub struct DenyPost {
+    app: Arc<App>,
+    console: Arc<Console>,
     caller: Caller,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<DenyForm>,
-) -> Response {
-    deny_form(&app, &console, caller, &headers, form, Change::Add).await
+    form: DenyForm,
+}
+
+impl FromRequest<Arc<App>> for DenyPost {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &Arc<App>) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let console = parts
+            .extensions
+            .get::<Arc<Console>>()
+            .cloned()
+            .ok_or_else(page::unavailable)?;
+        let caller = Caller::from_request_parts(&mut parts, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let axum::Form(form) = axum::Form::<DenyForm>::from_request(Request::from_parts(parts, body), app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            app: app.clone(),
+            console,
+            caller,
+            headers,
+            form,
+        })
+    }
+}
+
+/// `POST /ui/deny`: add an entry (recorded, as `POST /v1/deny` records it).
+pub async fn deny_add(post: DenyPost) -> Response {
+    deny_form(post, Change::Add).await
 }
 
 /// `POST /ui/deny/remove`: remove entries (recorded).
-pub async fn deny_remove(
-    State(app): State<Arc<App>>,
-    Extension(console): Extension<Arc<Console>>,
-    caller: Caller,
-    headers: HeaderMap,
-    axum::Form(form): axum::Form<DenyForm>,
-) -> Response {
-    deny_form(&app, &console, caller, &headers, form, Change::Remove).await
+pub async fn deny_remove(post: DenyPost) -> Response {
+    deny_form(post, Change::Remove).await
 }
 
 /// A deny-list form: an admin's change; anyone else's refusal recorded as
 /// the API records it, `deny.added` or `deny.removed` with the target.
-async fn deny_form(
-    app: &App,
-    console: &Console,
-    caller: Caller,
-    headers: &HeaderMap,
-    form: DenyForm,
-    change: Change,
-) -> Response {
+async fn deny_form(post: DenyPost, change: Change) -> Response {
+    let DenyPost {
+        app,
+        console,
+        caller,
+        headers,
+        form,
+    } = post;
+    let (app, console, headers) = (app.as_ref(), console.as_ref(), &headers);
     let request = form.request(app.clock.now());
     let (event, mut details) =
         match change {

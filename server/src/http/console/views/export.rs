@@ -187,70 +187,53 @@ struct ExportBody {
 #[error("the audit trail could not be read; the export is incomplete")]
 struct ExportInterrupted;
 
-/// The CSV export's columns, by the names of the record's fields.
-pub const CSV_COLUMNS: [&str; 23] = [
-    "seq",
-    "occurred_at",
-    "event",
-    "outcome",
-    "reason_code",
-    "cluster",
-    "issuer",
-    "subject",
-    "username",
-    "identity_verified",
-    "roles_requested",
-    "roles_granted",
-    "serial",
-    "certificate_sha256",
-    "not_before",
-    "not_after",
-    "client_ip",
-    "user_agent",
-    "client_version",
-    "request_id",
-    "details",
-    "prev_hash",
-    "hash",
-];
+/// A column of the CSV export: its heading (the name of the record's
+/// field) and its value in a record, side by side so that neither can
+/// drift from the other.
+type Column = (&'static str, fn(&StoredRecord) -> String);
 
-/// A record's values under [`CSV_COLUMNS`], in that order.
-fn csv_row(r: &StoredRecord) -> [String; 23] {
-    let rec = &r.record;
-    let opt = |v: &Option<String>| v.clone().unwrap_or_default();
-    let time = |t: Option<time::OffsetDateTime>| t.map(format_micros).unwrap_or_default();
-    [
-        r.seq.to_string(),
-        format_micros(rec.occurred_at),
-        rec.event.clone(),
-        rec.outcome.clone(),
-        opt(&rec.reason_code),
-        opt(&rec.cluster),
-        opt(&rec.issuer),
-        opt(&rec.subject),
-        opt(&rec.username),
-        rec.identity_verified.to_string(),
-        rec.roles_requested.join(" "),
-        rec.roles_granted.join(" "),
-        opt(&rec.serial),
-        opt(&rec.certificate_sha256),
-        time(rec.not_before),
-        time(rec.not_after),
-        opt(&rec.client_ip),
-        opt(&rec.user_agent),
-        opt(&rec.client_version),
-        rec.request_id.clone(),
-        rec.details.to_string(),
-        r.prev_hash.clone(),
-        r.hash.clone(),
-    ]
+/// An optional value as a cell: empty when absent.
+fn opt(value: &Option<String>) -> String {
+    value.clone().unwrap_or_default()
 }
+
+/// An optional time as a cell, in its one text form.
+fn time(value: Option<time::OffsetDateTime>) -> String {
+    value.map(format_micros).unwrap_or_default()
+}
+
+/// The CSV export's columns, in order.
+const CSV_COLUMNS: [Column; 23] = [
+    ("seq", |r| r.seq.to_string()),
+    ("occurred_at", |r| format_micros(r.record.occurred_at)),
+    ("event", |r| r.record.event.clone()),
+    ("outcome", |r| r.record.outcome.clone()),
+    ("reason_code", |r| opt(&r.record.reason_code)),
+    ("cluster", |r| opt(&r.record.cluster)),
+    ("issuer", |r| opt(&r.record.issuer)),
+    ("subject", |r| opt(&r.record.subject)),
+    ("username", |r| opt(&r.record.username)),
+    ("identity_verified", |r| r.record.identity_verified.to_string()),
+    ("roles_requested", |r| r.record.roles_requested.join(" ")),
+    ("roles_granted", |r| r.record.roles_granted.join(" ")),
+    ("serial", |r| opt(&r.record.serial)),
+    ("certificate_sha256", |r| opt(&r.record.certificate_sha256)),
+    ("not_before", |r| time(r.record.not_before)),
+    ("not_after", |r| time(r.record.not_after)),
+    ("client_ip", |r| opt(&r.record.client_ip)),
+    ("user_agent", |r| opt(&r.record.user_agent)),
+    ("client_version", |r| opt(&r.record.client_version)),
+    ("request_id", |r| r.record.request_id.clone()),
+    ("details", |r| r.record.details.to_string()),
+    ("prev_hash", |r| r.prev_hash.clone()),
+    ("hash", |r| r.hash.clone()),
+];
 
 /// `records` as CSV rows.
 fn csv_chunk(records: &[StoredRecord]) -> Result<Vec<u8>, talos_sso_text::csv::Error> {
     let mut rows = talos_sso_text::csv::Rows::new();
     for r in records {
-        rows.push(csv_row(r))?;
+        rows.push(CSV_COLUMNS.iter().map(|(_, value)| value(r)))?;
     }
     rows.into_bytes()
 }
@@ -258,7 +241,7 @@ fn csv_chunk(records: &[StoredRecord]) -> Result<Vec<u8>, talos_sso_text::csv::E
 /// The CSV export's first line.
 fn csv_header() -> Result<Vec<u8>, talos_sso_text::csv::Error> {
     let mut rows = talos_sso_text::csv::Rows::new();
-    rows.push(CSV_COLUMNS)?;
+    rows.push(CSV_COLUMNS.map(|(heading, _)| heading))?;
     rows.into_bytes()
 }
 

@@ -19,7 +19,7 @@ pub use chain::{CsrfForm, chain, verify_again};
 pub use charts::{CHART_DAYS_MAX, CHART_HOURS_MAX, ChartCache, ChartQuery, charts};
 pub use common::{Filters, Look, PAGE};
 pub use deny::{Change, DenyForm, deny_add, deny_list, deny_remove, refused_form};
-pub use export::{CSV_COLUMNS, EXPORT_MAX, EXPORT_PAGE, ended, export};
+pub use export::{EXPORT_MAX, EXPORT_PAGE, ended, export};
 pub use held::{HeldQuery, held};
 pub use person::{PersonQuery, person};
 pub use record::record;
