@@ -1,13 +1,11 @@
 //! A batch's side of the store: the steps a backend runs inside the
-//! transaction that holds the chain's lock ([`BatchTx`]), how a batch is
-//! bounded in time and committed ([`append_in`]), and the pieces of the
-//! checks both backends share (token claims, deny-list matches).
+//! transaction that holds the chain's lock ([`BatchTx`]), and the pieces
+//! of the checks both backends share (token claims, deny-list matches).
 
 use time::OffsetDateTime;
 
-use super::chain::extend_chain;
 use super::query::{Statement, deny_change};
-use super::types::{Append, Appended, DenyChange, StoreError, TokenClaim, WRITE_TIMEOUT};
+use super::types::{DenyChange, StoreError, TokenClaim};
 use crate::audit::StoredRecord;
 
 /// A token claim and when its token was used.
@@ -144,38 +142,4 @@ pub(super) async fn change_deny_list(tx: &mut impl BatchTx, change: &DenyChange)
         touched = tx.execute(statement).await?;
     }
     Ok(touched)
-}
-
-/// The batch in `tx`, which holds the chain lock, then the commit;
-/// `before_commit` runs when the records are written and the `COMMIT` is
-/// about to be sent (where the next batch's lock is taken ahead).
-pub(super) async fn append_in<Tx: BatchTx>(
-    begin: impl Future<Output = Result<Tx, StoreError>>,
-    batch: &[Append],
-    before_commit: impl FnOnce(),
-) -> Result<Vec<Appended>, StoreError> {
-    let silent = || StoreError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"));
-    // Dropped on a timeout: the connection goes, the transaction with it.
-    let (tx, out) = tokio::time::timeout(WRITE_TIMEOUT, async {
-        let mut tx = begin.await?;
-        let out = extend_chain(&mut tx, batch).await?;
-        Ok::<_, StoreError>((tx, out))
-    })
-    .await
-    .map_err(|_| silent())??;
-    before_commit();
-    let committed = tokio::time::timeout(WRITE_TIMEOUT, tx.commit())
-        .await
-        .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::Error::other(silent().to_string()))));
-    match committed {
-        Ok(()) => Ok(out),
-        // The database answered: it did not commit.
-        Err(error @ sqlx::Error::Database(_)) => Err(error.into()),
-        // No answer (connection cut, I/O error): the commit may have
-        // happened, only reading it back can tell.
-        Err(error) => Err(StoreError::CommitUnacknowledged {
-            reason: error.to_string(),
-            appended: out,
-        }),
-    }
 }

@@ -1,14 +1,12 @@
 //! The chain itself: how a batch's records are checked and linked onto
-//! the head ([`extend_chain`], the same for both backends), and how the
-//! whole chain is recomputed ([`AuditStore::verify_chain`]).
+//! the head ([`extend_chain`], the same for both backends), and how a
+//! batch is bounded in time and committed ([`append_in`]).
 
-use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
 
-use super::AuditStore;
 use super::batch::{BatchTx, Identities, change_deny_list, entry_blocks};
-use super::types::{Append, Appended, StoreError, TokenClaim};
-use crate::audit::{AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, StoredRecord, chain};
+use super::types::{Append, Appended, StoreError, TokenClaim, WRITE_TIMEOUT};
+use crate::audit::{AuditRecord, GENESIS_HASH, RecordExt, StoredRecord, chain};
 
 /// Append `batch` in order inside `tx`: deny list (read once for the batch,
 /// and again after any change to it in the batch), replay guard, deny-list
@@ -150,36 +148,36 @@ fn note_change(record: &mut AuditRecord, rows: u64) {
     }
 }
 
-impl AuditStore {
-    /// Recompute the whole chain; stops at the first broken link.
-    pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
-        self.verify_chain_against(None).await
-    }
-
-    /// Recompute the whole chain and, when `checkpoints` are given (their
-    /// signatures checked), check each record they name against the hash
-    /// they signed, and that none names a record past the end.
-    pub async fn verify_chain_against(
-        &self,
-        checkpoints: Option<Vec<talos_sso_api::checkpoint::Checkpoint>>,
-    ) -> Result<ChainCheck, StoreError> {
-        let mut check = ChainCheck::default();
-        if let Some(checkpoints) = checkpoints {
-            check = check.with_checkpoints(checkpoints);
-        }
-        let mut after = 0;
-        loop {
-            let page = self.page(after, MAX_PAGE).await?;
-            let Some(last) = page.last() else { break };
-            after = last.seq;
-            for record in &page {
-                check.feed(record);
-            }
-            if check.first_broken.is_some() {
-                break;
-            }
-        }
-        check.finish();
-        Ok(check)
+/// The batch in `tx`, which holds the chain lock, then the commit;
+/// `before_commit` runs when the records are written and the `COMMIT` is
+/// about to be sent (where the next batch's lock is taken ahead).
+pub(super) async fn append_in<Tx: BatchTx>(
+    begin: impl Future<Output = Result<Tx, StoreError>>,
+    batch: &[Append],
+    before_commit: impl FnOnce(),
+) -> Result<Vec<Appended>, StoreError> {
+    let silent = || StoreError::Unavailable(format!("no answer within {WRITE_TIMEOUT:?}"));
+    // Dropped on a timeout: the connection goes, the transaction with it.
+    let (tx, out) = tokio::time::timeout(WRITE_TIMEOUT, async {
+        let mut tx = begin.await?;
+        let out = extend_chain(&mut tx, batch).await?;
+        Ok::<_, StoreError>((tx, out))
+    })
+    .await
+    .map_err(|_| silent())??;
+    before_commit();
+    let committed = tokio::time::timeout(WRITE_TIMEOUT, tx.commit())
+        .await
+        .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::Error::other(silent().to_string()))));
+    match committed {
+        Ok(()) => Ok(out),
+        // The database answered: it did not commit.
+        Err(error @ sqlx::Error::Database(_)) => Err(error.into()),
+        // No answer (connection cut, I/O error): the commit may have
+        // happened, only reading it back can tell.
+        Err(error) => Err(StoreError::CommitUnacknowledged {
+            reason: error.to_string(),
+            appended: out,
+        }),
     }
 }

@@ -4,8 +4,10 @@
 use sqlx::FromRow;
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::sqlite::SqliteRow;
+use talos_sso_api::audit::MAX_PAGE;
 
-use super::batch::{append_in, entry_blocks};
+use super::batch::entry_blocks;
+use super::chain::append_in;
 use super::query::{
     self, HEAD_SQL, OUTSIDE_CHAIN_COUNT_SQL, OUTSIDE_CHAIN_SQL, Order, SUBJECTS_OF_POSTGRES,
     SUBJECTS_OF_SQLITE, Statement, bound, chain_rows,
@@ -15,8 +17,8 @@ use super::types::{
     OutsideChain, StoreError, StoreOptions,
 };
 use super::{LockAhead, postgres, sqlite};
-use crate::audit::text::clean_field;
-use crate::audit::{GENESIS_HASH, StoredRecord, format_micros};
+use crate::audit::text::{FIELD_CHARS, clean, clean_field};
+use crate::audit::{ChainCheck, GENESIS_HASH, StoredRecord, format_micros};
 
 #[derive(Debug, Clone)]
 pub enum AuditStore {
@@ -352,6 +354,38 @@ impl AuditStore {
             .await?))
     }
 
+    /// Recompute the whole chain; stops at the first broken link.
+    pub async fn verify_chain(&self) -> Result<ChainCheck, StoreError> {
+        self.verify_chain_against(None).await
+    }
+
+    /// Recompute the whole chain and, when `checkpoints` are given (their
+    /// signatures checked), check each record they name against the hash
+    /// they signed, and that none names a record past the end.
+    pub async fn verify_chain_against(
+        &self,
+        checkpoints: Option<Vec<talos_sso_api::checkpoint::Checkpoint>>,
+    ) -> Result<ChainCheck, StoreError> {
+        let mut check = ChainCheck::default();
+        if let Some(checkpoints) = checkpoints {
+            check = check.with_checkpoints(checkpoints);
+        }
+        let mut after = 0;
+        loop {
+            let page = self.page(after, MAX_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            for record in &page {
+                check.feed(record);
+            }
+            if check.first_broken.is_some() {
+                break;
+            }
+        }
+        check.finish();
+        Ok(check)
+    }
+
     /// The counts the console's charts draw for `window`: certificates
     /// issued per bucket, cluster and granted role, and denials per reason.
     pub async fn chart(&self, window: &ChartWindow) -> Result<(ChartCounts, ChartCounts), StoreError> {
@@ -388,5 +422,25 @@ impl AuditStore {
             }
         };
         Ok(rows?)
+    }
+}
+
+/// A database error as the store reports it: refused for its data when
+/// the backend that answered says the data is at fault, else unavailable.
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        match &error {
+            sqlx::Error::Database(refusal)
+                if postgres::refuses_the_data(refusal.as_ref())
+                    || sqlite::refuses_the_data(refusal.as_ref()) =>
+            {
+                StoreError::Refused(format!(
+                    "[{}] {}",
+                    refusal.code().unwrap_or_default(),
+                    clean(refusal.message(), FIELD_CHARS)
+                ))
+            }
+            _ => StoreError::Unavailable(error.to_string()),
+        }
     }
 }

@@ -15,9 +15,12 @@
 //!
 //! What both backends share is written once: `types` (what callers ask
 //! and get), `query` (the statements' text, the record query builder, how
-//! rows decode), `batch` (a batch's steps inside its transaction, its
-//! deadline and commit), `chain` (the order of the checks, their outcomes,
-//! the hashing; verification) and `dispatch` (the one type callers hold).
+//! rows decode), `batch` (a batch's steps inside its transaction),
+//! `chain` (the order of the checks, their outcomes, the hashing, a
+//! batch's deadline and commit) and `dispatch` (the one type callers hold,
+//! verification, which errors blame the data). Imports among them point
+//! one way: `dispatch` over the backends over `chain` over `batch` over
+//! `query` over `types`.
 //! `postgres` and `sqlite` hold each backend's connection, transaction and
 //! lock, its own statements, how its rows decode and which of its errors
 //! blame the data. `BatchTx` is the seam between the two: a backend is

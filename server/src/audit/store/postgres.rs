@@ -40,7 +40,7 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
 
 /// The group-commit writer's pool: `pool`'s database and acquire timeout,
 /// at most two connections, none opened before the writer asks (from its own
-/// runtime: [`super::AuditStore::for_writer`]).
+/// runtime: `AuditStore::for_writer`).
 ///
 /// No ping when a connection is handed out: sqlx already pings each one
 /// as it is handed back (before it is idle again), so a second ping only

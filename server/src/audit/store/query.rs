@@ -75,7 +75,7 @@ pub(super) const HEAD_SQL: &str = head_sql!();
 /// The statement that reads the deny list in a batch, with the chain head,
 /// from a backend's literals: `$null` is its NULL text column, `$matches`
 /// its test that an entry names one of the subjects (`$1`) or usernames
-/// (`$2`); its rows are those of [`super::batch::HeadOrDenied`].
+/// (`$2`); its rows are those of `HeadOrDenied`.
 macro_rules! deny_list_sql {
     (head_and_denied, $null:literal, $matches:expr) => {
         concat!(

@@ -21,7 +21,8 @@ use sqlx::{Connection, Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::batch::{BatchTx, Claim, HeadAndDenied, HeadOrDenied, Identities, append_in, head_and_denied};
+use super::batch::{BatchTx, Claim, HeadAndDenied, HeadOrDenied, Identities, head_and_denied};
+use super::chain::append_in;
 use super::query::{
     COLUMNS, DENY_LIST_SQL, DenyRow, HEAD_SQL, RecordRow, Statement, bound, deny_entry, deny_list_sql,
     stored_record,
@@ -78,7 +79,7 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// [`super::AuditStore::append_batch`] on the kept append connection.
+    /// `AuditStore::append_batch` on the kept append connection.
     /// A batch that failed closes it (its transaction may not have ended
     /// cleanly), and the readers' idle connections too
     /// ([`Self::close_idle_readers`]).

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::{postgres, sqlite};
 use crate::audit::text::{FIELD_CHARS, clean};
 use crate::audit::{AuditRecord, StoredRecord};
 
@@ -77,24 +76,6 @@ impl std::fmt::Display for OutsideChain {
             self.count,
             named.join(", ")
         )
-    }
-}
-
-impl From<sqlx::Error> for StoreError {
-    fn from(error: sqlx::Error) -> Self {
-        match &error {
-            sqlx::Error::Database(refusal)
-                if postgres::refuses_the_data(refusal.as_ref())
-                    || sqlite::refuses_the_data(refusal.as_ref()) =>
-            {
-                StoreError::Refused(format!(
-                    "[{}] {}",
-                    refusal.code().unwrap_or_default(),
-                    clean(refusal.message(), FIELD_CHARS)
-                ))
-            }
-            _ => StoreError::Unavailable(error.to_string()),
-        }
     }
 }
 
