@@ -53,7 +53,7 @@ impl ExtraRoots {
         if let Some(other) = blocks.iter().find(|b| b.tag() != "CERTIFICATE") {
             return Err(TrustError::Malformed {
                 path: path.to_owned(),
-                reason: format!("it holds a `{}` block", crate::display::escape(other.tag())),
+                reason: format!("it holds a `{}` block", talos_sso_text::escape(other.tag())),
             });
         }
         if blocks.is_empty() {

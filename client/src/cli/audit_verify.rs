@@ -70,7 +70,7 @@ pub(super) fn verify_export(
                 bail!("{origin}, line {number}: {error} (export with `--output json`)")
             }
             // A terminal gets the export with characters escaped (see
-            // `display::json`): another form of the line, never another number.
+            // `talos_sso_text::json`): another form of the line, never another number.
             Err(error @ LineError::NotServerForm { .. }) => bail!(
                 "{origin}, line {number}: {error}: the line was changed after export, or the export was printed \
                  to a terminal (export into a file)"
@@ -144,7 +144,7 @@ fn read_bounded(path: &Path, max: u64) -> anyhow::Result<String> {
 pub(super) fn report(status: &ChainStatus, out: &mut dyn Write) -> anyhow::Result<()> {
     let escaped = |text: String| -> String {
         text.lines()
-            .map(crate::display::escape)
+            .map(talos_sso_text::escape)
             .collect::<Vec<_>>()
             .join("\n")
     };

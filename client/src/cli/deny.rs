@@ -9,7 +9,7 @@ use talos_sso_api::{DenyEntry, DenyRequest};
 
 use super::explained;
 use super::login::{LoginMethod, authenticated};
-use crate::display::escape;
+use talos_sso_text::escape;
 
 #[derive(Debug, Subcommand)]
 pub enum DenyCommand {

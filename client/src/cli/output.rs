@@ -1,8 +1,9 @@
 //! Audit records as people and tools read them: a table for the terminal,
 //! CSV for spreadsheets, JSON lines for tools. The table escapes every text
-//! from a record (see [`crate::display`]); JSON escapes control characters
-//! itself; CSV keeps each value exact for the spreadsheet (the server stores
-//! text already escaped) behind a guard against formulas.
+//! from a record (see [`talos_sso_text::safe`]); JSON escapes control
+//! characters itself; CSV keeps each value exact for the spreadsheet (the
+//! server stores text already escaped) behind a guard against formulas
+//! ([`talos_sso_text::csv`], the console's exports use the same).
 //!
 //! JSON lines written to a file or a pipe are exactly the lines the server
 //! writes ([`StoredRecord::to_line`]), the only text of a record that
@@ -61,18 +62,6 @@ fn text(value: &Option<String>) -> String {
     value.clone().unwrap_or_default()
 }
 
-/// One CSV cell made safe for a spreadsheet. A value that starts like a
-/// formula (`=`, `+`, `-`, `@`, TAB, CR) would be run by a spreadsheet
-/// opening the export, so it gets a leading `'` (OWASP's advice) and is
-/// read as text; the CSV writer then quotes it as needed.
-fn not_a_formula(text: String) -> String {
-    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{text}")
-    } else {
-        text
-    }
-}
-
 /// The table's columns: heading, then the narrowest and the widest the
 /// column may be (in characters). The widest bound keeps one long value
 /// (which the server may have taken from anyone) from pushing the other
@@ -92,12 +81,12 @@ const TABLE_COLUMNS: [(&str, usize, usize); 7] = [
     ("ROLES", 0, 64),
 ];
 
-/// One table line: each value escaped (see [`crate::display`]) and cut to
+/// One table line: each value escaped (see [`talos_sso_text::bounded`]) and cut to
 /// its column's widest, padded to its narrowest; SEQ aligned right.
 fn table_line(cells: [&str; 7]) -> String {
     let mut line = String::new();
     for (index, ((_, narrowest, widest), text)) in TABLE_COLUMNS.iter().zip(cells).enumerate() {
-        let text = crate::display::bounded(text, *widest);
+        let text = talos_sso_text::bounded(text, *widest);
         if index == 0 {
             line.push_str(&format!("{text:>narrowest$}"));
         } else if index == TABLE_COLUMNS.len() - 1 {
@@ -110,10 +99,10 @@ fn table_line(cells: [&str; 7]) -> String {
     line
 }
 
-/// A record as pretty JSON, terminal-safe (see [`crate::display::json`])
+/// A record as pretty JSON, terminal-safe (see [`talos_sso_text::json`])
 /// and still exactly the record.
 pub(super) fn record_json(record: &StoredRecord) -> anyhow::Result<String> {
-    Ok(crate::display::json(&serde_json::to_string_pretty(record)?))
+    Ok(talos_sso_text::json(&serde_json::to_string_pretty(record)?))
 }
 
 /// One page of records in `output`'s form; the heading (of the table or
@@ -133,7 +122,7 @@ pub(super) fn print_records(
                 writeln!(
                     out,
                     "{}",
-                    crate::display::json(&serde_json::to_string(&document)?)
+                    talos_sso_text::json(&serde_json::to_string(&document)?)
                 )?;
             }
         }
@@ -141,7 +130,7 @@ pub(super) fn print_records(
             for record in records {
                 let line = record.to_line();
                 if terminal {
-                    writeln!(out, "{}", crate::display::json(&line))?;
+                    writeln!(out, "{}", talos_sso_text::json(&line))?;
                 } else {
                     writeln!(out, "{line}")?;
                 }
@@ -151,14 +140,14 @@ pub(super) fn print_records(
             // Written to memory, then out: the CSV writer's errors do not
             // keep an I/O error's kind, and a closed pipe must stay one
             // (see `cli::closed_pipe`).
-            let mut csv = csv::Writer::from_writer(Vec::new());
+            let mut csv = talos_sso_text::csv::Rows::new();
             if header {
-                csv.write_record(AUDIT_COLUMNS)?;
+                csv.push(AUDIT_COLUMNS)?;
             }
             for record in records {
-                csv.write_record(csv_row(record).map(not_a_formula))?;
+                csv.push(csv_row(record))?;
             }
-            out.write_all(&csv.into_inner()?)?;
+            out.write_all(&csv.into_bytes()?)?;
         }
         AuditOutput::Table => {
             if header {
@@ -236,9 +225,9 @@ mod tests {
 
     /// One value as the CSV export writes it, quoted as needed.
     fn csv_field(text: &str) -> String {
-        let mut csv = csv::Writer::from_writer(Vec::new());
-        csv.write_record([not_a_formula(text.to_owned())]).unwrap();
-        let line = String::from_utf8(csv.into_inner().unwrap()).unwrap();
+        let mut csv = talos_sso_text::csv::Rows::new();
+        csv.push([text]).unwrap();
+        let line = String::from_utf8(csv.into_bytes().unwrap()).unwrap();
         line.strip_suffix('\n').unwrap().to_owned()
     }
 

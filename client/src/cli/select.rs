@@ -87,7 +87,7 @@ impl LoginSelection {
         if let Some(path) = &self.talosconfig {
             parts.push(format!("talosconfig {}", path.display()));
         }
-        crate::display::escape(&parts.join(", "))
+        talos_sso_text::escape(&parts.join(", "))
     }
 }
 

@@ -12,11 +12,12 @@ use sqlx::postgres::{
 use sqlx::{Postgres, Row};
 use time::OffsetDateTime;
 
-use super::{
-    BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, HEAD_SQL, HeadOrDenied,
-    RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, change_deny_list, claim_answers,
-    deny_entry, deny_list_sql, distinct_claims, head_and_denied, stored_record,
+use super::batch::{BatchTx, Claim, HeadAndDenied, HeadOrDenied, Identities, head_and_denied};
+use super::query::{
+    COLUMNS, DENY_LIST_SQL, DenyRow, HEAD_SQL, RecordRow, Statement, bound, deny_entry, deny_list_sql,
+    stored_record,
 };
+use super::types::{DenyEntry, StoreError, StoreOptions};
 use crate::audit::{AuditRecord, StoredRecord};
 
 /// Postgres advisory lock key that serialises chain appends (any constant
@@ -39,7 +40,7 @@ pub(super) async fn connect(url: &str, options: &StoreOptions) -> Result<PgPool,
 
 /// The group-commit writer's pool: `pool`'s database and acquire timeout,
 /// at most two connections, none opened before the writer asks (from its own
-/// runtime: [`super::AuditStore::for_writer`]).
+/// runtime: `AuditStore::for_writer`).
 ///
 /// No ping when a connection is handed out: sqlx already pings each one
 /// as it is handed back (before it is idle again), so a second ping only
@@ -96,20 +97,27 @@ pub(super) fn role_condition(n: usize) -> String {
     format!("(roles_granted || roles_requested) @> ARRAY[${n}::text]")
 }
 
-pub(super) async fn records(pool: &PgPool, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
-    let mut select = sqlx::query(sqlx::AssertSqlSafe(query.sql));
-    for bind in query.binds {
-        select = match bind {
-            Bind::Text(v) => select.bind(v),
-            Bind::Time(v) => select.bind(v),
-            Bind::Int(v) => select.bind(v),
-        };
-    }
-    select.fetch_all(pool).await?.iter().map(stored_record).collect()
+pub(super) async fn records(pool: &PgPool, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {
+    let rows = bound(query, std::convert::identity).fetch_all(pool).await?;
+    rows.iter().map(stored_record).collect()
 }
 
+/// A record's hour or day as the charts name it (`YYYY-MM-DD[ HH:00]`, UTC).
+pub(super) fn chart_bucket(hourly: bool) -> String {
+    let (unit, format) = if hourly {
+        ("hour", "YYYY-MM-DD HH24:00")
+    } else {
+        ("day", "YYYY-MM-DD")
+    };
+    format!("to_char(date_trunc('{unit}', occurred_at AT TIME ZONE 'UTC'), '{format}')")
+}
+
+/// A record's granted roles as rows, for the charts: the row source and
+/// the column naming one role.
+pub(super) const GRANTED_ROLES: (&str, &str) = ("unnest(roles_granted) AS role", "role");
+
 pub(super) async fn deny_list(pool: &PgPool) -> Result<Vec<DenyEntry>, StoreError> {
-    let rows: Vec<super::DenyRow<OffsetDateTime>> = sqlx::query_as(DENY_LIST_SQL).fetch_all(pool).await?;
+    let rows: Vec<DenyRow<OffsetDateTime>> = sqlx::query_as(DENY_LIST_SQL).fetch_all(pool).await?;
     Ok(rows.into_iter().map(deny_entry).collect())
 }
 
@@ -244,34 +252,18 @@ impl BatchTx for ChainTx {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(self.connection()).await?)
     }
 
-    async fn head_and_denied(
-        &mut self,
-        subjects: &[String],
-        usernames: &[String],
-    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+    async fn head_and_denied(&mut self, checked: &Identities) -> Result<HeadAndDenied, StoreError> {
         let rows: Vec<HeadOrDenied> =
             sqlx::query_as(deny_list_sql!(head_and_denied, "NULL::text", deny_matches!()))
-                .bind(subjects)
-                .bind(usernames)
+                .bind(&checked.subjects)
+                .bind(&checked.usernames)
                 .fetch_all(self.connection())
                 .await?;
         head_and_denied(rows)
     }
 
-    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
-        Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
-            .bind(subjects)
-            .bind(usernames)
-            .fetch_all(self.connection())
-            .await?)
-    }
-
-    async fn claim_tokens(
-        &mut self,
-        claims: &[(&TokenClaim, OffsetDateTime)],
-    ) -> Result<Vec<bool>, StoreError> {
-        let distinct = distinct_claims(claims);
-        let inserted: Vec<String> = sqlx::query_scalar(
+    async fn insert_claims(&mut self, distinct: &[&Claim<'_>]) -> Result<Vec<String>, StoreError> {
+        let inserted = sqlx::query_scalar(
             "INSERT INTO used_tokens (token_id, used_at, expires_at) \
              SELECT * FROM UNNEST($1::text[], $2::timestamptz[], $3::timestamptz[]) \
              ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
@@ -281,11 +273,14 @@ impl BatchTx for ChainTx {
         .bind(distinct.iter().map(|(claim, _)| claim.expires_at).bind_iter())
         .fetch_all(self.connection())
         .await?;
-        Ok(claim_answers(claims, inserted))
+        Ok(inserted)
     }
 
-    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
-        change_deny_list!(self.connection(), change, time: |t| t)
+    async fn execute(&mut self, statement: Statement) -> Result<u64, StoreError> {
+        let done = bound(statement, std::convert::identity)
+            .execute(self.connection())
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn commit(mut self) -> Result<(), sqlx::Error> {

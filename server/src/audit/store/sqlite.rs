@@ -21,12 +21,13 @@ use sqlx::{Connection, Row, Sqlite, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::{
-    Append, Appended, BatchTx, Bind, COLUMNS, DENY_LIST_SQL, DeniedPairs, DenyChange, DenyEntry, DenyRow,
-    HEAD_SQL, HeadOrDenied, RecordQuery, RecordRow, StoreError, StoreOptions, TokenClaim, append_in,
-    change_deny_list, claim_answers, deny_entry, deny_list_sql, distinct_claims, head_and_denied,
+use super::batch::{BatchTx, Claim, HeadAndDenied, HeadOrDenied, Identities, head_and_denied};
+use super::chain::append_in;
+use super::query::{
+    COLUMNS, DENY_LIST_SQL, DenyRow, HEAD_SQL, RecordRow, Statement, bound, deny_entry, deny_list_sql,
     stored_record,
 };
+use super::types::{Append, Appended, DenyEntry, StoreError, StoreOptions};
 use crate::audit::{StoredRecord, format_micros, parse_micros};
 
 /// The files of `migrations/sqlite`, embedded at build time; each file's
@@ -78,7 +79,7 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// [`super::AuditStore::append_batch`] on the kept append connection.
+    /// `AuditStore::append_batch` on the kept append connection.
     /// A batch that failed closes it (its transaction may not have ended
     /// cleanly), and the readers' idle connections too
     /// ([`Self::close_idle_readers`]).
@@ -205,24 +206,28 @@ pub(super) fn role_condition(n: usize) -> String {
 }
 
 /// The same filter for a query whose matches are all found, then sorted
-/// (a time bound on the far side, [`RecordQuery`]): the role's records,
+/// (a time bound on the far side, [`Statement::matching`]): the role's records,
 /// listed from that key, rather than a lookup for every record of the
 /// window (a third of the trail for 30 days).
 pub(super) fn role_condition_far(n: usize) -> String {
     format!("seq IN (SELECT seq FROM audit_event_roles WHERE role = ${n})")
 }
 
-pub(super) async fn records(pool: &SqlitePool, query: RecordQuery) -> Result<Vec<StoredRecord>, StoreError> {
-    let mut select = sqlx::query(sqlx::AssertSqlSafe(query.sql));
-    for bind in query.binds {
-        select = match bind {
-            Bind::Text(v) => select.bind(v),
-            Bind::Time(v) => select.bind(format_micros(v)),
-            Bind::Int(v) => select.bind(v),
-        };
-    }
-    select.fetch_all(pool).await?.iter().map(stored_record).collect()
+pub(super) async fn records(pool: &SqlitePool, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {
+    let rows = bound(query, format_micros).fetch_all(pool).await?;
+    rows.iter().map(stored_record).collect()
 }
+
+/// A record's hour or day as the charts name it (`YYYY-MM-DD[ HH:00]`),
+/// from its time as stored (text, UTC).
+pub(super) fn chart_bucket(hourly: bool) -> String {
+    let (length, suffix) = if hourly { (13, ":00") } else { (10, "") };
+    format!("replace(substr(occurred_at, 1, {length}), 'T', ' ') || '{suffix}'")
+}
+
+/// A record's granted roles as rows, for the charts: the row source and
+/// the column naming one role.
+pub(super) const GRANTED_ROLES: (&str, &str) = ("json_each(audit_events.roles_granted) AS r", "r.value");
 
 pub(super) async fn deny_list(pool: &SqlitePool) -> Result<Vec<DenyEntry>, StoreError> {
     let rows: Vec<DenyRow<String>> = sqlx::query_as(DENY_LIST_SQL).fetch_all(pool).await?;
@@ -261,33 +266,17 @@ impl BatchTx for Transaction<'_, Sqlite> {
         Ok(sqlx::query_as(HEAD_SQL).fetch_optional(&mut **self).await?)
     }
 
-    async fn head_and_denied(
-        &mut self,
-        subjects: &[String],
-        usernames: &[String],
-    ) -> Result<(Option<(i64, String)>, DeniedPairs), StoreError> {
+    async fn head_and_denied(&mut self, checked: &Identities) -> Result<HeadAndDenied, StoreError> {
         let rows: Vec<HeadOrDenied> =
             sqlx::query_as(deny_list_sql!(head_and_denied, "NULL", deny_matches!()))
-                .bind(json_list(subjects))
-                .bind(json_list(usernames))
+                .bind(json_list(&checked.subjects))
+                .bind(json_list(&checked.usernames))
                 .fetch_all(&mut **self)
                 .await?;
         head_and_denied(rows)
     }
 
-    async fn denied(&mut self, subjects: &[String], usernames: &[String]) -> Result<DeniedPairs, StoreError> {
-        Ok(sqlx::query_as(deny_list_sql!(denied, deny_matches!()))
-            .bind(json_list(subjects))
-            .bind(json_list(usernames))
-            .fetch_all(&mut **self)
-            .await?)
-    }
-
-    async fn claim_tokens(
-        &mut self,
-        claims: &[(&TokenClaim, OffsetDateTime)],
-    ) -> Result<Vec<bool>, StoreError> {
-        let distinct = distinct_claims(claims);
+    async fn insert_claims(&mut self, distinct: &[&Claim<'_>]) -> Result<Vec<String>, StoreError> {
         let mut inserted = Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(rows_per_statement(3)) {
             let sql = format!(
@@ -304,11 +293,12 @@ impl BatchTx for Transaction<'_, Sqlite> {
             }
             inserted.extend(query.fetch_all(&mut **self).await?);
         }
-        Ok(claim_answers(claims, inserted))
+        Ok(inserted)
     }
 
-    async fn change_deny_list(&mut self, change: &DenyChange) -> Result<u64, StoreError> {
-        change_deny_list!(&mut **self, change, time: format_micros)
+    async fn execute(&mut self, statement: Statement) -> Result<u64, StoreError> {
+        let done = bound(statement, format_micros).execute(&mut **self).await?;
+        Ok(done.rows_affected())
     }
 
     async fn commit(self) -> Result<(), sqlx::Error> {

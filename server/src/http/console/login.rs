@@ -305,7 +305,7 @@ pub async fn logout(
     if let Some(id) = cookie(&headers, SESSION_COOKIE) {
         let sent = form.get("csrf").map(String::as_str).unwrap_or_default();
         match console.sessions.get(id) {
-            Some(session) if !super::views::forged(&console, &headers, sent, &session.csrf) => {
+            Some(session) if !super::session::forged(&console.origin, &headers, sent, &session.csrf) => {
                 console.sessions.close(id)
             }
             Some(_) => return redirect("/ui"),

@@ -8,8 +8,8 @@
 //! - `page`: the layout, the security headers, the pages that explain a
 //!   refusal;
 //! - `views`: the trail, a record, who held a role, a person, the chain,
-//!   the charts, the deny list;
-//! - `export`: exports, streamed page by page, bounded in time and number.
+//!   the charts, exports (streamed page by page, bounded in time and
+//!   number), the deny list; one file each.
 //!
 //! Only members of `auditors` or `admins` get a session. Who sees what is
 //! decided at every request, from the groups of the ID token of the login
@@ -18,7 +18,6 @@
 //! list; the deny list applies at once. Every view that reads records is
 //! itself recorded (`audit.query`), once per session and filter.
 
-pub mod export;
 pub mod login;
 pub mod page;
 pub mod session;
@@ -164,7 +163,7 @@ pub fn router(app: Arc<App>, console: Arc<Console>) -> Router<Arc<App>> {
         .route("/ui/person", get(views::person))
         .route("/ui/chain", get(views::chain).post(views::verify_again))
         .route("/ui/charts", get(views::charts))
-        .route("/ui/export", get(export::export))
+        .route("/ui/export", get(views::export))
         .route("/ui/deny", get(views::deny_list).post(views::deny_add))
         .route("/ui/deny/remove", post(views::deny_remove))
         .route("/ui/login", get(login::login))

@@ -242,6 +242,13 @@ pub fn failure(message: &str) -> Response {
     )
 }
 
+/// The refusal of a form that did not come from the console page `title`
+/// (its CSRF token or its origin: [`super::session::forged`]).
+pub fn forged(title: &str, viewer: &Viewer) -> Response {
+    let body = html! { p.refusal { "This form did not come from this console page (CSRF); reload it and try again." } };
+    show(StatusCode::FORBIDDEN, title, viewer, None, body)
+}
+
 /// A page of `viewer`'s with `status`.
 pub fn show(
     status: StatusCode,

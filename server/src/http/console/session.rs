@@ -3,7 +3,8 @@
 //! a `__Host-` cookie (Secure, HttpOnly, SameSite=Lax). A login in
 //! progress (its `state`, PKCE verifier and `nonce`) is held apart, bounded
 //! on its own, under a cookie of its own until the identity provider sends
-//! the browser back.
+//! the browser back. A form's CSRF token is kept with its session, and
+//! checked here ([`forged`]) with where the form came from.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
@@ -318,6 +319,21 @@ pub fn set_cookie(name: &str, value: Option<&str>, max_age: Duration) -> String 
         ),
         None => format!("{name}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"),
     }
+}
+
+/// Whether a form is forged: its CSRF token is not the session's
+/// (`session_csrf`), or it came from elsewhere than the console at
+/// `origin`; a POST that is refused before anything is done. Browsers say
+/// where with `Sec-Fetch-Site`; `Origin` is `null` under `Referrer-Policy:
+/// no-referrer`, so only another site's origin there counts against it.
+pub fn forged(origin: &str, headers: &HeaderMap, csrf: &str, session_csrf: &str) -> bool {
+    let site_ok = headers
+        .get("sec-fetch-site")
+        .is_none_or(|site| site.as_bytes() == b"same-origin");
+    let origin_ok = headers
+        .get(axum::http::header::ORIGIN)
+        .is_none_or(|o| o.as_bytes() == b"null" || o.as_bytes() == origin.as_bytes());
+    !site_ok || !origin_ok || !same_secret(csrf, session_csrf)
 }
 
 /// Equal without telling by how much they differ.

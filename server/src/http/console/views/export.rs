@@ -15,6 +15,9 @@
 //! deadline, its connection closed, the trail unreadable) gets a second
 //! record with the same request id saying how it ended and how many
 //! records it had handed to the connection.
+//!
+//! CSV goes through the shared writer (`talos_sso_text::csv`, as the
+//! CLI's `--output csv`): quoted as RFC 4180 needs, no cell a formula.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,23 +25,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Extension;
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use talos_sso_api::StoredRecord;
 use tokio::time::Instant;
 
-use super::views::{CSV_HEADER, Filters, csv_line, invalid};
-use super::{Auditor, Console, Viewer, record_now};
+use super::common::{Filters, Look};
 use crate::app::App;
+use crate::audit::format_micros;
 use crate::audit::store::{Append, AuditFilter, StoreError};
 use crate::audit::{AuditRecord, event, outcome};
+use crate::http::console::{Viewer, record_now, refuse_rate};
 use crate::http::deadline::SendDeadline;
 use crate::http::gate::with_identity;
-use crate::http::slots::{Full, Slot};
+use crate::slots::{Full, Slot};
 
 /// Records one export holds at most (newest first).
 pub const EXPORT_MAX: usize = 100_000;
@@ -62,39 +65,31 @@ pub mod ended {
 }
 
 /// `GET /ui/export`.
-pub async fn export(
-    State(app): State<Arc<App>>,
-    Extension(console): Extension<Arc<Console>>,
-    Auditor(viewer): Auditor,
-    Query(filters): Query<Filters>,
-) -> Response {
-    let broken = app.verifications.last_status();
+pub async fn export(look: Look, Query(filters): Query<Filters>) -> Response {
+    let (app, viewer) = (&look.app, &look.viewer);
     let csv = match filters.format.as_str() {
         "csv" => true,
         "jsonl" => false,
-        _ => {
-            return invalid(
-                &viewer,
-                broken.as_ref(),
-                "Export",
-                "`format` must be csv or jsonl",
-            );
-        }
+        _ => return look.invalid("Export", "`format` must be csv or jsonl"),
     };
     let (filter, before) = match filters.parse(app.clock.now(), EXPORT_PAGE) {
         Ok(parsed) => parsed,
-        Err(why) => return invalid(&viewer, broken.as_ref(), "Export", &why),
+        Err(why) => return look.invalid("Export", &why),
     };
-    let slot = match console.exports.take(&viewer.session.identity.qualified_subject()) {
+    let slot = match look
+        .console
+        .exports
+        .take(&viewer.session.identity.qualified_subject())
+    {
         Ok(slot) => slot,
-        Err(full) => return refuse_full(&app, &viewer, full).await,
+        Err(full) => return refuse_full(app, viewer, full).await,
     };
-    let timeout = console.export_timeout;
+    let timeout = look.console.export_timeout;
     let details = json!({
         "action": "export", "view": "export", "format": filters.format, "filter": filters.query(),
         "timeout_seconds": timeout.as_secs(),
     });
-    let started = match record_now(&app, &viewer, details).await {
+    let started = match record_now(app, viewer, details).await {
         Ok(stored) => stored,
         Err(page) => return page,
     };
@@ -146,7 +141,7 @@ async fn refuse_full(app: &App, viewer: &Viewer, full: Full) -> Response {
     let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
     with_identity(&mut record, &viewer.session.identity);
     record.details = json!({"via": "console", "view": "export", "action": "export"});
-    super::refuse_rate(app, record, RETRY_EXPORT, who).await
+    refuse_rate(app, record, RETRY_EXPORT, who).await
 }
 
 /// What is recorded when an export does not reach its end.
@@ -193,18 +188,76 @@ struct ExportBody {
 #[error("the audit trail could not be read; the export is incomplete")]
 struct ExportInterrupted;
 
+/// A column of the CSV export: its heading (the name of the record's
+/// field) and its value in a record, side by side so that neither can
+/// drift from the other.
+type Column = (&'static str, fn(&StoredRecord) -> String);
+
+/// An optional value as a cell: empty when absent.
+fn opt(value: &Option<String>) -> String {
+    value.clone().unwrap_or_default()
+}
+
+/// An optional time as a cell, in its one text form.
+fn time(value: Option<time::OffsetDateTime>) -> String {
+    value.map(format_micros).unwrap_or_default()
+}
+
+/// The CSV export's columns, in order.
+const CSV_COLUMNS: [Column; 23] = [
+    ("seq", |r| r.seq.to_string()),
+    ("occurred_at", |r| format_micros(r.record.occurred_at)),
+    ("event", |r| r.record.event.clone()),
+    ("outcome", |r| r.record.outcome.clone()),
+    ("reason_code", |r| opt(&r.record.reason_code)),
+    ("cluster", |r| opt(&r.record.cluster)),
+    ("issuer", |r| opt(&r.record.issuer)),
+    ("subject", |r| opt(&r.record.subject)),
+    ("username", |r| opt(&r.record.username)),
+    ("identity_verified", |r| r.record.identity_verified.to_string()),
+    ("roles_requested", |r| r.record.roles_requested.join(" ")),
+    ("roles_granted", |r| r.record.roles_granted.join(" ")),
+    ("serial", |r| opt(&r.record.serial)),
+    ("certificate_sha256", |r| opt(&r.record.certificate_sha256)),
+    ("not_before", |r| time(r.record.not_before)),
+    ("not_after", |r| time(r.record.not_after)),
+    ("client_ip", |r| opt(&r.record.client_ip)),
+    ("user_agent", |r| opt(&r.record.user_agent)),
+    ("client_version", |r| opt(&r.record.client_version)),
+    ("request_id", |r| r.record.request_id.clone()),
+    ("details", |r| r.record.details.to_string()),
+    ("prev_hash", |r| r.prev_hash.clone()),
+    ("hash", |r| r.hash.clone()),
+];
+
+/// `records` as CSV rows.
+fn csv_chunk(records: &[StoredRecord]) -> Result<Vec<u8>, talos_sso_text::csv::Error> {
+    let mut rows = talos_sso_text::csv::Rows::new();
+    for r in records {
+        rows.push(CSV_COLUMNS.iter().map(|(_, value)| value(r)))?;
+    }
+    rows.into_bytes()
+}
+
+/// The CSV export's first line.
+fn csv_header() -> Result<Vec<u8>, talos_sso_text::csv::Error> {
+    let mut rows = talos_sso_text::csv::Rows::new();
+    rows.push(CSV_COLUMNS.map(|(heading, _)| heading))?;
+    rows.into_bytes()
+}
+
 impl ExportBody {
-    fn chunk(&self, records: &[StoredRecord]) -> Bytes {
+    fn chunk(&self, records: &[StoredRecord]) -> Result<Bytes, ExportInterrupted> {
+        if self.csv {
+            // Written to memory, which does not fail.
+            return csv_chunk(records).map(Bytes::from).map_err(|_| ExportInterrupted);
+        }
         let mut out = String::with_capacity(records.len() * 1300);
         for r in records {
-            if self.csv {
-                out.push_str(&csv_line(r));
-            } else {
-                out.push_str(&r.to_line());
-            }
+            out.push_str(&r.to_line());
             out.push('\n');
         }
-        Bytes::from(out)
+        Ok(Bytes::from(out))
     }
 }
 
@@ -219,9 +272,8 @@ impl hyper::body::Body for ExportBody {
         let this = self.get_mut();
         if this.csv_header {
             this.csv_header = false;
-            return Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from(format!(
-                "{CSV_HEADER}\n"
-            ))))));
+            let header = csv_header().map(|h| hyper::body::Frame::data(Bytes::from(h)));
+            return Poll::Ready(Some(header.map_err(|_| ExportInterrupted)));
         }
         match this.progress {
             Progress::Running => {}
@@ -267,7 +319,7 @@ impl hyper::body::Body for ExportBody {
             this.unfinished = None;
             return Poll::Ready(None);
         }
-        Poll::Ready(Some(Ok(hyper::body::Frame::data(this.chunk(&records)))))
+        Poll::Ready(Some(this.chunk(&records).map(hyper::body::Frame::data)))
     }
 }
 
@@ -314,5 +366,33 @@ impl Drop for ExportBody {
                 tracing::error!(%error, "the early end of an export could not be recorded");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_csv_header_names_every_column_and_cells_are_never_formulas() {
+        let header = String::from_utf8(csv_header().unwrap()).unwrap();
+        assert_eq!(
+            header,
+            "seq,occurred_at,event,outcome,reason_code,cluster,issuer,subject,username,identity_verified,\
+             roles_requested,roles_granted,serial,certificate_sha256,not_before,not_after,client_ip,user_agent,\
+             client_version,request_id,details,prev_hash,hash\n"
+        );
+        let mut stored = StoredRecord {
+            seq: 3,
+            record: AuditRecord::default(),
+            prev_hash: "0".repeat(64),
+            hash: "f".repeat(64),
+        };
+        stored.record.username = Some("=HYPERLINK(\"x\")".into());
+        stored.record.cluster = Some("a,b".into());
+        let line = String::from_utf8(csv_chunk(&[stored]).unwrap()).unwrap();
+        assert!(line.contains(",\"a,b\","), "{line}");
+        assert!(line.contains(",\"'=HYPERLINK(\"\"x\"\")\","), "{line}");
+        assert!(line.ends_with('\n') && line.lines().count() == 1, "{line}");
     }
 }
