@@ -15,13 +15,15 @@
 //! - `messages`: server error codes as sentences a person can act on.
 //! - `certinfo`: roles and expiry read back from a certificate.
 //! - `files`: locked, atomic, private file writes.
-//! - `display`: text from the server or the identity provider made safe to print.
+//!
+//! Text from the server or the identity provider is made safe to print by
+//! the shared crate `talos-sso-text` (the server keeps records by the same
+//! rules).
 
 pub mod api;
 pub mod certinfo;
 pub mod cli;
 pub mod connection;
-pub mod display;
 pub mod files;
 pub mod key;
 pub mod login;

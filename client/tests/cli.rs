@@ -1122,7 +1122,7 @@ async fn auditor(env: &TestEnv) -> Machine {
 fn assert_terminal_safe(text: &str) {
     let found: Vec<char> = text
         .chars()
-        .filter(|c| talos_sso::display::is_unsafe(*c) && *c != '\n')
+        .filter(|c| talos_sso_text::is_unsafe(*c) && *c != '\n')
         .collect();
     assert!(found.is_empty(), "{found:?} reached the terminal: {text:?}");
 }

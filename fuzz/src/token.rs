@@ -20,7 +20,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::signature::{self, Ed25519KeyPair, KeyPair};
 use serde_json::Value;
-use talos_sso_server::audit::text::clean_field;
+use talos_sso_text::clean_field;
 use talos_sso_server::config::IssuerConfig;
 use talos_sso_server::identity::issuer::IssuerRules;
 use talos_sso_server::identity::jwks::{KeySet, VerifyingKey};

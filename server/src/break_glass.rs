@@ -113,10 +113,10 @@ impl Operator {
         let claimed_user = std::env::var("SUDO_USER")
             .or_else(|_| std::env::var("USER"))
             .ok()
-            .map(|u| crate::audit::text::clean_field(&u));
+            .map(|u| talos_sso_text::clean_field(&u));
         let host = read("/proc/sys/kernel/hostname")
             .or_else(|| read("/etc/hostname"))
-            .map(|h| crate::audit::text::clean_field(h.trim()))
+            .map(|h| talos_sso_text::clean_field(h.trim()))
             .unwrap_or_else(|| "unknown".into());
         Self {
             uid,
@@ -191,7 +191,7 @@ pub async fn run(
     if let Some(role) = request.roles.iter().find(|r| !grantable.contains(r)) {
         return Err(BreakGlassError::RoleNotGrantable {
             cluster: cluster.name.clone(),
-            role: crate::audit::text::clean_field(role),
+            role: talos_sso_text::clean_field(role),
             grantable,
         });
     }

@@ -1886,7 +1886,7 @@ async fn a_username_is_resolved_only_through_the_login_issuers_verified_records(
     // Cut: the limit's characters and the mark, not the tenth subject.
     assert_eq!(
         detail.chars().count(),
-        talos_sso_server::audit::text::REASON_CHARS + 1,
+        talos_sso_text::REASON_CHARS + 1,
         "{detail}"
     );
     assert!(detail.ends_with('…'), "{detail}");

@@ -199,7 +199,7 @@ async fn obtain_tokens(
             Err(error) => {
                 eprintln!(
                     "Your saved login could not be renewed ({}); logging in again.",
-                    crate::display::escape(&error.to_string())
+                    talos_sso_text::escape(&error.to_string())
                 );
             }
         }
@@ -237,7 +237,7 @@ fn no_refresh_token(provider: &LoginClient) -> String {
         "Note: the identity provider issued no refresh token (scopes asked for: {}), so the next login \
          needs the browser again. Its operators can allow refresh tokens for this client \
          (talos-sso's docs/providers say how, provider by provider).",
-        crate::display::bounded(&provider.scopes.join(" "), SERVER_VALUES_CHARS)
+        talos_sso_text::bounded(&provider.scopes.join(" "), SERVER_VALUES_CHARS)
     )
 }
 
@@ -406,14 +406,14 @@ pub(super) fn kept_line(field: &str, context: &str, servers: &[String]) -> Strin
     let command = field.trim_end_matches('s');
     format!(
         "Kept the {field} you set in context `{}` (`talosctl config {command}`); the server's are {}.",
-        crate::display::bounded(context, SERVER_VALUES_CHARS),
-        crate::display::bounded(&servers.join(", "), SERVER_VALUES_CHARS)
+        talos_sso_text::bounded(context, SERVER_VALUES_CHARS),
+        talos_sso_text::bounded(&servers.join(", "), SERVER_VALUES_CHARS)
     )
 }
 
 /// What `exec --ttl` says about the certificate it asks for.
 pub(super) fn ttl_line(cluster: &str, wanted: u64, granted: u64) -> String {
-    let cluster = crate::display::escape(cluster);
+    let cluster = talos_sso_text::escape(cluster);
     let show = |s: u64| human_duration(i64::try_from(s).unwrap_or(i64::MAX));
     if granted >= wanted {
         format!("Asking for a {} certificate to cover the command.", show(wanted))
@@ -436,7 +436,7 @@ pub(super) fn logged_in_line(
     seconds_left: i64,
     current: bool,
 ) -> String {
-    use crate::display::escape;
+    use talos_sso_text::escape;
     format!(
         "Logged in to {} as {} with {}; certificate valid for {} (context `{}` in {}{}).",
         escape(cluster),
@@ -480,10 +480,10 @@ pub(super) fn logout(select: &LoginSelection, all: bool, out: &mut dyn Write) ->
         writeln!(
             out,
             "{}: {} context `{}` from {}",
-            crate::display::escape(name),
+            talos_sso_text::escape(name),
             if removed.is_empty() { "no" } else { "removed" },
-            crate::display::escape(&record.context),
-            crate::display::escape(&record.talosconfig.display().to_string())
+            talos_sso_text::escape(&record.context),
+            talos_sso_text::escape(&record.talosconfig.display().to_string())
         )?;
     }
     let remaining = state::update(|s| {

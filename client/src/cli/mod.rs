@@ -126,7 +126,7 @@ const ERROR_CHARS: usize = 2000;
 /// bounded, since server problem details and identity provider answers end
 /// up in it.
 pub fn error_text(error: &anyhow::Error) -> String {
-    crate::display::bounded(&format!("{error:#}"), ERROR_CHARS)
+    talos_sso_text::bounded(&format!("{error:#}"), ERROR_CHARS)
 }
 
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
@@ -193,7 +193,7 @@ mod tests {
     pub(super) fn no_hostile_characters(text: &str) {
         let found: Vec<char> = text
             .chars()
-            .filter(|c| crate::display::is_unsafe(*c) && *c != '\n')
+            .filter(|c| talos_sso_text::is_unsafe(*c) && *c != '\n')
             .collect();
         assert!(found.is_empty(), "{found:?} in {text:?}");
     }

@@ -78,7 +78,7 @@ pub(super) fn status(select: &LoginSelection, output: Output, out: &mut dyn Writ
     let all_valid = !statuses.is_empty() && statuses.iter().all(|s| s.valid);
     if output == Output::Json {
         let text = serde_json::to_string_pretty(&json!(statuses))?;
-        writeln!(out, "{}", crate::display::json(&text))?;
+        writeln!(out, "{}", talos_sso_text::json(&text))?;
         return Ok(all_valid);
     }
     if statuses.is_empty() {
@@ -117,9 +117,9 @@ pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow
     writeln!(
         out,
         "server: talos-sso-server {} (API {}) at {}",
-        crate::display::bounded(&info.server_version, 64),
+        talos_sso_text::bounded(&info.server_version, 64),
         info.api_version,
-        crate::display::escape(&server)
+        talos_sso_text::escape(&server)
     )?;
     if info.api_version != talos_sso_api::API_VERSION {
         eprintln!(
@@ -139,7 +139,7 @@ pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow
 /// One login as `status` shows it; the names are the certificate's and the
 /// server's, escaped.
 pub(super) fn status_line(s: &LoginStatus) -> String {
-    use crate::display::escape;
+    use talos_sso_text::escape;
     let state = if s.valid {
         human_duration(s.seconds_left) + " left"
     } else {

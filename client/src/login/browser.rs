@@ -105,7 +105,7 @@ fn check_issuer(named: Option<&str>, expected: &Expected) -> Result<(), LoginErr
         Some(named) if issuer::matches_any_tenant(&expected.issuer, named) => Ok(()),
         Some(named) => Err(LoginError::Invalid(format!(
             "the redirect comes from issuer {}, not from {}: the login is not this provider's (RFC 9207)",
-            crate::display::bounded(named, MAX_ISSUER),
+            talos_sso_text::bounded(named, MAX_ISSUER),
             expected.issuer
         ))),
         None if expected.issuer_always_named => Err(LoginError::Invalid(format!(
@@ -119,8 +119,8 @@ fn check_issuer(named: Option<&str>, expected: &Expected) -> Result<(), LoginErr
 /// The identity provider's refusal as the person reads it: its words,
 /// escaped and bounded (they travel through the browser's address bar).
 fn provider_error(error: &str, description: &str) -> String {
-    let error = crate::display::bounded(error, MAX_ERROR);
-    match crate::display::bounded(description, MAX_ERROR_DESCRIPTION) {
+    let error = talos_sso_text::bounded(error, MAX_ERROR);
+    match talos_sso_text::bounded(description, MAX_ERROR_DESCRIPTION) {
         description if description.is_empty() => error,
         description => format!("{error}: {description}"),
     }
@@ -677,7 +677,7 @@ mod tests {
                 panic!("{target}: the login ends with an error");
             };
             assert!(text.contains(says), "{target}: {text}");
-            assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+            assert!(!text.chars().any(talos_sso_text::is_unsafe), "{text:?}");
         }
     }
 
@@ -751,7 +751,7 @@ mod tests {
         let Err(LoginError::Refused(text)) = login.await.unwrap() else {
             panic!("the provider's error ends the login");
         };
-        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        assert!(!text.chars().any(talos_sso_text::is_unsafe), "{text:?}");
         assert!(
             text.starts_with("access_denied\\u{1b}[2K: \\u{1b}[31m\\u{202e}denied\\u{d}\\u{a}xxx"),
             "{text}"

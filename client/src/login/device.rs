@@ -62,7 +62,7 @@ pub async fn login(provider: &LoginClient) -> Result<Tokens, LoginError> {
 /// provider: the URL as the URL parser wrote it back (the text it was given
 /// may still hold tabs or line breaks) and the code escaped.
 fn prompt(uri: &str, code: &str) -> String {
-    use crate::display::escape;
+    use talos_sso_text::escape;
     format!(
         "To log in, open\n\n    {}\n\nand enter the code\n\n    {}\n",
         escape(uri),

@@ -9,7 +9,6 @@
 //!   transaction (and one fsync) while each still waits for its own commit;
 //! - `recorder`: what commits one decision (the writer, or the store for
 //!   one-off commands);
-//! - `text`: escaping and bounding every text a record holds;
 //! - `checkpoint`: signing the chain head and publishing it outside the
 //!   database;
 //! - `verification`: one verification of the whole chain at a time.
@@ -22,11 +21,11 @@
 pub mod checkpoint;
 pub mod recorder;
 pub mod store;
-pub mod text;
 pub mod verification;
 pub mod writer;
 
 use serde_json::json;
+use talos_sso_text as text;
 
 /// The record, its events and outcomes and its time format are part of the
 /// API (`GET /v1/audit` serves records as they are hashed).
@@ -49,7 +48,7 @@ pub trait RecordExt: Sized {
     fn set_certificate(&mut self, issued: &crate::certificate::SignedLeaf);
 
     /// The record as the stores keep it: times to microseconds, and every
-    /// text field escaped and bounded ([`text`]), whatever its source, so
+    /// text field escaped and bounded (`talos_sso_text`), whatever its source, so
     /// that no record can be refused by the database or hold text that
     /// misleads whoever reads it.
     fn normalised(self) -> Self;
@@ -129,7 +128,17 @@ impl RecordExt for AuditRecord {
         ] {
             *list = text::clean_list(list);
         }
-        self.details = text::clean_json(std::mem::take(&mut self.details));
+        self.details = clean_details(std::mem::take(&mut self.details));
         self
     }
+}
+
+/// Every string (and object key) in a record's details cleaned, nesting
+/// bounded; a number outside what the canonical encoding reads exactly
+/// (RFC 8785 reads numbers as doubles: an integer beyond 2^53 would share
+/// its bytes, and so its hash, with a neighbour) is kept as text, and so
+/// are fractions, so that every number in a record is an integer any JSON
+/// reader and any verifier writes alike (docs/audit.md, "The hash chain").
+fn clean_details(value: serde_json::Value) -> serde_json::Value {
+    text::clean_json(value, talos_sso_api::chain::is_safe_integer)
 }

@@ -66,7 +66,7 @@ pub(super) async fn run(command: AuditCommand, out: &mut (dyn Write + Send)) -> 
             // for the terminal, line by line.
             let escape = |text: String| {
                 text.lines()
-                    .map(|l| crate::audit::text::clean(l, 1 << 20))
+                    .map(|l| talos_sso_text::clean(l, 1 << 20))
                     .collect::<Vec<_>>()
                     .join("\n")
             };

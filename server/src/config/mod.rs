@@ -7,8 +7,8 @@
 //! them, `validate` checks what needs nothing but the file.
 //!
 //! The bottom of the crate: it imports nothing of it but the utilities
-//! (`secret_file`, `text_file`, and the text escaping of messages,
-//! `audit::text::clean` until it moves to the `talos-sso-text` crate). Checks that need a domain's knowledge
+//! (`secret_file`, `text_file`) and the shared text escaping
+//! (`talos-sso-text`). Checks that need a domain's knowledge
 //! (issuer kinds, app roles, rules) belong to that domain and run from
 //! `app::check`, given to the loader as a [`Check`] so that a mistake an
 //! override makes is blamed on the override. It does not open files named

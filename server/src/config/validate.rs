@@ -113,7 +113,7 @@ impl Config {
                     let names: Vec<&str> = issuers.iter().map(|i| i.name.as_str()).collect();
                     return Err(invalid(format!(
                         "clusters.{cluster}.rules[{index}] names issuer `{}`, which is not configured; issuers: {}",
-                        crate::audit::text::clean(unknown, 64),
+                        talos_sso_text::clean(unknown, 64),
                         names.join(", ")
                     )));
                 }

@@ -18,8 +18,9 @@ use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
 use crate::audit::store::AuditFilter;
-use crate::audit::{event, outcome, text};
+use crate::audit::{event, outcome};
 use talos_sso_api::checkpoint::{Checkpoint, trigger};
+use talos_sso_text as text;
 
 /// Why a query parameter was refused: `(parameter, what is wrong)`.
 type ParamError = (&'static str, String);

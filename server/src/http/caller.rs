@@ -14,8 +14,9 @@ use talos_sso_api::CLIENT_VERSION_HEADER;
 use super::RequestId;
 use super::error::ApiError;
 use crate::app::App;
-use crate::audit::{AuditRecord, outcome, text};
+use crate::audit::{AuditRecord, outcome};
 use crate::ratelimit::address_key;
+use talos_sso_text as text;
 
 /// What is known about the caller before any check.
 #[derive(Clone)]

@@ -19,8 +19,9 @@ use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
 use crate::audit::store::{DenyChange, IssuerScope};
-use crate::audit::{AuditRecord, event, text};
+use crate::audit::{AuditRecord, event};
 use crate::identity::VerifiedIdentity;
+use talos_sso_text as text;
 use time::OffsetDateTime;
 
 /// The subject and username a request names, cleaned; at least one.

@@ -12,11 +12,11 @@ use talos_sso_api::error::PROBLEM_CONTENT_TYPE;
 use talos_sso_api::{ErrorCode, Problem};
 
 use crate::audit::store::StoreError;
-use crate::audit::text;
 use crate::audit::writer::AuditError;
 use crate::identity::auth_error::AuthError;
 use crate::issuance::IssuanceError;
 use crate::policy::Denial;
+use talos_sso_text as text;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {

@@ -49,11 +49,12 @@ use super::gate::refuse;
 use super::privileged::{Privilege, authorize, commit, is_member};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
+use crate::audit::event;
 use crate::audit::store::AuditFilter;
-use crate::audit::{event, text};
 use crate::config::FeedConfig;
 use crate::identity::VerifiedIdentity;
 use crate::slots::{Full, Slot};
+use talos_sso_text as text;
 
 /// Lines waiting to be sent; a slow reader holds the stream back here.
 const QUEUED_LINES: usize = 64;

@@ -13,11 +13,12 @@ use talos_sso_api::{CertificateRequest, ErrorCode};
 use super::caller::{Caller, Credentials};
 use super::error::ApiError;
 use crate::app::{App, Settings};
-use crate::audit::{AuditRecord, outcome, text};
+use crate::audit::{AuditRecord, outcome};
 use crate::identity::{ClaimedIdentity, VerifiedIdentity};
 use crate::issuance::refusal::{RefusalRecorder, mark_refused};
 use crate::ratelimit::address_key;
 use crate::refusals::Admission;
+use talos_sso_text as text;
 
 /// Requested roles kept in the record of a caller nobody authenticated.
 const UNVERIFIED_ROLES: usize = 8;

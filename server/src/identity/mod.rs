@@ -133,7 +133,7 @@ impl VerifiedIdentity {
 
 /// Who a token that failed verification claims to be, as its issuer's kind
 /// reads it: for the record of the refusal, never for a decision. Every
-/// value is cleaned for the audit trail (`audit::text::clean_field`).
+/// value is cleaned for the audit trail (`talos_sso_text::clean_field`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimedIdentity {
     pub issuer: Option<String>,

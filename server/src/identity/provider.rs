@@ -150,7 +150,7 @@ pub fn extra_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, 
             if block.tag() != "CERTIFICATE" {
                 return Err(format!(
                     "{shown} holds a `{}` block",
-                    crate::audit::text::clean(block.tag(), 64)
+                    talos_sso_text::clean(block.tag(), 64)
                 ));
             }
             <x509_cert::Certificate as der::Decode>::from_der(block.contents())

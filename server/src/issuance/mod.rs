@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 
 use crate::audit::recorder::Recorder;
 use crate::audit::store::{Append, Appended, TokenClaim};
-use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome, text};
+use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome};
 use crate::certificate::{self, CsrError, IssueError, LeafRequest, SignedLeaf};
 use crate::cluster::{Cluster, Clusters};
 use crate::identity::VerifiedIdentity;
@@ -29,6 +29,7 @@ use crate::policy::{Applicant, Denial};
 use crate::x509::X509Error;
 use refusal::RefusalRecorder;
 use talos_sso_api::ErrorCode;
+use talos_sso_text as text;
 
 /// What a person asks for (the body of `POST /v1/certificates`).
 pub use talos_sso_api::CertificateRequest;

@@ -110,7 +110,7 @@ pub fn check_app_roles(
         .collect();
     let mut read = Vec::with_capacity(selectors.len());
     for selector in selectors {
-        let shown = crate::audit::text::clean(selector, 128);
+        let shown = talos_sso_text::clean(selector, 128);
         if selector.is_empty() {
             return Err("app_roles has an empty entry".into());
         }
@@ -130,9 +130,9 @@ pub fn check_app_roles(
                 return Err(format!(
                     "app role `{shown}` names tenant `{}`, but {} no tenants: \
                      write the role alone, `{}`",
-                    crate::audit::text::clean(prefix, 64),
+                    talos_sso_text::clean(prefix, 64),
                     issuer_names(issuers, "has", "have"),
-                    crate::audit::text::clean(role, 128)
+                    talos_sso_text::clean(role, 128)
                 ));
             }
         } else if let Some(tenant) = tenant {
@@ -153,7 +153,7 @@ pub fn check_app_roles(
                     "app role `{shown}` names tenant `{}`, which {} not allow (allowed: {}); \
                      an app role is written `<tenant id>/<role>`, with the tenant first even \
                      when the role has a `/` of its own",
-                    crate::audit::text::clean(tenant, 64),
+                    talos_sso_text::clean(tenant, 64),
                     issuer_names(
                         &with_tenants.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
                         "does",

@@ -5,7 +5,7 @@ use std::fmt;
 
 use talos_sso_api::ErrorCode;
 
-use crate::audit::text::clean_list;
+use talos_sso_text::clean_list;
 
 /// Who asks for a certificate, as policy sees them: what it reads from
 /// their verified token.

@@ -17,8 +17,8 @@ use super::types::{
     OutsideChain, StoreError, StoreOptions,
 };
 use super::{LockAhead, postgres, sqlite};
-use crate::audit::text::{FIELD_CHARS, clean, clean_field};
 use crate::audit::{ChainCheck, GENESIS_HASH, StoredRecord, format_micros};
+use talos_sso_text::{FIELD_CHARS, clean, clean_field};
 
 #[derive(Debug, Clone)]
 pub enum AuditStore {

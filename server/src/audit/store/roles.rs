@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqlx::postgres::PgPool;
 
 use super::{AuditStore, StoreError, postgres};
-use crate::audit::text;
+use talos_sso_text as text;
 
 /// The tables the server writes, and what it does to each.
 const TABLE_GRANTS: [(&str, &[&str]); 3] = [

@@ -458,7 +458,7 @@ impl RecordRow for SqliteRow {
 }
 
 fn clean(text: &str) -> String {
-    crate::audit::text::clean(text, crate::audit::text::FIELD_CHARS)
+    talos_sso_text::clean(text, talos_sso_text::FIELD_CHARS)
 }
 
 #[cfg(test)]

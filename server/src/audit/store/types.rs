@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::audit::text::{FIELD_CHARS, clean};
 use crate::audit::{AuditRecord, StoredRecord};
+use talos_sso_text::{FIELD_CHARS, clean};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

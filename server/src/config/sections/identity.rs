@@ -181,7 +181,7 @@ impl IssuerConfig {
         } else {
             format!(
                 "identity.trusted_issuers[{}]",
-                crate::audit::text::clean(&self.name, 64)
+                talos_sso_text::clean(&self.name, 64)
             )
         }
     }

@@ -220,8 +220,8 @@ async fn finish(
             .unwrap_or_default();
         return Err(format!(
             "The identity provider refused the login: {} {}",
-            crate::audit::text::clean_field(error),
-            crate::audit::text::clean_field(description)
+            talos_sso_text::clean_field(error),
+            talos_sso_text::clean_field(description)
         ));
     }
     let code = query
@@ -253,12 +253,12 @@ async fn finish(
     if !status.is_success() {
         // The provider's error code and description only: no token here.
         // The provider's answer is outside text: escaped and bounded in the log.
-        let error = crate::audit::text::clean_field(body["error"].as_str().unwrap_or("no error code"));
+        let error = talos_sso_text::clean_field(body["error"].as_str().unwrap_or("no error code"));
         tracing::warn!(target: "talos_sso::console", status = status.as_u16(), error = %error, "the code was not redeemed");
         return Err(format!(
             "The identity provider did not redeem the login ({}): {}",
-            crate::audit::text::clean_field(body["error"].as_str().unwrap_or("no error code")),
-            crate::audit::text::clean_field(body["error_description"].as_str().unwrap_or_default()),
+            talos_sso_text::clean_field(body["error"].as_str().unwrap_or("no error code")),
+            talos_sso_text::clean_field(body["error_description"].as_str().unwrap_or_default()),
         ));
     }
     let id_token = body["id_token"]
@@ -287,7 +287,7 @@ async fn finish(
     {
         return Ok(Finished::NotMember(Box::new(verified)));
     }
-    tracing::info!(target: "talos_sso::console", user = %crate::audit::text::clean_field(&verified.username), "console login");
+    tracing::info!(target: "talos_sso::console", user = %talos_sso_text::clean_field(&verified.username), "console login");
     console
         .sessions
         .open(verified)

@@ -34,8 +34,8 @@ use super::jwks::KeySet;
 use super::provider::{IssuerKeys, ProviderError, ProviderSettings};
 use super::token::{ClaimSet, Jwt, TokenError, TokenRules, string_claim, string_list};
 use super::{ClaimedIdentity, VerifiedIdentity};
-use crate::audit::text::clean_field;
 use crate::config::IssuerConfig;
+use talos_sso_text::clean_field;
 
 /// Every kind of issuer, by the name `kind` takes in the configuration.
 const KINDS: &[Registration] = &[oidc::KIND, entra::KIND];

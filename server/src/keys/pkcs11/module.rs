@@ -108,7 +108,7 @@ pub(super) fn find_token(pkcs11: &Pkcs11, source: &Pkcs11Source) -> Result<Slot,
         if label == source.token_label {
             return Ok(slot);
         }
-        present.push(format!("`{}`", crate::audit::text::clean(&label, 64)));
+        present.push(format!("`{}`", talos_sso_text::clean(&label, 64)));
     }
     Err(Pkcs11Error::TokenUnknown {
         module: source.module.clone(),

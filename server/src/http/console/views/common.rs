@@ -16,9 +16,10 @@ use talos_sso_api::{AuditQuery, ChainStatus, StoredRecord};
 
 use super::super::{Auditor, Console, Viewer, page, record_view};
 use crate::app::App;
+use crate::audit::format_micros;
 use crate::audit::store::AuditFilter;
-use crate::audit::{format_micros, text};
 use crate::http::audit::filter as audit_filter;
+use talos_sso_text as text;
 
 /// An auditor's view of the trail, as every such view begins: extracted
 /// before anything else of the request, so that a refusal (sign in,

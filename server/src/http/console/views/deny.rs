@@ -15,12 +15,13 @@ use talos_sso_api::DenyRequest;
 
 use super::common::when;
 use crate::app::App;
-use crate::audit::{event, outcome, text};
+use crate::audit::{event, outcome};
 use crate::http::caller::Caller;
 use crate::http::console::{
     Admin, Console, Need, Refusal, Viewer, page, session, viewer as console_viewer, with_identity,
 };
 use crate::http::deny;
+use talos_sso_text as text;
 
 /// `GET /ui/deny` (admins): the list, a form to add, a button per entry to
 /// remove.

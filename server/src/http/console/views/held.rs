@@ -11,8 +11,9 @@ use serde_json::json;
 use talos_sso_api::StoredRecord;
 
 use super::common::{Filters, Look, urlencode, when};
-use crate::audit::{event, text};
+use crate::audit::event;
 use crate::http::console::page;
+use talos_sso_text as text;
 
 /// Certificates the "who held" answer reads at most.
 const HELD_MAX: usize = 20_000;

@@ -11,9 +11,10 @@ use serde_json::json;
 use talos_sso_api::StoredRecord;
 
 use super::common::{Look, records_table, urlencode, when};
+use crate::audit::outcome;
 use crate::audit::store::AuditFilter;
-use crate::audit::{outcome, text};
 use crate::http::console::page;
+use talos_sso_text as text;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
