@@ -21,11 +21,8 @@ pub struct DenyRequest {
     pub reason: Option<String>,
     /// When an added entry stops blocking (adding only; none: until it is
     /// removed). In the future, at most ten years ahead.
-    #[serde(
-        default,
-        with = "crate::audit::micros_option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(with = "crate::audit::micros_option")]
     pub expires_at: Option<OffsetDateTime>,
 }
 
@@ -41,11 +38,8 @@ pub struct DenyEntry {
     pub added_at: OffsetDateTime,
     /// When the entry stops blocking; none: until it is removed. The list
     /// holds only entries that block now.
-    #[serde(
-        default,
-        with = "crate::audit::micros_option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(with = "crate::audit::micros_option")]
     pub expires_at: Option<OffsetDateTime>,
 }
 

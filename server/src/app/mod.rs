@@ -48,10 +48,9 @@ impl Clock for SystemClock {
 pub enum StartError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cluster `{cluster}`: {message}")]
-    Cluster { cluster: String, message: String },
-    #[error("{0}")]
-    PolicyExample(String),
+    /// A cluster's CA or policy, or a policy example.
+    #[error(transparent)]
+    Clusters(ClusterError),
     #[error("identity provider: {0}")]
     Provider(String),
     #[error("audit database: {0}")]
@@ -74,11 +73,11 @@ pub enum StartError {
 }
 
 impl From<ClusterError> for StartError {
+    /// A configuration error stays one, whoever found it.
     fn from(error: ClusterError) -> Self {
         match error {
             ClusterError::Config(error) => StartError::Config(error),
-            ClusterError::Cluster { cluster, message } => StartError::Cluster { cluster, message },
-            ClusterError::PolicyExample(message) => StartError::PolicyExample(message),
+            other => StartError::Clusters(other),
         }
     }
 }

@@ -84,7 +84,6 @@ pub struct Config {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// TLS certificate and key; required unless `insecure_http` is set.
-    #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Serve plain HTTP: only behind a proxy that terminates TLS.
     #[serde(default)]
@@ -101,7 +100,6 @@ pub struct Config {
     pub clusters: BTreeMap<String, ClusterConfig>,
     /// A folder of cluster files, one per cluster, named after it
     /// (`prod.yaml` is cluster `prod`); relative to the configuration file.
-    #[serde(default)]
     pub clusters_dir: Option<PathBuf>,
     /// Claims -> roles examples checked at start; a failure stops the server.
     #[serde(default)]

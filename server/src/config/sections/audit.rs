@@ -26,7 +26,6 @@ pub struct AuditConfig {
     pub refusals: RefusalConfig,
     /// Signed checkpoints of the chain head, published outside the
     /// database (`crate::audit::checkpoint`); off when absent.
-    #[serde(default)]
     pub checkpoints: Option<CheckpointConfig>,
 }
 
@@ -36,10 +35,8 @@ pub struct AuditConfig {
 pub struct CheckpointConfig {
     /// The Ed25519 signing key (PKCS#8 PEM, `PRIVATE KEY`), used for
     /// nothing else; not readable by others, like every key. Or `pkcs11`.
-    #[serde(default)]
     pub key_file: Option<PathBuf>,
     /// The Ed25519 signing key in a PKCS#11 token instead of a file.
-    #[serde(default)]
     pub pkcs11: Option<Pkcs11Source>,
     /// The checkpoint file: one JSON checkpoint per line, appended.
     pub file: PathBuf,
@@ -48,10 +45,8 @@ pub struct CheckpointConfig {
     pub interval: Duration,
     /// Where each checkpoint is also POSTed as JSON (`https://`, or
     /// `http://` to this machine only).
-    #[serde(default)]
     pub webhook_url: Option<String>,
     /// The server's name in its checkpoints; default: the host name.
-    #[serde(default)]
     pub server_name: Option<String>,
     /// Public keys of earlier signing keys (PEM), whose checkpoints are
     /// still checked after a key rotation.

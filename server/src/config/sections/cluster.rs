@@ -13,22 +13,16 @@ use crate::config::defaults::{default_max_ttl, default_skew, default_ttl};
 use crate::config::{ConfigError, invalid};
 
 /// A cluster's `ca` section: exactly one source.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CaConfig {
-    #[serde(default)]
     pub cert_file: Option<PathBuf>,
-    #[serde(default)]
     pub key_file: Option<PathBuf>,
-    #[serde(default)]
     pub secrets_bundle: Option<PathBuf>,
-    #[serde(default)]
     pub machine_config: Option<PathBuf>,
     /// The key inside a PKCS#11 token (with `cert_file`, without `key_file`).
-    #[serde(default)]
     pub pkcs11: Option<Pkcs11Source>,
     /// Accept a CA key file readable by group or others (loudly logged).
-    #[serde(default)]
     pub allow_insecure_key_permissions: bool,
 }
 
@@ -65,7 +59,6 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub nodes: Vec<String>,
     /// talosconfig context name (default: the cluster name).
-    #[serde(default)]
     pub context: Option<String>,
     /// Default certificate lifetime.
     #[serde(default = "default_ttl", deserialize_with = "duration")]

@@ -24,13 +24,11 @@ pub const LOGIN_ISSUER: &str = "login";
 pub struct IdentityConfig {
     /// `entra` or `oidc`: how the issuer's tokens are read. When not set,
     /// `entra` if `allowed_tenants` is set, else `oidc` (with a warning).
-    #[serde(default)]
     pub kind: Option<String>,
     /// The provider's issuer, exactly as its discovery document says it. For
     /// Entra multi-tenant apps, `https://login.microsoftonline.com/{tenantid}/v2.0`.
     pub issuer: String,
     /// Discovery document URL, when it is not `{issuer}/.well-known/openid-configuration`.
-    #[serde(default)]
     pub discovery_url: Option<String>,
     /// More accepted issuers (e.g. an Entra v1 `https://sts.windows.net/{tid}/`
     /// for v1 access tokens; Entra's public cloud adds those itself).
@@ -57,7 +55,6 @@ pub struct IdentityConfig {
     /// `preferred_username`, `upn`, `unique_name`, a verified `email`, then
     /// the subject. A display name only: policy and the deny list match
     /// the subject.
-    #[serde(default)]
     pub username_claim: Option<String>,
     /// Leeway on token times.
     #[serde(default = "default_leeway", deserialize_with = "duration")]
@@ -70,7 +67,6 @@ pub struct IdentityConfig {
     #[serde(default = "default_refresh_period", deserialize_with = "duration")]
     pub jwks_refresh_period: Duration,
     /// Group overage resolution through Microsoft Graph (Entra).
-    #[serde(default)]
     pub entra_graph: Option<GraphConfig>,
     /// Further issuers whose tokens are accepted (workloads, other
     /// directories); nobody logs in with them through the CLI.
@@ -79,7 +75,6 @@ pub struct IdentityConfig {
     /// A PEM bundle of certificate authorities trusted, in addition to the
     /// system's trust store, for every call to an identity provider
     /// (discovery, keys, Graph): a provider behind a company CA.
-    #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// `console.client_id` when the console is on and has a client of its
     /// own (set from the `console` section, not read here).
@@ -149,7 +144,6 @@ pub struct IssuerConfig {
     pub kind: String,
     /// Its issuer, exactly as its discovery document says it.
     pub issuer: String,
-    #[serde(default)]
     pub discovery_url: Option<String>,
     #[serde(default)]
     pub additional_issuers: Vec<String>,
@@ -162,11 +156,9 @@ pub struct IssuerConfig {
     pub clients: Vec<String>,
     #[serde(default)]
     pub allowed_tenants: Vec<String>,
-    #[serde(default)]
     pub username_claim: Option<String>,
     #[serde(default = "default_leeway", deserialize_with = "duration")]
     pub leeway: Duration,
-    #[serde(default)]
     pub entra_graph: Option<GraphConfig>,
     /// `identity.ca_file`, for every issuer alike.
     #[serde(skip)]

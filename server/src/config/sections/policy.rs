@@ -38,16 +38,13 @@ pub struct Rule {
 
 /// The policy part of a cluster's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
-    #[serde(default)]
     pub rules: Vec<Rule>,
     /// Roles granted when the request names none (intersected with what the
     /// person is entitled to). Empty: every entitled role.
-    #[serde(default)]
     pub default_roles: Vec<String>,
     /// Allow rules to grant `os:impersonator`.
-    #[serde(default)]
     pub allow_impersonator: bool,
     /// The tenants of the issuers, what app roles are read against (from
     /// `identity`, not from the cluster).
@@ -100,58 +97,44 @@ pub fn home_tenant(tenants: &[String]) -> Option<&str> {
 /// a rule change that breaks an intended outcome stops the server instead of
 /// silently granting or denying.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyExample {
     /// What the example is about, shown when it fails.
-    #[serde(default)]
     pub description: String,
     /// The cluster whose rules it checks (in the server configuration).
-    #[serde(default)]
     pub cluster: String,
-    #[serde(default)]
     pub username: String,
-    #[serde(default)]
     pub subject: String,
-    #[serde(default)]
     pub groups: Vec<String>,
-    #[serde(default)]
     pub app_roles: Vec<String>,
     /// Other claims, for `claims` selectors.
-    #[serde(default)]
     pub claims: serde_json::Map<String, serde_json::Value>,
     /// The example stands for an application's own token (client
     /// credentials) rather than a person's.
-    #[serde(default)]
     pub application: bool,
     /// Roles asked for (`--role`); empty means the defaults.
-    #[serde(default)]
     pub request: Vec<String>,
     /// The roles that must be granted...
-    #[serde(default)]
     pub expect_roles: Option<Vec<String>>,
     /// ...or the denial code that must come back.
-    #[serde(default)]
     pub expect_denied: Option<String>,
 }
 
 /// Who `auditors` or `admins` are: people (groups, app roles) and
 /// applications (app roles, client ids), all of the login issuer.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct GroupList {
     /// Group object ids (Entra) or names; compared case-insensitively.
-    #[serde(default)]
     pub groups: Vec<String>,
     /// App roles (`roles`), of a person or of an application's own token.
     /// `<tenant id>/<role>` counts the role only as that tenant assigned
     /// it; the role alone stands for the login issuer's only tenant, and is
     /// refused when it allows several (`policy::check_app_roles`).
-    #[serde(default)]
     pub app_roles: Vec<String>,
     /// Client ids (`azp`/`appid`) of applications whose own tokens (client
     /// credentials) are let in, whatever their app roles; never a person.
     /// Not tied to a tenant: an application's client id is the same in
     /// every tenant that has a copy of it (docs/entra-id.md).
-    #[serde(default)]
     pub client_ids: Vec<String>,
 }

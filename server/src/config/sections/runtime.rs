@@ -17,14 +17,11 @@ use crate::secret_file::read_secret;
 pub struct DatabaseConfig {
     /// `postgres://user@host/db` or `sqlite:///path/audit.db`; empty means
     /// SQLite in `data_dir`.
-    #[serde(default)]
     pub url: Option<String>,
     /// File holding the Postgres password (never in the URL or on the
     /// command line).
-    #[serde(default)]
     pub password_file: Option<PathBuf>,
     /// Pool size.
-    #[serde(default)]
     pub max_connections: Option<u32>,
     /// How long a request waits for a database connection before
     /// answering 503 `audit_unavailable`.
@@ -32,7 +29,6 @@ pub struct DatabaseConfig {
     pub acquire_timeout: Option<Duration>,
     /// Run migrations at start (default true). When false, start only if
     /// every embedded migration is applied: a runtime role may not migrate.
-    #[serde(default)]
     pub migrate_on_start: Option<bool>,
 }
 

@@ -86,7 +86,6 @@ impl Default for HttpConfig {
 pub struct MetricsConfig {
     /// Serve `GET /metrics` here (plain HTTP) and only here: the main port
     /// then answers 404 for it. Unset: `/metrics` is on the main port.
-    #[serde(default)]
     pub listen: Option<SocketAddr>,
 }
 
@@ -127,15 +126,12 @@ pub struct ConsoleConfig {
     /// The server's address as browsers reach it (`https://sso.example.com`);
     /// the redirect URI registered with the identity provider is this
     /// followed by `/ui/callback`. Required when `enabled`.
-    #[serde(default)]
     pub public_url: Option<String>,
     /// The client id the console logs in with; default `identity.client_id`
     /// (the CLI's public client, with the console's redirect URI added).
-    #[serde(default)]
     pub client_id: Option<String>,
     /// A file holding the client secret, for a confidential (web)
     /// registration; none for a public client (PKCE alone).
-    #[serde(default)]
     pub client_secret_file: Option<PathBuf>,
     /// A session ends after this long without a request.
     #[serde(default = "default_console_idle", deserialize_with = "duration")]
