@@ -15,8 +15,6 @@
 //! - `privileged`: auditors and admins, past the gate;
 //! - `error`: problem details;
 //! - `deadline`: by when an answer's body must have reached its client;
-//! - `slots`: how many long answers (exports, streams) run at once, in all
-//!   and per person;
 //! - `serve`: the serve loop (TLS, limits, graceful shutdown) that
 //!   [`crate::server::Server`] runs.
 
@@ -31,7 +29,6 @@ pub mod feed;
 pub mod gate;
 pub mod privileged;
 pub mod serve;
-pub use crate::slots;
 pub mod status;
 
 use std::net::{IpAddr, SocketAddr};

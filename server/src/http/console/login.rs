@@ -21,7 +21,7 @@ use crate::app::App;
 use crate::audit::event;
 use crate::http::caller::Caller;
 use crate::http::error::ApiError;
-use crate::http::gate::{refuse as deny, with_identity};
+use crate::http::gate::{refuse, with_identity};
 use crate::http::privileged::is_member;
 use crate::identity::VerifiedIdentity;
 use talos_sso_api::ErrorCode;
@@ -159,7 +159,7 @@ async fn not_a_member(app: &App, caller: &Caller, verified: &VerifiedIdentity) -
     let mut record = caller.record(app, event::AUDIT_QUERY);
     with_identity(&mut record, verified);
     record.details = serde_json::json!({"via": "console", "view": "login"});
-    let error = deny(
+    let error = refuse(
         app,
         record,
         ApiError::new(

@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use super::caller::Caller;
 use super::error::ApiError;
-use super::gate::{refuse as deny, with_identity};
+use super::gate::{refuse, with_identity};
 use super::privileged::{commit, is_member};
 use crate::app::App;
 use crate::audit::{event, outcome};
@@ -60,7 +60,7 @@ pub struct Console {
     pub lifetime: Duration,
     http: reqwest::Client,
     /// Exports running, in all and per person.
-    pub exports: Arc<crate::http::slots::Slots>,
+    pub exports: Arc<crate::slots::Slots>,
     /// How long an export may take to reach its client.
     pub export_timeout: Duration,
     /// The charts' counts of buckets that have ended.
@@ -121,7 +121,7 @@ impl Console {
             origin: public.origin().ascii_serialization(),
             lifetime: console.session_lifetime,
             http,
-            exports: crate::http::slots::Slots::new(console.max_exports, console.max_exports_per_person),
+            exports: crate::slots::Slots::new(console.max_exports, console.max_exports_per_person),
             export_timeout: console.export_timeout,
             charts: views::ChartCache::default(),
         }))
@@ -200,7 +200,7 @@ async fn address_limit(State(app): State<Arc<App>>, request: Request, next: Next
 /// A rate-limit refusal, recorded as the API records its own (aggregated
 /// per address), answered with the console's page.
 async fn refuse_rate(app: &App, record: crate::audit::AuditRecord, retry: Duration, who: &str) -> Response {
-    let error = deny(app, record, ApiError::rate_limited(retry, who)).await;
+    let error = refuse(app, record, ApiError::rate_limited(retry, who)).await;
     if error.error == talos_sso_api::ErrorCode::AuditUnavailable {
         return page::unavailable();
     }
@@ -361,7 +361,7 @@ pub async fn viewer(
             let mut record = viewer.caller.record(app, event);
             with_identity(&mut record, &viewer.session.identity);
             record.details = details;
-            let answered = deny(app, record, error).await;
+            let answered = refuse(app, record, error).await;
             if answered.error == talos_sso_api::ErrorCode::AuditUnavailable {
                 if matches!(refusal, Refusal::View) {
                     console.sessions.unrecord(&viewer.session_id, &once);
