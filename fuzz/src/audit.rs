@@ -26,12 +26,12 @@ use serde_json::{Map, Value};
 use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
 use talos_sso_api::chain::canonical_encoding_by_value;
 use talos_sso_api::{AuditQuery, audit::StoredRecord};
-use talos_sso_text::clean_field;
 use talos_sso_server::audit::{
     AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, canonical_encoding, chain, event, format_micros,
     outcome, parse_micros, record_hash,
 };
 use talos_sso_server::http::audit::filter;
+use talos_sso_text::clean_field;
 use time::OffsetDateTime;
 
 pub fn run_query(data: &[u8]) {

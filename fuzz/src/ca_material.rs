@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use talos_sso_server::ca::{CaOptions, CertificateAuthority, parse_certificates};
-use talos_sso_server::config::CaSource;
 use talos_sso_server::certificate::{LeafRequest, sign_leaf};
+use talos_sso_server::config::CaSource;
 
 fn directory() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -20,11 +20,11 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::signature::{self, Ed25519KeyPair, KeyPair};
 use serde_json::Value;
-use talos_sso_text::clean_field;
 use talos_sso_server::config::IssuerConfig;
 use talos_sso_server::identity::issuer::IssuerRules;
 use talos_sso_server::identity::jwks::{KeySet, VerifyingKey};
 use talos_sso_server::identity::token::{Jwt, MAX_TOKEN_LEN, unverified_claims};
+use talos_sso_text::clean_field;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const CLIENT: &str = "11111111-2222-3333-4444-555555555555";
