@@ -1,6 +1,6 @@
 // A real, OpenID-certified OpenID Provider (panva's oidc-provider) set up
 // the way Keycloak and Dex deployments usually are, for talos-sso's
-// end-to-end tests (tests/src/real_op.rs starts it; nothing else does).
+// end-to-end tests (tests/src/real_op/mod.rs starts it; nothing else does).
 // oidc-provider 8 is pinned: it supports Node.js 18 and later, where 9
 // wants Node.js 22 (and warns on 20, the machines' version).
 //
