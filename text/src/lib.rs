@@ -15,5 +15,5 @@ pub mod safe;
 
 pub use safe::{
     FIELD_CHARS, ITEM_CHARS, LIST_ITEMS, REASON_CHARS, bounded, clean, clean_field, clean_json, clean_list,
-    escape, is_unsafe, json,
+    escape, is_unsafe, is_unsafe_to_keep, json,
 };

@@ -271,6 +271,62 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// A deny-list entry stored by an earlier release still blocks the
+    /// identity it names: what the server stores is compared in its stored
+    /// form, so the set of characters escaped when storing
+    /// (`talos_sso_text::is_unsafe_to_keep`) must not grow without a
+    /// migration. Characters only a terminal needs escaped (the soft
+    /// hyphen here) are kept as they are.
+    #[tokio::test]
+    async fn an_entry_stored_by_an_earlier_release_still_blocks() {
+        let dir = std::env::temp_dir().join(format!(
+            "talos-sso-escaping-{}",
+            crate::random::random_hex(6).unwrap()
+        ));
+        let url = format!("sqlite://{}/audit.db", dir.display());
+        let store = AuditStore::connect(&url, &StoreOptions::default()).await.unwrap();
+        store.migrate().await.unwrap();
+        // A workload subject holds whatever its branch name holds.
+        let subject = "repo:org/app:ref:refs/heads/fix\u{ad}1";
+        let now = OffsetDateTime::now_utc();
+        // The entry as the previous release stored it: its cleaning left
+        // the soft hyphen as it was.
+        let mut added = AuditRecord::new(event::DENY_ADDED, outcome::SUCCESS, "req-deny", now);
+        added.username = Some("admin".into());
+        let mut entry = Append {
+            record: added,
+            ..Default::default()
+        };
+        entry.deny_change = Some(DenyChange::Add(DenyEntry {
+            subject: Some(subject.into()),
+            username: None,
+            reason: "stolen workload token".into(),
+            added_by: "admin".into(),
+            added_at: now,
+            expires_at: None,
+        }));
+        store.append_batch(&[entry]).await.unwrap();
+        let mut record = AuditRecord::new(event::CERTIFICATE_ISSUED, outcome::SUCCESS, "req-issue", now);
+        record.subject = Some(subject.into());
+        record.username = Some("ci".into());
+        record.identity_verified = true;
+        let issuance = Append {
+            record,
+            deny_check: true,
+            ..Default::default()
+        };
+        let appended = store.append_batch(&[issuance]).await.unwrap();
+        let is_denied = store.is_denied(subject, "ci").await.unwrap();
+        store.close().await;
+        std::fs::remove_dir_all(dir).unwrap();
+        assert!(is_denied, "the privileged check no longer sees the entry");
+        assert!(
+            matches!(appended[0], Appended::Denied(_)),
+            "the issuance was recorded, not refused: {:?}",
+            appended[0].stored().record.outcome
+        );
+    }
+
     #[tokio::test]
     async fn a_postgres_database_migrated_by_earlier_releases_migrates_again() {
         use sqlx::Connection;
