@@ -110,9 +110,12 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
         ErrorCode::NotAnAdmin => {
             "the deny list is for administrators; ask to be added to one of the server's `admins` groups".into()
         }
-        ErrorCode::RateLimited { retry_after_seconds } => format!(
-            "the server asks you to slow down ({detail}); try again in {retry_after_seconds} seconds"
-        ),
+        // The server's detail says who asked too often and how long to
+        // wait; an answer without one still gets the wait from its field.
+        ErrorCode::RateLimited { retry_after_seconds } if detail.is_empty() => {
+            format!("the server asks you to slow down; try again in {retry_after_seconds} s")
+        }
+        ErrorCode::RateLimited { .. } => format!("the server asks you to slow down: {detail}"),
         ErrorCode::NotFound
         | ErrorCode::MethodNotAllowed
         | ErrorCode::BodyTooLarge
@@ -217,6 +220,20 @@ mod tests {
             assert!(message.contains(expected), "{code}: {message}");
             assert!(message.ends_with("(request id req-1)"), "{message}");
         }
+    }
+
+    #[test]
+    fn a_rate_limit_says_its_wait_once() {
+        let body = json!({"type": "about:blank", "title": "Too Many Requests", "status": 429,
+            "code": "rate_limited", "retry_after_seconds": 1,
+            "detail": "too many requests from you; try again in 1 second", "request_id": "req-1"});
+        let error = crate::api::problem(429, &body.to_string()).unwrap();
+        let message = explain(&error, "prod");
+        assert_eq!(
+            message,
+            "the server asks you to slow down: too many requests from you; try again in 1 second (request id req-1)"
+        );
+        assert_eq!(message.matches("try again").count(), 1, "{message}");
     }
 
     #[test]

@@ -74,7 +74,10 @@ impl ApiError {
             ErrorCode::RateLimited {
                 retry_after_seconds: seconds,
             },
-            format!("too many requests from {who}; try again in {seconds} seconds"),
+            format!(
+                "too many requests from {who}; try again in {}",
+                in_seconds(seconds)
+            ),
         )
     }
 
@@ -182,9 +185,28 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// A wait in words: "1 second", "2 seconds".
+pub(crate) fn in_seconds(seconds: u64) -> String {
+    match seconds {
+        1 => "1 second".into(),
+        n => format!("{n} seconds"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_limit_says_its_wait_once_in_words() {
+        let one = ApiError::rate_limited(std::time::Duration::from_millis(300), "you");
+        assert_eq!(one.detail, "too many requests from you; try again in 1 second");
+        let two = ApiError::rate_limited(std::time::Duration::from_secs(2), "your address");
+        assert_eq!(
+            two.detail,
+            "too many requests from your address; try again in 2 seconds"
+        );
+    }
 
     #[test]
     fn what_the_caller_sent_comes_back_escaped_and_bounded() {

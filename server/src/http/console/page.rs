@@ -8,6 +8,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::{Viewer, members_of};
 use crate::config::GroupList;
+use crate::http::error::in_seconds;
 
 pub const STYLESHEET_PATH: &str = "/ui/assets/console.css";
 const STYLESHEET: &str = include_str!("console.css");
@@ -207,7 +208,7 @@ pub fn rate_limited(retry: std::time::Duration) -> Response {
             "Too many requests",
             None,
             None,
-            html! { p.refusal { "Too many requests; try again in " (seconds) " seconds." } },
+            html! { p.refusal { "Too many requests; try again in " (in_seconds(seconds)) "." } },
         ),
     );
     response
