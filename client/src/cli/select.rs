@@ -64,7 +64,7 @@ impl LoginSelection {
                     .cluster
                     .clone()
                     .or(saved.default_cluster.clone())
-                    .ok_or_else(|| anyhow::anyhow!("no cluster yet: run `talos-sso login` first"))?;
+                    .ok_or_else(|| anyhow::anyhow!("{}", not_logged_in(saved)))?;
                 let record = saved
                     .logins
                     .get(&cluster)
@@ -97,6 +97,17 @@ fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
+    }
+}
+
+/// What to run when there is no login to act on: the first login needs the
+/// server's address, a later one only the cluster.
+fn not_logged_in(saved: &ClientState) -> &'static str {
+    if saved.server.is_none() {
+        "not logged in yet: run `talos-sso login --server https://talos-sso.example.com` once, \
+         with the address your platform team gives"
+    } else {
+        "no cluster yet: run `talos-sso login` (with --cluster NAME when the server has several)"
     }
 }
 
@@ -159,7 +170,17 @@ mod tests {
         let file = dir.path().join("config");
         let mut saved = ClientState::default();
         let error = LoginSelection::default().one(&saved).unwrap_err().to_string();
-        assert_eq!(error, "no cluster yet: run `talos-sso login` first");
+        assert_eq!(
+            error,
+            "not logged in yet: run `talos-sso login --server https://talos-sso.example.com` once, \
+             with the address your platform team gives"
+        );
+        saved.server = Some("https://sso.example".into());
+        let error = LoginSelection::default().one(&saved).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "no cluster yet: run `talos-sso login` (with --cluster NAME when the server has several)"
+        );
         saved.default_cluster = Some("prod".into());
         saved.logins.insert("prod".into(), record("ops", &file));
         saved.logins.insert("lab".into(), record("ops", &file));
