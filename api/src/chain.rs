@@ -340,10 +340,14 @@ pub fn describe(status: &crate::audit::ChainStatus) -> Result<String, String> {
             broken.seq, broken.reason, status.verified
         ));
     }
-    let mut text = format!(
-        "audit chain intact: {} records verified (last seq {})",
-        status.verified, status.last_seq
-    );
+    let mut text = if status.verified == 0 {
+        "audit chain intact: the trail holds no records yet".to_owned()
+    } else {
+        format!(
+            "audit chain intact: {} records verified, the newest is record {}",
+            status.verified, status.last_seq
+        )
+    };
     match &status.checkpoints {
         None => text.push_str(
             "\nno signed checkpoints: the chain alone cannot show a trail rewritten from some record on, or its \
@@ -366,11 +370,11 @@ pub fn describe(status: &crate::audit::ChainStatus) -> Result<String, String> {
             before_first,
         }) => {
             text.push_str(&format!(
-                "\nlast signed checkpoint covered: record {} (signed by {} at {}, {}), {matched} checkpoint{} matched",
-                last.seq,
+                "\nnewest signed checkpoint matched: {}, signed by server `{}` at {} {}; {matched} checkpoint{} matched",
+                covering(last.seq),
                 last.server,
                 format_micros(last.signed_at),
-                last.trigger,
+                occasion(&last.trigger),
                 if *matched == 1 { "" } else { "s" },
             ));
             if *records_after_last > 0 {
@@ -386,6 +390,28 @@ pub fn describe(status: &crate::audit::ChainStatus) -> Result<String, String> {
         }
     }
     Ok(text)
+}
+
+/// What a checkpoint of the head at `seq` covers, in words.
+fn covering(seq: i64) -> String {
+    match seq {
+        0 => "the one of the empty trail".to_owned(),
+        1 => "the one of record 1".to_owned(),
+        n => format!("the one of records 1 to {n}"),
+    }
+}
+
+/// Why a checkpoint was signed, in words (its `trigger`).
+fn occasion(trigger: &str) -> String {
+    use crate::checkpoint::trigger;
+    match trigger {
+        trigger::INTERVAL => "on its schedule".to_owned(),
+        trigger::START => "when it started".to_owned(),
+        trigger::SHUTDOWN => "when it stopped".to_owned(),
+        trigger::REQUEST => "at an auditor's request".to_owned(),
+        trigger::COMMAND => "by `talos-sso-server audit checkpoint`".to_owned(),
+        other => format!("(trigger `{other}`)"),
+    }
 }
 
 /// The record at `seq` does not have the hash `checkpoint` signed: some
@@ -460,6 +486,55 @@ mod tests {
             key_id: "k".into(),
             signature: String::new(),
         }
+    }
+
+    /// `audit verify`'s text says what its numbers are: an empty trail as
+    /// such, the newest record, and which records the newest checkpoint
+    /// covers, by which server and on what occasion.
+    #[test]
+    fn the_report_names_what_its_numbers_are() {
+        let empty = crate::audit::ChainStatus {
+            intact: true,
+            verified: 0,
+            last_seq: 0,
+            first_broken: None,
+            checkpoints: None,
+        };
+        let text = describe(&empty).unwrap();
+        assert!(
+            text.starts_with("audit chain intact: the trail holds no records yet\n"),
+            "{text}"
+        );
+        let mut status = crate::audit::ChainStatus {
+            verified: 8,
+            last_seq: 8,
+            checkpoints: Some(CheckpointCoverage {
+                matched: 2,
+                last: Some(Checkpoint {
+                    seq: 6,
+                    ..checkpoint_of(&trail(1)[0])
+                }),
+                records_after_last: 2,
+                before_first: 0,
+            }),
+            ..empty.clone()
+        };
+        assert_eq!(
+            describe(&status).unwrap(),
+            "audit chain intact: 8 records verified, the newest is record 8\n\
+             newest signed checkpoint matched: the one of records 1 to 6, signed by server `talos-sso-1` \
+             at 2026-11-29T10:05:00.000000Z on its schedule; 2 checkpoints matched\n\
+             2 records after it are not covered by a checkpoint yet"
+        );
+        if let Some(CheckpointCoverage { last: Some(last), .. }) = status.checkpoints.as_mut() {
+            last.seq = 0;
+            last.trigger = trigger::START.into();
+        }
+        let text = describe(&status).unwrap();
+        assert!(
+            text.contains("the one of the empty trail, signed by server `talos-sso-1` at 2026-11-29T10:05:00.000000Z when it started"),
+            "{text}"
+        );
     }
 
     /// A record with every field set from `n`: awkward text (quotes,

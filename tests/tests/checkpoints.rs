@@ -249,11 +249,11 @@ async fn a_record_rewritten_with_every_later_hash_recomputed_is_named(backend: B
     issue(&env, 2).await;
     let intact = verify_cli(&env, &files, "").await.unwrap();
     assert!(
-        intact.contains("audit chain intact: 8 records verified (last seq 8)"),
+        intact.contains("audit chain intact: 8 records verified, the newest is record 8"),
         "{intact}"
     );
     assert!(
-        intact.contains("last signed checkpoint covered: record 6"),
+        intact.contains("newest signed checkpoint matched: the one of records 1 to 6, signed by server `"),
         "{intact}"
     );
     assert!(

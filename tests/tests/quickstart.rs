@@ -139,7 +139,7 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
         "$ talos-sso audit list",
         "$ talos-sso audit show 1",
         "$ talos-sso audit verify",
-        "audit chain intact: 4 records verified (last seq 4)",
+        "audit chain intact: 4 records verified, the newest is record 4",
         "\"event\": \"certificate.issued\"",
         "not_before is 5m00s before occurred_at: the cluster's `clock_skew`",
         "token_issued_at is 5m",
