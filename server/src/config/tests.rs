@@ -81,6 +81,35 @@ fn audit_checkpoints_take_one_key_a_sane_interval_and_an_encrypted_webhook() {
 }
 
 #[test]
+fn a_rule_group_is_an_id_or_an_id_with_a_display_name() {
+    let both = MINIMAL.replace(
+        r#"groups: ["g-admins"]"#,
+        r#"groups: ["g-admins", { id: "3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a02", name: "Talos on-call" }]"#,
+    );
+    let config = Config::from_yaml(&both).unwrap();
+    assert_eq!(
+        config.clusters["prod"].rules[0].groups,
+        [
+            GroupRef::from("g-admins"),
+            GroupRef {
+                id: "3f6c2b1a-0e9d-4c8b-a7f6-5e4d3c2b1a02".into(),
+                name: Some("Talos on-call".into()),
+            },
+        ]
+    );
+    // A name without an id, or an unknown key, is refused by name.
+    let no_id = MINIMAL.replace(
+        r#"groups: ["g-admins"]"#,
+        r#"groups: [{ name: "Talos on-call" }]"#,
+    );
+    let error = Config::from_yaml(&no_id).unwrap_err().to_string();
+    assert!(error.contains("missing field `id`"), "{error}");
+    let typo = MINIMAL.replace(r#"groups: ["g-admins"]"#, r#"groups: [{ id: g, display: x }]"#);
+    let error = Config::from_yaml(&typo).unwrap_err().to_string();
+    assert!(error.contains("unknown field `display`"), "{error}");
+}
+
+#[test]
 fn a_ca_key_in_a_pkcs11_token_is_a_source_of_its_own() {
     let pkcs11 = "cert_file: /etc/talos-sso/intermediate.crt, pkcs11: { module: /usr/lib/softhsm/libsofthsm2.so, \
                       token_label: talos-ca, key_label: talos-sso-intermediate, pin_file: /etc/talos-sso/talos-ca.pin }";

@@ -71,7 +71,7 @@ impl ClusterPolicy {
         self.config
             .rules
             .iter()
-            .flat_map(|r| r.groups.iter().map(String::as_str))
+            .flat_map(|r| r.groups.iter().map(|g| g.id.as_str()))
     }
 
     /// Every role some rule of this cluster grants, to anyone (sorted).
@@ -89,7 +89,10 @@ impl ClusterPolicy {
     pub(super) fn selectors(&self) -> Vec<String> {
         let mut out = BTreeSet::new();
         for (rule, app_roles) in self.config.rules.iter().zip(&self.app_roles) {
-            out.extend(rule.groups.iter().map(|g| format!("group {g}")));
+            out.extend(rule.groups.iter().map(|g| match &g.name {
+                Some(name) => format!("group {} ({name})", g.id),
+                None => format!("group {}", g.id),
+            }));
             for issuer in rule_issuers(rule) {
                 let tenants = self.config.tenancy.tenants(issuer).unwrap_or_default();
                 out.extend(app_roles.iter().filter_map(|r| r.describe(tenants)));
@@ -140,7 +143,7 @@ pub(super) fn rule_matches(
         || rule
             .groups
             .iter()
-            .any(|g| claims.groups.iter().any(|have| have.eq_ignore_ascii_case(g)));
+            .any(|g| claims.groups.iter().any(|have| have.eq_ignore_ascii_case(&g.id)));
     // The tenant the token's issuer verified, as for `users`: an issuer
     // without tenants gives none, whatever `tid` its tokens carry.
     let app_roles = app_roles.is_empty()

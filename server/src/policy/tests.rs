@@ -18,7 +18,7 @@ fn home_tenant() -> Tenancy {
 
 fn rule(groups: &[&str], app_roles: &[&str], roles: &[&str]) -> Rule {
     Rule {
-        groups: strings(groups),
+        groups: groups.iter().map(|&g| g.into()).collect(),
         app_roles: strings(app_roles),
         roles: strings(roles),
         ..Default::default()
@@ -71,7 +71,7 @@ fn prod() -> ClusterPolicy {
                 ..Default::default()
             },
             Rule {
-                groups: strings(&[ONCALL]),
+                groups: vec![ONCALL.into()],
                 claims: [("tid".to_owned(), "tenant-a".to_owned())].into(),
                 roles: strings(&["os:etcd:backup"]),
                 ..Default::default()
@@ -507,3 +507,34 @@ fn an_application_is_granted_only_by_a_rule_that_names_it() {
 }
 
 mod app_roles;
+
+/// A refusal lists what would grant a role; a group the rule names is
+/// shown with the name people know it by, next to the id tokens carry.
+#[test]
+fn a_refusal_names_a_group_by_its_display_name_too() {
+    let mut named = rule(&[], &[], &["os:operator"]);
+    named.groups = vec![crate::config::GroupRef {
+        id: ONCALL.into(),
+        name: Some("Talos on-call".into()),
+    }];
+    let policy = ClusterPolicy::new(PolicyConfig {
+        rules: vec![named, rule(&[ADMINS], &[], &["os:admin"])],
+        tenancy: home_tenant(),
+        ..Default::default()
+    })
+    .unwrap();
+    let denial = policy.decide(&person("nobody", &[], &[], "t"), &[]).unwrap_err();
+    let Denial::NoMatchingRule { would_grant } = denial else {
+        panic!("{denial:?}");
+    };
+    assert_eq!(
+        would_grant,
+        [
+            format!("group {ADMINS}"),
+            format!("group {ONCALL} (Talos on-call)")
+        ]
+    );
+    // Membership is still by id.
+    let granted = policy.decide(&person("bob", &[ONCALL], &[], "t"), &[]).unwrap();
+    assert_eq!(granted.granted, ["os:operator"]);
+}

@@ -9,8 +9,10 @@ use serde::Deserialize;
 pub struct Rule {
     /// Group object ids (Entra) or group names (other providers); matches
     /// when the person is in any of them. Compared case-insensitively.
+    /// Each is the id alone, or `{id, name}` with a name people know the
+    /// group by, shown next to the id when a refusal says what grants a role.
     #[serde(default)]
-    pub groups: Vec<String>,
+    pub groups: Vec<GroupRef>,
     /// App roles (the token's `roles` claim); any of them. `<tenant
     /// id>/<role>` counts the role only as that tenant assigned it; the
     /// role alone stands for the only tenant of an issuer that allows one
@@ -34,6 +36,60 @@ pub struct Rule {
     /// that a newly trusted issuer is granted nothing until a rule names it.
     #[serde(default)]
     pub issuers: Vec<String>,
+}
+
+/// A group a rule names: its id, and the name people know it by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupRef {
+    /// What tokens carry: an Entra object id, or the group's name.
+    pub id: String,
+    /// For people: an Entra object id says nothing to whoever is refused.
+    pub name: Option<String>,
+}
+
+impl From<&str> for GroupRef {
+    fn from(id: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            name: None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for GroupRef {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The `{id, name}` form; unknown keys are refused as everywhere.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Named {
+            id: String,
+            name: String,
+        }
+
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = GroupRef;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a group id, or `{id, name}`")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, id: &str) -> Result<GroupRef, E> {
+                Ok(GroupRef::from(id))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<GroupRef, A::Error> {
+                let named = Named::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(GroupRef {
+                    id: named.id,
+                    name: Some(named.name),
+                })
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// The policy part of a cluster's configuration.
