@@ -1,4 +1,5 @@
-//! `talos-sso`: parse arguments, run the command, report errors plainly.
+//! `talos-sso`: parse arguments, run the command, report errors plainly
+//! and end with the status of the outcome (`cli::exit`).
 
 use std::process::ExitCode;
 
@@ -20,7 +21,7 @@ fn main() -> ExitCode {
         Err(error) if cli::closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", cli::error_text(&error));
-            ExitCode::FAILURE
+            cli::failure_status(&error)
         }
     }
 }

@@ -19,6 +19,10 @@ use tokio::process::{Child, Command};
 #[path = "cli/real_op.rs"]
 mod real_op;
 
+/// The exit codes scripts test: 2, 4, 5 and `exec`'s pass-through.
+#[path = "cli/exit_codes.rs"]
+mod exit_codes;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.
@@ -253,7 +257,7 @@ async fn device_login_works_headless() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4));
     assert!(!other.talosconfig().exists());
     env.finish().await;
 }
@@ -443,7 +447,7 @@ async fn status_exit_codes_server_from_the_environment_version_and_login_selecti
     let (code, out, _) = machine.run(&["status"]).await;
     assert_eq!(
         (code, out.trim()),
-        (1, "Not logged in anywhere. Run `talos-sso login`.")
+        (4, "Not logged in anywhere. Run `talos-sso login`.")
     );
     let (code, out, _) = machine.run(&["version"]).await;
     assert_eq!(code, 0);
@@ -501,7 +505,7 @@ async fn status_exit_codes_server_from_the_environment_version_and_login_selecti
     let (code, out, _) = machine
         .run(&["status", "--talosconfig", elsewhere.to_str().unwrap()])
         .await;
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 4, "{out}");
     assert_eq!(
         out.trim(),
         format!(
@@ -526,16 +530,16 @@ async fn status_exit_codes_server_from_the_environment_version_and_login_selecti
         .await;
     assert_eq!((code, out.trim()), (0, "1"), "{err}");
 
-    // The certificate gone from the file: status says so and exits 1.
+    // The certificate gone from the file: status says so and exits 4.
     let yaml = std::fs::read_to_string(&path).unwrap();
     let mut value: Value = serde_yaml_ng::from_str(&yaml).unwrap();
     value["contexts"]["prod"]["crt"] = Value::String(String::new());
     std::fs::write(&path, serde_yaml_ng::to_string(&value).unwrap()).unwrap();
     let (code, out, _) = machine.run(&["status", "--context", "prod"]).await;
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 4, "{out}");
     assert!(out.contains("prod: not logged in"), "{out}");
     let (code, json, _) = machine.run(&["status", "--output", "json"]).await;
-    assert_eq!(code, 1, "{json}");
+    assert_eq!(code, 4, "{json}");
     env.finish().await;
 }
 
@@ -732,7 +736,7 @@ async fn server_refusals_become_sentences() {
     .await;
     reqwest::get(&url).await.unwrap();
     let output = child.wait_with_output().await.unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(5));
     let err = rest.await.unwrap();
     assert!(
         err.contains("no group or app role of yours grants a role on cluster `prod`"),
@@ -896,7 +900,7 @@ async fn an_abandoned_browser_login_times_out_clearly() {
             "1s",
         ])
         .await;
-    assert_eq!(code, 1);
+    assert_eq!(code, 4);
     assert!(err.contains("did not finish within 1s"), "{err}");
     assert!(err.contains("--device"), "suggests the alternative: {err}");
     assert!(!machine.talosconfig().exists());
@@ -1017,7 +1021,7 @@ async fn the_security_team_reads_the_audit_trail() {
     assert_eq!(code, 0, "{out}");
     let dave = Machine::new();
     let (code, _) = browser_login(&env, &dave, "dave@example.com", &[]).await;
-    assert_eq!(code, 1, "dave has no role");
+    assert_eq!(code, 5, "dave has no role");
 
     // Sam (security group) logs in through the browser for the first query.
     let sam = Machine::new();
@@ -1085,7 +1089,7 @@ async fn the_security_team_reads_the_audit_trail() {
 
     // Bob is not an auditor.
     let (code, _, err) = bob.run(&["audit", "list"]).await;
-    assert_eq!(code, 1);
+    assert_eq!(code, 5);
     assert!(
         err.contains("reading the audit trail is for the security team"),
         "{err}"
@@ -1236,11 +1240,11 @@ async fn an_admin_blocks_and_unblocks_someone_with_the_cli() {
 
     // Bob's next login is refused, with a sentence saying why.
     let (code, _, err) = bob.run(&["login"]).await;
-    assert_eq!(code, 1);
+    assert_eq!(code, 5);
     assert!(err.contains("you are blocked from new certificates"), "{err}");
     // Bob cannot unblock himself.
     let (code, _, err) = bob.run(&["deny", "remove", "--user", "bob@example.com"]).await;
-    assert_eq!(code, 1);
+    assert_eq!(code, 5);
     assert!(err.contains("for administrators"), "{err}");
 
     let (code, out, err) = alice.run(&["deny", "remove", "--user", "bob@example.com"]).await;

@@ -1,5 +1,7 @@
 //! `exec`: renew the certificate when it has less than a minute left, then
-//! run a command with `TALOSCONFIG` pointing at a private copy of it.
+//! run a command with `TALOSCONFIG` pointing at a private copy of it. Once
+//! the command ran, its own status is ours; before, ours is the class of
+//! what stopped it (4 a login is needed, 5 refused: see [`super::exit`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 
+use super::exit::{self, Outcome};
 use super::login::{LOGIN_TIMEOUT, LoginArgs, LoginMethod, login};
 use super::select::LoginSelection;
 use super::status::login_status;
@@ -23,7 +26,15 @@ pub(super) async fn exec(
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     let saved = state::load();
-    let (cluster, mut record) = select.one(&saved)?;
+    let (cluster, mut record) = select.one(&saved).map_err(|error| {
+        // No cluster named and none logged in to yet: a login is needed
+        // (the other failure, several logins matching, is an error).
+        if select.cluster.is_none() && saved.default_cluster.is_none() {
+            exit::classed(Outcome::LoginNeeded, error)
+        } else {
+            error
+        }
+    })?;
     let wanted_left = needed.map_or(MIN_LEFT, |n| n.as_secs().max(MIN_LEFT));
     let fresh_enough = record
         .as_ref()

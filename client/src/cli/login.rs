@@ -334,7 +334,7 @@ pub async fn login_with(
     let issued = api
         .request_certificate(&tokens.bearer, &request)
         .await
-        .map_err(|e| anyhow!(crate::messages::explain(&e, &cluster.name)))?;
+        .map_err(|e| super::exit::explained(&e, &cluster.name))?;
 
     let path = default_talosconfig(args.talosconfig.as_deref())?;
     let context = args.context.clone().unwrap_or_else(|| issued.context.clone());
@@ -515,7 +515,10 @@ pub(super) async fn authenticated(
     let server = server
         .map(str::to_owned)
         .or(saved.server.clone())
-        .ok_or_else(|| anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once"))?;
+        .ok_or_else(|| {
+            let error = anyhow!("no server yet: pass --server or run `talos-sso login --server ...` once");
+            super::exit::classed(super::exit::Outcome::LoginNeeded, error)
+        })?;
     let trust = trusted(&saved, &server, None, None)?;
     let api = ApiClient::trusting(&server, trust.server.as_ref())?;
     if let Some(path) = &login.token_file {

@@ -7,6 +7,8 @@
 //!   that reaches the server needs.
 //! - `status`: what each login holds, read back from the talosconfig.
 //! - `exec`: a command run with a fresh certificate.
+//! - `exit`: the process status of each outcome (4 a login is needed, 5
+//!   refused, ...).
 //! - `audit`: `audit list|show|export|verify` (auditors).
 //! - `follow`: `audit export --follow`, the trail as it grows.
 //! - `deny`: `deny add|remove|list` (administrators).
@@ -20,6 +22,7 @@ pub mod audit;
 mod audit_verify;
 pub mod deny;
 pub mod exec;
+pub mod exit;
 mod follow;
 pub mod login;
 pub mod output;
@@ -46,7 +49,7 @@ pub enum Command {
     /// Log in and write a short-lived certificate into your talosconfig.
     Login(LoginArgs),
     /// Show who you are logged in as, where, with which roles, for how long
-    /// (default: every login). Exits 1 when a login shown is expired or
+    /// (default: every login). Exits 4 when a login shown is expired or
     /// missing, or none is found.
     Status {
         #[command(flatten)]
@@ -114,9 +117,15 @@ pub fn closed_pipe(error: &anyhow::Error) -> bool {
 }
 
 /// A server error as the sentence [`crate::messages`] makes of it, for a
-/// command that names no cluster.
+/// command that names no cluster; it keeps its exit status (see [`exit`]).
 fn explained(error: ApiError) -> anyhow::Error {
-    anyhow::anyhow!(crate::messages::explain(&error, ""))
+    exit::explained(&error, "")
+}
+
+/// The process status of a command that failed with `error`: its class
+/// (see [`exit`]).
+pub fn failure_status(error: &anyhow::Error) -> ExitCode {
+    exit::Outcome::of_error(error).into()
 }
 
 /// Longest error line shown, in characters.
@@ -138,7 +147,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if all_valid {
                 ExitCode::SUCCESS
             } else {
-                ExitCode::FAILURE
+                exit::Outcome::LoginNeeded.into()
             }
         }),
         Command::Logout { select, all } => login::logout(&select, all, &mut out).map(|_| ExitCode::SUCCESS),

@@ -192,7 +192,7 @@ async fn a_real_provider_user_in_no_group_is_refused_with_a_sentence() {
     let env = RealOpEnv::start("id_token").await;
     let machine = Machine::new();
     let (code, out, err) = browser_login(&env, &machine, NO_GROUP_USER, &[]).await;
-    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!((code, out.as_str()), (5, ""), "{err}");
     // The last line: the sentence, naming the group that would help.
     let last = err.lines().last().unwrap_or_default();
     assert!(
@@ -263,7 +263,7 @@ async fn a_real_provider_auditor_reads_the_trail() {
     assert_eq!(code, 0, "{err}");
     assert!(verified.contains("audit chain intact"), "{verified}");
     let (code, _, err) = bob.run(&["audit", "list"]).await;
-    assert_eq!(code, 1);
+    assert_eq!(code, 5);
     assert!(
         err.contains("reading the audit trail is for the security team"),
         "{err}"
@@ -309,7 +309,7 @@ async fn a_provider_that_issues_no_refresh_token_is_named_at_login() {
     );
     // And so it is: the next login prints the browser URL again.
     let (code, _, err) = machine.run(&["login", "--no-browser", "--timeout", "1s"]).await;
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 4, "{err}");
     assert!(err.contains(&format!("{}/auth?", env.op.issuer)), "{err}");
     assert!(
         err.contains("the browser login did not finish within 1s"),
