@@ -34,7 +34,7 @@ async fn a_command_that_needs_a_login_without_one_exits_4() {
     let marker = machine.home.path().join("ran");
     let marker_arg = marker.to_str().unwrap();
     for (args, said) in [
-        (&["exec", "--", "touch", marker_arg][..], "no cluster yet"),
+        (&["exec", "--", "touch", marker_arg][..], "not logged in yet"),
         (&["status"], "Not logged in anywhere"),
         (&["audit", "list"], "no server yet"),
         (&["deny", "list"], "no server yet"),
