@@ -24,6 +24,7 @@ pub mod emulator;
 pub mod faults;
 pub mod harness;
 pub mod load;
+pub mod man_pages;
 pub mod material;
 pub mod openssl;
 pub mod quickstart;

@@ -55,6 +55,7 @@
 //!   `/proc`).
 //! - `layers`: the module graph of the sources: imports point one way (the
 //!   server's layers), and no two sibling modules depend on each other.
+//! - `man_pages`: the committed manual pages match the CLI's commands.
 //! - `outside_chain`: rows below the hash chain's first `seq`, on both
 //!   stores: refused by the database, left out of every view and read, and
 //!   a trail already holding one neither migrated, served nor verified.
@@ -99,6 +100,7 @@ mod hsm;
 mod identity;
 mod issuance;
 mod layers;
+mod man_pages;
 mod matrix;
 mod metrics;
 mod monitoring;
