@@ -30,10 +30,10 @@ pub struct AuditFilterArgs {
     #[arg(long)]
     pub subject: Option<String>,
     /// Cluster name.
-    #[arg(long)]
+    #[arg(short, long)]
     pub cluster: Option<String>,
     /// A role granted or requested.
-    #[arg(long)]
+    #[arg(short, long)]
     pub role: Option<String>,
     // The help lists what the server can record (the API's own lists).
     #[arg(long, help = alternatives(&outcome::ALL))]
@@ -91,7 +91,7 @@ pub enum AuditCommand {
         #[arg(long, value_enum, default_value = "table")]
         output: AuditOutput,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -102,7 +102,7 @@ pub enum AuditCommand {
         #[arg(value_parser = clap::value_parser!(i64).range(1..))]
         seq: i64,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -125,7 +125,7 @@ pub enum AuditCommand {
         #[arg(long, value_parser = clap::value_parser!(i64).range(0..), default_value = "0")]
         cursor: i64,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -150,7 +150,7 @@ pub enum AuditCommand {
         #[arg(long = "public-key", requires = "checkpoints")]
         public_keys: Vec<std::path::PathBuf>,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER", conflicts_with = "file")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER", conflicts_with = "file")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,

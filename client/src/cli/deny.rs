@@ -31,7 +31,7 @@ pub enum DenyCommand {
         #[arg(long = "for", value_name = "DURATION", value_parser = lasting)]
         lasting: Option<std::time::Duration>,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -45,7 +45,7 @@ pub enum DenyCommand {
         #[arg(long)]
         user: Option<String>,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,
@@ -53,7 +53,7 @@ pub enum DenyCommand {
     /// Who is blocked.
     List {
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
         #[command(flatten)]
         login: LoginMethod,

@@ -25,13 +25,13 @@ use crate::trust::{ExtraRoots, ServerTrust};
 #[derive(Debug, Clone, Args)]
 pub struct LoginArgs {
     /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one remembered from the last login).
-    #[arg(long, env = "TALOS_SSO_SERVER")]
+    #[arg(short, long, env = "TALOS_SSO_SERVER")]
     pub server: Option<String>,
     /// Which cluster (remembered as the default; not needed when the server has one).
-    #[arg(long)]
+    #[arg(short, long)]
     pub cluster: Option<String>,
     /// Ask for a Talos role (repeat for several); default: the cluster's default roles.
-    #[arg(long = "role")]
+    #[arg(short, long = "role")]
     pub roles: Vec<String>,
     /// Certificate lifetime (default: the cluster's, usually 5m).
     #[arg(long, value_parser = humantime::parse_duration)]

@@ -94,7 +94,7 @@ pub enum Command {
     /// API versions differ.
     Version {
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
-        #[arg(long, env = "TALOS_SSO_SERVER")]
+        #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
     },
     /// Print shell completions.
@@ -338,6 +338,52 @@ mod tests {
         let zero = Cli::try_parse_from(["talos-sso", "audit", "list", "--limit", "0"]);
         assert!(zero.unwrap_err().to_string().contains("--limit"));
         assert!(Cli::try_parse_from(["talos-sso", "audit", "list", "--limit", "1"]).is_ok());
+    }
+
+    /// The common options have the short flags their neighbours use
+    /// (`-s` server, `-c` cluster, `-r` role), and no two options of one
+    /// command share a short flag (clap's own consistency check).
+    #[test]
+    fn the_common_options_have_short_flags() {
+        use clap::Parser;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "talos-sso",
+            "login",
+            "-s",
+            "https://sso.example",
+            "-c",
+            "prod",
+            "-r",
+            "os:reader",
+            "-r",
+            "os:etcd:backup",
+        ])
+        .unwrap();
+        let Command::Login(args) = cli.command else {
+            panic!("{:?}", cli.command);
+        };
+        assert_eq!(args.server.as_deref(), Some("https://sso.example"));
+        assert_eq!(args.cluster.as_deref(), Some("prod"));
+        assert_eq!(args.roles, ["os:reader", "os:etcd:backup"]);
+        for line in [
+            &["talos-sso", "status", "-c", "prod"][..],
+            &["talos-sso", "exec", "-c", "prod", "--", "true"],
+            &[
+                "talos-sso",
+                "audit",
+                "list",
+                "-s",
+                "https://sso.example",
+                "-c",
+                "prod",
+                "-r",
+                "os:admin",
+            ],
+            &["talos-sso", "deny", "list", "-s", "https://sso.example"],
+        ] {
+            assert!(Cli::try_parse_from(line).is_ok(), "{line:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::state::{ClientState, LoginRecord};
 #[derive(Debug, Clone, Default, Args)]
 pub struct LoginSelection {
     /// Only this cluster's login.
-    #[arg(long)]
+    #[arg(short, long)]
     pub cluster: Option<String>,
     /// Only logins written into this talosconfig file.
     #[arg(long)]
