@@ -64,6 +64,13 @@ fn refused(attempts: &[Attempt]) -> (usize, String) {
     (total, if text.is_empty() { "none".into() } else { text })
 }
 
+/// Expects certificates issued (by any server) since `since`, saying how
+/// many and `when`.
+fn expect_issued(report: &mut Report, load: &Load, since: Duration, when: &str) {
+    let issued = load.issued_since(since, None);
+    report.expect(issued > 0, format!("{issued} certificates issued {when}"));
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f)
         .await

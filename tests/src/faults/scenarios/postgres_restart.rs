@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{OneServer, Timing, blocking, check_everything, readyz, refused};
+use super::{OneServer, Timing, blocking, check_everything, expect_issued, readyz, refused};
 use crate::faults::{Attempt, PostgresCluster, Report};
 
 /// Scenario 1: Postgres restarted (`mode`: `fast` or `immediate`) while
@@ -20,11 +20,7 @@ pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, Stri
         mut server,
         load,
     } = OneServer::start(&timing, |_| Ok(postgres.url())).await?;
-    let before = load.issued_since(Duration::ZERO, None);
-    report.expect(
-        before > 0,
-        format!("{before} certificates issued before the restart"),
-    );
+    expect_issued(&mut report, &load, Duration::ZERO, "before the restart");
 
     let fault = load.elapsed();
     let started = Instant::now();
@@ -49,11 +45,7 @@ pub async fn postgres_restart(mode: &str, timing: Timing) -> Result<Report, Stri
         None => report.expect(false, "no certificate within 30 s of Postgres being back"),
     }
     tokio::time::sleep(timing.after).await;
-    let after = load.issued_since(back, None);
-    report.expect(
-        after > 0,
-        format!("{after} certificates issued after the restart"),
-    );
+    expect_issued(&mut report, &load, back, "after the restart");
     let attempts = load.stop().await;
     let outage: Vec<Attempt> = attempts
         .iter()

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{CLIENT_TIMEOUT, OneServer, Timing, WARM, blocking, check_everything, refused};
+use super::{CLIENT_TIMEOUT, OneServer, Timing, WARM, blocking, check_everything, expect_issued, refused};
 use crate::emulator::{EmulatorConfig, EmulatorHandle};
 use crate::faults::{
     Attempt, Load, PostgresCluster, Report, ServerProcess, server_binary, write_server_config,
@@ -25,11 +25,7 @@ pub async fn server_sigkill(timing: Timing) -> Result<Report, String> {
         mut server,
         load,
     } = OneServer::start(&timing, |_| Ok(postgres.url())).await?;
-    let before = load.issued_since(Duration::ZERO, None);
-    report.expect(
-        before > 0,
-        format!("{before} certificates issued before the kill"),
-    );
+    expect_issued(&mut report, &load, Duration::ZERO, "before the kill");
 
     let fault = load.elapsed();
     server.kill();
@@ -48,11 +44,7 @@ pub async fn server_sigkill(timing: Timing) -> Result<Report, String> {
         None => report.expect(false, "no certificate within 30 s of the restart"),
     }
     tokio::time::sleep(timing.after).await;
-    let after = load.issued_since(back, None);
-    report.expect(
-        after > 0,
-        format!("{after} certificates issued by the new process"),
-    );
+    expect_issued(&mut report, &load, back, "by the new process");
     let attempts = load.stop().await;
     let (count, codes) = refused(&attempts);
     report.say(format!("refused around the kill: {count} ({codes})"));
