@@ -57,6 +57,18 @@ impl Machine {
         command
     }
 
+    /// Make every saved refresh token one the provider does not know, as
+    /// if an administrator revoked it.
+    fn revoke_saved_refresh_tokens(&self) {
+        let cache = self.home.path().join(".cache/talos-sso/tokens.json");
+        let text = std::fs::read_to_string(&cache).unwrap();
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for entry in json["entries"].as_object_mut().unwrap().values_mut() {
+            entry["refresh_token"] = serde_json::json!("revoked-by-an-administrator");
+        }
+        std::fs::write(&cache, json.to_string()).unwrap();
+    }
+
     async fn run(&self, args: &[&str]) -> (i32, String, String) {
         let output = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
             .await
@@ -136,6 +148,19 @@ async fn browser_login(env: &TestEnv, machine: &Machine, user: &str, extra: &[&s
     let mut args = vec!["login", "--server", &env.server.base_url, "--no-browser"];
     args.extend_from_slice(extra);
     follow_browser_login(env, user, machine.command(&args)).await
+}
+
+/// Alice, an administrator logged in with os:admin, and Bob, logged in with
+/// his default roles; later logins are silent or need a person.
+async fn admin_and_bob(env: &TestEnv) -> (Machine, Machine) {
+    let alice = Machine::new();
+    let (code, out) = browser_login(env, &alice, "alice@example.com", &["--role", "os:admin"]).await;
+    assert_eq!(code, 0, "{out}");
+    let bob = Machine::new();
+    let (code, out) = browser_login(env, &bob, "bob@example.com", &[]).await;
+    assert_eq!(code, 0, "{out}");
+    env.emulator.set_auto_login(None);
+    (alice, bob)
 }
 
 /// Run a `login --no-browser` command and play the browser for `user`.
@@ -860,14 +885,7 @@ async fn a_failed_refresh_falls_back_to_the_browser_and_says_why() {
     let machine = Machine::new();
     let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
     assert_eq!(code, 0, "{out}");
-    // The provider no longer knows the cached refresh token (revoked).
-    let cache = machine.home.path().join(".cache/talos-sso/tokens.json");
-    let text = std::fs::read_to_string(&cache).unwrap();
-    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for entry in json["entries"].as_object_mut().unwrap().values_mut() {
-        entry["refresh_token"] = serde_json::json!("revoked-by-an-administrator");
-    }
-    std::fs::write(&cache, json.to_string()).unwrap();
+    machine.revoke_saved_refresh_tokens();
 
     env.emulator.set_auto_login(Some("bob@example.com"));
     let mut child = machine.command(&["login", "--no-browser"]).spawn().unwrap();
@@ -1212,13 +1230,7 @@ async fn hostile_text_in_the_audit_trail_reaches_the_auditor_harmless() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_blocks_and_unblocks_someone_with_the_cli() {
     let env = TestEnv::start(Backend::Sqlite).await;
-    let alice = Machine::new();
-    let (code, out) = browser_login(&env, &alice, "alice@example.com", &["--role", "os:admin"]).await;
-    assert_eq!(code, 0, "{out}");
-    let bob = Machine::new();
-    let (code, out) = browser_login(&env, &bob, "bob@example.com", &[]).await;
-    assert_eq!(code, 0, "{out}");
-    env.emulator.set_auto_login(None);
+    let (alice, bob) = admin_and_bob(&env).await;
 
     let (code, out, err) = alice
         .run(&[

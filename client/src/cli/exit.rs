@@ -193,6 +193,8 @@ mod tests {
             ErrorCode::IdentityDenied,
             ErrorCode::NotAnAuditor,
             ErrorCode::NotAnAdmin,
+            ErrorCode::TokenTenantMissing,
+            ErrorCode::TokenTenantNotAllowed,
         ] {
             let error = explained(&refusal(code.clone()), "prod").context("logging in");
             assert_eq!(Outcome::of_error(&error).status(), 5, "{code:?}");
@@ -201,6 +203,13 @@ mod tests {
             server_time: String::new(),
         };
         assert_eq!(Outcome::of_error(&explained(&refusal(expired), "")).status(), 4);
+        for code in [ErrorCode::TokenMissing, ErrorCode::TokenReplayed] {
+            assert_eq!(
+                Outcome::of_error(&explained(&refusal(code.clone()), "")).status(),
+                4,
+                "{code:?}"
+            );
+        }
         let limited = ErrorCode::RateLimited {
             retry_after_seconds: 1,
         };
@@ -217,5 +226,44 @@ mod tests {
         assert_eq!(Outcome::of_error(&anyhow::anyhow!("other")), Outcome::Error);
         let timeout = anyhow::Error::from(LoginError::Timeout(std::time::Duration::from_secs(1)));
         assert_eq!(Outcome::of_error(&timeout.context("logging in")).status(), 4);
+    }
+
+    #[test]
+    fn a_login_that_did_not_finish_is_four_one_that_could_not_start_is_one() {
+        for (error, status) in [
+            (LoginError::Timeout(std::time::Duration::from_secs(1)), 4),
+            (LoginError::Refused("invalid_grant".into()), 4),
+            (LoginError::DeviceExpired, 4),
+            (LoginError::DeviceDeclined, 4),
+            (
+                LoginError::Discovery {
+                    issuer: "https://idp".into(),
+                    reason: "down".into(),
+                },
+                1,
+            ),
+            (LoginError::Invalid("nonce".into()), 1),
+            (LoginError::NoDeviceEndpoint, 1),
+            (LoginError::Callback("closed".into()), 1),
+        ] {
+            let shown = error.to_string();
+            let error = anyhow::Error::from(error).context("logging in");
+            assert_eq!(Outcome::of_error(&error).status(), status, "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_server_error_keeps_its_class_unexplained_and_a_malformed_answer_is_one() {
+        let raw = anyhow::Error::from(refusal(ErrorCode::NotAnAdmin)).context("listing");
+        assert_eq!(Outcome::of_error(&raw), Outcome::Refused);
+        let unexpected = ApiError::Unexpected {
+            status: 502,
+            snippet: String::new(),
+        };
+        assert_eq!(Outcome::of_error(&explained(&unexpected, "")), Outcome::Error);
+        assert_eq!(
+            Outcome::of_error(&anyhow::Error::from(unexpected)),
+            Outcome::Error
+        );
     }
 }

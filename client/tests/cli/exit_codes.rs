@@ -5,7 +5,7 @@
 
 use talos_sso_tests::harness::{Backend, TestEnv};
 
-use super::{Machine, browser_login};
+use super::{Machine, admin_and_bob, browser_login};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_line_clap_does_not_understand_exits_2() {
@@ -53,14 +53,7 @@ async fn a_refresh_token_the_provider_refuses_leaves_a_login_needed_4() {
     let (code, out) = browser_login(&env, &machine, "bob@example.com", &[]).await;
     assert_eq!(code, 0, "{out}");
     env.emulator.set_auto_login(None);
-    // The provider does not know the saved refresh token (revoked).
-    let cache = machine.home.path().join(".cache/talos-sso/tokens.json");
-    let mut json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
-    for entry in json["entries"].as_object_mut().unwrap().values_mut() {
-        entry["refresh_token"] = serde_json::json!("revoked-by-an-administrator");
-    }
-    std::fs::write(&cache, json.to_string()).unwrap();
+    machine.revoke_saved_refresh_tokens();
 
     // Nobody finishes the browser login it falls back to.
     let (code, _, err) = machine.run(&["login", "--no-browser", "--timeout", "1s"]).await;
@@ -77,14 +70,7 @@ async fn policy_and_deny_list_refusals_exit_5_and_exec_runs_nothing() {
     let dave = Machine::new();
     let (code, _) = browser_login(&env, &dave, "dave@example.com", &[]).await;
     assert_eq!(code, 5, "no_matching_rule");
-
-    let alice = Machine::new();
-    let (code, out) = browser_login(&env, &alice, "alice@example.com", &["--role", "os:admin"]).await;
-    assert_eq!(code, 0, "{out}");
-    let bob = Machine::new();
-    let (code, out) = browser_login(&env, &bob, "bob@example.com", &[]).await;
-    assert_eq!(code, 0, "{out}");
-    env.emulator.set_auto_login(None);
+    let (alice, bob) = admin_and_bob(&env).await;
 
     // A role bob may not have (a silent login, refused by policy).
     let (code, _, err) = bob.run(&["login", "--role", "os:admin"]).await;
