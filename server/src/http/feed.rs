@@ -53,6 +53,8 @@ use crate::audit::event;
 use crate::audit::store::AuditFilter;
 use crate::config::FeedConfig;
 use crate::identity::VerifiedIdentity;
+use crate::identity::auth_error::AuthError;
+use crate::identity::token::TokenError;
 use crate::slots::{Full, Slot};
 use talos_sso_text as text;
 
@@ -91,10 +93,7 @@ pub async fn stream(
         .try_into()
         .unwrap_or(Duration::ZERO);
     if left.is_zero() {
-        let error = ApiError::token(
-            &crate::identity::auth_error::AuthError::Token(crate::identity::token::TokenError::Expired),
-            app.clock.now(),
-        );
+        let error = ApiError::token(&AuthError::Token(TokenError::Expired), app.clock.now());
         return Err(refuse(&app, record, error).await);
     }
     let slot = match app.feeds.take(&verified.qualified_subject()) {

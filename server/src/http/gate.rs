@@ -134,15 +134,10 @@ impl<'a> Gate<'a> {
         };
         with_identity(&mut self.record, &verified);
         let rate_limits = &self.settings.rate_limits;
+        let subject = verified.qualified_subject();
         let (limited, name) = match limit {
-            IdentityLimit::Certificates => (
-                rate_limits.check_identity(&verified.qualified_subject()),
-                "identity",
-            ),
-            IdentityLimit::Api => (
-                rate_limits.check_api_identity(&verified.qualified_subject()),
-                "api_identity",
-            ),
+            IdentityLimit::Certificates => (rate_limits.check_identity(&subject), "identity"),
+            IdentityLimit::Api => (rate_limits.check_api_identity(&subject), "api_identity"),
         };
         if let Err(retry) = limited {
             app.metrics.count_rate_limited(name);

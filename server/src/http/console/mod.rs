@@ -271,6 +271,17 @@ pub struct Viewer {
     pub caller: Caller,
 }
 
+impl Viewer {
+    /// The record of this viewer's request for `event`, with `details`:
+    /// who asked, as their session says (denied until marked otherwise).
+    pub fn record(&self, app: &App, event: &str, details: Value) -> crate::audit::AuditRecord {
+        let mut record = self.caller.record(app, event);
+        with_identity(&mut record, &self.session.identity);
+        record.details = details;
+        record
+    }
+}
+
 /// What a refusal of the viewer is recorded as.
 #[derive(Debug)]
 pub enum Refusal<'a> {
@@ -358,9 +369,7 @@ pub async fn viewer(
                 }
                 Refusal::Action { event, details, .. } => (*event, details.clone()),
             };
-            let mut record = viewer.caller.record(app, event);
-            with_identity(&mut record, &viewer.session.identity);
-            record.details = details;
+            let record = viewer.record(app, event, details);
             let answered = refuse(app, record, error).await;
             if answered.error == talos_sso_api::ErrorCode::AuditUnavailable {
                 if matches!(refusal, Refusal::View) {
@@ -518,14 +527,12 @@ pub async fn record_now(
     viewer: &Viewer,
     details: Value,
 ) -> Result<crate::audit::StoredRecord, Response> {
-    let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
-    with_identity(&mut record, &viewer.session.identity);
-    record.outcome = outcome::SUCCESS.into();
     let mut details = details;
     if let Value::Object(map) = &mut details {
         map.insert("via".into(), "console".into());
     }
-    record.details = details;
+    let mut record = viewer.record(app, event::AUDIT_QUERY, details);
+    record.outcome = outcome::SUCCESS.into();
     commit(app, record, None).await.map_err(|error| {
         if error.error == talos_sso_api::ErrorCode::IdentityDenied {
             page::blocked(viewer)

@@ -17,9 +17,7 @@ use super::common::when;
 use crate::app::App;
 use crate::audit::{event, outcome};
 use crate::http::caller::Caller;
-use crate::http::console::{
-    Admin, Console, Need, Refusal, Viewer, page, session, viewer as console_viewer, with_identity,
-};
+use crate::http::console::{Admin, Console, Need, Refusal, Viewer, page, session, viewer as console_viewer};
 use crate::http::deny;
 use talos_sso_text as text;
 
@@ -143,10 +141,8 @@ fn admin_record(
     event: &str,
     details: serde_json::Value,
 ) -> crate::audit::AuditRecord {
-    let mut record = viewer.caller.record(app, event);
-    with_identity(&mut record, &viewer.session.identity);
+    let mut record = viewer.record(app, event, details);
     record.outcome = outcome::SUCCESS.into();
-    record.details = details;
     record
 }
 

@@ -40,7 +40,6 @@ use crate::audit::store::{Append, AuditFilter, StoreError};
 use crate::audit::{AuditRecord, event, outcome};
 use crate::http::console::{Viewer, record_now, refuse_rate};
 use crate::http::deadline::SendDeadline;
-use crate::http::gate::with_identity;
 use crate::slots::{Full, Slot};
 
 /// Records one export holds at most (newest first).
@@ -138,9 +137,8 @@ async fn refuse_full(app: &App, viewer: &Viewer, full: Full) -> Response {
         Full::Identity => "you: your exports already running on this server are your most",
         Full::Total | Full::Closed => "every person: this server runs its most exports at once",
     };
-    let mut record = viewer.caller.record(app, event::AUDIT_QUERY);
-    with_identity(&mut record, &viewer.session.identity);
-    record.details = json!({"via": "console", "view": "export", "action": "export"});
+    let details = json!({"via": "console", "view": "export", "action": "export"});
+    let record = viewer.record(app, event::AUDIT_QUERY, details);
     refuse_rate(app, record, RETRY_EXPORT, who).await
 }
 
