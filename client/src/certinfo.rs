@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 pub struct LeafInfo {
     pub roles: Vec<String>,
     pub common_name: Option<String>,
+    pub not_before: OffsetDateTime,
     pub not_after: OffsetDateTime,
 }
 
@@ -39,10 +40,14 @@ pub fn leaf_info(chain_pem: &str) -> Option<LeafInfo> {
             .filter(|s| !s.is_empty())
             .collect()
     };
-    let not_after = tbs.validity().not_after.to_unix_duration().as_secs();
+    let instant = |time: &x509_cert::time::Time| {
+        let seconds = i64::try_from(time.to_unix_duration().as_secs()).ok()?;
+        OffsetDateTime::from_unix_timestamp(seconds).ok()
+    };
     Some(LeafInfo {
         roles: strings(ORGANIZATION),
         common_name: strings(COMMON_NAME).into_iter().next(),
-        not_after: OffsetDateTime::from_unix_timestamp(i64::try_from(not_after).ok()?).ok()?,
+        not_before: instant(&tbs.validity().not_before)?,
+        not_after: instant(&tbs.validity().not_after)?,
     })
 }

@@ -68,6 +68,46 @@ pub fn lock_sidecar(path: &Path, suffix: &str) -> std::io::Result<FileLock> {
     Ok(FileLock(file))
 }
 
+/// A lock taken without waiting ([`try_lock_sidecar`]).
+#[derive(Debug)]
+pub enum TryLock {
+    Held(FileLock),
+    /// Someone else holds it; `note` is what they wrote into it.
+    Busy {
+        note: String,
+    },
+}
+
+/// Lock `<path>.<suffix>` exclusively unless someone else holds it, and
+/// write `note` into it (who holds it: the next one to try reads it).
+pub fn try_lock_sidecar(path: &Path, suffix: &str, note: &str) -> std::io::Result<TryLock> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".");
+    name.push(suffix);
+    let lock_path = PathBuf::from(name);
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    private_no_follow(&mut options);
+    let mut file = options
+        .open(&lock_path)
+        .map_err(|e| explain_link(&lock_path, e))?;
+    match file.try_lock() {
+        Ok(()) => {
+            file.set_len(0)?;
+            file.write_all(note.as_bytes())?;
+            Ok(TryLock::Held(FileLock(file)))
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            use std::io::Read;
+            let mut note = String::new();
+            // Bounded: whoever wrote it may not be us.
+            let _ = (&file).take(256).read_to_string(&mut note);
+            Ok(TryLock::Busy { note })
+        }
+        Err(std::fs::TryLockError::Error(error)) => Err(error),
+    }
+}
+
 /// Create the parent directory of `path` (0700) when missing.
 pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
     let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {

@@ -19,6 +19,10 @@ use tokio::process::{Child, Command};
 #[path = "cli/real_op.rs"]
 mod real_op;
 
+/// `watch`: certificates kept fresh in the background.
+#[path = "cli/watch.rs"]
+mod watch;
+
 /// The exit codes scripts test: 2, 4, 5 and `exec`'s pass-through.
 #[path = "cli/exit_codes.rs"]
 mod exit_codes;

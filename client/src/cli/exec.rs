@@ -58,7 +58,9 @@ pub(super) async fn exec(
             set_current: false,
             certificate_authority: None,
             provider_certificate_authority: None,
+            watch: false,
             ttl_up_to_cluster_max: true,
+            silent_only: false,
         };
         record = Some(login(&args, &mut std::io::stderr()).await?);
     }

@@ -58,10 +58,18 @@ pub struct LoginArgs {
     /// identity provider the server announces; remembered for the server.
     #[arg(long, value_name = "FILE")]
     pub provider_certificate_authority: Option<PathBuf>,
+    /// Then stay in the foreground and keep this login's certificate fresh,
+    /// as `talos-sso watch --cluster NAME` does, until stopped.
+    #[arg(long)]
+    pub watch: bool,
     /// A `ttl` beyond the cluster's longest is lowered to it, and said so
     /// (`exec --ttl`), instead of being refused by the server (`login --ttl`).
     #[arg(skip)]
     pub ttl_up_to_cluster_max: bool,
+    /// Only with the saved refresh token: a login that needs the person
+    /// fails (with status 4) instead of opening the browser (`watch`).
+    #[arg(skip)]
+    pub silent_only: bool,
 }
 
 /// The extra authorities for `server`: the ones given now, else the ones
@@ -182,18 +190,44 @@ fn pick_cluster<'a>(wanted: Option<&str>, info: &'a ServerInfo) -> anyhow::Resul
     }
 }
 
+/// How a command may obtain a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interaction {
+    /// The saved refresh token, else the person logs in (browser, device
+    /// or keyboard).
+    Allowed,
+    /// The saved refresh token only (`watch`).
+    SilentOnly,
+}
+
 /// A fresh ID token: silently with the cached refresh token when possible,
-/// else interactively (saying why).
+/// else interactively (saying why) when `interaction` allows.
 async fn obtain_tokens(
     provider: &LoginClient,
     server: &str,
     login: &LoginMethod,
     timeout: Duration,
     opener: Option<Opener>,
+    interaction: Interaction,
 ) -> anyhow::Result<Tokens> {
     let key = cache::key(server, &provider.issuer, &provider.client_id);
     let refresh_lock = cache::lock().context("locking the token cache")?;
-    if let Some(refresh_token) = cache::get(&key) {
+    let saved = cache::get(&key);
+    if interaction == Interaction::SilentOnly {
+        let Some(refresh_token) = saved else {
+            let error = anyhow!(
+                "no saved login for {}: run `talos-sso login` once",
+                talos_sso_text::escape(server)
+            );
+            return Err(super::exit::classed(super::exit::Outcome::LoginNeeded, error));
+        };
+        // A refusal by the provider is a `LoginError::Refused` in the
+        // chain: status 4, as for any refresh token refused or revoked.
+        return refresh(provider, &key, &refresh_token)
+            .await
+            .context("renewing with the saved refresh token");
+    }
+    if let Some(refresh_token) = saved {
         match refresh(provider, &key, &refresh_token).await {
             Ok(tokens) => return Ok(tokens),
             Err(error) => {
@@ -312,7 +346,20 @@ pub async fn login_with(
         &info,
     )?;
     let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;
-    let tokens = obtain_tokens(&provider, &server, &args.method, args.timeout, opener).await?;
+    let interaction = if args.silent_only {
+        Interaction::SilentOnly
+    } else {
+        Interaction::Allowed
+    };
+    let tokens = obtain_tokens(
+        &provider,
+        &server,
+        &args.method,
+        args.timeout,
+        opener,
+        interaction,
+    )
+    .await?;
 
     let key = ClientKey::generate()?;
     let csr = key.csr_pem()?;
@@ -526,7 +573,15 @@ pub(super) async fn authenticated(
     }
     let info = api.info().await.map_err(explained)?;
     let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;
-    let tokens = obtain_tokens(&provider, &server, login, LOGIN_TIMEOUT, Some(system_opener())).await?;
+    let tokens = obtain_tokens(
+        &provider,
+        &server,
+        login,
+        LOGIN_TIMEOUT,
+        Some(system_opener()),
+        Interaction::Allowed,
+    )
+    .await?;
     // Remember the server, as `login` does.
     state::update(|s| s.server = Some(server.clone())).context("saving the client configuration")?;
     Ok((api, tokens))

@@ -7,6 +7,7 @@
 //!   that reaches the server needs.
 //! - `status`: what each login holds, read back from the talosconfig.
 //! - `exec`: a command run with a fresh certificate.
+//! - `watch`: certificates kept fresh in the background.
 //! - `exit`: the process status of each outcome (4 a login is needed, 5
 //!   refused, ...).
 //! - `audit`: `audit list|show|export|verify` (auditors).
@@ -28,6 +29,7 @@ pub mod login;
 pub mod output;
 pub mod select;
 pub mod status;
+pub mod watch;
 
 use self::audit::AuditCommand;
 use self::deny::DenyCommand;
@@ -67,6 +69,11 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["cluster", "talosconfig", "context"])]
         all: bool,
     },
+    /// Keep the certificates of your logins fresh in the background (default:
+    /// every login), renewing each at two thirds of its lifetime with the
+    /// saved refresh token; never opens a browser. Ends with status 4 (or 5)
+    /// once no login is left (logged out, refresh refused, denied).
+    Watch(watch::WatchArgs),
     /// Make sure the certificate is valid for at least a minute (renewing it
     /// when needed), then run a command with TALOSCONFIG set to it
     /// (default: the default cluster's login).
@@ -142,7 +149,9 @@ pub fn error_text(error: &anyhow::Error) -> String {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     match cli.command {
+        Command::Login(args) if args.watch => watch::login_then_watch(&args, &mut out).await,
         Command::Login(args) => login::login(&args, &mut out).await.map(|_| ExitCode::SUCCESS),
+        Command::Watch(args) => watch::watch(&args, &mut out).await,
         Command::Status { select, output } => status::status(&select, output, &mut out).map(|all_valid| {
             if all_valid {
                 ExitCode::SUCCESS
