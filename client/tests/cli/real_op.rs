@@ -12,7 +12,7 @@ use super::{Machine, context_fields, finish, next_json_line, stdout_lines, wait_
 
 /// `login --no-browser` (and `extra`), with `user` signing in at the
 /// provider in the test's browser. Returns the exit code, stdout, stderr.
-async fn browser_login(
+pub(super) async fn browser_login(
     env: &RealOpEnv,
     machine: &Machine,
     user: &str,

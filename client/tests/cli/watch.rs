@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_tests::real_op::{CLIENT_ID, ONCALL_USER, RealOpEnv};
 use talos_sso_tests::talos_checker;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout};
@@ -208,5 +209,82 @@ async fn a_watch_stops_with_4_on_logout_and_with_5_when_the_person_is_deny_liste
     let (code, err) = watch.ended().await;
     assert_eq!(code, 5, "{err}");
     assert!(err.contains("you are blocked from new certificates"), "{err}");
+    env.finish().await;
+}
+
+/// The refresh token saved on `machine`, revoked at the provider's
+/// revocation endpoint (RFC 7009) as an administrator or the person's
+/// sign-out would, under the token store's lock so that no refresh is
+/// under way with it.
+async fn revoke_at_the_provider(env: &RealOpEnv, machine: &Machine) {
+    let cache = machine.home.path().join(".cache/talos-sso/tokens.json");
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(cache.with_extension("json.refresh"))
+        .unwrap();
+    lock.lock().unwrap();
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    let entries = saved["entries"].as_object().unwrap();
+    assert_eq!(entries.len(), 1, "one saved login");
+    let refresh_token = entries.values().next().unwrap()["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answer = reqwest::Client::new()
+        .post(format!("{}/token/revocation", env.op.issuer))
+        .form(&[
+            ("token", refresh_token.as_str()),
+            ("token_type_hint", "refresh_token"),
+            ("client_id", CLIENT_ID),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.status(),
+        200,
+        "revocation: {}",
+        answer.text().await.unwrap()
+    );
+    drop(lock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_against_a_real_provider_renews_twice_then_stops_with_4_after_revocation() {
+    let env = RealOpEnv::start_edited("id_token", |yaml| {
+        let edited = yaml.replace(
+            "    endpoints: [\"127.0.0.1\"]\n",
+            "    endpoints: [\"127.0.0.1\"]\n    ttl: 6s\n",
+        );
+        assert_ne!(edited, yaml);
+        edited
+    })
+    .await;
+    let bob = Machine::new();
+    let (code, out, err) = super::real_op::browser_login(&env, &bob, ONCALL_USER, &[]).await;
+    assert_eq!(code, 0, "{out}{err}\nprovider log: {}", env.op.log());
+
+    let mut watch = RunningWatch::start(&bob, &["watch"]);
+    watch.line_with("watching prod").await;
+    let mut certificates = Vec::new();
+    for _ in 0..2 {
+        watch.line_with("renewed prod").await;
+        let (ca, crt, key) = context_fields(&bob.talosconfig(), "prod");
+        assert_eq!(
+            talos_checker::handshake(&ca, &crt, &key).unwrap().roles,
+            ["os:operator"]
+        );
+        assert!(!certificates.contains(&crt), "the same certificate again");
+        certificates.push(crt);
+    }
+
+    revoke_at_the_provider(&env, &bob).await;
+    let (code, err) = watch.ended().await;
+    assert_eq!(code, 4, "{err}\nprovider log: {}", env.op.log());
+    assert!(err.contains("stopped keeping prod fresh:"), "{err}");
+    assert!(err.contains("refused by the identity provider"), "{err}");
+    assert!(!err.contains("http://"), "no browser login offered: {err}");
     env.finish().await;
 }

@@ -250,6 +250,15 @@ impl RealOpEnv {
         Self::start_with(RealOp::start(1, false).await, token).await
     }
 
+    /// Provider and server, with the server's configuration text passed
+    /// through `edit` (a shorter certificate lifetime, say).
+    pub async fn start_edited(token: &str, edit: impl FnOnce(String) -> String) -> Self {
+        let op = RealOp::start(1, false).await;
+        let work = Workdir::new();
+        let yaml = edit(config_yaml(&op, &work, token));
+        Self::serve(op, work, &yaml).await
+    }
+
     /// A server for a provider already started.
     pub async fn start_with(op: RealOp, token: &str) -> Self {
         let work = Workdir::new();
