@@ -339,17 +339,18 @@ impl ApiClient {
         request: &CertificateRequest,
     ) -> Result<IssuedCertificate, ApiError> {
         debug::note(format_args!(
-            "asking for a certificate for cluster {} with roles [{}] ({}) for {}",
+            "asking for a certificate for cluster {} with {} for {}",
             request.cluster,
-            request.roles.join(", "),
             if request.roles.is_empty() {
-                "none named: the cluster's default roles"
+                "the cluster's default roles".to_owned()
             } else {
-                "as asked"
+                format!("the roles {}", request.roles.join(", "))
             },
             request
                 .ttl_seconds
-                .map_or("the cluster's default lifetime".to_owned(), |s| format!("{s} s")),
+                .map_or("the cluster's default lifetime".to_owned(), |s| format!(
+                    "{s} seconds"
+                )),
         ));
         let request = self
             .request(reqwest::Method::POST, "/v1/certificates")

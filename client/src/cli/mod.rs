@@ -47,7 +47,8 @@ pub struct Cli {
     /// Write the HTTP exchanges with the server and the identity provider,
     /// and the decisions taken, to standard error; tokens, codes, keys and
     /// cookies are redacted. Also TALOS_SSO_DEBUG=1.
-    #[arg(long, global = true, env = "TALOS_SSO_DEBUG")]
+    // Any value but an empty one, 0, false, no, off turns it on.
+    #[arg(long, global = true, env = "TALOS_SSO_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
     pub debug: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -340,6 +341,18 @@ mod tests {
             }
             missing_help(sub, &sub_path, missing);
         }
+    }
+
+    #[test]
+    fn debug_is_a_global_flag() {
+        for line in [
+            &["talos-sso", "--debug", "status"][..],
+            &["talos-sso", "status", "--debug"],
+            &["talos-sso", "audit", "list", "--debug"],
+        ] {
+            assert!(Cli::try_parse_from(line).unwrap().debug, "{line:?}");
+        }
+        assert!(!Cli::try_parse_from(["talos-sso", "status"]).unwrap().debug);
     }
 
     #[test]
