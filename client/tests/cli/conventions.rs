@@ -431,3 +431,7 @@ async fn no_color_leaves_no_colour_in_any_output() {
         assert!(!text.contains('\u{1b}'), "{args:?}: {text:?}");
     }
 }
+
+/// `--debug` against a real OpenID Provider.
+#[path = "debug_real_op.rs"]
+mod real_op;
