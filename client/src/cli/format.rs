@@ -15,7 +15,7 @@ use std::io::Write;
 
 use clap::ValueEnum;
 use serde::Serialize;
-use serde_json::Value;
+use serde_yaml_ng::Value;
 
 /// How a command prints its data.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -35,26 +35,25 @@ pub fn json_text<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
 }
 
 /// `value` as YAML (a document without the `---` start), terminal-safe,
-/// ending with a newline.
+/// ending with a newline; fields in the order of the type, as in JSON.
 pub fn yaml_text<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
-    let mut value = serde_json::to_value(value)?;
+    let mut value = serde_yaml_ng::to_value(value)?;
     // Each string with a character unsafe to show becomes a placeholder
     // the emitter writes as it is, then the JSON string in its place.
+    let marker = placeholder_marker(&serde_yaml_ng::to_string(&value)?);
     let mut hostile = Vec::new();
-    let marker = placeholder_marker(&value);
     set_aside(&mut value, &marker, &mut hostile);
     let mut text = serde_yaml_ng::to_string(&value)?;
-    for (index, original) in hostile.iter().enumerate().rev() {
+    for (index, original) in hostile.iter().enumerate() {
         let quoted = talos_sso_text::json(&serde_json::to_string(original)?);
         text = text.replace(&format!("{marker}{index}z"), &quoted);
     }
     Ok(text)
 }
 
-/// A prefix for placeholders that no string or key of `value` contains,
-/// so that replacing them cannot touch the value's own text.
-fn placeholder_marker(value: &Value) -> String {
-    let all = value.to_string();
+/// A prefix for placeholders that the value's text (`all`) does not
+/// contain, so that replacing them cannot touch the value's own text.
+fn placeholder_marker(all: &str) -> String {
     let mut marker = "talossso_unsafe_text_".to_owned();
     while all.contains(&marker) {
         marker.push('x');
@@ -65,23 +64,21 @@ fn placeholder_marker(value: &Value) -> String {
 /// Replace each string (value or key) of `value` that holds a character
 /// unsafe to show with `{marker}{n}z`, its text pushed to `hostile` at `n`.
 fn set_aside(value: &mut Value, marker: &str, hostile: &mut Vec<String>) {
-    fn aside(text: &mut String, marker: &str, hostile: &mut Vec<String>) {
-        if text.chars().any(talos_sso_text::is_unsafe) {
+    match value {
+        Value::String(text) if text.chars().any(talos_sso_text::is_unsafe) => {
             let original = std::mem::replace(text, format!("{marker}{}z", hostile.len()));
             hostile.push(original);
         }
-    }
-    match value {
-        Value::String(text) => aside(text, marker, hostile),
-        Value::Array(items) => items.iter_mut().for_each(|v| set_aside(v, marker, hostile)),
-        Value::Object(map) => {
+        Value::Sequence(items) => items.iter_mut().for_each(|v| set_aside(v, marker, hostile)),
+        Value::Mapping(map) => {
             let old = std::mem::take(map);
             for (mut key, mut item) in old {
-                aside(&mut key, marker, hostile);
+                set_aside(&mut key, marker, hostile);
                 set_aside(&mut item, marker, hostile);
                 map.insert(key, item);
             }
         }
+        Value::Tagged(tagged) => set_aside(&mut tagged.value, marker, hostile),
         _ => {}
     }
 }
@@ -102,7 +99,7 @@ pub fn print_data<T: Serialize + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::cli::tests::no_hostile_characters;
@@ -131,6 +128,18 @@ mod tests {
         // Ordinary values read as YAML people write.
         assert!(yaml.contains("cluster: prod\n"), "{yaml}");
         assert!(yaml.contains("- os:admin\n"), "{yaml}");
+        // Fields in the order of the type, as in its JSON.
+        let status = crate::cli::status::VersionReport {
+            client: crate::cli::status::ClientVersion {
+                version: "1.2.3".into(),
+                api_version: 1,
+            },
+            server: None,
+        };
+        assert_eq!(
+            yaml_text(&status).unwrap(),
+            "client:\n  version: 1.2.3\n  api_version: 1\nserver: null\n"
+        );
     }
 
     #[test]

@@ -151,7 +151,10 @@ async fn a_real_provider_login_with_debug_shows_no_secret() {
         }
     }
     // The redaction above had fields to act on.
-    assert!(browser.contains(", code=<redacted>, code_verifier=<redacted>"), "{browser}");
+    assert!(
+        browser.contains(", code=<redacted>, code_verifier=<redacted>"),
+        "{browser}"
+    );
     assert!(silent.contains("refresh_token=<redacted>"), "{silent}");
     assert!(device.contains("device_code=<redacted>"), "{device}");
     assert!(device.contains(r#""device_code":"<redacted>""#), "{device}");
