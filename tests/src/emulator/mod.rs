@@ -257,6 +257,10 @@ pub struct Secret {
     pub value: String,
 }
 
+/// How many secrets the emulator remembers: plenty for a test's logins,
+/// and a bound for the load generator and the demo, which run for long.
+pub const SECRETS_KEPT: usize = 1024;
+
 pub(crate) struct SigningKey {
     pub kid: String,
     pub pair: RsaKeyPair,
@@ -313,8 +317,9 @@ pub(crate) struct State {
     pub last_token_time: Option<i64>,
     /// The time tokens are being issued at, during one token answer.
     pub token_time: Option<i64>,
-    /// Every secret issued or received, in order (see [`Secret`]).
-    pub secrets: Vec<Secret>,
+    /// The last [`SECRETS_KEPT`] secrets issued or received, oldest first
+    /// (see [`Secret`]).
+    pub secrets: std::collections::VecDeque<Secret>,
 }
 
 impl State {
@@ -331,12 +336,16 @@ impl State {
 
     /// Remember a secret issued or received; empty values are not secrets.
     pub fn record(&mut self, kind: &'static str, value: &str) {
-        if !value.is_empty() {
-            self.secrets.push(Secret {
-                kind,
-                value: value.to_owned(),
-            });
+        if value.is_empty() {
+            return;
         }
+        if self.secrets.len() == SECRETS_KEPT {
+            self.secrets.pop_front();
+        }
+        self.secrets.push_back(Secret {
+            kind,
+            value: value.to_owned(),
+        });
     }
 }
 
@@ -414,7 +423,7 @@ impl EmulatorHandle {
             clock_offset: 0,
             last_token_time: None,
             token_time: None,
-            secrets: Vec::new(),
+            secrets: std::collections::VecDeque::new(),
         }));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = routes::router(state.clone());
@@ -553,10 +562,10 @@ impl EmulatorHandle {
         tokens::sign(&state, &claims, state.config.access_token_version == 1).ok()
     }
 
-    /// Every secret issued (tokens, authorization and device codes) or
+    /// The last [`SECRETS_KEPT`] secrets issued (tokens, authorization and device codes) or
     /// received (the PKCE verifier and challenge, state, nonce) so far.
     pub fn secrets(&self) -> Vec<Secret> {
-        self.state().secrets.clone()
+        self.state().secrets.iter().cloned().collect()
     }
 
     pub fn users(&self) -> Vec<TestUser> {
