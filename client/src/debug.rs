@@ -286,6 +286,9 @@ impl Peer {
 pub struct Exchange {
     peer: Peer,
     method: String,
+    /// As requested: only to find it in an error's text (see [`Self::failed`]).
+    target: String,
+    /// As shown, redacted.
     url: String,
     started: Instant,
 }
@@ -310,6 +313,7 @@ impl Exchange {
         Some(Self {
             peer,
             method: method.to_owned(),
+            target: target.to_owned(),
             url,
             started: Instant::now(),
         })
@@ -335,16 +339,21 @@ impl Exchange {
         emit(&line);
     }
 
-    /// No answer (the network, TLS, a timeout).
+    /// No answer (the network, TLS, a timeout). The error's text names
+    /// the URL as requested (reqwest's does): shown redacted there too.
     pub fn failed(self, error: &dyn std::error::Error) {
-        emit(&format!(
-            "{} did not answer {} {} after {:.1} ms: {}",
+        emit(&self.failure_line(error));
+    }
+
+    fn failure_line(&self, error: &dyn std::error::Error) -> String {
+        let text = talos_sso_api::error::error_chain(error).replace(&self.target, &self.url);
+        format!(
+            "{} did not answer {} {} after {:.1} ms: {text}",
             self.peer.name(),
             self.method,
             self.url,
             self.elapsed_ms(),
-            talos_sso_api::error::error_chain(error)
-        ));
+        )
     }
 }
 
@@ -393,6 +402,9 @@ impl<'c> AsyncHttpClient<'c> for HttpClient {
 
     fn call(&'c self, request: HttpRequest) -> Self::Future {
         Box::pin(async move {
+            if !enabled() {
+                return self.inner.call(request).await;
+            }
             let exchange = Exchange::start(
                 Peer::IdentityProvider,
                 request.method().as_str(),
@@ -485,6 +497,27 @@ mod tests {
             "15 bytes of text/html"
         );
         assert_eq!(body(None, b""), "no body");
+    }
+
+    #[test]
+    fn a_failure_names_the_url_redacted() {
+        let target = "https://sso.example/v1/thing?state=s3cret&cursor=1";
+        let exchange = Exchange {
+            peer: Peer::Server,
+            method: "GET".into(),
+            target: target.into(),
+            url: url(target),
+            started: Instant::now(),
+        };
+        let error = std::io::Error::other(format!("error sending request for url ({target})"));
+        let line = exchange.failure_line(&error);
+        assert!(!line.contains("s3cret"), "{line}");
+        assert!(
+            line.contains(
+                "sending request for url (https://sso.example/v1/thing?state=%3Credacted%3E&cursor=1)"
+            ),
+            "{line}"
+        );
     }
 
     #[test]

@@ -432,6 +432,33 @@ async fn no_color_leaves_no_colour_in_any_output() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_names_an_exchange_that_got_no_answer() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = format!("http://127.0.0.1:{port}");
+    let (code, _, err) = Machine::new()
+        .run(&["version", "--debug", "--server", &server])
+        .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("debug: server request: GET {server}/v1/info\n")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "debug: server did not answer GET {server}/v1/info after "
+        )),
+        "{err}"
+    );
+    // Without --debug: the error alone.
+    let (_, _, err) = Machine::new().run(&["version", "--server", &server]).await;
+    assert!(!err.contains("debug:"), "{err}");
+}
+
 /// `--debug` against a real OpenID Provider.
 #[path = "debug_real_op.rs"]
 mod real_op;
