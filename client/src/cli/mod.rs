@@ -352,7 +352,6 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(line).unwrap().debug, "{line:?}");
         }
-        assert!(!Cli::try_parse_from(["talos-sso", "status"]).unwrap().debug);
     }
 
     #[test]
