@@ -14,7 +14,16 @@ use talos_sso_api::{
 use talos_sso_api::feed::{STREAM_PATH, StreamLine};
 
 use crate::connection::{ConnectionError, Peer};
+use crate::debug;
 use crate::trust::ExtraRoots;
+
+/// The `Content-Type` of a request or an answer, to summarise its body by.
+fn content_type(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
 
 /// How long one request to the server may take, answer included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -198,12 +207,59 @@ impl ApiClient {
             .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
     }
 
+    /// Send `request` on `client`: the one path every request to the
+    /// server takes, so that `--debug` sees each of them (see
+    /// [`crate::debug`]). The answer's body is left to the caller, which
+    /// reports it with the returned exchange.
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, Option<debug::Exchange>), ApiError> {
+        let request = request.build().map_err(|e| self.unreachable(e))?;
+        if !debug::enabled() {
+            let response = client.execute(request).await.map_err(|e| self.unreachable(e))?;
+            return Ok((response, None));
+        }
+        let exchange = debug::Exchange::start(
+            debug::Peer::Server,
+            request.method().as_str(),
+            request.url().as_str(),
+            content_type(request.headers()).as_deref(),
+            request
+                .body()
+                .and_then(reqwest::Body::as_bytes)
+                .unwrap_or_default(),
+        );
+        match client.execute(request).await {
+            Ok(response) => Ok((response, exchange)),
+            Err(error) => {
+                if let Some(exchange) = exchange {
+                    exchange.failed(&error);
+                }
+                Err(self.unreachable(error))
+            }
+        }
+    }
+
     /// Send `request` and read its answer: `T` on success, else the
     /// server's problem details.
     async fn call<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<T, ApiError> {
-        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        let (response, exchange) = self.send(&self.http, request).await?;
         let status = response.status().as_u16();
-        let text = response.text().await.map_err(|e| self.unreachable(e))?;
+        let kind = content_type(response.headers());
+        let text = match response.text().await {
+            Ok(text) => text,
+            Err(error) => {
+                if let Some(exchange) = exchange {
+                    exchange.failed(&error);
+                }
+                return Err(self.unreachable(error));
+            }
+        };
+        if let Some(exchange) = exchange {
+            exchange.answered(status, kind.as_deref(), Some(text.as_bytes()));
+        }
         let unexpected = || ApiError::Unexpected {
             status,
             snippet: text.chars().take(SNIPPET_LIMIT).collect(),
@@ -237,8 +293,12 @@ impl ApiClient {
             .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
             .query(query)
             .bearer_auth(token);
-        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        let (response, exchange) = self.send(&self.streaming, request).await?;
         let status = response.status().as_u16();
+        if let Some(exchange) = exchange {
+            // The records follow as they are committed: not read here.
+            exchange.answered(status, None, None);
+        }
         if status == 200 {
             return Ok(AuditStream {
                 response,
@@ -282,6 +342,20 @@ impl ApiClient {
         token: &str,
         request: &CertificateRequest,
     ) -> Result<IssuedCertificate, ApiError> {
+        debug::note(format_args!(
+            "asking for a certificate for cluster {} with {} for {}",
+            request.cluster,
+            if request.roles.is_empty() {
+                "the cluster's default roles".to_owned()
+            } else {
+                format!("the roles {}", request.roles.join(", "))
+            },
+            request
+                .ttl_seconds
+                .map_or("the cluster's default lifetime".to_owned(), |s| format!(
+                    "{s} seconds"
+                )),
+        ));
         let request = self
             .request(reqwest::Method::POST, "/v1/certificates")
             .json(request);

@@ -15,6 +15,8 @@
 //! - `messages`: server error codes as sentences a person can act on.
 //! - `certinfo`: roles and expiry read back from a certificate.
 //! - `files`: locked, atomic, private file writes.
+//! - `debug`: `--debug`, the HTTP exchanges and decisions on stderr, every
+//!   secret redacted.
 //!
 //! Text from the server or the identity provider is made safe to print by
 //! the shared crate `talos-sso-text` (the server keeps records by the same
@@ -24,6 +26,7 @@ pub mod api;
 pub mod certinfo;
 pub mod cli;
 pub mod connection;
+pub mod debug;
 pub mod files;
 pub mod key;
 pub mod login;

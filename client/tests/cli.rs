@@ -27,6 +27,10 @@ mod watch;
 #[path = "cli/exit_codes.rs"]
 mod exit_codes;
 
+/// `-o json|yaml|table`, `--debug` redaction, `NO_COLOR`.
+#[path = "cli/conventions.rs"]
+mod conventions;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.

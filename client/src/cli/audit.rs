@@ -10,8 +10,9 @@ use talos_sso_api::AuditQuery;
 use talos_sso_api::audit::{MAX_PAGE, event, outcome};
 
 use super::explained;
+use super::format::{Format, print_data};
 use super::login::{LoginMethod, authenticated};
-use super::output::{AuditOutput, print_records, record_json};
+use super::output::{AuditOutput, print_no_records, print_records, record_json};
 use crate::api::ApiClient;
 
 /// Filters of `audit list` and `audit export`.
@@ -87,8 +88,9 @@ pub enum AuditCommand {
         /// At most this many records, 1 or more (follows pages as needed).
         #[arg(long, default_value = "100", value_parser = clap::value_parser!(u64).range(1..))]
         limit: u64,
-        /// A table for people (the default), JSON lines or CSV for tools.
-        #[arg(long, value_enum, default_value = "table")]
+        /// A table for people (the default); JSON lines, YAML, CSV or ECS
+        /// JSON lines for tools.
+        #[arg(short, long, value_enum, default_value = "table")]
         output: AuditOutput,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(short, long, env = "TALOS_SSO_SERVER")]
@@ -101,6 +103,10 @@ pub enum AuditCommand {
         /// The record's sequence number (the SEQ column of `audit list`).
         #[arg(value_parser = clap::value_parser!(i64).range(1..))]
         seq: i64,
+        /// JSON (the default: the record exactly, as before), YAML, or a
+        /// table of its fields for people.
+        #[arg(short, long, value_enum, default_value = "json")]
+        output: Format,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
@@ -112,9 +118,9 @@ pub enum AuditCommand {
     Export {
         #[command(flatten)]
         filter: AuditFilterArgs,
-        /// JSON lines (the default), ECS JSON lines (Elastic Common Schema)
-        /// or CSV for tools, or a table for people.
-        #[arg(long, value_enum, default_value = "json")]
+        /// JSON lines (the default), ECS JSON lines (Elastic Common Schema),
+        /// YAML or CSV for tools, or a table for people.
+        #[arg(short, long, value_enum, default_value = "json")]
         output: AuditOutput,
         /// Keep going: print records as they are committed, reconnecting
         /// with a fresh token (and the last record's seq) when the server
@@ -145,6 +151,10 @@ pub enum AuditCommand {
         /// Checkpoint files to check the export against (with --file).
         #[arg(long = "checkpoints", requires = "file")]
         checkpoints: Vec<std::path::PathBuf>,
+        /// A sentence for people (table), or the chain's status as JSON or
+        /// YAML; a broken chain still exits 1.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
         /// The server's audit public key, PEM (with --checkpoints; repeat
         /// for keys rotated out).
         #[arg(long = "public-key", requires = "checkpoints")]
@@ -194,7 +204,12 @@ pub(super) async fn audit(command: AuditCommand, terminal: bool, out: &mut dyn W
             let printing = (output, terminal);
             print_matching(&api, &tokens.bearer, &filter, cursor, u64::MAX, printing, out).await
         }
-        AuditCommand::Show { seq, server, login } => {
+        AuditCommand::Show {
+            seq,
+            output,
+            server,
+            login,
+        } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
             let query = AuditQuery {
                 cursor: Some((seq - 1).to_string()),
@@ -207,7 +222,11 @@ pub(super) async fn audit(command: AuditCommand, terminal: bool, out: &mut dyn W
                 .into_iter()
                 .find(|r| r.seq == seq)
                 .ok_or_else(|| anyhow!("no audit record {seq}"))?;
-            writeln!(out, "{}", record_json(&record)?)?;
+            match output {
+                Format::Json => writeln!(out, "{}", record_json(&record)?)?,
+                Format::Yaml => print_data(Format::Yaml, &record, out)?,
+                Format::Table => print_record_fields(&record, out)?,
+            }
             Ok(())
         }
         AuditCommand::Verify {
@@ -215,9 +234,13 @@ pub(super) async fn audit(command: AuditCommand, terminal: bool, out: &mut dyn W
             from,
             checkpoints,
             public_keys,
+            output,
             ..
         } => {
             let status = super::audit_verify::verify_export(&file, from, &checkpoints, &public_keys)?;
+            if output != Format::Table {
+                return super::audit_verify::report_data(&status, output, out);
+            }
             if let Some(from) = from.filter(|f| *f > 1) {
                 writeln!(
                     out,
@@ -231,10 +254,14 @@ pub(super) async fn audit(command: AuditCommand, terminal: bool, out: &mut dyn W
             file: None,
             server,
             login,
+            output,
             ..
         } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
             let chain = api.audit_verify(&tokens.bearer).await.map_err(explained)?;
+            if output != Format::Table {
+                return super::audit_verify::report_data(&chain, output, out);
+            }
             super::audit_verify::report(&chain, out)
         }
     }
@@ -267,9 +294,43 @@ async fn print_matching(
         shown += page.records.len() as u64;
         match page.next_cursor {
             Some(next) if shown < limit => cursor = next,
+            _ if shown == 0 => return print_no_records(output, out),
             _ => return Ok(()),
         }
     }
+}
+
+/// Longest value of a field in `audit show --output table`, in characters
+/// (the whole record is in its JSON and YAML).
+const FIELD_VALUE_CHARS: usize = 400;
+
+/// One record as `audit show --output table` shows it: a field per line,
+/// named as in its JSON, each value escaped and bounded; lists joined by
+/// spaces, objects (`details`) as compact JSON.
+fn print_record_fields(record: &talos_sso_api::StoredRecord, out: &mut dyn Write) -> anyhow::Result<()> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(record)? else {
+        anyhow::bail!("a record is not a JSON object");
+    };
+    let width = fields.keys().map(String::len).max().unwrap_or(0);
+    for (name, value) in &fields {
+        let text = match value {
+            serde_json::Value::Null => "-".to_owned(),
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Array(items) if items.iter().all(serde_json::Value::is_string) => items
+                .iter()
+                .filter_map(serde_json::Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+            other => other.to_string(),
+        };
+        let name = talos_sso_text::escape(name);
+        writeln!(
+            out,
+            "{name:<width$}  {}",
+            talos_sso_text::bounded(&text, FIELD_VALUE_CHARS)
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -138,6 +138,26 @@ fn read_bounded(path: &Path, max: u64) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// `status` as JSON or YAML (`audit verify --output`); an error (exit 1)
+/// when the chain is broken, after the status is printed, as [`report`].
+pub(super) fn report_data(
+    status: &ChainStatus,
+    output: super::format::Format,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    super::format::print_data(output, status, out)?;
+    match describe(status) {
+        Ok(_) => Ok(()),
+        Err(text) => bail!(
+            "{}",
+            text.lines()
+                .map(talos_sso_text::escape)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+}
+
 /// Print `status` as `audit verify` reports it; an error (exit 1) when the
 /// chain is broken. Everything that came from the trail, the checkpoints
 /// or the server is escaped before it reaches the terminal.

@@ -8,6 +8,7 @@ use talos_sso_api::audit::format_micros;
 use talos_sso_api::{DenyEntry, DenyRequest};
 
 use super::explained;
+use super::format::{Format, print_data};
 use super::login::{LoginMethod, authenticated};
 use talos_sso_text::escape;
 
@@ -30,6 +31,9 @@ pub enum DenyCommand {
         /// How long the block lasts (`8h`, `3d`); without it, until removed.
         #[arg(long = "for", value_name = "DURATION", value_parser = lasting)]
         lasting: Option<std::time::Duration>,
+        /// A sentence for people (table), or the server's answer as JSON or YAML.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
@@ -44,6 +48,9 @@ pub enum DenyCommand {
         /// The username to unblock.
         #[arg(long)]
         user: Option<String>,
+        /// A sentence for people (table), or the server's answer as JSON or YAML.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
@@ -52,6 +59,9 @@ pub enum DenyCommand {
     },
     /// Who is blocked.
     List {
+        /// A line per entry for people (table), or the list as JSON or YAML.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
@@ -67,6 +77,7 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
             user,
             reason,
             lasting,
+            output,
             server,
             login,
         } => {
@@ -86,6 +97,9 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
                 expires_at,
             };
             let added = api.deny_add(&tokens.bearer, &entry).await.map_err(explained)?;
+            if output != Format::Table {
+                return print_data(output, &added, out);
+            }
             let who = added.entry.username.or(added.entry.subject);
             let until = match added.entry.expires_at {
                 Some(at) => format!(" until {}", format_micros(at)),
@@ -101,6 +115,7 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
         DenyCommand::Remove {
             subject,
             user,
+            output,
             server,
             login,
         } => {
@@ -115,15 +130,25 @@ pub(super) async fn deny(command: DenyCommand, out: &mut dyn Write) -> anyhow::R
                 .deny_remove(&tokens.bearer, &target)
                 .await
                 .map_err(explained)?;
+            if output != Format::Table {
+                return print_data(output, &removed, out);
+            }
             writeln!(
                 out,
                 "removed {} entr(ies) (audit record {})",
                 removed.removed, removed.audit_id
             )?;
         }
-        DenyCommand::List { server, login } => {
+        DenyCommand::List {
+            output,
+            server,
+            login,
+        } => {
             let (api, tokens) = authenticated(server.as_deref(), &login).await?;
             let list = api.deny_list(&tokens.bearer).await.map_err(explained)?;
+            if output != Format::Table {
+                return print_data(output, &list, out);
+            }
             if list.entries.is_empty() {
                 writeln!(out, "nobody is blocked")?;
             }

@@ -212,6 +212,8 @@ async fn obtain_tokens(
 ) -> anyhow::Result<Tokens> {
     let key = cache::key(server, &provider.issuer, &provider.client_id);
     let refresh_lock = cache::lock().context("locking the token cache")?;
+    let store = cache::path().map_or("(none)".into(), |p| p.display().to_string());
+    crate::debug::note(format_args!("token store: the file {store}"));
     let saved = cache::get(&key);
     if interaction == Interaction::SilentOnly {
         let Some(refresh_token) = saved else {
@@ -237,8 +239,18 @@ async fn obtain_tokens(
                 );
             }
         }
+    } else {
+        crate::debug::note(format_args!(
+            "no saved refresh token for this server and provider"
+        ));
     }
     drop(refresh_lock);
+    let flow = match (login.device, login.keyboard) {
+        (true, _) => "device code (--device)",
+        (_, true) => "keyboard, the redirect pasted (--keyboard)",
+        _ => "browser, PKCE on a loopback redirect",
+    };
+    crate::debug::note(format_args!("logging in interactively by {flow}"));
     let tokens = if login.device {
         crate::login::device::login(provider).await?
     } else if login.keyboard {
@@ -400,6 +412,7 @@ pub async fn login_with(
         .and_then(|r| r.targets_written.clone());
     let written =
         talosconfig::upsert_context(&path, &context, &entry, last_written.as_ref(), args.set_current)?;
+    crate::debug::note(format_args!("wrote context `{context}` into {}", path.display()));
     for (kept, field, servers) in [
         (written.kept_endpoints, "endpoints", &issued.endpoints),
         (written.kept_nodes, "nodes", &issued.nodes),

@@ -13,7 +13,10 @@
 //! - `audit`: `audit list|show|export|verify` (auditors).
 //! - `follow`: `audit export --follow`, the trail as it grows.
 //! - `deny`: `deny add|remove|list` (administrators).
-//! - `output`: audit records as a table, CSV, JSON lines and ECS JSON lines.
+//! - `format`: `-o, --output` (table, JSON, YAML) for every command that
+//!   prints data, and the terminal-safe JSON and YAML writers.
+//! - `output`: audit records as a table, CSV, JSON lines, YAML and ECS JSON
+//!   lines.
 
 use std::process::ExitCode;
 
@@ -25,6 +28,7 @@ pub mod deny;
 pub mod exec;
 pub mod exit;
 mod follow;
+pub mod format;
 pub mod login;
 pub mod output;
 pub mod select;
@@ -33,15 +37,21 @@ pub mod watch;
 
 use self::audit::AuditCommand;
 use self::deny::DenyCommand;
+use self::format::Format;
 use self::login::{LoginArgs, LoginMethod};
 use self::select::LoginSelection;
-use self::status::Output;
 use crate::api::ApiError;
 
 /// Log in to Talos Linux clusters with single sign-on, then use talosctl as usual.
 #[derive(Debug, Parser)]
 #[command(name = "talos-sso", version, propagate_version = true)]
 pub struct Cli {
+    /// Write the HTTP exchanges with the server and the identity provider,
+    /// and the decisions taken, to standard error; tokens, codes, keys and
+    /// cookies are redacted. Also TALOS_SSO_DEBUG=1.
+    // Any value but an empty one, 0, false, no, off turns it on.
+    #[arg(long, global = true, env = "TALOS_SSO_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
+    pub debug: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -56,9 +66,10 @@ pub enum Command {
     Status {
         #[command(flatten)]
         select: LoginSelection,
-        /// Text for people, JSON for scripts.
-        #[arg(long, value_enum, default_value = "text")]
-        output: Output,
+        /// A line per login for people (table, also spelled text), or JSON
+        /// or YAML for scripts.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
     },
     /// Remove this tool's talosconfig contexts and cached logins (nothing
     /// else); default: the default cluster's login.
@@ -103,6 +114,9 @@ pub enum Command {
         /// The talos-sso server (default: $TALOS_SSO_SERVER, else the one you logged in to).
         #[arg(short, long, env = "TALOS_SSO_SERVER")]
         server: Option<String>,
+        /// Two lines for people (table), or JSON or YAML for scripts.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Format,
     },
     /// Print shell completions.
     Completions {
@@ -147,6 +161,12 @@ pub fn error_text(error: &anyhow::Error) -> String {
 
 /// Run a command; `Ok` carries the exit code (for `exec`, the child's).
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    crate::debug::enable(cli.debug);
+    crate::debug::note(format_args!(
+        "talos-sso {} (API {}), debug output on",
+        env!("CARGO_PKG_VERSION"),
+        talos_sso_api::API_VERSION
+    ));
     let mut out = std::io::stdout();
     match cli.command {
         Command::Login(args) if args.watch => watch::login_then_watch(&args, &mut out).await,
@@ -166,7 +186,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ttl,
             command,
         } => exec::exec(&select, &login, ttl, &command).await,
-        Command::Version { server } => status::version(server.as_deref(), &mut out).await,
+        Command::Version { server, output } => status::version(server.as_deref(), output, &mut out).await,
         Command::Audit(command) => {
             let terminal = std::io::IsTerminal::is_terminal(&out);
             audit::audit(command, terminal, &mut out)
@@ -329,6 +349,17 @@ mod tests {
                 missing.push(sub_path.clone());
             }
             missing_help(sub, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn debug_is_a_global_flag() {
+        for line in [
+            &["talos-sso", "--debug", "status"][..],
+            &["talos-sso", "status", "--debug"],
+            &["talos-sso", "audit", "list", "--debug"],
+        ] {
+            assert!(Cli::try_parse_from(line).unwrap().debug, "{line:?}");
         }
     }
 

@@ -1,5 +1,5 @@
 //! Audit records as people and tools read them: a table for the terminal,
-//! CSV for spreadsheets, JSON lines for tools. The table escapes every text
+//! CSV for spreadsheets, JSON lines and YAML for tools. The table escapes every text
 //! from a record (see [`talos_sso_text::safe`]); JSON escapes control
 //! characters itself; CSV keeps each value exact for the spreadsheet (the
 //! server stores text already escaped) behind a guard against formulas
@@ -19,8 +19,14 @@ use talos_sso_api::audit::format_micros;
 /// How `audit list` and `audit export` show records.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum AuditOutput {
+    /// For people.
     Table,
+    /// JSON lines: one record per line, as the server writes it.
     Json,
+    /// One YAML list of the records (the same fields as JSON), written a
+    /// page at a time.
+    Yaml,
+    /// For spreadsheets.
     Csv,
     /// JSON lines in the Elastic Common Schema (`talos_sso_api::feed`).
     Ecs,
@@ -126,6 +132,13 @@ pub(super) fn print_records(
                 )?;
             }
         }
+        AuditOutput::Yaml => {
+            // Items of one list, page after page; an empty page writes
+            // nothing (`[]` would end the list: see `print_no_records`).
+            if !records.is_empty() {
+                write!(out, "{}", super::format::yaml_text(records)?)?;
+            }
+        }
         AuditOutput::Json => {
             for record in records {
                 let line = record.to_line();
@@ -175,6 +188,15 @@ pub(super) fn print_records(
                 writeln!(out, "{}", table_line(cells.each_ref().map(String::as_str)))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// What `output` writes when no record matched at all: YAML's empty list,
+/// so that the output still parses as one; nothing for the line formats.
+pub(super) fn print_no_records(output: AuditOutput, out: &mut dyn Write) -> anyhow::Result<()> {
+    if output == AuditOutput::Yaml {
+        writeln!(out, "[]")?;
     }
     Ok(())
 }
@@ -433,6 +455,7 @@ mod tests {
         for output in [
             AuditOutput::Table,
             AuditOutput::Json,
+            AuditOutput::Yaml,
             AuditOutput::Csv,
             AuditOutput::Ecs,
         ] {
@@ -462,6 +485,25 @@ mod tests {
             shown.contains(r"\u202emoc.elpmaxe@eve\u2066\u200b\ufeff\u009b31m\u007f\t\u0085\u2028"),
             "{shown}"
         );
+    }
+
+    /// Pages of YAML items make one list, the records exactly.
+    #[test]
+    fn yaml_pages_make_one_list_of_the_exact_records() {
+        let records = [hostile_record(), ordinary_record()];
+        let typed_records: Vec<StoredRecord> = records.iter().map(typed).collect();
+        let mut out = Vec::new();
+        for page in typed_records.chunks(1) {
+            print_records(page, AuditOutput::Yaml, false, true, &mut out).unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        no_hostile_characters(&text);
+        let back: Vec<serde_json::Map<String, serde_json::Value>> = serde_yaml_ng::from_str(&text).unwrap();
+        assert_eq!(back, records);
+        let mut none = Vec::new();
+        print_no_records(AuditOutput::Yaml, &mut none).unwrap();
+        let back: Vec<serde_json::Value> = serde_yaml_ng::from_slice(&none).unwrap();
+        assert!(back.is_empty());
     }
 
     /// To a file or a pipe, JSON lines are the server's own lines, which

@@ -5,21 +5,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::ValueEnum;
-use serde_json::json;
 use time::OffsetDateTime;
 
+use super::format::{Format, print_data};
 use super::human_duration;
 use super::select::LoginSelection;
 use crate::api::ApiClient;
 use crate::state::{self, LoginRecord};
 use crate::talosconfig;
-
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Output {
-    Text,
-    Json,
-}
 
 /// What `status` reports for one login.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -68,7 +61,7 @@ pub fn login_status(cluster: &str, record: &LoginRecord) -> LoginStatus {
 /// Print the selected logins; `Ok(true)` when at least one was found and
 /// every one found holds a valid certificate (the exit code scripts test,
 /// as with `gh auth status`).
-pub(super) fn status(select: &LoginSelection, output: Output, out: &mut dyn Write) -> anyhow::Result<bool> {
+pub(super) fn status(select: &LoginSelection, output: Format, out: &mut dyn Write) -> anyhow::Result<bool> {
     let saved = state::load();
     let statuses: Vec<LoginStatus> = select
         .select(&saved)
@@ -76,9 +69,8 @@ pub(super) fn status(select: &LoginSelection, output: Output, out: &mut dyn Writ
         .map(|(name, record)| login_status(name, record))
         .collect();
     let all_valid = !statuses.is_empty() && statuses.iter().all(|s| s.valid);
-    if output == Output::Json {
-        let text = serde_json::to_string_pretty(&json!(statuses))?;
-        writeln!(out, "{}", talos_sso_text::json(&text))?;
+    if output != Format::Table {
+        print_data(output, &statuses, out)?;
         return Ok(all_valid);
     }
     if statuses.is_empty() {
@@ -94,19 +86,44 @@ pub(super) fn status(select: &LoginSelection, output: Output, out: &mut dyn Writ
     Ok(all_valid)
 }
 
+/// What `version` reports, as `--output json|yaml` writes it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VersionReport {
+    pub client: ClientVersion,
+    /// None when no server is known yet (no `--server`, no login).
+    pub server: Option<ServerVersion>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClientVersion {
+    pub version: String,
+    pub api_version: u32,
+}
+
+/// The server's part, named as in its `/v1/info` (`talos_sso_api::ServerInfo`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServerVersion {
+    pub url: String,
+    pub server_version: String,
+    pub api_version: u32,
+}
+
 /// `version`: this client's version and API version, the server's, and a
 /// warning on stderr when the API versions differ (an older or newer
 /// server may refuse or misread what this client sends).
-pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    writeln!(
-        out,
-        "client: talos-sso {} (API {})",
-        env!("CARGO_PKG_VERSION"),
-        talos_sso_api::API_VERSION
-    )?;
+pub(super) async fn version(
+    server: Option<&str>,
+    output: Format,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let client = ClientVersion {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        api_version: talos_sso_api::API_VERSION,
+    };
     let saved = state::load();
     let Some(server) = server.map(str::to_owned).or(saved.server.clone()) else {
-        writeln!(out, "server: none yet (pass --server or log in once)")?;
+        let report = VersionReport { client, server: None };
+        print_version(&report, output, out)?;
         return Ok(ExitCode::SUCCESS);
     };
     let trust = super::login::trusted(&saved, &server, None, None)?;
@@ -114,13 +131,15 @@ pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow
         .info()
         .await
         .map_err(super::explained)?;
-    writeln!(
-        out,
-        "server: talos-sso-server {} (API {}) at {}",
-        talos_sso_text::bounded(&info.server_version, 64),
-        info.api_version,
-        talos_sso_text::escape(&server)
-    )?;
+    let report = VersionReport {
+        client,
+        server: Some(ServerVersion {
+            url: server,
+            server_version: info.server_version.clone(),
+            api_version: info.api_version,
+        }),
+    };
+    print_version(&report, output, out)?;
     if info.api_version != talos_sso_api::API_VERSION {
         eprintln!(
             "warning: the server speaks API {} and this client API {}: {}",
@@ -134,6 +153,29 @@ pub(super) async fn version(server: Option<&str>, out: &mut dyn Write) -> anyhow
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `report` in `output`'s form; the table is the two lines people read.
+fn print_version(report: &VersionReport, output: Format, out: &mut dyn Write) -> anyhow::Result<()> {
+    if output != Format::Table {
+        return print_data(output, report, out);
+    }
+    writeln!(
+        out,
+        "client: talos-sso {} (API {})",
+        report.client.version, report.client.api_version
+    )?;
+    match &report.server {
+        None => writeln!(out, "server: none yet (pass --server or log in once)")?,
+        Some(server) => writeln!(
+            out,
+            "server: talos-sso-server {} (API {}) at {}",
+            talos_sso_text::bounded(&server.server_version, 64),
+            server.api_version,
+            talos_sso_text::escape(&server.url)
+        )?,
+    }
+    Ok(())
 }
 
 /// One login as `status` shows it; the names are the certificate's and the

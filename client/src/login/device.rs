@@ -14,6 +14,10 @@ pub async fn login(provider: &LoginClient) -> Result<Tokens, LoginError> {
         .device_endpoint
         .clone()
         .ok_or(LoginError::NoDeviceEndpoint)?;
+    crate::debug::note(format_args!(
+        "device login: the code is asked for at {}, then the token endpoint is polled",
+        endpoint.url()
+    ));
     let client = provider.client.clone().set_device_authorization_url(endpoint);
     let mut request = client.exchange_device_code();
     for scope in provider.scopes() {

@@ -111,7 +111,8 @@ impl std::fmt::Debug for Tokens {
 /// the server names (discovered).
 #[derive(Debug, Clone)]
 pub struct LoginClient {
-    pub http: openidconnect::reqwest::Client,
+    /// Logs each exchange under `--debug` (see [`crate::debug`]).
+    pub http: crate::debug::HttpClient,
     pub client: Client,
     pub device_endpoint: Option<DeviceAuthorizationUrl>,
     pub scopes: Vec<String>,
@@ -140,6 +141,7 @@ impl LoginClient {
             .timeout(Duration::from_secs(20))
             .build()
             .map_err(|e| discovery_error(e.to_string()))?;
+        let http = crate::debug::HttpClient::new(http);
         let metadata = if issuer::is_template(&info.issuer) {
             // Entra's multi-tenant issuer is a template: discovery lives at
             // `organizations` and names the template, which openidconnect's
@@ -152,7 +154,6 @@ impl LoginClient {
             check(&url)?;
             let response = http
                 .get(&url)
-                .send()
                 .await
                 .map_err(|e| unreachable(&url, &e).unwrap_or_else(|| discovery_error(e.to_string())))?;
             let metadata: Metadata = response
@@ -264,6 +265,10 @@ impl LoginClient {
 
     /// A new ID token (and a rotated refresh token) without the browser.
     pub async fn refresh(&self, refresh_token: &str) -> Result<Tokens, LoginError> {
+        crate::debug::note(format_args!(
+            "silent login: the saved refresh token goes to the token endpoint {}",
+            self.client.token_uri().map_or("(none announced)", |u| u.as_str())
+        ));
         let refresh = RefreshToken::new(refresh_token.to_owned());
         let request = self
             .client
@@ -317,6 +322,27 @@ fn token_claim(jwt: &str, name: &str) -> Option<String> {
     claims.get(name)?.as_str().map(str::to_owned)
 }
 
+/// What erases the spinner's line: the terminal's "erase line" control,
+/// or, with `NO_COLOR` set (any non-empty value, <https://no-color.org>)
+/// or a `dumb` terminal, blanks over the line: no escape sequence at all.
+fn erase_line(no_color: bool) -> String {
+    if no_color {
+        format!("\r{}\r", " ".repeat(SPINNER_WIDTH))
+    } else {
+        "\r\x1b[2K".to_owned()
+    }
+}
+
+/// The widest spinner line (`| waiting... 99999s `), in characters.
+const SPINNER_WIDTH: usize = 24;
+
+/// Whether the environment asks for plain output: `NO_COLOR` set to
+/// anything non-empty, or `TERM=dumb`.
+pub fn plain_terminal() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("TERM").is_some_and(|t| t == "dumb")
+}
+
 /// A small progress indicator on stderr while `future` runs: a spinner with
 /// the seconds waited on a terminal, nothing but the initial line otherwise.
 pub async fn with_progress<T>(message: &str, future: impl std::future::Future<Output = T>) -> T {
@@ -340,7 +366,7 @@ pub async fn with_progress<T>(message: &str, future: impl std::future::Future<Ou
             }
         }
     };
-    eprint!("\r\x1b[2K");
+    eprint!("{}", erase_line(plain_terminal()));
     result
 }
 
@@ -351,6 +377,15 @@ mod tests {
     use super::*;
 
     use crate::connection::test_peers::refused_port;
+
+    #[test]
+    fn without_colour_the_spinner_is_erased_with_blanks_not_a_control() {
+        let plain = erase_line(true);
+        assert!(!plain.contains('\x1b'), "{plain:?}");
+        assert!(plain.starts_with('\r') && plain.ends_with('\r'));
+        assert!(plain.len() - 2 >= "| waiting... 99999s ".len());
+        assert_eq!(erase_line(false), "\r\x1b[2K");
+    }
 
     fn info(issuer: String) -> ServerInfo {
         ServerInfo {

@@ -246,6 +246,21 @@ pub struct Counters {
     pub token_claim_source: u64,
 }
 
+/// A secret the emulator issued or received, for tests that check the
+/// client never shows one (`talos-sso --debug`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secret {
+    /// What it is: `id_token`, `access_token`, `refresh_token`,
+    /// `authorization_code`, `device_code`, `code_verifier`,
+    /// `code_challenge`, `state`, `nonce`.
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// How many secrets the emulator remembers: plenty for a test's logins,
+/// and a bound for the load generator and the demo, which run for long.
+pub const SECRETS_KEPT: usize = 1024;
+
 pub(crate) struct SigningKey {
     pub kid: String,
     pub pair: RsaKeyPair,
@@ -302,6 +317,9 @@ pub(crate) struct State {
     pub last_token_time: Option<i64>,
     /// The time tokens are being issued at, during one token answer.
     pub token_time: Option<i64>,
+    /// The last [`SECRETS_KEPT`] secrets issued or received, oldest first
+    /// (see [`Secret`]).
+    pub secrets: std::collections::VecDeque<Secret>,
 }
 
 impl State {
@@ -314,6 +332,20 @@ impl State {
 
     pub fn now(&self) -> i64 {
         time::OffsetDateTime::now_utc().unix_timestamp() + self.clock_offset
+    }
+
+    /// Remember a secret issued or received; empty values are not secrets.
+    pub fn record(&mut self, kind: &'static str, value: &str) {
+        if value.is_empty() {
+            return;
+        }
+        if self.secrets.len() == SECRETS_KEPT {
+            self.secrets.pop_front();
+        }
+        self.secrets.push_back(Secret {
+            kind,
+            value: value.to_owned(),
+        });
     }
 }
 
@@ -391,6 +423,7 @@ impl EmulatorHandle {
             clock_offset: 0,
             last_token_time: None,
             token_time: None,
+            secrets: std::collections::VecDeque::new(),
         }));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = routes::router(state.clone());
@@ -527,6 +560,12 @@ impl EmulatorHandle {
         let mut claims = tokens::app_claims(&state, &application, SERVER_APP_ID);
         patched(&mut claims, &patch);
         tokens::sign(&state, &claims, state.config.access_token_version == 1).ok()
+    }
+
+    /// The last [`SECRETS_KEPT`] secrets issued (tokens, authorization and device codes) or
+    /// received (the PKCE verifier and challenge, state, nonce) so far.
+    pub fn secrets(&self) -> Vec<Secret> {
+        self.state().secrets.iter().cloned().collect()
     }
 
     pub fn users(&self) -> Vec<TestUser> {

@@ -92,6 +92,10 @@ pub(super) async fn authorize(
         .into_response();
     };
     let code = random_id(32);
+    s.record("authorization_code", &code);
+    s.record("code_challenge", &get("code_challenge"));
+    s.record("state", &state_param);
+    s.record("nonce", &get("nonce"));
     s.codes.insert(
         code.clone(),
         PendingCode {

@@ -99,6 +99,7 @@ pub(super) async fn devicecode(
     }
     let mut s = lock(&state);
     let device_code = random_id(48);
+    s.record("device_code", &device_code);
     let user_code = new_user_code();
     let expires_in = s.config.device_expires_in;
     s.devices.insert(

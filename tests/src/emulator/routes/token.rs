@@ -46,6 +46,7 @@ fn token_answer(s: &mut State, user: &str, client_id: &str, scope: &str, nonce: 
         Ok(token) => token,
         Err(e) => return oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &e),
     };
+    s.record("access_token", &access);
     let mut body = json!({
         "token_type": "Bearer",
         "scope": scope,
@@ -56,12 +57,16 @@ fn token_answer(s: &mut State, user: &str, client_id: &str, scope: &str, nonce: 
     let scopes: Vec<&str> = scope.split_whitespace().collect();
     if scopes.contains(&"openid") {
         match tokens::mint(s, &user, TokenKind::Id { nonce }) {
-            Ok(id) => body["id_token"] = json!(id),
+            Ok(id) => {
+                s.record("id_token", &id);
+                body["id_token"] = json!(id);
+            }
             Err(e) => return oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", &e),
         }
     }
     if scopes.contains(&"offline_access") {
         let refresh = random_id(48);
+        s.record("refresh_token", &refresh);
         s.refresh_tokens.insert(
             refresh.clone(),
             RefreshGrant {
@@ -102,6 +107,7 @@ pub(super) async fn token(
                 );
             }
             let verifier = get("code_verifier");
+            s.record("code_verifier", &verifier);
             let computed = b64(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()).as_ref());
             if verifier.is_empty() || computed != pending.code_challenge {
                 return oauth_error(
