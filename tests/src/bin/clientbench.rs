@@ -181,7 +181,11 @@ impl RunningWatch {
         let now = Account::of(self.child.id());
         self.child.kill().unwrap();
         self.child.wait().unwrap();
-        (self.started, now.since(self.started), self.renewals.join().unwrap())
+        (
+            self.started,
+            now.since(self.started),
+            self.renewals.join().unwrap(),
+        )
     }
 }
 
@@ -212,7 +216,8 @@ async fn real_op_login(env: &RealOpEnv, client: &Path, person: &Person, user: &s
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stderr.take().unwrap()));
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stderr.take().unwrap()));
     let url = loop {
         let line = lines.next_line().await.unwrap().expect("the login URL");
         if line.trim().starts_with("http") {
@@ -221,7 +226,10 @@ async fn real_op_login(env: &RealOpEnv, client: &Path, person: &Person, user: &s
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     env.op.browser(user).visit(&url).await;
-    assert!(child.wait().await.unwrap().success(), "browser login at the provider");
+    assert!(
+        child.wait().await.unwrap().success(),
+        "browser login at the provider"
+    );
 }
 
 fn person(dir: &Path, name: &str) -> Person {
