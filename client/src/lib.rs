@@ -7,7 +7,8 @@
 //!   `deny`, `version`, `completions`).
 //! - `api`: the typed client over `talos-sso-api`'s wire types.
 //! - `connection`: why a connection failed, as a sentence with the fix.
-//! - `login`: discovery, browser (PKCE) and device flows, refresh, token cache.
+//! - `login`: discovery, browser (PKCE) and device flows, refresh, and the
+//!   saved logins (the keyring, or a file).
 //! - `key`: the per-certificate Ed25519 key and the CSR sent in its place.
 //! - `talosconfig`: read-modify-write that keeps what it does not know.
 //! - `state`: the client's own configuration (server, default cluster, logins).
@@ -15,6 +16,7 @@
 //! - `messages`: server error codes as sentences a person can act on.
 //! - `certinfo`: roles and expiry read back from a certificate.
 //! - `files`: locked, atomic, private file writes.
+//! - `paths`: where the client's files are, one rule on every Unix.
 //! - `debug`: `--debug`, the HTTP exchanges and decisions on stderr, every
 //!   secret redacted.
 //!
@@ -31,6 +33,7 @@ pub mod files;
 pub mod key;
 pub mod login;
 pub mod messages;
+pub mod paths;
 pub mod state;
 pub mod talosconfig;
 pub mod trust;

@@ -1,7 +1,7 @@
 //! The client's own configuration (XDG config dir, `talos-sso/config.yaml`):
 //! the server to use, the default cluster, and which talosconfig contexts
 //! this client wrote, so that `status`, `exec` and `logout` find them and
-//! touch nothing else.
+//! touch nothing else; and where saved logins are kept.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,6 +23,31 @@ pub struct ClientState {
     /// provider) beyond the system's, by server address.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub trust: BTreeMap<String, crate::trust::ServerTrust>,
+    /// Where refresh tokens are kept: chosen at the first login (the
+    /// keyring when one answers) or with `--token-store`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_store: Option<TokenStore>,
+}
+
+/// Where the refresh tokens of saved logins are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenStore {
+    /// The operating system's keychain: Secret Service (GNOME Keyring,
+    /// KWallet, KeePassXC) on Linux, Keychain on macOS, Credential Manager
+    /// on Windows.
+    Keyring,
+    /// An owner-only (0600) file in the cache folder (not on Windows).
+    File,
+}
+
+impl TokenStore {
+    pub fn name(self) -> &'static str {
+        match self {
+            TokenStore::Keyring => "keyring",
+            TokenStore::File => "file",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -42,7 +67,7 @@ pub struct LoginRecord {
 }
 
 pub fn path() -> Option<PathBuf> {
-    dirs::config_dir().map(|dir| dir.join("talos-sso").join("config.yaml"))
+    crate::paths::config_dir().map(|dir| dir.join("config.yaml"))
 }
 
 pub fn load() -> ClientState {

@@ -31,6 +31,10 @@ mod exit_codes;
 #[path = "cli/conventions.rs"]
 mod conventions;
 
+/// Saved logins in a real Secret Service, and the file store.
+#[path = "cli/keyring.rs"]
+mod keyring;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.
@@ -58,6 +62,10 @@ impl Machine {
             .env("HOME", self.home.path())
             .env("XDG_CONFIG_HOME", self.home.path().join(".config"))
             .env("XDG_CACHE_HOME", self.home.path().join(".cache"))
+            // Saved logins in a file of this machine's own, never in a
+            // keyring of the desktop running the tests (`keyring` tests
+            // start a Secret Service of their own).
+            .env("TALOS_SSO_TOKEN_STORE", "file")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -802,7 +810,7 @@ async fn a_link_planted_at_a_lock_path_is_refused_not_followed() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(&format!(
-            "locking the token cache: {} is a symbolic link, which is not followed",
+            "locking the token store: {} is a symbolic link, which is not followed",
             planted.display()
         )),
         "{err}"

@@ -13,6 +13,7 @@
 //! - `material`: throwaway CAs and files with the right permissions.
 //! - `audit_seed`: a large, realistic, made-up audit trail (seeding, SQL checks).
 //! - `softhsm`: SoftHSM 2 tokens with keys generated inside them.
+//! - `secret_service`: a real Secret Service (GNOME Keyring on a private D-Bus).
 //! - `console_client`: the web console without a browser (tests, benchmark).
 
 // The harness is test code: failing loudly on a broken fixture is the point.
@@ -29,6 +30,7 @@ pub mod material;
 pub mod openssl;
 pub mod quickstart;
 pub mod real_op;
+pub mod secret_service;
 pub mod softhsm;
 pub mod talos_checker;
 pub mod tls_front;

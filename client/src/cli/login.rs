@@ -17,8 +17,9 @@ use super::{explained, human_duration};
 use crate::api::ApiClient;
 use crate::key::ClientKey;
 use crate::login::browser::{BrowserOptions, Opener, system_opener};
+use crate::login::cache::Cache;
 use crate::login::{LoginClient, Tokens, cache};
-use crate::state::{self, LoginRecord};
+use crate::state::{self, LoginRecord, TokenStore};
 use crate::talosconfig::{self, ContextEntry};
 use crate::trust::{ExtraRoots, ServerTrust};
 
@@ -126,6 +127,11 @@ pub struct LoginMethod {
     /// whatever obtains it; read again at each reconnection of `--follow`.
     #[arg(long, env = "TALOS_SSO_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Where saved logins (refresh tokens) are kept: the operating system's
+    /// keyring, or an owner-only file (not on Windows). Remembered; default:
+    /// the keyring when one answers at the first login, else the file.
+    #[arg(long, env = "TALOS_SSO_TOKEN_STORE", value_name = "STORE")]
+    pub token_store: Option<TokenStore>,
 }
 
 /// Largest token file read (tokens are a few KiB).
@@ -211,10 +217,10 @@ async fn obtain_tokens(
     interaction: Interaction,
 ) -> anyhow::Result<Tokens> {
     let key = cache::key(server, &provider.issuer, &provider.client_id);
-    let refresh_lock = cache::lock().context("locking the token cache")?;
-    let store = cache::path().map_or("(none)".into(), |p| p.display().to_string());
-    crate::debug::note(format_args!("token store: the file {store}"));
-    let saved = cache::get(&key);
+    let cache = Cache::open(login.token_store)?;
+    let refresh_lock = cache.lock().context("locking the token store")?;
+    crate::debug::note(format_args!("token store: {}", cache.describe()));
+    let saved = cache.get(&key);
     if interaction == Interaction::SilentOnly {
         let Some(refresh_token) = saved else {
             let error = anyhow!(
@@ -225,12 +231,12 @@ async fn obtain_tokens(
         };
         // A refusal by the provider is a `LoginError::Refused` in the
         // chain: status 4, as for any refresh token refused or revoked.
-        return refresh(provider, &key, &refresh_token)
+        return refresh(provider, &cache, &key, &refresh_token)
             .await
             .context("renewing with the saved refresh token");
     }
     if let Some(refresh_token) = saved {
-        match refresh(provider, &key, &refresh_token).await {
+        match refresh(provider, &cache, &key, &refresh_token).await {
             Ok(tokens) => return Ok(tokens),
             Err(error) => {
                 eprintln!(
@@ -266,14 +272,14 @@ async fn obtain_tokens(
         crate::login::browser::login(provider, &options).await?
     };
     match &tokens.refresh_token {
-        Some(refresh_token) => {
-            cache::put(&key, refresh_token, &tokens.username).context("saving the token cache")?
-        }
+        Some(refresh_token) => cache
+            .put(&key, refresh_token, &tokens.username)
+            .context("saving the login")?,
         // Otherwise every later login opens the browser again, and nobody
         // would know why.
         None => eprintln!("{}", no_refresh_token(provider)),
     }
-    cache::remember_token(&key, &tokens.bearer).context("saving the token cache")?;
+    cache.remember_token(&key, &tokens.bearer)?;
     Ok(tokens)
 }
 
@@ -300,27 +306,34 @@ const SAME_SECOND_WAIT: Duration = Duration::from_millis(1100);
 /// row, or `exec` right after `login`, would be refused as a replay. Such
 /// a token is recognised by its hash and asked for again after the second
 /// has passed.
-async fn refresh(provider: &LoginClient, key: &str, refresh_token: &str) -> anyhow::Result<Tokens> {
+async fn refresh(
+    provider: &LoginClient,
+    cache: &Cache,
+    key: &str,
+    refresh_token: &str,
+) -> anyhow::Result<Tokens> {
     let once = |refresh_token: zeroize::Zeroizing<String>| async move {
         let tokens = provider.refresh(&refresh_token).await?;
         if let Some(rotated) = &tokens.refresh_token {
-            cache::put(key, rotated, &tokens.username).context("saving the token cache")?;
+            cache
+                .put(key, rotated, &tokens.username)
+                .context("saving the login")?;
         }
         anyhow::Ok(tokens)
     };
     let mut tokens = once(zeroize::Zeroizing::new(refresh_token.to_owned())).await?;
-    if cache::is_last_token(key, &tokens.bearer) {
+    if cache.is_last_token(key, &tokens.bearer) {
         tokio::time::sleep(SAME_SECOND_WAIT).await;
         let next = tokens
             .refresh_token
             .clone()
             .unwrap_or_else(|| zeroize::Zeroizing::new(refresh_token.to_owned()));
         tokens = once(next).await?;
-        if cache::is_last_token(key, &tokens.bearer) {
+        if cache.is_last_token(key, &tokens.bearer) {
             bail!("the identity provider answered a refresh with the token it had already issued");
         }
     }
-    cache::remember_token(key, &tokens.bearer).context("saving the token cache")?;
+    cache.remember_token(key, &tokens.bearer)?;
     Ok(tokens)
 }
 
@@ -552,13 +565,14 @@ pub(super) fn logout(select: &LoginSelection, all: bool, out: &mut dyn Write) ->
         }
     })?;
     // Tokens are per server: forget them once no login on that server is left.
+    let cache = Cache::for_logout(all)?;
     let mut forgotten = 0;
     if all {
-        forgotten = cache::forget(None)?;
+        forgotten = cache.forget(None)?;
     } else {
         for (_, record) in &chosen {
             if !remaining.logins.values().any(|r| r.server == record.server) {
-                forgotten += cache::forget(Some(&record.server))?;
+                forgotten += cache.forget(Some(&record.server))?;
             }
         }
     }

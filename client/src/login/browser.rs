@@ -57,7 +57,9 @@ impl std::fmt::Debug for BrowserOptions {
     }
 }
 
-/// Open URLs with `$BROWSER`, else `xdg-open` (`open` on macOS).
+/// Open URLs in the person's browser: `$BROWSER` where set, else the
+/// platform's way (`xdg-open` and its kin, `open` on macOS, the shell on
+/// Windows), through the `webbrowser` crate.
 pub fn system_opener() -> Opener {
     std::sync::Arc::new(open_in_browser)
 }
@@ -139,22 +141,14 @@ fn same_secret(given: Option<&str>, expected: &str) -> bool {
 }
 
 fn open_in_browser(url: &str) {
-    let candidates: Vec<String> = match std::env::var("BROWSER") {
-        Ok(browser) if !browser.is_empty() => vec![browser],
-        _ if cfg!(target_os = "macos") => vec!["open".into()],
-        _ => vec!["xdg-open".into()],
-    };
-    for command in candidates {
-        let spawned = std::process::Command::new(&command)
-            .arg(url)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        if spawned.is_ok() {
-            return;
-        }
-    }
+    // On its own thread: a text-mode browser would hold the terminal until
+    // it exits, and the login must go on waiting for the redirect.
+    let url = url.to_owned();
+    let _ = std::thread::Builder::new().name("browser".into()).spawn(move || {
+        // The URL is also printed; a browser that cannot be opened
+        // leaves the person to open it by hand.
+        let _ = webbrowser::open(&url);
+    });
 }
 
 /// How long one connection may take to send its request head. Connections

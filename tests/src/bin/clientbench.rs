@@ -12,6 +12,7 @@
 //! ```sh
 //! cargo run --release -p talos-sso-tests --bin clientbench
 //! cargo run --release -p talos-sso-tests --bin clientbench -- --client OTHER/talos-sso --watch-minutes 0
+//! cargo run --release -p talos-sso-tests --bin clientbench -- --token-store keyring --watch-minutes 0
 //! ```
 
 // Measurement tooling: a broken setup should stop the run loudly.
@@ -26,6 +27,7 @@ use clap::Parser;
 use talos_sso_tests::harness::{Backend, TestEnv};
 use talos_sso_tests::quickstart::{QuickstartOptions, client_binary, demo_login};
 use talos_sso_tests::real_op::{ONCALL_USER, RealOpEnv};
+use talos_sso_tests::secret_service::SecretService;
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -38,6 +40,10 @@ struct Args {
     /// Extra arguments for each silent login (e.g. `--debug`).
     #[arg(long = "login-arg", allow_hyphen_values = true)]
     login_args: Vec<String>,
+    /// Where the saved logins are: `file`, or `keyring` (a GNOME Keyring
+    /// of the run's own, on a private D-Bus).
+    #[arg(long, default_value = "file")]
+    token_store: String,
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -52,6 +58,8 @@ fn ms(duration: Duration) -> f64 {
 /// A person's folders, as the quick start's demo users have them.
 struct Person {
     root: PathBuf,
+    /// The token store's variables (`TALOS_SSO_TOKEN_STORE`, the bus).
+    env: Vec<(&'static str, String)>,
 }
 
 impl Person {
@@ -67,6 +75,7 @@ impl Person {
             .env("XDG_CONFIG_HOME", self.root.join("config"))
             .env("XDG_CACHE_HOME", self.root.join("cache"))
             .env("TALOSCONFIG", self.talosconfig())
+            .envs(self.env.iter().cloned())
             .stdin(Stdio::null());
         command
     }
@@ -232,10 +241,15 @@ async fn real_op_login(env: &RealOpEnv, client: &Path, person: &Person, user: &s
     );
 }
 
-fn person(dir: &Path, name: &str) -> Person {
+fn person(dir: &Path, name: &str, keyring: Option<&SecretService>) -> Person {
     let root = dir.join(name);
     std::fs::create_dir_all(root.join("home")).unwrap();
-    Person { root }
+    let mut env = vec![("TALOS_SSO_TOKEN_STORE", "file".to_owned())];
+    if let Some(keyring) = keyring {
+        env = keyring.env();
+        env.push(("TALOS_SSO_TOKEN_STORE", "keyring".to_owned()));
+    }
+    Person { root, env }
 }
 
 fn main() {
@@ -260,7 +274,12 @@ fn main() {
             once: true,
         };
         // The folders demo_login gives bob.
-        let bob = person(dir.path(), "bob");
+        let keyring = match args.token_store.as_str() {
+            "file" => None,
+            "keyring" => Some(SecretService::start()),
+            other => panic!("--token-store {other}: keyring or file"),
+        };
+        let bob = person(dir.path(), "bob", keyring.as_ref());
         env.emulator.set_auto_login(Some("bob@example.com"));
         demo_login(&options, &env.server.base_url, &bob.talosconfig(), "bob")
             .await
@@ -274,7 +293,7 @@ fn main() {
         .unwrap();
 
         let op_env = RealOpEnv::start("id_token").await;
-        let op_bob = person(dir.path(), "op-bob");
+        let op_bob = person(dir.path(), "op-bob", keyring.as_ref());
         real_op_login(&op_env, &client, &op_bob, ONCALL_USER).await;
         let (client2, extra) = (client.clone(), args.login_args.clone());
         let (op_login, op_bob) = tokio::task::spawn_blocking(move || {
@@ -297,6 +316,7 @@ fn main() {
         }
         let size = std::fs::metadata(&client).unwrap().len();
         println!("client: {}", client.display());
+        println!("token store: {}", args.token_store);
         println!(
             "silent login (cached refresh token) with the emulator, median of 20: {:.1} ms",
             ms(emulator_login)

@@ -43,6 +43,9 @@ impl DemoUser {
             ("XDG_CONFIG_HOME", self.root.join("config")),
             ("XDG_CACHE_HOME", self.root.join("cache")),
             ("TALOSCONFIG", talosconfig.to_owned()),
+            // Demo logins stay in the demo folder, out of the keyring of
+            // whoever runs the demo.
+            ("TALOS_SSO_TOKEN_STORE", PathBuf::from("file")),
         ]
     }
 
