@@ -1,9 +1,10 @@
 //! `talos-sso watch` and `login --watch` with the real binary: renewals in
 //! the background on a cluster whose certificates last six seconds, one
 //! watch per talosconfig, and the end of the watch (status 4 or 5) when the
-//! login is gone: refresh token revoked, logged out, deny-listed. The same
-//! against the real provider, whose refresh token is revoked at its
-//! revocation endpoint, is in `real_op_watch`.
+//! login is gone: refresh token revoked, logged out, deny-listed, out of
+//! the group that gave the role. The same against the real provider, whose
+//! refresh token is revoked at its revocation endpoint, is in
+//! `a_watch_against_a_real_provider_renews_twice_then_stops_with_4_after_revocation`.
 
 use std::time::Duration;
 
@@ -209,6 +210,24 @@ async fn a_watch_stops_with_4_on_logout_and_with_5_when_the_person_is_deny_liste
     let (code, err) = watch.ended().await;
     assert_eq!(code, 5, "{err}");
     assert!(err.contains("you are blocked from new certificates"), "{err}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_stops_with_5_when_the_person_leaves_the_group_that_gave_the_role() {
+    let env = TestEnv::start_with(Backend::Sqlite, six_second_certificates).await;
+    let (_alice, bob) = admin_and_bob(&env).await;
+    let mut watch = RunningWatch::start(&bob, &["watch"]);
+    watch.line_with("renewed prod").await;
+
+    // Bob leaves every group: the next refresh gives a token without the
+    // group, and the server refuses the renewal by policy.
+    env.emulator.set_groups("bob@example.com", &[]);
+    let (code, err) = watch.ended().await;
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("stopped keeping prod fresh"), "{err}");
+    assert!(err.contains("ask for membership in one of"), "{err}");
+    assert!(err.contains("no login is left to keep fresh"), "{err}");
     env.finish().await;
 }
 

@@ -470,6 +470,19 @@ impl EmulatorHandle {
         self.state().auto_login = username.map(str::to_owned);
     }
 
+    /// Change a user's groups, as a directory administrator would: tokens
+    /// issued from now on (refreshes included) carry the new ones.
+    pub fn set_groups(&self, username: &str, groups: &[&str]) {
+        let mut state = self.state();
+        let user = state
+            .config
+            .users
+            .iter_mut()
+            .find(|u| u.username.eq_ignore_ascii_case(username))
+            .unwrap_or_else(|| panic!("no test user {username}"));
+        user.groups = groups.iter().map(|g| g.to_string()).collect();
+    }
+
     pub fn set_faults(&self, faults: Faults) {
         self.state().faults = faults;
     }
