@@ -24,6 +24,18 @@
 //! the shared crate `talos-sso-text` (the server keeps records by the same
 //! rules).
 
+/// The source revision of this build (`git rev-parse HEAD`, or
+/// `TALOS_SSO_REVISION` at build time), `unknown` when neither was there.
+pub const REVISION: &str = env!("TALOS_SSO_REVISION");
+
+/// What `--version` prints after the name: the version and the revision.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TALOS_SSO_REVISION"),
+    ")"
+);
+
 pub mod api;
 pub mod certinfo;
 pub mod cli;

@@ -492,7 +492,11 @@ async fn status_exit_codes_server_from_the_environment_version_and_login_selecti
     );
     let (code, out, _) = machine.run(&["version"]).await;
     assert_eq!(code, 0);
-    let client_line = format!("client: talos-sso {} (API 1)", env!("CARGO_PKG_VERSION"));
+    let client_line = format!(
+        "client: talos-sso {} (API 1, commit {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("TALOS_SSO_REVISION")
+    );
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [

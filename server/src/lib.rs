@@ -70,6 +70,14 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `TALOS_SSO_REVISION` at build time), `unknown` when neither was there.
 pub const REVISION: &str = env!("TALOS_SSO_REVISION");
 
+/// What `--version` prints after the name: the version and the revision.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TALOS_SSO_REVISION"),
+    ")"
+);
+
 pub mod app;
 pub mod audit;
 pub mod break_glass;

@@ -133,12 +133,13 @@ mod tests {
             client: crate::cli::status::ClientVersion {
                 version: "1.2.3".into(),
                 api_version: 1,
+                commit: "abc".into(),
             },
             server: None,
         };
         assert_eq!(
             yaml_text(&status).unwrap(),
-            "client:\n  version: 1.2.3\n  api_version: 1\nserver: null\n"
+            "client:\n  version: 1.2.3\n  api_version: 1\n  commit: abc\nserver: null\n"
         );
     }
 

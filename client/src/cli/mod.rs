@@ -44,7 +44,7 @@ use crate::api::ApiError;
 
 /// Log in to Talos Linux clusters with single sign-on, then use talosctl as usual.
 #[derive(Debug, Parser)]
-#[command(name = "talos-sso", version, propagate_version = true)]
+#[command(name = "talos-sso", version = crate::VERSION_LINE, propagate_version = true)]
 pub struct Cli {
     /// Write the HTTP exchanges with the server and the identity provider,
     /// and the decisions taken, to standard error; tokens, codes, keys and

@@ -98,6 +98,8 @@ pub struct VersionReport {
 pub struct ClientVersion {
     pub version: String,
     pub api_version: u32,
+    /// The source revision it was built from.
+    pub commit: String,
 }
 
 /// The server's part, named as in its `/v1/info` (`talos_sso_api::ServerInfo`).
@@ -119,6 +121,7 @@ pub(super) async fn version(
     let client = ClientVersion {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         api_version: talos_sso_api::API_VERSION,
+        commit: crate::REVISION.to_owned(),
     };
     let saved = state::load();
     let Some(server) = server.map(str::to_owned).or(saved.server.clone()) else {
@@ -162,8 +165,8 @@ fn print_version(report: &VersionReport, output: Format, out: &mut dyn Write) ->
     }
     writeln!(
         out,
-        "client: talos-sso {} (API {})",
-        report.client.version, report.client.api_version
+        "client: talos-sso {} (API {}, commit {})",
+        report.client.version, report.client.api_version, report.client.commit
     )?;
     match &report.server {
         None => writeln!(out, "server: none yet (pass --server or log in once)")?,

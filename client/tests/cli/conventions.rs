@@ -97,6 +97,7 @@ async fn every_data_command_prints_json_and_yaml_that_parse() {
     let (version, version_yaml) = both_formats(&alice, &["version"], false).await;
     assert_eq!(version, version_yaml);
     assert_eq!(version["client"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(version["client"]["commit"], env!("TALOS_SSO_REVISION"));
     assert_eq!(version["server"]["url"], server);
     assert_eq!(version["server"]["api_version"], 1);
     let (nowhere, _) = both_formats(&Machine::new(), &["version"], false).await;

@@ -31,7 +31,7 @@ pub use files::write_new_files;
 #[derive(Debug, Parser)]
 #[command(
     name = "talos-sso-server",
-    version,
+    version = crate::VERSION_LINE,
     about = "Short-lived Talos client certificates for people who log in with single sign-on"
 )]
 pub struct Cli {

@@ -1,0 +1,8 @@
+//! Give the CLI its source revision (`TALOS_SSO_REVISION`), for
+//! `--version`.
+
+include!("../build-support/revision.rs");
+
+fn main() {
+    emit_revision();
+}
