@@ -314,10 +314,34 @@ async fn probe_paths_are_served() {
 #[test]
 fn dockerfile_and_compose_match_the_code() {
     let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).unwrap();
-    for stage in ["AS build", "AS emulator", "AS server"] {
+    for stage in [
+        "AS server-build",
+        "AS release-binary",
+        "AS emulator-build",
+        "AS emulator",
+        "AS server",
+    ] {
         assert!(dockerfile.contains(stage), "{stage}");
     }
-    assert!(dockerfile.contains("--bin talos-sso-server") && dockerfile.contains("--bin entra-emulator"));
+    // The server's build compiles the server alone, never the tests crate.
+    let server_build = dockerfile
+        .split("\nFROM ")
+        .find(|stage| stage.contains("AS server-build"))
+        .unwrap();
+    assert!(server_build.contains("--bin talos-sso-server"), "{server_build}");
+    assert!(!server_build.contains("talos-sso-tests"), "{server_build}");
+    assert!(dockerfile.contains("--bin entra-emulator"));
+    // The base images are build arguments, and the final stage is the server.
+    assert!(dockerfile.contains("ARG RUST_IMAGE=") && dockerfile.contains("ARG RUNTIME_IMAGE="));
+    assert!(dockerfile.contains("FROM ${RUNTIME_IMAGE} AS server"));
+    assert!(dockerfile.contains("org.opencontainers.image.revision"));
+    let ignored = std::fs::read_to_string(repo().join(".dockerignore")).unwrap();
+    for path in ["target/", ".git/", "**/node_modules/"] {
+        assert!(
+            ignored.lines().any(|line| line == path),
+            "{path} in .dockerignore"
+        );
+    }
     assert!(dockerfile.contains("USER 65532:65532"));
     assert!(dockerfile.contains("EXPOSE 8443"));
     for manifest in ["server/Cargo.toml", "tests/Cargo.toml"] {
