@@ -1,0 +1,317 @@
+//! The GitOps material checked against the base: every Secret the server's
+//! pod mounts has a declarative source (the External Secrets component, or
+//! the operator that makes it) with the keys the pod reads; the SOPS
+//! example holds the same Secrets, encrypted; every remote talos-sso URL
+//! pins a release tag or a full commit SHA, and the image the same
+//! release; the Flux and Argo CD examples apply the installation folder.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_yaml_ng::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
+fn kubernetes(relative: &str) -> PathBuf {
+    repo().join("deploy/kubernetes").join(relative)
+}
+
+/// Every string in a YAML value.
+fn strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Mapping(m) => m.values().for_each(|v| strings(v, out)),
+        Value::Sequence(items) => items.iter().for_each(|v| strings(v, out)),
+        _ => {}
+    }
+}
+
+/// The Secrets the server's pod mounts, with the keys its containers read:
+/// the projected `items`, or every file a container's configuration or
+/// environment names under the Secret's mount path.
+fn mounted_secrets() -> BTreeMap<String, BTreeSet<String>> {
+    let deployment = &documents(&kubernetes("base/deployment.yaml"))[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let config = &documents(&kubernetes("base/config.yaml"))[0];
+    let mut named = Vec::new();
+    strings(config, &mut named);
+    let containers: Vec<&Value> = pod["initContainers"]
+        .as_sequence()
+        .into_iter()
+        .chain(pod["containers"].as_sequence())
+        .flatten()
+        .collect();
+    for container in &containers {
+        strings(&container["env"], &mut named);
+    }
+    let mut secrets = BTreeMap::new();
+    for volume in pod["volumes"].as_sequence().unwrap() {
+        let Some(name) = volume["secret"]["secretName"].as_str() else {
+            continue;
+        };
+        let mut keys = BTreeSet::new();
+        if let Some(items) = volume["secret"]["items"].as_sequence() {
+            keys.extend(items.iter().map(|i| i["key"].as_str().unwrap().to_owned()));
+        } else {
+            for container in &containers {
+                for mount in container["volumeMounts"].as_sequence().into_iter().flatten() {
+                    if mount["name"] != volume["name"] {
+                        continue;
+                    }
+                    let prefix = format!("{}/", mount["mountPath"].as_str().unwrap());
+                    keys.extend(
+                        named
+                            .iter()
+                            .filter_map(|s| s.strip_prefix(&prefix))
+                            .map(str::to_owned),
+                    );
+                }
+            }
+        }
+        assert!(!keys.is_empty(), "nothing reads the Secret {name}");
+        secrets.insert(name.to_owned(), keys);
+    }
+    secrets
+}
+
+/// The ExternalSecrets of the component, by the Secret each makes: the
+/// file it is in and the keys the Secret gets.
+fn external_secrets() -> BTreeMap<String, (String, BTreeSet<String>)> {
+    let dir = kubernetes("components/external-secrets");
+    let mut found = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if file == "kustomization.yaml" || !file.ends_with(".yaml") {
+            continue;
+        }
+        for doc in documents(&path) {
+            assert_eq!(doc["kind"], "ExternalSecret", "{file}");
+            let target = &doc["spec"]["target"];
+            assert_eq!(target["name"], doc["metadata"]["name"], "{file}");
+            // With a template's `data`, the Secret holds those keys alone.
+            let keys: BTreeSet<String> = match target["template"]["data"].as_mapping() {
+                Some(data) => data.keys().map(|k| k.as_str().unwrap().to_owned()).collect(),
+                None => doc["spec"]["data"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d["secretKey"].as_str().unwrap().to_owned())
+                    .collect(),
+            };
+            let name = target["name"].as_str().unwrap().to_owned();
+            assert!(
+                found.insert(name.clone(), (file.clone(), keys)).is_none(),
+                "{name} twice"
+            );
+        }
+    }
+    found
+}
+
+/// The Secrets an operator of a component makes: cert-manager's
+/// Certificate and CloudNativePG's `<cluster>-ca`.
+fn made_by_operators() -> BTreeSet<String> {
+    let certificate = &documents(&kubernetes("components/cert-manager/certificate.yaml"))[0];
+    let cluster = &documents(&kubernetes("components/cloudnative-pg/cluster.yaml"))[0];
+    BTreeSet::from([
+        certificate["spec"]["secretName"].as_str().unwrap().to_owned(),
+        format!("{}-ca", cluster["metadata"]["name"].as_str().unwrap()),
+    ])
+}
+
+#[test]
+fn every_secret_the_pod_mounts_has_a_declarative_source() {
+    let mounted = mounted_secrets();
+    assert_eq!(mounted.len(), 6, "{mounted:?}");
+    let external = external_secrets();
+    let operators = made_by_operators();
+    let component = &documents(&kubernetes("components/external-secrets/kustomization.yaml"))[0];
+    let listed: BTreeSet<&str> = component["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    for (secret, keys) in &mounted {
+        let (file, made) = external
+            .get(secret)
+            .unwrap_or_else(|| panic!("no ExternalSecret makes {secret}"));
+        assert!(
+            made.is_superset(keys),
+            "{secret}: {made:?} lacks some of {keys:?}"
+        );
+        // An operator's Secret is made by one writer: the ExternalSecret is
+        // there for installations without the operator, not listed.
+        assert_eq!(
+            listed.contains(file.as_str()),
+            !operators.contains(secret),
+            "{secret} ({file}): listed in the component iff no operator makes it"
+        );
+    }
+    for secret in external.keys() {
+        assert!(mounted.contains_key(secret), "{secret}: nothing mounts it");
+    }
+
+    // CloudNativePG reads `username` too: the roles the cluster declares.
+    let cluster = &documents(&kubernetes("components/cloudnative-pg/cluster.yaml"))[0];
+    let role = &cluster["spec"]["managed"]["roles"][0];
+    let initdb = &cluster["spec"]["bootstrap"]["initdb"];
+    for (secret, user) in [
+        (&role["passwordSecret"]["name"], &role["name"]),
+        (&initdb["secret"]["name"], &initdb["owner"]),
+    ] {
+        let secret = secret.as_str().unwrap();
+        let file = &external[secret].0;
+        let doc = documents(&kubernetes(&format!("components/external-secrets/{file}")))
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == secret)
+            .unwrap();
+        let template = &doc["spec"]["target"]["template"];
+        assert_eq!(template["type"], "kubernetes.io/basic-auth", "{secret}");
+        assert_eq!(&template["data"]["username"], user, "{secret}");
+    }
+
+    // The SOPS example: the same Secrets the component lists, the same
+    // keys, every value encrypted, with the rules of its .sops.yaml.
+    let sops_dir = repo().join("deploy/gitops/sops");
+    let rules = &documents(&sops_dir.join(".sops.yaml"))[0]["creation_rules"][0];
+    let encrypted: BTreeMap<String, BTreeSet<String>> = documents(&sops_dir.join("secrets.sops.yaml"))
+        .into_iter()
+        .map(|doc| {
+            let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
+            let sops = &doc["sops"];
+            assert!(
+                sops["mac"].as_str().is_some_and(|m| m.starts_with("ENC[")),
+                "{name}"
+            );
+            assert_eq!(sops["encrypted_regex"], rules["encrypted_regex"], "{name}");
+            assert_eq!(
+                sops["age"][0]["recipient"], rules["age"],
+                "{name}: encrypted for the .sops.yaml recipient"
+            );
+            let data = doc["stringData"].as_mapping().expect("stringData");
+            for value in data.values() {
+                assert!(
+                    value.as_str().unwrap().starts_with("ENC[AES256_GCM,data:"),
+                    "{name}: a value in plain text"
+                );
+            }
+            let keys = data.keys().map(|k| k.as_str().unwrap().to_owned()).collect();
+            (name, keys)
+        })
+        .collect();
+    let expected: BTreeMap<String, BTreeSet<String>> = external
+        .iter()
+        .filter(|(_, (file, _))| listed.contains(file.as_str()))
+        .map(|(name, (_, keys))| (name.clone(), keys.clone()))
+        .collect();
+    assert_eq!(encrypted, expected);
+}
+
+/// A `?ref=` kustomize can fetch and that names one version: a release tag
+/// or a full 40-character commit SHA (a short one is refused).
+fn pinned(reference: &str) -> bool {
+    let tag = reference
+        .strip_prefix('v')
+        .is_some_and(|v| v.split('.').count() == 3 && v.split('.').all(|p| p.parse::<u32>().is_ok()));
+    let sha = reference.len() == 40 && reference.chars().all(|c| c.is_ascii_hexdigit());
+    tag || sha
+}
+
+/// Every talos-sso remote URL in a text, with its `?ref=`.
+fn remote_refs(text: &str) -> Vec<(String, String)> {
+    text.split_whitespace()
+        .filter(|w| w.starts_with("https://github.com/talos-sso/talos-sso//"))
+        .map(|url| {
+            let reference = url
+                .split_once("?ref=")
+                .map_or("", |(_, r)| r.trim_end_matches(['`', ')', ',']));
+            (url.to_owned(), reference.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn every_remote_base_is_pinned_to_one_release() {
+    assert!(pinned("v0.1.0") && pinned(&"0123456789abcdef".repeat(3)[..40]));
+    for short in ["0123abc", "main", "v1", "v1.2", "latest", ""] {
+        assert!(!pinned(short), "{short}");
+    }
+    let installation = repo().join("deploy/gitops/installation/kustomization.yaml");
+    let kustomization = &documents(&installation)[0];
+    let mut urls: Vec<String> = Vec::new();
+    for field in ["resources", "components"] {
+        for entry in kustomization[field].as_sequence().unwrap() {
+            let entry = entry.as_str().unwrap();
+            if entry.starts_with("https://") {
+                urls.push(entry.to_owned());
+            }
+        }
+    }
+    assert!(urls.len() >= 5, "{urls:?}");
+    let tag = kustomization["images"][0]["newTag"].as_str().unwrap();
+    for url in &urls {
+        let (_, reference) = remote_refs(url).pop().unwrap_or_else(|| panic!("{url}"));
+        assert_eq!(reference, tag, "{url}: the image's release");
+        assert!(pinned(&reference), "{url}");
+    }
+    // The same pins wherever the docs show a remote base.
+    for doc in [
+        "deploy/README.md",
+        "deploy/kubernetes/overlays/example/kustomization.yaml",
+        "docs/production.md",
+    ] {
+        let text = std::fs::read_to_string(repo().join(doc)).unwrap();
+        let refs = remote_refs(&text);
+        assert!(!refs.is_empty(), "{doc} shows no remote base");
+        for (url, reference) in refs {
+            assert!(pinned(&reference), "{doc}: {url} is not pinned");
+        }
+    }
+}
+
+#[test]
+fn flux_and_argo_cd_apply_the_installation_folder() {
+    let gitops = repo().join("deploy/gitops");
+    let installation = &documents(&gitops.join("installation/kustomization.yaml"))[0];
+    let flux = documents(&gitops.join("flux/talos-sso.yaml"));
+    let source = flux.iter().find(|d| d["kind"] == "GitRepository").unwrap();
+    let apply = flux.iter().find(|d| d["kind"] == "Kustomization").unwrap();
+    assert_eq!(apply["spec"]["sourceRef"]["name"], source["metadata"]["name"]);
+    assert_eq!(apply["spec"]["prune"], true);
+    assert_eq!(apply["spec"]["wait"], true, "ready only when the pods are");
+    assert_eq!(apply["spec"]["decryption"]["provider"], "sops");
+    let argo = &documents(&gitops.join("argocd/talos-sso.yaml"))[0];
+    assert_eq!(argo["kind"], "Application");
+    assert_eq!(
+        argo["spec"]["destination"]["namespace"], installation["namespace"],
+        "Argo CD's namespace is the installation's"
+    );
+    assert_eq!(
+        apply["spec"]["path"].as_str().unwrap().trim_start_matches("./"),
+        argo["spec"]["source"]["path"].as_str().unwrap(),
+        "both apply the same folder"
+    );
+    assert_eq!(argo["spec"]["syncPolicy"]["automated"]["prune"], true);
+    // Every field ESO defaults is written out, or Argo CD shows drift.
+    for (secret, (file, _)) in external_secrets() {
+        for doc in documents(&kubernetes(&format!("components/external-secrets/{file}"))) {
+            for data in doc["spec"]["data"].as_sequence().unwrap() {
+                let remote = &data["remoteRef"];
+                for field in ["conversionStrategy", "decodingStrategy", "metadataPolicy"] {
+                    assert!(remote.get(field).is_some(), "{secret}: {field}");
+                }
+            }
+        }
+    }
+}
