@@ -231,11 +231,12 @@ fn pinned(reference: &str) -> bool {
 /// Every talos-sso remote URL in a text, with its `?ref=`.
 fn remote_refs(text: &str) -> Vec<(String, String)> {
     text.split_whitespace()
+        .map(|w| w.trim_start_matches(['`', '(']))
         .filter(|w| w.starts_with("https://github.com/talos-sso/talos-sso//"))
         .map(|url| {
             let reference = url
                 .split_once("?ref=")
-                .map_or("", |(_, r)| r.trim_end_matches(['`', ')', ',']));
+                .map_or("", |(_, r)| r.trim_end_matches(['`', ')', ',', ':', '.']));
             (url.to_owned(), reference.to_owned())
         })
         .collect()
@@ -314,4 +315,58 @@ fn flux_and_argo_cd_apply_the_installation_folder() {
             }
         }
     }
+}
+
+/// The command lines of the fenced `sh` blocks of a Markdown page, with
+/// `\` continuations joined and `$(...)` captures taken as the command.
+fn shell_commands(page: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut in_block = false;
+    let mut current = String::new();
+    for line in page.lines() {
+        match line.trim_end() {
+            "```sh" => in_block = true,
+            "```" => in_block = false,
+            text if in_block => {
+                current.push_str(text.trim_end_matches('\\'));
+                current.push(' ');
+                if !text.ends_with('\\') {
+                    let command = current.trim();
+                    let command = command
+                        .split_once("=$(")
+                        .map_or(command, |(_, c)| c.trim_end_matches(')'));
+                    commands.push(command.to_owned());
+                    current.clear();
+                }
+            }
+            _ => {}
+        }
+    }
+    commands
+}
+
+/// docs/production.md's `talos-sso-server` and `talos-sso` commands parse
+/// with the programs' own command lines.
+#[test]
+fn the_production_path_commands_parse() {
+    use clap::Parser;
+    let page = std::fs::read_to_string(repo().join("docs/production.md")).unwrap();
+    let commands = shell_commands(&page);
+    let (mut server, mut client) = (0, 0);
+    for command in &commands {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.first() {
+            Some(&"talos-sso-server") => {
+                talos_sso_server::cli::Cli::try_parse_from(&words)
+                    .unwrap_or_else(|e| panic!("{command}: {e}"));
+                server += 1;
+            }
+            Some(&"talos-sso") => {
+                talos_sso::cli::Cli::try_parse_from(&words).unwrap_or_else(|e| panic!("{command}: {e}"));
+                client += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(server >= 3 && client >= 3, "{commands:?}");
 }
