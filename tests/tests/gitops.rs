@@ -3,7 +3,9 @@
 //! the operator that makes it) with the keys the pod reads; the SOPS
 //! example holds the same Secrets, encrypted; every remote talos-sso URL
 //! pins a release tag or a full commit SHA, and the image the same
-//! release; the Flux and Argo CD examples apply the installation folder.
+//! release; the Flux and Argo CD examples apply the installation folder;
+//! docs/production.md's commands parse; pods whose init containers migrate
+//! at once take turns on sqlx's advisory lock (real Postgres).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -369,4 +371,125 @@ fn the_production_path_commands_parse() {
         }
     }
     assert!(server >= 3 && client >= 3, "{commands:?}");
+}
+
+/// sqlx's migration lock id for a database (sqlx-postgres 0.9,
+/// `generate_lock_id`): 0x3d32ad9e times the CRC-32 (ISO-HDLC) of its name.
+fn sqlx_migration_lock_id(database: &str) -> i64 {
+    let mut crc = !0u32;
+    for byte in database.bytes() {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    0x3d32_ad9e * i64::from(!crc)
+}
+
+/// The Deployment's pods each run `migrate --runtime-role` in their init
+/// container; started together, they take turns on sqlx's advisory lock.
+/// With the lock held from outside, two runs wait on it (seen in
+/// `pg_locks`), then both succeed once it is released, each migration
+/// applied once.
+#[tokio::test]
+async fn pods_starting_together_migrate_one_after_the_other() {
+    use clap::Parser;
+    use sqlx::Connection;
+    use talos_sso_tests::emulator::{EmulatorConfig, EmulatorHandle};
+    use talos_sso_tests::harness::{TestDatabase, Workdir, config_yaml, drop_role};
+
+    assert_eq!(sqlx_migration_lock_id("123456789"), 0x3d32_ad9e * 0xCBF4_3926);
+    let database = TestDatabase::create().await;
+    let owner = format!("{}_owner", database.name);
+    let runtime = format!("{}_app", database.name);
+    database
+        .superuser(&format!(
+            "CREATE ROLE {owner} LOGIN; CREATE ROLE {runtime} LOGIN; ALTER DATABASE {} OWNER TO {owner};",
+            database.name
+        ))
+        .await
+        .unwrap();
+    let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
+    let work = Workdir::new();
+    let config = work.path().join("owner.yaml");
+    std::fs::write(&config, config_yaml(&emulator, &work, &database.url_as(&owner))).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let migrate = || async {
+        let args = [
+            "talos-sso-server",
+            "migrate",
+            "--config",
+            &config,
+            "--runtime-role",
+            &runtime,
+        ];
+        let cli = talos_sso_server::cli::Cli::try_parse_from(args).unwrap();
+        let mut out = Vec::new();
+        let result = talos_sso_server::cli::run(cli, &mut out).await;
+        let text = String::from_utf8(out).unwrap();
+        result.map(|()| text.clone()).map_err(|e| format!("{text}{e:#}"))
+    };
+
+    let lock = sqlx_migration_lock_id(&database.name);
+    let mut holder = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(lock)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let release = async {
+        // Both runs queue behind the held lock, then it is let go.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut watcher = sqlx::PgConnection::connect(&database.url).await.unwrap();
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = $1",
+            )
+            .bind(&database.name)
+            .fetch_one(&mut watcher)
+            .await
+            .unwrap();
+            if waiting == 2 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{waiting} runs wait on the migration lock, not 2"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(lock)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+    };
+    let (first, second, ()) = tokio::join!(migrate(), migrate(), release);
+    let (first, second) = (first.unwrap(), second.unwrap());
+    for out in [&first, &second] {
+        assert!(out.contains("audit database (postgres) is up to date"), "{out}");
+    }
+    let mut check = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let (rows, versions): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&mut check)
+            .await
+            .unwrap();
+    assert!(rows >= 3 && rows == versions, "{rows} rows, {versions} versions");
+    let may_insert: bool = sqlx::query_scalar("SELECT has_table_privilege($1, 'audit_events', 'INSERT')")
+        .bind(&runtime)
+        .fetch_one(&mut check)
+        .await
+        .unwrap();
+    assert!(may_insert, "the runtime role's grants");
+    drop(check);
+    drop(holder);
+    database.drop_now().await;
+    drop_role(&owner).await;
+    drop_role(&runtime).await;
 }
