@@ -493,3 +493,90 @@ async fn pods_starting_together_migrate_one_after_the_other() {
     drop_role(&owner).await;
     drop_role(&runtime).await;
 }
+
+/// Every object under `deploy/kubernetes` (not Kustomize's own files).
+fn objects() -> Vec<Value> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&kubernetes(""), &mut files);
+    files
+        .iter()
+        .flat_map(|f| documents(f))
+        .filter(|d| d.get("kind").is_some())
+        .collect()
+}
+
+/// Argo CD compares a custom resource's lists whole: a field the API server
+/// or an operator defaults inside a list item shows as drift for ever. The
+/// material writes those fields out (Gateway API references, CloudNativePG
+/// roles, relabelings; the ExternalSecrets are checked above).
+#[test]
+fn no_list_item_gets_a_defaulted_field_argo_cd_would_see() {
+    let has = |item: &Value, fields: &[&str], what: &str| {
+        for field in fields {
+            assert!(item.get(*field).is_some(), "{what}: no {field} in {item:?}");
+        }
+    };
+    let mut checked = 0;
+    for doc in objects() {
+        let kind = doc["kind"].as_str().unwrap().to_owned();
+        let spec = &doc["spec"];
+        match kind.as_str() {
+            "HTTPRoute" | "TLSRoute" => {
+                for parent in spec["parentRefs"].as_sequence().unwrap() {
+                    has(parent, &["group", "kind", "name"], &kind);
+                }
+                for rule in spec["rules"].as_sequence().unwrap() {
+                    for backend in rule["backendRefs"].as_sequence().unwrap() {
+                        has(backend, &["group", "kind", "name", "port", "weight"], &kind);
+                    }
+                    if kind == "HTTPRoute" {
+                        for matched in rule["matches"].as_sequence().expect("matches") {
+                            has(&matched["path"], &["type", "value"], &kind);
+                        }
+                    }
+                }
+            }
+            "Gateway" => {
+                for listener in spec["listeners"].as_sequence().unwrap() {
+                    has(&listener["allowedRoutes"]["namespaces"], &["from"], "Gateway");
+                    has(&listener["tls"], &["mode"], "Gateway");
+                    for reference in listener["tls"]["certificateRefs"]
+                        .as_sequence()
+                        .into_iter()
+                        .flatten()
+                    {
+                        has(reference, &["group", "kind", "name"], "Gateway");
+                    }
+                }
+            }
+            "Cluster" => {
+                for role in spec["managed"]["roles"].as_sequence().unwrap() {
+                    has(role, &["ensure", "connectionLimit", "inherit"], "Cluster");
+                }
+            }
+            "ServiceMonitor" => {
+                for endpoint in spec["endpoints"].as_sequence().unwrap() {
+                    for relabeling in endpoint["relabelings"].as_sequence().into_iter().flatten() {
+                        has(relabeling, &["action"], "ServiceMonitor");
+                    }
+                }
+            }
+            _ => continue,
+        }
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 6,
+        "two routes, two Gateways, a Cluster, a ServiceMonitor"
+    );
+}
