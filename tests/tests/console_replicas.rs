@@ -5,15 +5,16 @@
 //! host's, whatever the port, so the `__Host-` cookie stays as it is);
 //! B restarts and the session is still there; signing out on B signs out
 //! on A. Without a browser: a login started on A is found on B and is
-//! then used up on both, and a database that is down gets the console's
-//! outage page on both.
+//! then used up on both, a deny entry an admin adds on B blocks a session
+//! on A at its next request, and a database that is down gets the
+//! console's outage page on both.
 
 use std::time::Duration;
 
 use talos_sso_tests::console_client::{Browserless, location};
 use talos_sso_tests::harness::{Backend, TestEnv, TestServer};
 
-use super::{ADMIN, AUDITOR, browser_at, certificate, console_views, free_port};
+use super::{ADMIN, AUDITOR, browser_at, certificate, console_views, csrf_of, free_port};
 
 /// The console on, at `http://127.0.0.1:{port}`, listening there.
 fn console_on(yaml: String, port: u16) -> String {
@@ -107,9 +108,32 @@ async fn any_replica_serves_a_console_session_and_a_restart_keeps_it() {
     let text = again.text().await.unwrap();
     assert!(text.contains("was used already"), "{text}");
 
-    // The database down: the outage page, on either replica.
+    // An admin on B blocks the auditor: A refuses the auditor's session
+    // at its next request.
     let mut auditor = Browserless::new();
     auditor.login(&a_url, AUDITOR, "/ui").await;
+    assert_eq!(auditor.get(&format!("{a_url}/ui")).await.status(), 200);
+    let mut admin = Browserless::new();
+    admin.login(&b_url, ADMIN, "/ui/deny").await;
+    let page = admin.get(&format!("{b_url}/ui/deny")).await.text().await.unwrap();
+    let form = [
+        ("csrf", csrf_of(&page)),
+        ("username", AUDITOR.to_owned()),
+        ("reason", "replicas".to_owned()),
+    ];
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(admin.post(&format!("{b_url}/ui/deny"), &form).await.status(), 200);
+    let blocked = auditor.get(&format!("{a_url}/ui")).await;
+    assert_eq!(blocked.status(), 403);
+    assert!(
+        blocked
+            .text()
+            .await
+            .unwrap()
+            .contains("You are blocked on this server")
+    );
+
+    // The database down: the outage page, on either replica.
     let database = env.database.as_ref().expect("Postgres");
     database.cut().await;
     for base in [&a_url, &b_url] {
