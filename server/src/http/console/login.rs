@@ -92,7 +92,7 @@ pub async fn login(
         Err(SessionError::Random) => {
             return page::failure("The server could not start a login (no randomness); try again.");
         }
-        Err(SessionError::Store(error)) => return super::state_unavailable(&error),
+        Err(SessionError::Store(error)) => return page::state_unavailable(&error),
     };
     let endpoint = app
         .authenticator
@@ -133,7 +133,7 @@ pub async fn callback(
         None => Ok(None),
     };
     let mut response = match pending {
-        Err(error) => super::state_unavailable(&error),
+        Err(error) => page::state_unavailable(&error),
         Ok(None) => page::failure(
             "This login is unknown, was used already or took too long (over ten minutes). Start again from the console's sign-in page.",
         ),
@@ -150,7 +150,7 @@ pub async fn callback(
                 Err(SessionError::Random) => {
                     page::failure("The server could not open a session (no randomness); try again.")
                 }
-                Err(SessionError::Store(error)) => super::state_unavailable(&error),
+                Err(SessionError::Store(error)) => page::state_unavailable(&error),
             },
             Ok(Finished::NotMember(verified)) => not_a_member(&app, &caller, &verified).await,
             Err(message) => page::failure(&message),
@@ -322,12 +322,12 @@ pub async fn logout(
             Ok(Some(session)) if !super::session::forged(&console.origin, &headers, sent, &session.csrf) => {
                 // Deleted from the database: ended on every replica.
                 if let Err(error) = console.sessions.close(&app, id).await {
-                    return super::state_unavailable(&error);
+                    return page::state_unavailable(&error);
                 }
             }
             Ok(Some(_)) => return redirect("/ui"),
             Ok(None) => {}
-            Err(error) => return super::state_unavailable(&error),
+            Err(error) => return page::state_unavailable(&error),
         }
     }
     let mut response = redirect("/ui/signed-out");

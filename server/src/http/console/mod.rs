@@ -321,7 +321,7 @@ pub async fn viewer(
     let session = match console.sessions.get(app, session_id).await {
         Ok(Some(session)) => session,
         Ok(None) => return Err(page::sign_in(here)),
-        Err(error) => return Err(state_unavailable(&error)),
+        Err(error) => return Err(page::state_unavailable(&error)),
     };
     let session_id = session_id.to_owned();
     let settings = app.settings();
@@ -369,7 +369,7 @@ pub async fn viewer(
                     match console.sessions.recorded(app, &viewer.session_id, &once).await {
                         Ok(true) => return Ok(()),
                         Ok(false) => {}
-                        Err(error) => return Err(state_unavailable(&error)),
+                        Err(error) => return Err(page::state_unavailable(&error)),
                     }
                     (
                         event::AUDIT_QUERY,
@@ -524,7 +524,7 @@ pub async fn record_view(
     match console.sessions.recorded(app, &viewer.session_id, view).await {
         Ok(true) => return Ok(()),
         Ok(false) => {}
-        Err(error) => return Err(state_unavailable(&error)),
+        Err(error) => return Err(page::state_unavailable(&error)),
     }
     record_now(app, viewer, details).await?;
     console
@@ -532,13 +532,6 @@ pub async fn record_view(
         .note_recorded(app, &viewer.session_id, view)
         .await;
     Ok(())
-}
-
-/// The page when the console's state (in the trail's database) cannot be
-/// read or written: the trail's outage page, the cause in the log.
-pub fn state_unavailable(error: &crate::audit::store::StoreError) -> Response {
-    tracing::warn!(target: "talos_sso::console", "console sessions unavailable: {error}");
-    page::unavailable()
 }
 
 /// Record what `viewer` does now (`audit.query`, `details`), whether or

@@ -170,12 +170,16 @@ impl Sessions {
         let Some(hash) = id_hash(id) else {
             return Ok(None);
         };
-        let kept = app
-            .audit
-            .store()
-            .console_session(&hash, self.limits, now_ms(app))
-            .await?;
-        Ok(kept.as_deref().and_then(kept::restore).map(|identity| Session {
+        let store = app.audit.store();
+        let Some(text) = store.console_session(&hash, self.limits, now_ms(app)).await? else {
+            return Ok(None);
+        };
+        let Some(identity) = kept::restore(&text) else {
+            // Not a session this server wrote: ended.
+            store.console_close_session(&hash).await?;
+            return Ok(None);
+        };
+        Ok(Some(Session {
             identity: Arc::new(identity),
             csrf: derived("csrf", id),
         }))
