@@ -113,6 +113,21 @@ async fn any_replica_serves_a_console_session_and_a_restart_keeps_it() {
     let mut auditor = Browserless::new();
     auditor.login(&a_url, AUDITOR, "/ui").await;
     assert_eq!(auditor.get(&format!("{a_url}/ui")).await.status(), 200);
+    // The database holds the SHA-256 of the cookie's id, never the id.
+    let id = auditor
+        .cookies
+        .iter()
+        .find_map(|c| c.strip_prefix("__Host-talos-sso-console="))
+        .expect("a session cookie")
+        .to_owned();
+    let pool = sqlx::PgPool::connect(&env.database_url).await.unwrap();
+    let held: Vec<String> = sqlx::query_scalar("SELECT id_hash FROM console_sessions")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let hash = hex::encode(ring::digest::digest(&ring::digest::SHA256, id.as_bytes()));
+    assert!(held.contains(&hash) && !held.contains(&id), "{held:?}");
     let mut admin = Browserless::new();
     admin.login(&b_url, ADMIN, "/ui/deny").await;
     let page = admin.get(&format!("{b_url}/ui/deny")).await.text().await.unwrap();
