@@ -159,7 +159,7 @@ impl AuditStore {
         let max = max.max(1);
         locked!(self, tx => {
             sqlx::query(SWEEP_LOGINS)
-                .bind(now_ms - LOGIN_TIMEOUT_MS)
+                .bind(now_ms.saturating_sub(LOGIN_TIMEOUT_MS))
                 .execute(&mut *tx)
                 .await?;
             let own: i64 = sqlx::query_scalar(LOGINS_OF)
@@ -195,7 +195,7 @@ impl AuditStore {
             .fetch_optional(pool)
             .await?);
         Ok(taken
-            .filter(|(_, started)| now_ms - started < LOGIN_TIMEOUT_MS)
+            .filter(|(_, started)| now_ms.saturating_sub(*started) < LOGIN_TIMEOUT_MS)
             .map(|(return_to, _)| return_to))
     }
 
@@ -210,8 +210,8 @@ impl AuditStore {
     ) -> Result<(), StoreError> {
         locked!(self, tx => {
             sqlx::query(SWEEP_SESSIONS)
-                .bind(now_ms - limits.idle_ms)
-                .bind(now_ms - limits.lifetime_ms)
+                .bind(now_ms.saturating_sub(limits.idle_ms))
+                .bind(now_ms.saturating_sub(limits.lifetime_ms))
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(ADD_SESSION)
@@ -247,8 +247,8 @@ impl AuditStore {
         let identity: Option<String> = pooled!(self, pool => sqlx::query_scalar(TOUCH_SESSION)
             .bind(id_hash)
             .bind(now_ms)
-            .bind(now_ms - limits.idle_ms)
-            .bind(now_ms - limits.lifetime_ms)
+            .bind(now_ms.saturating_sub(limits.idle_ms))
+            .bind(now_ms.saturating_sub(limits.lifetime_ms))
             .fetch_optional(pool)
             .await?);
         if identity.is_none() {
