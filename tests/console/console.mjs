@@ -7,7 +7,9 @@
 //
 // Each scenario logs in through the Entra emulator's account picker, does
 // what it says, prints `ok: ...` lines and a last `result: {json}` line, and
-// exits 0; anything unexpected prints `FAIL: ...` and exits 1.
+// exits 0; anything unexpected prints `FAIL: ...` and exits 1. With
+// CONSOLE_STORAGE=<file>, a scenario starts with the cookies saved there
+// (the replicas' scenarios save them).
 
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -175,6 +177,37 @@ const scenarios = {
     return { added: done };
   },
 
+  // Two replicas sharing one database: log in through this one, and the
+  // other (`other`, another port of the same host: the cookie goes there
+  // too) knows the session. The browser's cookies are kept in
+  // $CONSOLE_STORAGE for `replicasLogout`.
+  async replicasLogin(page, [other, user]) {
+    await login(page, user);
+    const who = async () => (await page.locator('span.who').count()) ? page.locator('span.who').innerText() : '';
+    check((await who()) === user, `signed in through ${server}`);
+    const session = (await page.context().cookies()).find((c) => c.name === '__Host-talos-sso-console');
+    check(session && session.secure && session.httpOnly, 'the session cookie stays __Host-, Secure, HttpOnly');
+    await page.goto(`${other}/ui`);
+    check((await who()) === user, `the same session on the other replica ${other}`);
+    check((await page.locator('table.records').count()) === 1, 'which shows the trail');
+    await page.context().storageState({ path: process.env.CONSOLE_STORAGE });
+    return { session: true };
+  },
+
+  // With the cookies of `replicasLogin`: still signed in on `other` (after
+  // its restart), signed out there, and then signed out here too.
+  async replicasLogout(page, [other, user]) {
+    await page.goto(`${other}/ui`);
+    check((await page.locator('span.who').innerText()) === user, `still signed in on ${other}`);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL('**/ui/signed-out');
+    check((await page.locator('h1').innerText()) === 'Signed out', `signed out on ${other}`);
+    await page.goto(`${server}/ui`);
+    check((await page.getByRole('link', { name: 'Sign in with your company account' }).count()) === 1, `and signed out on ${server}`);
+    check((await page.locator('span.who').count()) === 0, 'nobody is signed in there');
+    return { signedOut: true };
+  },
+
   // A tampered trail: the loud warning.
   async tampered(page) {
     await login(page, 'sam@example.com');
@@ -203,7 +236,10 @@ const browser = await chromium.launch({ executablePath, headless: true, args: ['
 let code = 0;
 let page;
 try {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  // $CONSOLE_STORAGE: the cookies of an earlier scenario, when it saved them.
+  const storage = process.env.CONSOLE_STORAGE;
+  const saved = storage && existsSync(storage) ? { storageState: storage } : {};
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...saved });
   page = await context.newPage();
   const violations = [];
   watchViolations(page, violations);

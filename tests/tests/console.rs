@@ -4,7 +4,8 @@
 //! admin's deny entry that the next `talos-sso login` meets, a tampered
 //! trail's warning; over plain HTTP on both stores, the login flow's
 //! checks, the security headers, CSRF, one record per view, the charts'
-//! SQL and the exports.
+//! SQL and the exports; two replicas sharing one session
+//! (`console_replicas.rs`).
 //!
 //! A missing Chromium or `tests/console/node_modules` fails the test with
 //! what to install; it is never skipped. `CONSOLE_SCREENSHOTS=<dir>` keeps
@@ -19,6 +20,9 @@ use talos_sso_server::audit::store::AuditFilter;
 use talos_sso_tests::console_client::{Browserless, location};
 use talos_sso_tests::emulator::GROUP_SECURITY;
 use talos_sso_tests::harness::{Backend, CheckpointFiles, TestEnv, TestServer};
+
+#[path = "console_replicas.rs"]
+mod replicas;
 
 const AUDITOR: &str = "sam@example.com";
 const ADMIN: &str = "alice@example.com";
@@ -95,6 +99,18 @@ fn chromium() -> String {
 
 /// Run a scenario of console.mjs; its output, after asserting it passed.
 async fn browser(env: &TestEnv, shots: &Path, scenario: &str, args: &[&str]) -> String {
+    browser_at(&env.server.base_url, shots, scenario, args, None).await
+}
+
+/// [`browser`] against the server at `base`, with the browser's cookies
+/// kept in `storage` between scenarios when given.
+async fn browser_at(
+    base: &str,
+    shots: &Path,
+    scenario: &str,
+    args: &[&str],
+    storage: Option<&Path>,
+) -> String {
     assert!(
         Path::new(&chromium()).exists(),
         "the console's browser tests need Chromium at {}: `apt-get install -y chromium chromium-driver` (.ci/run does)",
@@ -104,16 +120,20 @@ async fn browser(env: &TestEnv, shots: &Path, scenario: &str, args: &[&str]) -> 
         console_dir().join("node_modules/playwright-core").exists(),
         "the console's browser tests need playwright-core: `npm ci --prefix tests/console` (.ci/run does)"
     );
-    let run = tokio::process::Command::new("node")
+    let mut command = tokio::process::Command::new("node");
+    command
         .arg(console_dir().join("console.mjs"))
         .arg(scenario)
-        .arg(&env.server.base_url)
+        .arg(base)
         .arg(shots)
         .args(args)
         .env("CHROMIUM", chromium())
         .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .kill_on_drop(true);
+    if let Some(storage) = storage {
+        command.env("CONSOLE_STORAGE", storage);
+    }
+    let run = command.output();
     let output = tokio::time::timeout(Duration::from_secs(120), run)
         .await
         .expect("the browser scenario ends within two minutes")

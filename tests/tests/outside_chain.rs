@@ -274,16 +274,13 @@ async fn a_trail_holding_rows_outside_the_chain_is_not_read_through_them_nor_mig
     let refused = store.migrate().await.unwrap_err();
     assert!(matches!(refused, StoreError::OutsideChain(_)), "{refused:?}");
     assert!(refused.to_string().contains(named), "{refused}");
-    // Nothing was migrated; and the migration itself fails on the row, if
-    // run by other means.
+    // Nothing was migrated (7 and every later one are left); and the
+    // migration itself fails on the row, if run by other means.
     let unapplied = store.unapplied_migrations().await.unwrap();
-    assert_eq!(
-        unapplied.iter().map(|u| u.version).collect::<Vec<_>>(),
-        [7],
-        "{backend:?}"
-    );
+    let left = unapplied.iter().map(|u| u.version).collect::<Vec<_>>();
+    assert_eq!(left.first(), Some(&7), "{backend:?}: {left:?}");
     assert!(migrate_up_to(store, 7).await.is_err(), "{backend:?}");
-    assert_eq!(store.unapplied_migrations().await.unwrap().len(), 1);
+    assert_eq!(store.unapplied_migrations().await.unwrap().len(), left.len());
 
     let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
     let work = Workdir::new();

@@ -37,10 +37,13 @@
 //! written once for both.
 //!
 //! `schema` says whether the embedded migrations are all applied; `roles`,
-//! who may change the schema and what the server's runtime role is granted.
+//! who may change the schema and what the server's runtime role is granted;
+//! `console`, the web console's sessions and logins in progress, kept in
+//! the same database so that every replica shares them.
 
 mod batch;
 mod chain;
+pub mod console;
 mod dispatch;
 mod postgres;
 mod query;
@@ -138,7 +141,7 @@ mod tests {
     /// as databases already hold them: sqlx refuses to start on a database
     /// whose applied migration has another checksum, so a released file
     /// must never change. A new migration is a new file, added here.
-    const RELEASED: [(&str, i64, &str); 14] = [
+    const RELEASED: [(&str, i64, &str); 16] = [
         (
             "postgres",
             1,
@@ -208,6 +211,16 @@ mod tests {
             "sqlite",
             7,
             "9408c5ed9d5c14d7a70e0a57365e8cd44e7094719fea1dfd979fc57274650f5f3d8655b1606b17d3e0d488aa362b84a6",
+        ),
+        (
+            "postgres",
+            8,
+            "3aac293072df41c691d91884998b9c00d69712c3388527545d82625a87ba989f73532489a918d6f740836aff2aa635c4",
+        ),
+        (
+            "sqlite",
+            8,
+            "18b08ab1f3f6eb579fefcef5fac4210863119ada2d2aa278ccf48a7dfeb572db8e88f7db57e068c9d7a1cb9ba3e6b65d",
         ),
     ];
 

@@ -11,6 +11,9 @@
 //! - `SELECT, INSERT` on `audit_events` and `used_tokens` (appends, the
 //!   replay guard's `INSERT ... ON CONFLICT DO NOTHING`);
 //! - `SELECT, INSERT, DELETE` on `deny_list`;
+//! - the web console's state (`console::*`): `SELECT, INSERT, UPDATE,
+//!   DELETE` on `console_sessions` (a session's last use is updated),
+//!   `SELECT, INSERT, DELETE` on `console_views` and `console_logins`;
 //! - `SELECT` on sqlx's `_sqlx_migrations` (the schema check at start) and
 //!   on every view of the schema, found when the grant runs: run it again
 //!   after each upgrade and the new views are readable too.
@@ -28,10 +31,13 @@ use super::{AuditStore, StoreError, postgres};
 use talos_sso_text as text;
 
 /// The tables the server writes, and what it does to each.
-const TABLE_GRANTS: [(&str, &[&str]); 3] = [
+const TABLE_GRANTS: [(&str, &[&str]); 6] = [
     ("audit_events", &["SELECT", "INSERT"]),
     ("used_tokens", &["SELECT", "INSERT"]),
     ("deny_list", &["SELECT", "INSERT", "DELETE"]),
+    ("console_sessions", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+    ("console_views", &["SELECT", "INSERT", "DELETE"]),
+    ("console_logins", &["SELECT", "INSERT", "DELETE"]),
 ];
 
 /// Every privilege a table can carry (before Postgres 17's `MAINTAIN`,

@@ -15,7 +15,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use super::session::{LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, cookie, same_secret, set_cookie};
+use super::session::{
+    LOGIN_COOKIE, LOGIN_TIMEOUT, SESSION_COOKIE, SessionError, cookie, same_secret, set_cookie,
+};
 use super::{Console, page, redirect};
 use crate::app::App;
 use crate::audit::event;
@@ -32,7 +34,7 @@ pub fn challenge(verifier: &str) -> String {
 }
 
 /// The longest path a login returns to: a filter's query fits; a login in
-/// progress held in memory stays small.
+/// progress held in the database stays small.
 pub const RETURN_MAX: usize = 1024;
 
 /// Where the identity provider sends the browser back (from its own site).
@@ -81,11 +83,16 @@ pub async fn login(
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let Ok((id, pending)) = console
+    let started = console
         .sessions
-        .start_login(return_path(query.get("return")), caller.address_key)
-    else {
-        return page::failure("The server could not start a login (no randomness); try again.");
+        .start_login(&app, return_path(query.get("return")), caller.address_key)
+        .await;
+    let (id, pending) = match started {
+        Ok(started) => started,
+        Err(SessionError::Random) => {
+            return page::failure("The server could not start a login (no randomness); try again.");
+        }
+        Err(SessionError::Store(error)) => return page::state_unavailable(&error),
     };
     let endpoint = app
         .authenticator
@@ -121,19 +128,30 @@ pub async fn callback(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let pending = cookie(&headers, LOGIN_COOKIE).and_then(|id| console.sessions.take_login(id));
+    let pending = match cookie(&headers, LOGIN_COOKIE) {
+        Some(id) => console.sessions.take_login(&app, id).await,
+        None => Ok(None),
+    };
     let mut response = match pending {
-        None => page::failure(
-            "This login is unknown or took too long (over ten minutes). Start again from the console's sign-in page.",
+        Err(error) => page::state_unavailable(&error),
+        Ok(None) => page::failure(
+            "This login is unknown, was used already or took too long (over ten minutes). Start again from the console's sign-in page.",
         ),
-        Some(pending) => match finish(&app, &console, &query, &pending).await {
-            Ok(Finished::Session(session)) => {
-                let mut response = redirect(&pending.return_to);
-                if let Ok(value) = set_cookie(SESSION_COOKIE, Some(&session), console.lifetime).parse() {
-                    response.headers_mut().append(header::SET_COOKIE, value);
+        Ok(Some(pending)) => match finish(&app, &console, &query, &pending).await {
+            Ok(Finished::Member(verified)) => match console.sessions.open(&app, &verified).await {
+                Ok(session) => {
+                    tracing::info!(target: "talos_sso::console", user = %talos_sso_text::clean_field(&verified.username), "console login");
+                    let mut response = redirect(&pending.return_to);
+                    if let Ok(value) = set_cookie(SESSION_COOKIE, Some(&session), console.lifetime).parse() {
+                        response.headers_mut().append(header::SET_COOKIE, value);
+                    }
+                    response
                 }
-                response
-            }
+                Err(SessionError::Random) => {
+                    page::failure("The server could not open a session (no randomness); try again.")
+                }
+                Err(SessionError::Store(error)) => page::state_unavailable(&error),
+            },
             Ok(Finished::NotMember(verified)) => not_a_member(&app, &caller, &verified).await,
             Err(message) => page::failure(&message),
         },
@@ -146,8 +164,8 @@ pub async fn callback(
 
 /// How a login that reached the ID token ended.
 enum Finished {
-    /// An auditor or admin: the session's id.
-    Session(String),
+    /// An auditor or admin: a session is opened for them.
+    Member(Box<VerifiedIdentity>),
     /// Someone else: no session, only the page that says whom to ask.
     NotMember(Box<VerifiedIdentity>),
 }
@@ -181,8 +199,8 @@ async fn not_a_member(app: &App, caller: &Caller, verified: &VerifiedIdentity) -
     )
 }
 
-/// Redeem the code, verify the ID token, open a session: its id, or what
-/// to tell the person.
+/// Redeem the code, verify the ID token: who logged in, or what to tell
+/// the person.
 async fn finish(
     app: &App,
     console: &Console,
@@ -287,29 +305,29 @@ async fn finish(
     {
         return Ok(Finished::NotMember(Box::new(verified)));
     }
-    tracing::info!(target: "talos_sso::console", user = %talos_sso_text::clean_field(&verified.username), "console login");
-    console
-        .sessions
-        .open(verified)
-        .map(Finished::Session)
-        .map_err(|_| "The server could not open a session (no randomness); try again.".to_owned())
+    Ok(Finished::Member(Box::new(verified)))
 }
 
 /// `POST /ui/logout`: with the session's CSRF token only, so that no
 /// other site can sign anyone out.
 pub async fn logout(
+    State(app): State<Arc<App>>,
     Extension(console): Extension<Arc<Console>>,
     headers: HeaderMap,
     axum::Form(form): axum::Form<HashMap<String, String>>,
 ) -> Response {
     if let Some(id) = cookie(&headers, SESSION_COOKIE) {
         let sent = form.get("csrf").map(String::as_str).unwrap_or_default();
-        match console.sessions.get(id) {
-            Some(session) if !super::session::forged(&console.origin, &headers, sent, &session.csrf) => {
-                console.sessions.close(id)
+        match console.sessions.get(&app, id).await {
+            Ok(Some(session)) if !super::session::forged(&console.origin, &headers, sent, &session.csrf) => {
+                // Deleted from the database: ended on every replica.
+                if let Err(error) = console.sessions.close(&app, id).await {
+                    return page::state_unavailable(&error);
+                }
             }
-            Some(_) => return redirect("/ui"),
-            None => {}
+            Ok(Some(_)) => return redirect("/ui"),
+            Ok(None) => {}
+            Err(error) => return page::state_unavailable(&error),
         }
     }
     let mut response = redirect("/ui/signed-out");

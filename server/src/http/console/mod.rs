@@ -2,7 +2,9 @@
 //! HTML (maud escapes every value), one stylesheet built into the binary,
 //! no script. What it owns:
 //!
-//! - `session`: sessions in memory, their cookies, CSRF tokens;
+//! - `session`: sessions and logins in progress, kept in the trail's
+//!   database (any replica serves any request), their cookies, CSRF
+//!   tokens; `kept`, what a session keeps of the person;
 //! - `login`: the authorization code flow with PKCE against the login
 //!   identity provider, the ID token verified as the API verifies tokens;
 //! - `page`: the layout, the security headers, the pages that explain a
@@ -18,6 +20,7 @@
 //! list; the deny list applies at once. Every view that reads records is
 //! itself recorded (`audit.query`), once per session and filter.
 
+pub mod kept;
 pub mod login;
 pub mod page;
 pub mod session;
@@ -312,11 +315,15 @@ pub async fn viewer(
     here: &str,
     refusal: Refusal<'_>,
 ) -> Result<Viewer, Response> {
-    let Some((session_id, session)) =
-        cookie(headers, SESSION_COOKIE).and_then(|id| console.sessions.get(id).map(|s| (id.to_owned(), s)))
-    else {
+    let Some(session_id) = cookie(headers, SESSION_COOKIE) else {
         return Err(page::sign_in(here));
     };
+    let session = match console.sessions.get(app, session_id).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return Err(page::sign_in(here)),
+        Err(error) => return Err(page::state_unavailable(&error)),
+    };
+    let session_id = session_id.to_owned();
     let settings = app.settings();
     // The audit API's quota per person holds here too: each view reads
     // the trail as an API call does.
@@ -359,8 +366,10 @@ pub async fn viewer(
         async move {
             let (event, details) = match refusal {
                 Refusal::View => {
-                    if !console.sessions.first_view(&viewer.session_id, &once) {
-                        return Ok(());
+                    match console.sessions.recorded(app, &viewer.session_id, &once).await {
+                        Ok(true) => return Ok(()),
+                        Ok(false) => {}
+                        Err(error) => return Err(page::state_unavailable(&error)),
                     }
                     (
                         event::AUDIT_QUERY,
@@ -372,10 +381,13 @@ pub async fn viewer(
             let record = viewer.record(app, event, details);
             let answered = refuse(app, record, error).await;
             if answered.error == talos_sso_api::ErrorCode::AuditUnavailable {
-                if matches!(refusal, Refusal::View) {
-                    console.sessions.unrecord(&viewer.session_id, &once);
-                }
                 return Err(page::unavailable());
+            }
+            if matches!(refusal, Refusal::View) {
+                console
+                    .sessions
+                    .note_recorded(app, &viewer.session_id, &once)
+                    .await;
             }
             Ok(())
         }
@@ -500,7 +512,8 @@ impl FromRequestParts<Arc<App>> for Admin {
 
 /// Record that `viewer` looked at `view` (its filter in `details`), unless
 /// this session already did: one `audit.query` record per session and
-/// view. Nothing is shown unless it was recorded.
+/// view. Nothing is shown unless it was recorded, and a view is marked
+/// recorded only once its record is committed.
 pub async fn record_view(
     app: &App,
     console: &Console,
@@ -508,16 +521,17 @@ pub async fn record_view(
     view: &str,
     details: Value,
 ) -> Result<(), Response> {
-    if !console.sessions.first_view(&viewer.session_id, view) {
-        return Ok(());
+    match console.sessions.recorded(app, &viewer.session_id, view).await {
+        Ok(true) => return Ok(()),
+        Ok(false) => {}
+        Err(error) => return Err(page::state_unavailable(&error)),
     }
-    match record_now(app, viewer, details).await {
-        Ok(_) => Ok(()),
-        Err(page) => {
-            console.sessions.unrecord(&viewer.session_id, view);
-            Err(page)
-        }
-    }
+    record_now(app, viewer, details).await?;
+    console
+        .sessions
+        .note_recorded(app, &viewer.session_id, view)
+        .await;
+    Ok(())
 }
 
 /// Record what `viewer` does now (`audit.query`, `details`), whether or

@@ -230,6 +230,14 @@ pub fn unavailable() -> Response {
     )
 }
 
+/// The page when the console's state (sessions, logins in progress, in
+/// the trail's database) cannot be read or written: the trail's outage
+/// page, the cause in the log.
+pub fn state_unavailable(error: &crate::audit::store::StoreError) -> Response {
+    tracing::warn!(target: "talos_sso::console", "console sessions unavailable: {error}");
+    unavailable()
+}
+
 /// A login that did not work, and why.
 pub fn failure(message: &str) -> Response {
     answer(
