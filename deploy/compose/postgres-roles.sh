@@ -4,7 +4,8 @@
 #
 # - the owner, which runs `talos-sso-server migrate` and owns the schema;
 # - the runtime role the server connects as, to which `migrate
-#   --runtime-role` grants only SELECT and INSERT (and DELETE on deny_list).
+#   --runtime-role` grants only SELECT and INSERT (and DELETE on deny_list, and
+#   what the console's session tables need: docs/configuration.md, "Database roles").
 #
 # Passwords come from files, never from the command line; running this again
 # sets them again (rotation). Run it as a superuser: the connection comes from
