@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use talos_sso_tests::quickstart::{
     DEFAULT_DIR, DEFAULT_EMULATOR_PORT, DEFAULT_SERVER_PORT, DemoUser, Parsed, QuickstartArgs,
-    QuickstartOptions, follow_up, is_crate_variable, parse_args,
+    QuickstartOptions, build_arguments, demo_user_names, follow_up, is_crate_variable, parse_args,
 };
 
 const QUICKSTART: &str = env!("CARGO_BIN_EXE_quickstart");
@@ -98,7 +98,7 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     // It says what it builds, then cargo's own progress shows.
     assert!(
-        stderr.starts_with("Building the talos-sso CLI with cargo") && stderr.contains("Finished"),
+        stderr.starts_with("Building the talos-sso CLI and server with cargo") && stderr.contains("Finished"),
         "{stderr}"
     );
 
@@ -147,6 +147,69 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
     ] {
         assert!(stdout.contains(expected), "{expected} in {stdout}");
     }
+    // It ends with bob's certificate admitted over mutual TLS by the apid
+    // stand-in, with the roles Talos reads and the time left.
+    let admitted = stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("7. A Talos node admits bob's certificate"))
+        .find(|line| line.trim_start().starts_with("accepted:"))
+        .unwrap_or_else(|| panic!("the handshake's result in {stdout}"));
+    assert!(
+        admitted.contains(r#"accepted: roles ["os:operator"] for bob@example.com, valid until "#)
+            && admitted.ends_with("s left)"),
+        "{admitted}"
+    );
+
+    // Each demo user's environment file works as printed: `source` it in a
+    // shell that has nothing else, and the CLI on its PATH reads that
+    // user's own login.
+    for name in demo_user_names() {
+        assert!(
+            files.contains(&demo.join(format!("{name}.env"))),
+            "{name}.env in {files:?}"
+        );
+    }
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            ". '{}' && talos-sso status",
+            demo.join("bob.env").display()
+        ))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{shown} {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(
+        shown.contains("logged in as bob@example.com with [os:operator]")
+            && shown.contains(&demo.join("bob/talosconfig").display().to_string()),
+        "{shown}"
+    );
+
+    // The server binary the closing lines name was built next to the CLI,
+    // and verifies the demo's trail from the store itself.
+    let built = Path::new(QUICKSTART).parent().unwrap();
+    let verify = std::process::Command::new(built.join("talos-sso-server"))
+        .args(["audit", "verify", "--config"])
+        .arg(demo.join("server.yaml"))
+        .output()
+        .unwrap();
+    let verified = String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success(),
+        "{verified} {}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert!(
+        verified.contains("audit chain intact: 4 records verified"),
+        "{verified}"
+    );
+
     // Every path it prints is absolute.
     let relative_paths: Vec<&str> = stdout
         .split(|c: char| c.is_whitespace() || "()`,:".contains(c))
@@ -341,66 +404,75 @@ fn the_nested_build_drops_only_what_cargo_sets_for_the_running_crate() {
 }
 
 /// The commands printed for later: one folder per demo user (HOME, XDG
-/// config and cache, talosconfig), all absolute, none shared, so that
-/// carol's login cannot replace bob's `demo` context or anyone's own.
+/// config and cache, talosconfig) behind a short environment file to
+/// `source`, all absolute, none shared, so that carol's login cannot
+/// replace bob's `demo` context or anyone's own; a device login approved
+/// without a browser; the server-side verify with the binary already built.
 #[test]
 fn the_commands_for_later_keep_each_user_in_their_own_folder() {
     let dir = Path::new("/srv/demo dir/quickstart");
-    let client = Path::new("/work/target/debug/talos-sso");
-    let lines = follow_up(
-        dir,
-        client,
-        "http://127.0.0.1:8443",
-        "http://127.0.0.1:8400",
-        &dir.join("server.yaml"),
-    )
-    .unwrap();
+    let built = tempfile::tempdir().unwrap();
+    let client = built.path().join("talos-sso");
+    let lines = || {
+        follow_up(
+            dir,
+            &client,
+            "http://127.0.0.1:8443",
+            "http://127.0.0.1:8400",
+            &dir.join("server.yaml"),
+        )
+        .unwrap()
+    };
+    // Without talos-sso-server next to the CLI: cargo builds and runs it.
+    let text = lines().join("\n");
+    assert!(
+        text.contains("-p talos-sso-server -- audit verify --config '/srv/demo dir/quickstart/server.yaml'"),
+        "{text}"
+    );
+    // With it (as the quick start builds it): that binary, no cargo.
+    std::fs::write(built.path().join("talos-sso-server"), "").unwrap();
+    let lines = lines();
     let text = lines.join("\n");
-    assert!(text.contains("http://127.0.0.1:8400/devicelogin"), "{text}");
-    assert!(text.contains("Ctrl-C"), "{text}");
-    // Each user's line names that user's own talosconfig (and no other's).
-    for user in ["carol", "alice", "dave", "erin"] {
-        let command = lines
-            .iter()
-            .find(|l| l.contains(&format!("'/srv/demo dir/quickstart/{user}/home'")))
-            .unwrap_or_else(|| panic!("{user} in {text}"));
-        let root = format!("'/srv/demo dir/quickstart/{user}");
-        for variable in [
-            format!("HOME={root}/home'"),
-            format!("XDG_CONFIG_HOME={root}/config'"),
-            format!("XDG_CACHE_HOME={root}/cache'"),
-            format!("TALOSCONFIG={root}/talosconfig'"),
-        ] {
-            assert!(command.contains(&variable), "{variable} in {command}");
-        }
-        assert!(
-            command.ends_with(
-                &[
-                    " /work/target/debug/talos-sso login --server http://127.0.0.1:8443 --device",
-                    if user == "alice" { " --role os:admin" } else { "" },
-                ]
-                .concat()
-            ),
-            "{command}"
-        );
-        assert_eq!(command.matches("TALOSCONFIG=").count(), 1, "{command}");
-    }
-    let sam = DemoUser::new(dir, "sam").unwrap();
     assert!(
         text.contains(&format!(
-            "{} /work/target/debug/talos-sso audit list",
-            sam.shell_env()
+            "\n    {}/talos-sso-server audit verify --config '/srv/demo dir/quickstart/server.yaml'",
+            built.path().display()
         )),
         "{text}"
     );
+    assert!(!text.contains("cargo"), "{text}");
+    assert!(text.contains("http://127.0.0.1:8400/devicelogin"), "{text}");
     assert!(
-        text.contains("-- audit verify --config '/srv/demo dir/quickstart/server.yaml'"),
+        text.contains("curl -d user_code=CODE -d user=carol@example.com http://127.0.0.1:8400/devicelogin"),
         "{text}"
     );
+    assert!(text.contains("Ctrl-C"), "{text}");
+    // Each user's line sources that user's own file (and no other's).
+    for user in ["carol", "alice", "dave", "erin"] {
+        let command = lines
+            .iter()
+            .find(|l| l.contains(&format!("/{user}.env")))
+            .unwrap_or_else(|| panic!("{user} in {text}"));
+        assert_eq!(
+            command.trim(),
+            format!(
+                "source '/srv/demo dir/quickstart/{user}.env' && talos-sso login --server http://127.0.0.1:8443 --device{}",
+                if user == "alice" { " --role os:admin" } else { "" }
+            )
+        );
+    }
+    for (user, command) in [("sam", "audit list"), ("bob", "status")] {
+        assert!(
+            text.contains(&format!(
+                "    source '/srv/demo dir/quickstart/{user}.env' && talos-sso {command}\n"
+            )),
+            "{user} in {text}"
+        );
+    }
     // Nothing is relative: every word that names a file starts at the root.
     let plain = follow_up(
         Path::new("/srv/quickstart"),
-        client,
+        &client,
         "http://127.0.0.1:8443",
         "http://127.0.0.1:8400",
         Path::new("/srv/quickstart/server.yaml"),
@@ -417,6 +489,100 @@ fn the_commands_for_later_keep_each_user_in_their_own_folder() {
             "{word} in {plain}"
         );
     }
+}
+
+/// A demo user's environment file, sourced by a shell that has nothing
+/// else: it sets exactly the user's folders (a path with a space and a
+/// quote comes back unchanged) and puts the CLI's folder first on PATH.
+#[test]
+fn an_environment_file_sets_the_users_folders_and_the_cli_on_path() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("demo dir's");
+    let bin = scratch.path().join("tar get/debug");
+    let carol = DemoUser::new(&dir, "carol").unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = carol.write_env_file(&bin).unwrap();
+    assert_eq!(file, dir.join("carol.env"));
+    assert!(carol.home().is_dir());
+    let output = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#". "$1" && printf '%s\n' "$HOME" "$XDG_CONFIG_HOME" "$XDG_CACHE_HOME" "$TALOSCONFIG" "$TALOS_SSO_TOKEN_STORE" "$PATH""#)
+        .arg("sh")
+        .arg(&file)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let root = dir.join("carol");
+    let expected = [
+        root.join("home").display().to_string(),
+        root.join("config").display().to_string(),
+        root.join("cache").display().to_string(),
+        root.join("talosconfig").display().to_string(),
+        "file".to_owned(),
+        format!("{}:/usr/bin:/bin", bin.display()),
+    ];
+    assert_eq!(
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .collect::<Vec<_>>(),
+        expected
+    );
+}
+
+/// The nested build of the binaries selects the quick start's own package
+/// too, so that cargo resolves the shared crates' features as for the
+/// running binary and reuses its build (selected alone, the CLI's package
+/// rebuilt serde and what sits above it), in the same target folder and
+/// profile, from the workspace's manifest.
+#[test]
+fn the_nested_build_reuses_the_running_binarys_build() {
+    let arguments = |profile_dir: &str| -> Vec<String> {
+        build_arguments(
+            &[
+                ("talos-sso", "talos-sso"),
+                ("talos-sso-server", "talos-sso-server"),
+            ],
+            Path::new(profile_dir),
+        )
+        .into_iter()
+        .map(|a| a.into_string().unwrap())
+        .collect()
+    };
+    let manifest = repository().join("Cargo.toml").display().to_string();
+    assert_eq!(
+        arguments("/t/target/debug"),
+        [
+            "build",
+            "--manifest-path",
+            &manifest,
+            "--target-dir",
+            "/t/target",
+            "--profile",
+            "dev",
+            "-p",
+            "talos-sso-tests",
+            "-p",
+            "talos-sso",
+            "-p",
+            "talos-sso-server",
+            "--bin",
+            "talos-sso",
+            "--bin",
+            "talos-sso-server",
+        ]
+    );
+    let release = arguments("/t/target/release");
+    assert!(
+        release.windows(2).any(|w| w == ["--profile", "release"]),
+        "{release:?}"
+    );
 }
 
 /// The demo folder is deleted on each run, so a folder the quick start did

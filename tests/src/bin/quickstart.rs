@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use talos_sso_tests::quickstart::{Parsed, QuickstartOptions, USAGE, client_binary, parse_args, run};
+use talos_sso_tests::quickstart::{Parsed, QuickstartOptions, USAGE, demo_binaries, parse_args, run};
 
 fn main() -> ExitCode {
     // Checked before the CLI is built: a typo should not cost a build.
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = match client_binary() {
+    let client = match demo_binaries() {
         Ok(client) => client,
         Err(error) => {
             eprintln!("error: {error}");

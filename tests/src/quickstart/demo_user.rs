@@ -49,14 +49,40 @@ impl DemoUser {
         ]
     }
 
-    /// The same as a shell prefix, for the commands the demo prints.
-    pub fn shell_env(&self) -> String {
-        let assignments: Vec<String> = self
-            .env(&self.talosconfig())
-            .iter()
-            .map(|(name, path)| format!("{name}={}", shell_word(&path.display().to_string())))
-            .collect();
-        format!("env {}", assignments.join(" "))
+    /// `<demo folder>/<name>.env`: what a shell `source`s to be this user.
+    pub fn env_file(&self) -> PathBuf {
+        self.root.with_file_name(format!("{}.env", self.name))
+    }
+
+    /// The environment file's text: [`Self::env`] exported, and `bin_dir`
+    /// (the built CLI's folder) first on PATH.
+    pub fn env_file_text(&self, bin_dir: &Path) -> String {
+        let mut text = format!(
+            "# The quick start's demo user {}: `source` this file in a new shell (`exit` leaves it).\n\
+             # The CLI then keeps to {} (HOME, configuration, tokens, talosconfig).\n",
+            self.name,
+            self.root.display()
+        );
+        for (name, path) in self.env(&self.talosconfig()) {
+            text.push_str(&format!(
+                "export {name}={}\n",
+                shell_word(&path.display().to_string())
+            ));
+        }
+        text.push_str(&format!(
+            "export PATH={}:\"$PATH\"\n",
+            shell_word(&bin_dir.display().to_string())
+        ));
+        text
+    }
+
+    /// Write [`Self::env_file`] (no secret in it: paths only), and make
+    /// the user's private folder it points to.
+    pub fn write_env_file(&self, bin_dir: &Path) -> Result<PathBuf, String> {
+        make_private_dir(&self.home())?;
+        let path = self.env_file();
+        std::fs::write(&path, self.env_file_text(bin_dir)).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
     }
 
     fn command(&self, client: &Path, talosconfig: &Path) -> Result<tokio::process::Command, String> {

@@ -30,6 +30,7 @@ use crate::emulator::{
     TENANT_ID,
 };
 use crate::material::write_file;
+use crate::talos_checker;
 
 mod args;
 mod binaries;
@@ -40,11 +41,13 @@ mod notes;
 pub use args::{
     DEFAULT_DIR, DEFAULT_EMULATOR_PORT, DEFAULT_SERVER_PORT, Parsed, QuickstartArgs, USAGE, parse_args,
 };
-pub use binaries::{client_binary, is_crate_variable, workspace_binary};
+pub use binaries::{
+    build_arguments, client_binary, demo_binaries, is_crate_variable, workspace_binaries, workspace_binary,
+};
 use demo_user::make_private_dir;
 pub use demo_user::{CliOutput, DemoUser, demo_login, run_cli};
-pub use follow_up::follow_up;
 use follow_up::repository_file;
+pub use follow_up::{demo_user_names, follow_up, write_env_files};
 pub use notes::record_notes;
 
 #[derive(Debug, Clone)]
@@ -176,6 +179,14 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         dir: dir.clone(),
         ..options
     };
+    let bin_dir = options
+        .client
+        .parent()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|e| format!("{}: {e}", options.client.display()))?
+        .unwrap_or_default();
+    write_env_files(&dir, &bin_dir)?;
 
     say("1. Entra ID emulator");
     let emulator = EmulatorHandle::start_on(
@@ -323,6 +334,28 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     for note in record_notes(&audit_record) {
         say(&format!("   - {note}"));
     }
+
+    say("7. A Talos node admits bob's certificate: mutual TLS with a stand-in for apid");
+    say("   (it trusts only the Talos CA, requires a client certificate, and reads the roles");
+    say("   from its Subject Organization, as apid does; the talosconfig's key signs the handshake)");
+    let talos_ca = ca.cert_pem.clone();
+    let accepted = tokio::task::spawn_blocking(move || {
+        talos_checker::handshake(&talos_ca, &stored.crt_pem, &stored.key_pem)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("the apid stand-in refused bob's certificate: {e}"))?;
+    let left = (leaf.not_after - OffsetDateTime::now_utc()).whole_seconds();
+    say(&format!(
+        "   accepted: roles {:?} for {}, valid until {} ({}m{:02}s left)",
+        accepted.roles,
+        accepted.common_name.unwrap_or_default(),
+        leaf.not_after
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(|e| e.to_string())?,
+        left / 60,
+        left % 60
+    ));
 
     let result = QuickstartResult {
         dir: dir.clone(),
