@@ -109,9 +109,25 @@ pub(crate) fn problem(status: u16, text: &str) -> Option<ApiError> {
 pub struct ApiClient {
     http: reqwest::Client,
     /// For answers that last (the audit stream): no overall timeout, but
-    /// one on each read, longer than the server's heartbeat.
-    streaming: reqwest::Client,
+    /// one on each read, longer than the server's heartbeat. Built on first
+    /// use: each client loads the system's root certificates, which is most
+    /// of the CPU a login or a watch's renewal spends here.
+    streaming: std::sync::Arc<std::sync::OnceLock<reqwest::Client>>,
+    roots: Option<ExtraRoots>,
+    timeout: Duration,
     base: String,
+}
+
+/// A client for `server`, trusting `roots` too.
+fn client(
+    builder: reqwest::ClientBuilder,
+    roots: Option<&ExtraRoots>,
+    server: &str,
+) -> Result<reqwest::Client, ApiError> {
+    ExtraRoots::apply(roots, builder)
+        .user_agent(concat!("talos-sso/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ApiError::Unreachable(ConnectionError::from_error(Peer::Server, server, &e)))
 }
 
 /// Longest wait for the next bytes of the audit stream: several of the
@@ -181,21 +197,12 @@ impl ApiClient {
         roots: Option<&ExtraRoots>,
     ) -> Result<Self, ApiError> {
         ConnectionError::check_address(Peer::Server, server).map_err(ApiError::Unreachable)?;
-        let built = |builder: reqwest::ClientBuilder| {
-            ExtraRoots::apply(roots, builder)
-                .user_agent(concat!("talos-sso/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| ApiError::Unreachable(ConnectionError::from_error(Peer::Server, server, &e)))
-        };
-        let http = built(reqwest::Client::builder().timeout(timeout))?;
-        let streaming = built(
-            reqwest::Client::builder()
-                .connect_timeout(timeout)
-                .read_timeout(STREAM_READ_TIMEOUT),
-        )?;
+        let http = client(reqwest::Client::builder().timeout(timeout), roots, server)?;
         Ok(Self {
             http,
-            streaming,
+            streaming: Default::default(),
+            roots: roots.cloned(),
+            timeout,
             base: server.trim_end_matches('/').to_owned(),
         })
     }
@@ -287,13 +294,25 @@ impl ApiClient {
     /// `GET /v1/audit/stream` for `query` (its `cursor` included): the
     /// stream once the server accepted it, else its problem.
     pub async fn audit_stream(&self, token: &str, query: &AuditQuery) -> Result<AuditStream, ApiError> {
-        let request = self
-            .streaming
+        let streaming = match self.streaming.get() {
+            Some(streaming) => streaming,
+            None => {
+                let built = client(
+                    reqwest::Client::builder()
+                        .connect_timeout(self.timeout)
+                        .read_timeout(STREAM_READ_TIMEOUT),
+                    self.roots.as_ref(),
+                    &self.base,
+                )?;
+                self.streaming.get_or_init(|| built)
+            }
+        };
+        let request = streaming
             .get(format!("{}{STREAM_PATH}", self.base))
             .header(CLIENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
             .query(query)
             .bearer_auth(token);
-        let (response, exchange) = self.send(&self.streaming, request).await?;
+        let (response, exchange) = self.send(streaming, request).await?;
         let status = response.status().as_u16();
         if let Some(exchange) = exchange {
             // The records follow as they are committed: not read here.
