@@ -88,6 +88,8 @@ sbom() {
   cargo cyclonedx --manifest-path "$dir/Cargo.toml" --format json --spec-version 1.5 \
     --target "$target" --override-filename "$name.cdx" >/dev/null
   mv "$dir/$name.cdx.json" "$out/$name.cdx.json"
+  # It writes one for every workspace member; only this package's is kept.
+  find . -maxdepth 2 -name "$name.cdx.json" -not -path "./target/*" -delete
 }
 
 if [ "$only" != server ]; then

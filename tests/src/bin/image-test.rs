@@ -55,7 +55,8 @@ fn main() {
     let base = format!("localhost/talos-sso-test-runtime:{tag}");
     podman.import_base(&binary, &work.path().join("base"), &base);
     let image = format!("localhost/talos-sso-server:test-{tag}");
-    let revision = git_head(&repo);
+    // The commit the archive's binary was built from, as it says itself.
+    let revision = built_from(&binary);
     let built = Instant::now();
     podman.run_ok(&[
         "build",
@@ -130,9 +131,9 @@ fn main() {
         &image,
         "ca",
         "new",
-        "--cert",
+        "--out-cert",
         "/etc/talos-sso/talos-ca.crt",
-        "--key",
+        "--out-key",
         "/etc/talos-sso/talos-ca.key",
     ]);
 
@@ -218,13 +219,15 @@ fn unpack(archive: &Path, into: &Path) -> (PathBuf, String) {
     (folder.path().join("talos-sso-server"), version)
 }
 
-fn git_head(repo: &Path) -> String {
-    let output = Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(repo)
-        .output()
-        .unwrap();
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+/// The commit in `BINARY --version` (`talos-sso-server VERSION (commit SHA)`).
+fn built_from(binary: &Path) -> String {
+    let output = Command::new(binary).arg("--version").output().unwrap();
+    let said = String::from_utf8(output.stdout).unwrap();
+    said.trim()
+        .strip_suffix(')')
+        .and_then(|rest| rest.rsplit_once("(commit "))
+        .map(|(_, commit)| commit.to_owned())
+        .unwrap_or_else(|| panic!("{} --version says {said:?}", binary.display()))
 }
 
 fn free_port() -> u16 {
@@ -386,7 +389,7 @@ impl Podman {
             .spawn()
             .unwrap();
         let imported = self
-            .command(&["import", "-", tag])
+            .command(&["import", "--quiet", "-", tag])
             .stdin(tar.stdout.take().unwrap())
             .stdout(Stdio::null())
             .status()
