@@ -14,5 +14,8 @@ pub const DIR: &str = "docs/man";
 /// Write every page of `talos-sso` into `dir` (created if missing).
 pub fn generate(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    clap_mangen::generate_to(talos_sso::cli::Cli::command(), dir)
+    // The version alone, not the commit `--version` adds: the committed
+    // pages would otherwise be stale after every commit.
+    let command = talos_sso::cli::Cli::command().version(env!("CARGO_PKG_VERSION"));
+    clap_mangen::generate_to(command, dir)
 }

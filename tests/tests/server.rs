@@ -811,7 +811,11 @@ async fn the_binary_prints_break_glass_on_stdout_and_its_version() {
     assert!(version.status.success());
     assert_eq!(
         String::from_utf8_lossy(&version.stdout),
-        format!("talos-sso-server {}\n", env!("CARGO_PKG_VERSION"))
+        format!(
+            "talos-sso-server {} (commit {})\n",
+            env!("CARGO_PKG_VERSION"),
+            talos_sso_server::REVISION
+        )
     );
     let output = tokio::process::Command::new(&binary)
         .args(["break-glass", "--config", config.to_str().unwrap()])
