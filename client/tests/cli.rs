@@ -86,16 +86,21 @@ impl Machine {
     }
 
     async fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let output = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
-            .await
-            .unwrap()
-            .unwrap();
-        (
-            output.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        run_command(self.command(args)).await
     }
+}
+
+/// Run `command` to its end, within 60 seconds: its status, stdout, stderr.
+async fn run_command(mut command: Command) -> (i32, String, String) {
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// Read the child's stderr until a line satisfies `pick`; return its value,

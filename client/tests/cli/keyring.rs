@@ -10,7 +10,7 @@ use talos_sso_tests::harness::{Backend, TestEnv};
 use talos_sso_tests::secret_service::SecretService;
 use tokio::process::Command;
 
-use super::{Machine, finish, follow_browser_login, wait_for_line};
+use super::{Machine, finish, follow_browser_login, run_command as run, wait_for_line};
 
 /// `args` run on `machine` with the keyring as its only token store
 /// setting: whatever the CLI chooses by itself.
@@ -21,18 +21,6 @@ fn with_keyring(machine: &Machine, keyring: &SecretService, args: &[&str]) -> Co
         command.env(name, value);
     }
     command
-}
-
-async fn run(mut command: Command) -> (i32, String, String) {
-    let output = tokio::time::timeout(std::time::Duration::from_secs(60), command.output())
-        .await
-        .unwrap()
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 /// The saved login's key in the index (one login: one key).
