@@ -69,4 +69,7 @@ fn emit_revision() {
         revision
     };
     println!("cargo:rustc-env=TALOS_SSO_REVISION={revision}");
+    // What `--version` prints after the program's name.
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    println!("cargo:rustc-env=TALOS_SSO_VERSION_LINE={version} (commit {revision})");
 }

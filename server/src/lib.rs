@@ -71,12 +71,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const REVISION: &str = env!("TALOS_SSO_REVISION");
 
 /// What `--version` prints after the name: the version and the revision.
-pub const VERSION_LINE: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("TALOS_SSO_REVISION"),
-    ")"
-);
+pub const VERSION_LINE: &str = env!("TALOS_SSO_VERSION_LINE");
 
 pub mod app;
 pub mod audit;
