@@ -50,7 +50,7 @@ impl Keyring {
     /// seconds.
     pub fn connect() -> anyhow::Result<Keyring> {
         let store = bounded(CONNECT_LIMIT, "connecting to the keyring", || {
-            let store = platform_store()?;
+            let store = platform::store()?;
             // A lookup proves the service answers, not only the bus.
             match Entry::new_in_store(&store, SERVICE, PROBE_ACCOUNT)?.get_password() {
                 Ok(_) | Err(Error::NoEntry) => Ok(store),
@@ -135,21 +135,43 @@ impl Vault for Keyring {
     }
 
     fn describe(&self) -> String {
-        format!("the keyring ({})", PLATFORM_STORE)
+        format!("the keyring ({})", platform::NAME)
     }
 }
 
+/// The platform's store and its name: one `cfg` per platform.
 #[cfg(any(
     target_os = "linux",
     target_os = "freebsd",
     target_os = "openbsd",
     target_os = "netbsd"
 ))]
-const PLATFORM_STORE: &str = "Secret Service";
+mod platform {
+    use super::*;
+    pub const NAME: &str = "Secret Service";
+    pub fn store() -> keyring_core::Result<Arc<CredentialStore>> {
+        zbus_secret_service_keyring_store::Store::new().map(|store| store as Arc<CredentialStore>)
+    }
+}
+
 #[cfg(target_os = "macos")]
-const PLATFORM_STORE: &str = "macOS Keychain";
+mod platform {
+    use super::*;
+    pub const NAME: &str = "macOS Keychain";
+    pub fn store() -> keyring_core::Result<Arc<CredentialStore>> {
+        apple_native_keyring_store::keychain::Store::new().map(|store| store as Arc<CredentialStore>)
+    }
+}
+
 #[cfg(windows)]
-const PLATFORM_STORE: &str = "Windows Credential Manager";
+mod platform {
+    use super::*;
+    pub const NAME: &str = "Windows Credential Manager";
+    pub fn store() -> keyring_core::Result<Arc<CredentialStore>> {
+        windows_native_keyring_store::Store::new().map(|store| store as Arc<CredentialStore>)
+    }
+}
+
 #[cfg(not(any(
     target_os = "linux",
     target_os = "freebsd",
@@ -158,34 +180,12 @@ const PLATFORM_STORE: &str = "Windows Credential Manager";
     target_os = "macos",
     windows
 )))]
-const PLATFORM_STORE: &str = "none on this platform";
-
-fn platform_store() -> keyring_core::Result<Arc<CredentialStore>> {
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd"
-    ))]
-    let store: keyring_core::Result<Arc<CredentialStore>> =
-        zbus_secret_service_keyring_store::Store::new().map(|store| store as Arc<CredentialStore>);
-    #[cfg(target_os = "macos")]
-    let store: keyring_core::Result<Arc<CredentialStore>> =
-        apple_native_keyring_store::keychain::Store::new().map(|store| store as Arc<CredentialStore>);
-    #[cfg(windows)]
-    let store: keyring_core::Result<Arc<CredentialStore>> =
-        windows_native_keyring_store::Store::new().map(|store| store as Arc<CredentialStore>);
-    #[cfg(not(any(
-        target_os = "linux",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd",
-        target_os = "macos",
-        windows
-    )))]
-    let store: keyring_core::Result<Arc<CredentialStore>> =
-        Err(Error::NotSupportedByStore("no keyring on this platform".into()));
-    store
+mod platform {
+    use super::*;
+    pub const NAME: &str = "none on this platform";
+    pub fn store() -> keyring_core::Result<Arc<CredentialStore>> {
+        Err(Error::NotSupportedByStore("no keyring on this platform".into()))
+    }
 }
 
 /// `work` on a thread of its own, waited for at most `limit`. A call that
