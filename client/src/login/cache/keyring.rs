@@ -204,8 +204,12 @@ fn bounded<T: Send + 'static>(
         .map_err(|error| anyhow!("{what}: {error}"))?;
     match answered.recv_timeout(limit) {
         Ok(Ok(value)) => Ok(value),
-        // The message of a keyring error never holds the secret.
-        Ok(Err(error)) => Err(anyhow!("{what}: {error}")),
+        // The message of a keyring error never holds the secret; it comes
+        // from another process (over D-Bus), so it is escaped and bounded.
+        Ok(Err(error)) => Err(anyhow!(
+            "{what}: {}",
+            talos_sso_text::bounded(&error.to_string(), 300)
+        )),
         Err(mpsc::RecvTimeoutError::Timeout) => Err(anyhow!(
             "{what}: no answer within {}",
             humantime::format_duration(limit)
@@ -245,5 +249,20 @@ mod tests {
                 .starts_with("writing to the keyring: Couldn't access platform storage"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_keyring_error_reaches_the_terminal_escaped() {
+        let error = bounded(
+            Duration::from_secs(5),
+            "reading from the keyring",
+            || -> keyring_core::Result<()> {
+                Err(Error::PlatformFailure("locked \u{1b}[2J by the service".into()))
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!error.contains('\u{1b}'), "{error}");
+        assert!(error.contains("locked"), "{error}");
     }
 }
