@@ -73,6 +73,11 @@ pub struct Readiness {
     /// Every cluster's CA can sign (a key in a PKCS#11 token signed a probe).
     #[serde(default = "reachable_when_not_said")]
     pub signing: bool,
+    /// How Talos trusts each cluster's certificates, by cluster name:
+    /// `cluster-ca`, `intermediate` or `accepted-ca` (empty from servers
+    /// that did not say).
+    #[serde(default)]
+    pub trust_modes: std::collections::BTreeMap<String, String>,
 }
 
 /// Servers before `identity_provider_reachable` (and `signing`) did not say.

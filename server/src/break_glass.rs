@@ -154,6 +154,9 @@ pub struct BreakGlassResult {
     pub serial: String,
     pub not_after: OffsetDateTime,
     pub audit_seq: i64,
+    /// The CA that signed: its subject and SHA-256, and how Talos trusts it.
+    pub signed_by: String,
+    pub mode: crate::ca::TrustMode,
     /// The talosconfig (with the private key) when it goes to standard
     /// output; `None` when it was written to the file.
     pub talosconfig: Option<zeroize::Zeroizing<String>>,
@@ -167,6 +170,8 @@ impl std::fmt::Debug for BreakGlassResult {
             .field("serial", &self.serial)
             .field("not_after", &self.not_after)
             .field("audit_seq", &self.audit_seq)
+            .field("signed_by", &self.signed_by)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -212,8 +217,18 @@ pub async fn run(
         .map_err(|e| BreakGlassError::Issue(e.to_string()))?;
     let username = format!("break-glass:{}@{}", operator.name, operator.host);
     let request_id = random_hex(16).map_err(|e| BreakGlassError::Issue(e.to_string()))?;
+    // Which CA signs, in the record and on the operator's terminal: during
+    // a rotation or a cut-off, what matters is which CA Talos must accept.
+    let signer = cluster.signing_ca(now).signer();
+    let signed_by = format!(
+        "{} (sha256 {})",
+        crate::ca::describe_name(&signer.raw_subject),
+        signer.sha256_fingerprint()
+    );
     let mut record = AuditRecord::new(event::BREAK_GLASS_ISSUED, outcome::DENIED, &request_id, now);
     record.details = json!({
+        "signed_by": signed_by,
+        "trust_mode": cluster.mode().as_str(),
         "operator": operator.name,
         "uid": operator.uid,
         "login_uid": operator.login_uid,
@@ -271,12 +286,14 @@ pub async fn run(
         None
     };
     tracing::warn!(cluster = %cluster.name, operator = %operator.name, host = %operator.host,
-        serial = %issued.serial_hex, audit_seq, "break-glass certificate issued");
+        serial = %issued.serial_hex, audit_seq, signed_by = %signed_by, "break-glass certificate issued");
     Ok(BreakGlassResult {
         context,
         serial: issued.serial_hex,
         not_after: issued.not_after,
         audit_seq,
+        signed_by,
+        mode: cluster.mode(),
         talosconfig,
     })
 }

@@ -1,12 +1,13 @@
 //! The clusters the server signs for: each one's configuration, its CA
-//! (read and checked) and its policy (built and checked), and the policy
-//! examples run against them. Built at start and again by each reload.
+//! (read and checked) and the CA that takes over at a date, its policy
+//! (built and checked), and the policy examples run against them. Built at
+//! start and again by each reload.
 
 use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
 
-use crate::ca::{CaOptions, CaWarning, CertificateAuthority};
+use crate::ca::{CaOptions, CaWarning, CertificateAuthority, TrustMode, format_time};
 use crate::config::{ClusterConfig, Config, ConfigError};
 use crate::policy::{ClusterPolicy, PolicyConfigError};
 
@@ -15,13 +16,43 @@ use crate::policy::{ClusterPolicy, PolicyConfigError};
 pub struct Cluster {
     pub name: String,
     pub config: ClusterConfig,
+    /// The CA that signs until `next_ca`'s `signs_from`.
     pub ca: CertificateAuthority,
+    /// The CA that signs from its `signs_from` on.
+    pub next_ca: Option<NextCa>,
     pub policy: ClusterPolicy,
+}
+
+/// A CA that takes over at a moment: a rotation with an overlap, both CAs
+/// trusted by Talos meanwhile.
+#[derive(Debug)]
+pub struct NextCa {
+    pub ca: CertificateAuthority,
+    pub signs_from: OffsetDateTime,
 }
 
 impl Cluster {
     pub fn context_name(&self) -> String {
         self.config.context.clone().unwrap_or_else(|| self.name.clone())
+    }
+
+    /// The CA that signs at `now`: `next_ca` from its `signs_from` on,
+    /// `ca` before.
+    pub fn signing_ca(&self, now: OffsetDateTime) -> &CertificateAuthority {
+        match &self.next_ca {
+            Some(next) if now >= next.signs_from => &next.ca,
+            _ => &self.ca,
+        }
+    }
+
+    /// Every CA the cluster holds: `ca`, then `next_ca`.
+    pub fn cas(&self) -> impl Iterator<Item = &CertificateAuthority> {
+        std::iter::once(&self.ca).chain(self.next_ca.as_ref().map(|next| &next.ca))
+    }
+
+    /// How Talos trusts the cluster's certificates.
+    pub fn mode(&self) -> TrustMode {
+        self.ca.mode()
     }
 }
 
@@ -56,14 +87,41 @@ pub fn load_clusters(
             cluster: name.clone(),
             message,
         };
+        let talos_ca = cluster_config.talos_ca.as_ref().map(|t| t.source()).transpose()?;
         let options = CaOptions {
             accepted_cas: cluster_config.accepted_cas.clone(),
             allow_insecure_key_permissions: cluster_config.ca.allow_insecure_key_permissions,
+            talos_ca: talos_ca.clone(),
         };
         let source = cluster_config.ca.source()?;
         let ca = CertificateAuthority::load(&source, &options, now)
             .map_err(|e| fail(format!("CA refused [{}]: {e}", e.code())))?;
         warnings.extend(ca.warnings().iter().cloned().map(|w| (name.clone(), w)));
+        let next_ca = match &cluster_config.next_ca {
+            None => None,
+            Some(next) => {
+                let options = CaOptions {
+                    allow_insecure_key_permissions: next.allow_insecure_key_permissions,
+                    ..options
+                };
+                let next_ca = CertificateAuthority::load(&next.source()?, &options, now)
+                    .map_err(|e| fail(format!("next_ca refused [{}]: {e}", e.code())))?;
+                check_next_ca(&ca, &next_ca, next.signs_from).map_err(&fail)?;
+                warnings.extend(next_ca.warnings().iter().cloned().map(|w| (name.clone(), w)));
+                if now >= next.signs_from {
+                    warnings.push((
+                        name.clone(),
+                        CaWarning::NextCaSigning {
+                            since: format_time(next.signs_from),
+                        },
+                    ));
+                }
+                Some(NextCa {
+                    ca: next_ca,
+                    signs_from: next.signs_from,
+                })
+            }
+        };
         let policy = ClusterPolicy::new(cluster_config.policy(&tenancy)).map_err(|e| match e {
             // Named by its place in the file, as the `auditors` and
             // `admins` app roles are by `app::check`.
@@ -78,6 +136,7 @@ pub fn load_clusters(
                 name: name.clone(),
                 config: cluster_config.clone(),
                 ca,
+                next_ca,
                 policy,
             },
         );
@@ -92,4 +151,46 @@ pub fn load_clusters(
             .map_err(|e| ClusterError::PolicyExample(format!("cluster `{}`: {e}", example.cluster)))?;
     }
     Ok((clusters, warnings))
+}
+
+/// A `next_ca` must be another CA of the same mode, valid when it takes
+/// over, and must take over before `ca` expires.
+fn check_next_ca(
+    ca: &CertificateAuthority,
+    next: &CertificateAuthority,
+    signs_from: OffsetDateTime,
+) -> Result<(), String> {
+    if next.signer().spki() == ca.signer().spki() {
+        return Err("next_ca has the same key as ca: a rotation needs a new key".into());
+    }
+    if next.trust_bundle_pem() != ca.trust_bundle_pem() {
+        return Err(
+            "next_ca is not trusted through the same Talos CA as ca, so talosconfigs would change with it; \
+             a cluster-CA rotation is Talos's own (talosctl rotate-ca, then accepted_cas here)"
+                .into(),
+        );
+    }
+    if next.mode() != ca.mode() {
+        return Err(format!(
+            "next_ca is in {} mode, ca in {}: a rotation keeps the mode",
+            next.mode(),
+            ca.mode()
+        ));
+    }
+    if signs_from < next.signer().not_before() || signs_from >= next.signer().not_after() {
+        return Err(format!(
+            "next_ca.signs_from {} is outside the next CA's validity ({} to {})",
+            format_time(signs_from),
+            format_time(next.signer().not_before()),
+            format_time(next.signer().not_after())
+        ));
+    }
+    if signs_from > ca.signer().not_after() {
+        return Err(format!(
+            "next_ca.signs_from {} is after ca expires ({}): nothing could sign in between",
+            format_time(signs_from),
+            format_time(ca.signer().not_after())
+        ));
+    }
+    Ok(())
 }

@@ -167,12 +167,14 @@ pub fn relevant_groups(config: &Config, clusters: &Clusters) -> RelevantGroups {
 pub fn refuse_ca_key_as_audit_key(clusters: &Clusters, checkpoints: &Checkpoints) -> Result<(), StartError> {
     use der::Encode;
     match clusters.values().find(|c| {
-        c.ca.signer()
-            .spki()
-            .to_der()
-            .ok()
-            .map(|d| talos_sso_api::chain::sha256_hex(&d))
-            == Some(checkpoints.key_id().to_owned())
+        c.cas().any(|ca| {
+            ca.signer()
+                .spki()
+                .to_der()
+                .ok()
+                .map(|d| talos_sso_api::chain::sha256_hex(&d))
+                == Some(checkpoints.key_id().to_owned())
+        })
     }) {
         Some(cluster) => Err(StartError::Checkpoints(format!(
             "audit.checkpoints.key_file is the CA key of cluster `{}`: the audit key must be a key of \
@@ -317,7 +319,10 @@ impl App {
                 live.get()
                     .clusters
                     .iter()
-                    .map(|(name, cluster)| (name.clone(), cluster.ca.signer().not_after().unix_timestamp()))
+                    .map(|(name, cluster)| {
+                        let ca = cluster.signing_ca(OffsetDateTime::now_utc());
+                        (name.clone(), ca.signer().not_after().unix_timestamp())
+                    })
                     .collect()
             }),
             tls_not_after,

@@ -343,6 +343,8 @@ fn changes(running: &Config, current: &Settings, new: &Config, clusters: &Cluste
             let (old, new_cluster) = (&current.clusters[name.as_str()], &clusters[name.as_str()]);
             cluster_document(running, name) != cluster_document(new, name)
                 || old.ca.signer().der != new_cluster.ca.signer().der
+                || old.next_ca.as_ref().map(|n| &n.ca.signer().der)
+                    != new_cluster.next_ca.as_ref().map(|n| &n.ca.signer().der)
                 || old.ca.trust_bundle_pem() != new_cluster.ca.trust_bundle_pem()
         })
         .map(|name| name.to_string())

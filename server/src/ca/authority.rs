@@ -1,6 +1,7 @@
 //! [`CertificateAuthority`]: CA material that passed every check, holding
-//! the signing key, the chain to send after a leaf and the trust bundle for
-//! talosconfigs; and [`CaSummary`], what `ca inspect` and `check` print.
+//! the signing key, the chain to send after a leaf, the trust bundle for
+//! talosconfigs and the [`TrustMode`]; and [`CaSummary`], what `ca inspect`
+//! and `check` print.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,11 +12,12 @@ use time::{Duration, OffsetDateTime};
 use super::checks::{check_chain, check_key_permissions, check_signing_ca, signing_key_kind_supported};
 use super::key::{PROBE, decode_key};
 use super::material::{Material, parse_certificates, read_text};
-use super::{CaError, CaOptions, CaSource, CaWarning, describe_name, format_time};
+use super::talos_ca::can_vouch_for_a_server;
+use super::{CaError, CaOptions, CaSource, CaWarning, TrustMode, describe_name, format_time, talos_ca};
 use crate::config::Pkcs11Source;
 use crate::keys::pkcs11::Pkcs11Key;
 use crate::keys::{KeyKind, Signer, key_kind};
-use crate::x509::{self, ParsedCertificate};
+use crate::x509::{self, ParsedCertificate, oid};
 
 /// A CA whose certificate expires sooner than this produces a warning: a Talos
 /// CA that quietly expires is an outage with a long fuse.
@@ -31,9 +33,11 @@ pub struct CertificateAuthority {
     chain: Vec<ParsedCertificate>,
     /// The signer's private key, of whichever kind the source named.
     key: Arc<dyn Signer>,
-    /// What goes into the talosconfig `ca` before base64: the root, then
-    /// accepted CAs, as PEM; made once, it is in every answer.
+    /// What goes into the talosconfig `ca` before base64: the root (in
+    /// accepted-CA mode, the Talos cluster CA), then accepted CAs, as PEM;
+    /// made once, it is in every answer.
     trust_bundle_pem: String,
+    mode: TrustMode,
     warnings: Vec<CaWarning>,
     rng: SystemRandom,
 }
@@ -51,13 +55,27 @@ impl CertificateAuthority {
             warnings.push(warning);
         }
         let mut accepted = Vec::new();
+        for pem in &material.accepted_pem {
+            // A machine config's acceptedCAs: those that can verify apid.
+            accepted.extend(
+                parse_certificates(pem, &material.origin)?
+                    .into_iter()
+                    .filter(can_vouch_for_a_server),
+            );
+        }
         for path in &options.accepted_cas {
             let text = read_text(path)?;
             accepted.extend(parse_certificates(&text, &path.display().to_string())?);
         }
-        let ca = Self::from_signer(&material.cert_pem, &material.origin, accepted, now, |signer| {
-            open_key(source, &material, signer)
-        })?;
+        let talos_ca = options.talos_ca.as_ref().map(talos_ca::read).transpose()?;
+        let ca = Self::from_signer(
+            &material.cert_pem,
+            &material.origin,
+            talos_ca,
+            accepted,
+            now,
+            |signer| open_key(source, &material, signer),
+        )?;
         warnings.extend(ca.warnings);
         Ok(Self { warnings, ..ca })
     }
@@ -71,16 +89,19 @@ impl CertificateAuthority {
         accepted: Vec<ParsedCertificate>,
         now: OffsetDateTime,
     ) -> Result<Self, CaError> {
-        Self::from_signer(cert_pem, origin, accepted, now, |signer| {
+        Self::from_signer(cert_pem, origin, None, accepted, now, |signer| {
             Ok(Arc::new(decode_key(key_pem, origin, signer)?))
         })
     }
 
     /// Check the certificates, and get the key matching the signer from
-    /// `key_for` (which proves the match).
+    /// `key_for` (which proves the match). With `talos_ca` (accepted-CA
+    /// mode), the signer must be a self-signed client-only CA, and the
+    /// Talos cluster CA is what the talosconfig trusts.
     fn from_signer(
         cert_pem: &str,
         origin: &str,
+        talos_ca: Option<Vec<ParsedCertificate>>,
         accepted: Vec<ParsedCertificate>,
         now: OffsetDateTime,
         key_for: impl FnOnce(&ParsedCertificate) -> Result<Arc<dyn Signer>, CaError>,
@@ -99,6 +120,21 @@ impl CertificateAuthority {
         }
         let key = key_for(&signer)?;
         check_chain(&signer, &chain, origin, now)?;
+        let mode = match &talos_ca {
+            Some(talos_ca) => {
+                check_client_only_ca(&signer, &chain, talos_ca, origin)?;
+                TrustMode::AcceptedCa
+            }
+            None if !chain.is_empty() => TrustMode::Intermediate,
+            None => {
+                if !can_vouch_for_a_server(&signer) {
+                    return Err(CaError::ClientOnlyWithoutTalosCa {
+                        subject: describe_name(&signer.raw_subject),
+                    });
+                }
+                TrustMode::ClusterCa
+            }
+        };
 
         let mut warnings = Vec::new();
         for cert in std::iter::once(&signer).chain(&chain) {
@@ -111,9 +147,12 @@ impl CertificateAuthority {
                 });
             }
         }
-        let root = chain.last().unwrap_or(&signer).clone();
-        let mut trust_bundle = vec![root];
-        for ca in accepted {
+        let mut trust_bundle: Vec<ParsedCertificate> = Vec::new();
+        let trusted = match talos_ca {
+            Some(talos_ca) => talos_ca,
+            None => vec![chain.last().unwrap_or(&signer).clone()],
+        };
+        for ca in trusted.into_iter().chain(accepted) {
             if ca.basic_constraints().is_none_or(|bc| !bc.ca) {
                 return Err(CaError::NotACa {
                     subject: describe_name(&ca.raw_subject),
@@ -134,6 +173,7 @@ impl CertificateAuthority {
             chain,
             key,
             trust_bundle_pem: trust_bundle.iter().map(ParsedCertificate::to_pem).collect(),
+            mode,
             warnings,
             rng: SystemRandom::new(),
         })
@@ -173,12 +213,18 @@ impl CertificateAuthority {
         &self.rng
     }
 
+    /// How Talos comes to trust what this CA signs.
+    pub fn mode(&self) -> TrustMode {
+        self.mode
+    }
+
     /// True when the signer is an intermediate below the Talos root.
     pub fn is_intermediate(&self) -> bool {
         !self.chain.is_empty()
     }
 
-    /// The Talos root CA (what Talos's `machine.ca` holds).
+    /// The top of the signer's chain: the Talos root CA (what Talos's
+    /// `machine.ca` holds), or in accepted-CA mode the client-only CA itself.
     pub fn root(&self) -> &ParsedCertificate {
         self.chain.last().unwrap_or(&self.signer)
     }
@@ -204,6 +250,40 @@ impl CertificateAuthority {
     pub fn summary(&self, now: OffsetDateTime) -> CaSummary {
         CaSummary::of(&self.signer, now)
     }
+}
+
+/// The signer of a cluster in accepted-CA mode: one self-signed CA whose
+/// extended key usage is clientAuth and nothing that vouches for a server,
+/// and not the Talos cluster CA itself.
+fn check_client_only_ca(
+    signer: &ParsedCertificate,
+    chain: &[ParsedCertificate],
+    talos_ca: &[ParsedCertificate],
+    origin: &str,
+) -> Result<(), CaError> {
+    let subject = describe_name(&signer.raw_subject);
+    let self_signed = signer.is_self_issued() && signer.verify_signed_by(signer.spki()).is_ok();
+    if !chain.is_empty() || !self_signed {
+        return Err(CaError::NotSelfSigned {
+            subject,
+            origin: origin.to_owned(),
+        });
+    }
+    let usages = signer.ext_key_usage();
+    let client_only = usages
+        .as_ref()
+        .is_some_and(|u| u.contains(&oid::KP_CLIENT_AUTH) && !can_vouch_for_a_server(signer));
+    if !client_only {
+        let usages = match usages {
+            None => "absent, which allows every use".to_owned(),
+            Some(u) => u.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        };
+        return Err(CaError::NotClientOnly { subject, usages });
+    }
+    if talos_ca.iter().any(|ca| ca.spki() == signer.spki()) {
+        return Err(CaError::TalosCaIsSigner { subject });
+    }
+    Ok(())
 }
 
 /// The signer's key, of the kind the source names, proved to be the

@@ -1,6 +1,8 @@
 //! Making new CA material: a self-signed Talos-style root (for evaluation
-//! clusters, the quick start and tests) and an intermediate signed by the
-//! Talos root, so that the root key can stay offline.
+//! clusters, the quick start and tests), an intermediate signed by the
+//! Talos root, so that the root key can stay offline, and a client-only CA
+//! of talos-sso's own that Talos lists in `machine.acceptedCAs` (the
+//! accepted-CA mode), so that the cluster CA key never reaches talos-sso.
 //!
 //! Keys are written the way Talos and OpenSSL can both read them: Ed25519 as
 //! PKCS#8 v1 (ring's own encoding is v2, which OpenSSL 3.0 cannot read).
@@ -18,8 +20,9 @@ use crate::keys::software::ed25519_pkcs8_v1;
 use crate::keys::{SignError, Signer, SoftwareKey};
 use crate::x509::{self, CertificateTemplate, ParsedCertificate, X509Error, oid};
 
-/// How far an intermediate's `not_before` is moved into the past, so that a
-/// client whose clock runs behind sees it valid as early as the leaves it
+/// How far an intermediate's (or a client-only CA's) `not_before` is moved
+/// into the past, so that a client whose clock runs behind sees it valid as
+/// early as the leaves it
 /// signs (backdated five minutes by default, `certificate::DEFAULT_CLOCK_SKEW`).
 const INTERMEDIATE_BACKDATE: Duration = Duration::from_secs(5 * 60);
 
@@ -204,4 +207,76 @@ pub fn intermediate_certificate(
     let cert = ParsedCertificate::from_der(&der)?;
     let cert_pem = format!("{}{}", cert.to_pem(), parent.to_pem());
     Ok((cert, cert_pem))
+}
+
+/// The subject of a client-only CA: it names talos-sso, the cluster and the
+/// day it was made (so that two CAs of one cluster, during a rotation, can
+/// be told apart in `machine.acceptedCAs`).
+fn client_ca_subject(cluster: &str, now: OffsetDateTime) -> Result<Vec<u8>, X509Error> {
+    let day = format!(
+        "talos-sso client CA {:04}-{:02}-{:02}",
+        now.year(),
+        u8::from(now.month()),
+        now.day()
+    );
+    x509::encode_name(&[
+        (oid::ORGANIZATION, "talos-sso"),
+        (oid::ORGANIZATIONAL_UNIT, cluster),
+        (oid::COMMON_NAME, &day),
+    ])
+}
+
+/// A new client-only CA for `cluster`, its key made here ([`client_ca_certificate`]
+/// says what it may do).
+pub fn new_client_ca(
+    key_type: NewKeyType,
+    cluster: &str,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<NewCa, X509Error> {
+    let rng = SystemRandom::new();
+    let new_key = generate_key(key_type, &rng)?;
+    let cert = client_ca_certificate(&new_key.key, cluster, validity, now)?;
+    Ok(NewCa {
+        cert_pem: cert.to_pem(),
+        key_pem: new_key.pem,
+        cert,
+    })
+}
+
+/// The self-signed certificate of a client-only CA whose key is `key` (in
+/// memory, or inside a PKCS#11 token): CA with path length 0 (it signs
+/// leaves, never another CA), key usage keyCertSign + cRLSign only, and
+/// extended key usage clientAuth only. Go's `crypto/x509`, which apid and
+/// talosctl use, applies extended key usages down the chain, so nothing
+/// this CA signs can pass as a server: a stolen key cannot impersonate an
+/// apid endpoint. No name constraints: Talos reads no names from client
+/// certificates.
+pub fn client_ca_certificate(
+    key: &dyn Signer,
+    cluster: &str,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<ParsedCertificate, X509Error> {
+    let spki = key.public_key_info()?;
+    let name = client_ca_subject(cluster, now)?;
+    let extensions = ca_extensions(
+        &spki,
+        KeyUsages::KeyCertSign | KeyUsages::CRLSign,
+        vec![oid::KP_CLIENT_AUTH],
+        Some(0),
+    )?;
+    let serial = x509::random_serial(&SystemRandom::new())?;
+    let spki_der = spki.to_der()?;
+    let template = CertificateTemplate {
+        serial: &serial,
+        issuer: &name,
+        subject: &name,
+        subject_public_key_info: &spki_der,
+        not_before: now - INTERMEDIATE_BACKDATE,
+        not_after: now + validity,
+        extensions,
+    };
+    let der = x509::sign_certificate(&template, key)?;
+    ParsedCertificate::from_der(&der)
 }

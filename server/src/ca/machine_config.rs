@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use super::CaError;
 use super::material::{EncodedPair, Material, decode_base64, read_text, yaml_error};
@@ -23,34 +24,40 @@ struct MachineSection {
     accepted_c_as: Vec<EncodedPair>,
 }
 
-pub(super) fn read(path: &Path) -> Result<Material, CaError> {
-    let text = read_text(path)?;
-    // Talos machine configs may hold several YAML documents; the
-    // v1alpha1 one carries `machine`.
-    let mut found = None;
-    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+/// The v1alpha1 document of a machine config, read as `T`: Talos machine
+/// configs may hold several YAML documents, and the v1alpha1 one carries
+/// `machine`. `None` when no document does.
+pub(super) fn v1alpha1_document<T: DeserializeOwned>(text: &str, path: &Path) -> Result<Option<T>, CaError> {
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
         let value = serde_yaml_ng::Value::deserialize(document).map_err(yaml_error(path))?;
         if value.get("machine").is_some() {
-            let doc: MachineConfigDoc = serde_yaml_ng::from_value(value).map_err(yaml_error(path))?;
-            found = doc.machine;
-            break;
+            return serde_yaml_ng::from_value(value)
+                .map(Some)
+                .map_err(yaml_error(path));
         }
     }
-    let machine = found.ok_or_else(|| CaError::MissingField {
-        path: path.to_owned(),
-        field: "machine",
-    })?;
+    Ok(None)
+}
+
+pub(super) fn read(path: &Path) -> Result<Material, CaError> {
+    let text = read_text(path)?;
+    let machine = v1alpha1_document::<MachineConfigDoc>(&text, path)?
+        .and_then(|doc| doc.machine)
+        .ok_or_else(|| CaError::MissingField {
+            path: path.to_owned(),
+            field: "machine",
+        })?;
     let pair = machine.ca.ok_or_else(|| CaError::MissingField {
         path: path.to_owned(),
         field: "machine.ca",
     })?;
     let mut material = pair.decode(path, "machine.ca", "machine.ca.crt")?;
-    // acceptedCAs travel with the config; they only need a certificate.
+    // acceptedCAs travel with the config; they only need a certificate, and
+    // are trusted next to the root, never part of its chain.
     for extra in machine.accepted_c_as {
         if let Some(crt) = extra.crt {
             let pem = decode_base64(&crt, &material.origin, "machine.acceptedCAs[].crt")?;
-            material.cert_pem.push('\n');
-            material.cert_pem.push_str(&pem);
+            material.accepted_pem.push(pem);
         }
     }
     Ok(material)

@@ -13,9 +13,11 @@ use crate::x509::{self, ParsedCertificate};
 
 /// CA material as read from a source, not yet checked.
 pub(super) struct Material {
-    /// The signing certificate first, then its issuers (and, from a machine
-    /// config, its accepted CAs).
+    /// The signing certificate first, then its issuers.
     pub(super) cert_pem: String,
+    /// CA certificates the source trusts next to its root (a machine
+    /// config's `machine.acceptedCAs`), PEM.
+    pub(super) accepted_pem: Vec<String>,
     pub(super) key_pem: String,
     /// The file whose permissions guard the key.
     pub(super) key_path: PathBuf,
@@ -69,6 +71,7 @@ impl EncodedPair {
         };
         Ok(Material {
             cert_pem,
+            accepted_pem: Vec::new(),
             key_pem,
             key_path: path.to_owned(),
             origin,

@@ -24,7 +24,10 @@
 //! - `checks`: signing CA, intermediate chain and key file permissions;
 //! - `authority`: [`CertificateAuthority`], the checked signer (where the
 //!   key kind is chosen), and its [`CaSummary`];
-//! - `generate`: new roots and intermediates.
+//! - `talos_ca`: the Talos cluster CA certificate alone (accepted-CA mode);
+//! - `generate`: new roots, intermediates and client-only CAs;
+//! - `patch`: the machine-config patches that add a client-only CA to
+//!   Talos's `machine.acceptedCAs`, or remove it.
 
 mod authority;
 mod checks;
@@ -32,8 +35,10 @@ pub mod generate;
 mod key;
 mod machine_config;
 mod material;
+pub mod patch;
 mod pem_files;
 mod secrets_bundle;
+mod talos_ca;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -49,8 +54,8 @@ pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};
 pub use key::ACCEPTED_KEY_LABELS;
 pub use material::parse_certificates;
 
-/// Where a cluster's CA comes from: configuration data (`config`).
-use crate::config::CaSource;
+/// Where a cluster's CAs come from: configuration data (`config`).
+use crate::config::{CaSource, TalosCaSource};
 
 impl CaSource {
     /// The certificate and key text this source holds (`Pkcs11` holds no
@@ -62,6 +67,7 @@ impl CaSource {
             CaSource::MachineConfig(path) => machine_config::read(path),
             CaSource::Pkcs11 { cert_file, pkcs11 } => Ok(Material {
                 cert_pem: material::read_text(cert_file)?,
+                accepted_pem: Vec::new(),
                 key_pem: String::new(),
                 key_path: pkcs11.pin_file.clone(),
                 origin: pkcs11.describe(),
@@ -79,6 +85,39 @@ pub struct CaOptions {
     /// Accept a key file readable by group or others. Logged loudly; meant
     /// for throwaway evaluation setups only.
     pub allow_insecure_key_permissions: bool,
+    /// Accepted-CA mode: the Talos cluster CA certificate, for the
+    /// talosconfig `ca`; the signer is then a client-only CA of its own.
+    pub talos_ca: Option<TalosCaSource>,
+}
+
+/// How a cluster's certificates come to be trusted by Talos.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrustMode {
+    /// Signed with the cluster CA itself (`machine.ca`).
+    ClusterCa,
+    /// Signed with an intermediate under the cluster CA.
+    Intermediate,
+    /// Signed with a client-only CA of talos-sso's own that Talos lists in
+    /// `machine.acceptedCAs`; the cluster CA key never reaches talos-sso.
+    AcceptedCa,
+}
+
+impl TrustMode {
+    /// The name `check`, `/readyz` and the docs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustMode::ClusterCa => "cluster-ca",
+            TrustMode::Intermediate => "intermediate",
+            TrustMode::AcceptedCa => "accepted-ca",
+        }
+    }
+}
+
+impl fmt::Display for TrustMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Why CA material was refused. Each variant is one thing an operator fixes.
@@ -135,6 +174,41 @@ pub enum CaError {
     InsecurePermissions { path: PathBuf, mode: u32 },
     #[error("certificate chain in {origin} is broken: {reason}")]
     BrokenChain { origin: String, reason: String },
+    #[error(
+        "{origin} holds the Talos cluster CA key: accepted-CA mode exists so that this key never \
+         reaches talos-sso; give `talos_ca` the certificate alone (a talosconfig, a worker machine \
+         config, or the PEM certificate)"
+    )]
+    TalosCaKeyPresent { origin: String },
+    #[error("{path} has no context `{context}`; its contexts: {}", known.join(", "))]
+    TalosconfigContextUnknown {
+        path: PathBuf,
+        context: String,
+        known: Vec<String>,
+    },
+    #[error(
+        "the CA {subject} can vouch for servers (its extended key usage is {usages}): a cluster in \
+         accepted-CA mode signs with a CA limited to clientAuth, so that its key cannot impersonate \
+         apid; make one with `talos-sso-server ca client-ca`"
+    )]
+    NotClientOnly { subject: String, usages: String },
+    #[error(
+        "the CA {subject} in {origin} is not a self-signed CA alone: a cluster in accepted-CA mode \
+         signs with a self-signed client-only CA (`talos-sso-server ca client-ca`), its file holding \
+         that one certificate"
+    )]
+    NotSelfSigned { subject: String, origin: String },
+    #[error(
+        "`talos_ca` holds the signing CA {subject} itself: `talos_ca` is the Talos cluster CA \
+         (what `machine.ca` holds), `ca` the client-only CA of talos-sso"
+    )]
+    TalosCaIsSigner { subject: String },
+    #[error(
+        "the CA {subject} is limited to client authentication, so talosctl could not verify apid \
+         with it: it looks like a talos-sso client CA; name the Talos cluster CA certificate in the \
+         cluster's `talos_ca` (accepted-CA mode)"
+    )]
+    ClientOnlyWithoutTalosCa { subject: String },
     #[error(transparent)]
     Pkcs11(#[from] Pkcs11Error),
 }
@@ -161,6 +235,12 @@ impl CaError {
             CaError::NotYetValid { .. } => "ca_not_yet_valid",
             CaError::InsecurePermissions { .. } => "ca_key_permissions",
             CaError::BrokenChain { .. } => "ca_chain_broken",
+            CaError::TalosCaKeyPresent { .. } => "talos_ca_key_present",
+            CaError::TalosconfigContextUnknown { .. } => "talos_ca_context_unknown",
+            CaError::NotClientOnly { .. } => "ca_not_client_only",
+            CaError::NotSelfSigned { .. } => "ca_not_self_signed",
+            CaError::TalosCaIsSigner { .. } => "talos_ca_is_signer",
+            CaError::ClientOnlyWithoutTalosCa { .. } => "ca_client_only_without_talos_ca",
             CaError::Pkcs11(error) => error.code(),
         }
     }
@@ -182,6 +262,11 @@ pub enum CaWarning {
         subject: String,
         not_after: String,
     },
+    /// The rotation's date has passed: `next_ca` signs, `ca` is kept for
+    /// nothing.
+    NextCaSigning {
+        since: String,
+    },
 }
 
 impl fmt::Display for CaWarning {
@@ -201,6 +286,11 @@ impl fmt::Display for CaWarning {
                 "INSECURE: CA key file {} is readable by group or others (mode {mode:04o}) and \
                  allow_insecure_key_permissions is set",
                 path.display()
+            ),
+            CaWarning::NextCaSigning { since } => write!(
+                f,
+                "next_ca signs since {since}: make it `ca` and remove the old CA from Talos's \
+                 acceptedCAs once the last certificate the old one signed has expired (max_ttl)"
             ),
             CaWarning::AcceptedCaExpired { subject, not_after } => {
                 write!(

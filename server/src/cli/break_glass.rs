@@ -15,11 +15,13 @@ pub(super) async fn run(
     let config = super::load_config(config)?;
     let result = crate::break_glass::run(&config, request).await?;
     let summary = format!(
-        "(context {}): serial {}, valid until {}, audit record {}",
+        "(context {}): serial {}, valid until {}, audit record {}; signed by {}, {} mode",
         result.context,
         result.serial,
         crate::ca::format_time(result.not_after),
-        result.audit_seq
+        result.audit_seq,
+        result.signed_by,
+        result.mode
     );
     match &result.talosconfig {
         // Standard output carries the talosconfig alone; what is

@@ -1,6 +1,8 @@
-//! `ca inspect|intermediate|intermediate-for-token|new`: reading,
-//! checking and making Talos CA material, named by the same keys as a
-//! cluster's `ca` configuration.
+//! `ca inspect|intermediate|intermediate-for-token|client-ca|
+//! client-ca-for-token|new|patch`: reading, checking and making CA
+//! material, named by the same keys as a cluster's `ca` and `talos_ca`
+//! configuration; `patch` (in `ca_patch`) prints the Talos side of
+//! accepted-CA mode.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +14,7 @@ use time::OffsetDateTime;
 
 use super::files::{write_new_file, write_new_files};
 use crate::ca::generate::{self, NewKeyType};
-use crate::ca::{CaOptions, CaSummary, CertificateAuthority};
+use crate::ca::{CaOptions, CaSummary, CertificateAuthority, TrustMode};
 use crate::config::CaSource;
 
 /// Where a new CA is written, and its key type.
@@ -101,6 +103,57 @@ pub enum CaCommand {
         #[arg(long, default_value = "talos-sso intermediate CA")]
         common_name: String,
     },
+    /// Create a client-only CA of talos-sso's own for a cluster in
+    /// accepted-CA mode: Talos lists it in `machine.acceptedCAs` (print the
+    /// patch with `ca patch add`), and the cluster CA key never reaches
+    /// talos-sso. Self-signed, path length 0, key usage keyCertSign and
+    /// cRLSign, extended key usage clientAuth only: what it signs cannot pass
+    /// as a server.
+    ClientCa {
+        /// The cluster it is for (named in its subject).
+        #[arg(long)]
+        cluster: String,
+        /// How long the CA is valid; rotate it before then (`next_ca`).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1y")]
+        validity: Duration,
+        #[command(flatten)]
+        output: NewCaOutput,
+    },
+    /// Create a client-only CA (as `client-ca`) whose key is inside a PKCS#11
+    /// token and never leaves it: the token signs the CA's own certificate.
+    /// Use the certificate file as the cluster's `ca.cert_file`, next to
+    /// `ca.pkcs11`.
+    ClientCaForToken {
+        /// The cluster it is for (named in its subject).
+        #[arg(long)]
+        cluster: String,
+        /// How long the CA is valid; rotate it before then (`next_ca`).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1y")]
+        validity: Duration,
+        /// The PKCS#11 module holding the key.
+        #[arg(long)]
+        token_module: PathBuf,
+        /// The token's label.
+        #[arg(long)]
+        token_label: String,
+        /// The label of the key pair on the token.
+        #[arg(long)]
+        token_key_label: String,
+        /// Make that key pair inside the token first (it never leaves it).
+        #[arg(long, value_enum)]
+        generate: Option<TokenKeyTypeArg>,
+        /// The token's user PIN (a file nobody else can read): the key signs
+        /// the CA's certificate.
+        #[arg(long)]
+        token_pin_file: PathBuf,
+        /// Where to write the certificate (must not exist).
+        #[arg(long)]
+        out_cert: PathBuf,
+    },
+    /// Print the machine-config patches that add a client-only CA to Talos's
+    /// `machine.acceptedCAs`, or remove it, in both forms (append, and
+    /// replace for automation), with how to apply them.
+    Patch(super::ca_patch::PatchArgs),
     /// Create a new self-signed Talos-style CA (for evaluation clusters and
     /// demos; production clusters use the CA Talos generated).
     New {
@@ -167,6 +220,22 @@ pub struct CaSourceArgs {
     /// Accept a key file readable by group or others (never in production).
     #[arg(long)]
     pub allow_insecure_key_permissions: bool,
+    /// Accepted-CA mode: the Talos cluster CA certificate, as PEM (as
+    /// `talos_ca.cert_file`).
+    #[arg(long, conflicts_with_all = ["talos_ca_talosconfig", "talos_ca_secrets_bundle", "talos_ca_machine_config"])]
+    pub talos_ca_cert_file: Option<PathBuf>,
+    /// Accepted-CA mode: the Talos cluster CA from a talosconfig's current
+    /// context (as `talos_ca.talosconfig`).
+    #[arg(long, conflicts_with_all = ["talos_ca_secrets_bundle", "talos_ca_machine_config"])]
+    pub talos_ca_talosconfig: Option<PathBuf>,
+    /// Accepted-CA mode: from a secrets bundle without the CA key (as
+    /// `talos_ca.secrets_bundle`).
+    #[arg(long, conflicts_with = "talos_ca_machine_config")]
+    pub talos_ca_secrets_bundle: Option<PathBuf>,
+    /// Accepted-CA mode: from a machine config without the CA key (as
+    /// `talos_ca.machine_config`).
+    #[arg(long)]
+    pub talos_ca_machine_config: Option<PathBuf>,
 }
 
 impl CaSourceArgs {
@@ -197,16 +266,32 @@ impl CaSourceArgs {
         })
     }
 
-    pub fn options(&self) -> CaOptions {
-        CaOptions {
+    pub fn options(&self) -> anyhow::Result<CaOptions> {
+        let talos_ca = crate::config::TalosCaConfig {
+            cert_file: self.talos_ca_cert_file.clone(),
+            talosconfig: self.talos_ca_talosconfig.clone(),
+            context: None,
+            secrets_bundle: self.talos_ca_secrets_bundle.clone(),
+            machine_config: self.talos_ca_machine_config.clone(),
+        };
+        let named = [
+            &talos_ca.cert_file,
+            &talos_ca.talosconfig,
+            &talos_ca.secrets_bundle,
+            &talos_ca.machine_config,
+        ]
+        .iter()
+        .any(|p| p.is_some());
+        Ok(CaOptions {
             accepted_cas: self.accepted_cas.clone(),
             allow_insecure_key_permissions: self.allow_insecure_key_permissions,
-        }
+            talos_ca: named.then(|| talos_ca.source()).transpose()?,
+        })
     }
 
     fn load(&self, now: OffsetDateTime) -> anyhow::Result<CertificateAuthority> {
         let source = self.source()?;
-        CertificateAuthority::load(&source, &self.options(), now)
+        CertificateAuthority::load(&source, &self.options()?, now)
             .map_err(|e| anyhow::anyhow!("refused [{}]: {e}", e.code()))
     }
 }
@@ -225,9 +310,18 @@ pub(super) fn run(
             if let Some(token) = ca.key_location() {
                 writeln!(out, "key:         {token}")?;
             }
-            if ca.is_intermediate() {
-                writeln!(out, "mode:        intermediate; Talos root:")?;
-                writeln!(out, "{}", CaSummary::of(ca.root(), now))?;
+            match ca.mode() {
+                TrustMode::Intermediate => {
+                    writeln!(out, "mode:        intermediate; Talos root:")?;
+                    writeln!(out, "{}", CaSummary::of(ca.root(), now))?;
+                }
+                TrustMode::AcceptedCa => {
+                    writeln!(out, "mode:        accepted-ca; talosconfigs verify apid with:")?;
+                    for cert in crate::ca::parse_certificates(ca.trust_bundle_pem(), "trust bundle")? {
+                        writeln!(out, "{}", CaSummary::of(&cert, now))?;
+                    }
+                }
+                TrustMode::ClusterCa => writeln!(out, "mode:        cluster-ca")?,
             }
             for warning in ca.warnings() {
                 writeln!(out, "warning: {warning}")?;
@@ -307,6 +401,58 @@ pub(super) fn run(
             writeln!(out, "{}", CaSummary::of(&cert, now))?;
             Ok(())
         }
+        CaCommand::ClientCa {
+            cluster,
+            validity,
+            output:
+                NewCaOutput {
+                    out_cert,
+                    out_key,
+                    key_type,
+                },
+        } => {
+            let ca = generate::new_client_ca(key_type.into(), &cluster, validity, now)?;
+            write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
+            writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;
+            writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
+            client_ca_next_steps(out, &out_cert)
+        }
+        CaCommand::ClientCaForToken {
+            cluster,
+            validity,
+            token_module,
+            token_label,
+            token_key_label,
+            generate,
+            token_pin_file,
+            out_cert,
+        } => {
+            if out_cert.exists() {
+                bail!("{} already exists; refusing to overwrite it", out_cert.display());
+            }
+            let token = crate::config::Pkcs11Source {
+                module: token_module,
+                token_label,
+                key_label: token_key_label,
+                pin_file: token_pin_file.clone(),
+            };
+            let refused =
+                |e: crate::keys::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
+            let pin = crate::secret_file::read_secret(&token_pin_file)?;
+            let spki = match generate {
+                Some(kind) => {
+                    crate::keys::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
+                }
+                None => crate::keys::pkcs11::token_public_key(&token).map_err(refused)?,
+            };
+            let key = crate::keys::pkcs11::Pkcs11Key::open(&token, &pin, &spki).map_err(refused)?;
+            let cert = generate::client_ca_certificate(&key, &cluster, validity, now)?;
+            write_new_file(&out_cert, &cert.to_pem(), 0o644)?;
+            writeln!(out, "wrote {} for {}", out_cert.display(), token.describe())?;
+            writeln!(out, "{}", CaSummary::of(&cert, now))?;
+            client_ca_next_steps(out, &out_cert)
+        }
+        CaCommand::Patch(args) => super::ca_patch::run(&args, out),
         CaCommand::New {
             output:
                 NewCaOutput {
@@ -324,4 +470,15 @@ pub(super) fn run(
             Ok(())
         }
     }
+}
+
+/// What to do with a new client-only CA.
+fn client_ca_next_steps(out: &mut (dyn Write + Send), cert: &std::path::Path) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "next: have Talos accept it (talos-sso-server ca patch add --ca-cert {} --current <machine config>), \
+         then name it in the cluster's `ca` with the Talos CA certificate in `talos_ca`",
+        cert.display()
+    )?;
+    Ok(())
 }

@@ -21,13 +21,37 @@ pub(super) async fn run(
     for (name, cluster) in &clusters {
         writeln!(
             out,
-            "cluster {name}: CA {} ({} days left), {} rules",
+            "cluster {name}: {} mode, CA {} ({} days left), {} rules",
+            cluster.mode(),
             crate::ca::describe_name(&cluster.ca.signer().raw_subject),
             cluster.ca.summary(now).days_left,
             cluster.config.rules.len()
         )?;
         if let Some(token) = cluster.ca.key_location() {
             writeln!(out, "cluster {name}: key in {token}")?;
+        }
+        if cluster.mode() == crate::ca::TrustMode::AcceptedCa {
+            let trusted = crate::ca::parse_certificates(cluster.ca.trust_bundle_pem(), "trust bundle")?;
+            let names: Vec<String> = trusted
+                .iter()
+                .map(|c| crate::ca::describe_name(&c.raw_subject))
+                .collect();
+            writeln!(
+                out,
+                "cluster {name}: talosconfigs verify apid with {}; Talos must list the CA in machine.acceptedCAs \
+                 (talos-sso-server ca patch)",
+                names.join(", ")
+            )?;
+        }
+        if let Some(next) = &cluster.next_ca {
+            writeln!(
+                out,
+                "cluster {name}: next CA {} ({} days left) signs from {}{}",
+                crate::ca::describe_name(&next.ca.signer().raw_subject),
+                next.ca.summary(now).days_left,
+                crate::ca::format_time(next.signs_from),
+                if now >= next.signs_from { " (now)" } else { "" }
+            )?;
         }
     }
     writeln!(out, "policy examples: {} passed", config.policy_examples.len())?;

@@ -10,6 +10,7 @@
 mod audit;
 mod break_glass;
 mod ca;
+mod ca_patch;
 mod check;
 mod files;
 mod migrate;

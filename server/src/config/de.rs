@@ -1,5 +1,5 @@
 //! How values the file writes as text are read: durations (`5m`, `90s`,
-//! `1h 30m`) and networks.
+//! `1h 30m`), networks and moments (RFC 3339).
 
 use std::time::Duration;
 
@@ -31,4 +31,14 @@ pub(crate) fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec
                 .map_err(|_| serde::de::Error::custom(format!("`{text}` is not an IP address or CIDR")))
         })
         .collect()
+}
+
+/// A moment, written as RFC 3339 text (`2027-03-01T09:00:00Z`).
+pub(crate) fn rfc3339<'de, D: Deserializer<'de>>(deserializer: D) -> Result<time::OffsetDateTime, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not an RFC 3339 time such as 2027-03-01T09:00:00Z: {e}"
+        ))
+    })
 }

@@ -59,6 +59,12 @@ impl Config {
                 )));
             }
             cluster.ca.source()?;
+            if let Some(talos_ca) = &cluster.talos_ca {
+                talos_ca.source()?;
+            }
+            if let Some(next) = &cluster.next_ca {
+                next.source()?;
+            }
             if cluster.endpoints.is_empty() {
                 return Err(invalid(format!("cluster `{name}` has no endpoints")));
             }

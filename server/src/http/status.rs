@@ -51,7 +51,12 @@ async fn check_readiness(app: &Arc<App>) -> Readiness {
     let database = app.audit.store().ping().await.is_ok();
     let keys_fresh = app.authenticator.keys_age() < KEYS_STALE_AFTER;
     let settings = app.settings();
-    let signing = if settings.clusters.values().any(|c| c.ca.key_location().is_some()) {
+    let signing = if settings
+        .clusters
+        .values()
+        .flat_map(|c| c.cas())
+        .any(|ca| ca.key_location().is_some())
+    {
         probe_signing(&app.readiness.signing_probe_running, &settings).await
     } else {
         true
@@ -63,6 +68,11 @@ async fn check_readiness(app: &Arc<App>) -> Readiness {
         identity_provider_reachable: app.authenticator.providers_reachable(),
         clusters: settings.clusters.len(),
         signing,
+        trust_modes: settings
+            .clusters
+            .iter()
+            .map(|(name, cluster)| (name.clone(), cluster.mode().as_str().to_owned()))
+            .collect(),
     }
 }
 
@@ -84,7 +94,11 @@ async fn probe_signing(running: &Arc<AtomicBool>, settings: &Arc<crate::app::Set
     let running = Running(Arc::clone(running));
     let probe = tokio::task::spawn_blocking(move || {
         let _running = running;
-        signers.clusters.values().all(|c| c.ca.signing_available())
+        signers
+            .clusters
+            .values()
+            .flat_map(|c| c.cas())
+            .all(|ca| ca.signing_available())
     });
     matches!(
         tokio::time::timeout(SIGNING_PROBE_TIMEOUT, probe).await,

@@ -246,8 +246,9 @@ impl<'a, R: Recorder> Issuance<'a, R> {
         now: OffsetDateTime,
     ) -> Result<Issued<'a>, IssuanceError> {
         let signed = {
-            let _turn = cluster.ca.turn_to_sign().await;
-            certificate::sign_leaf(&cluster.ca, public_key, leaf, now)
+            let ca = cluster.signing_ca(now);
+            let _turn = ca.turn_to_sign().await;
+            certificate::sign_leaf(ca, public_key, leaf, now)
         };
         let issued = match signed {
             Ok(issued) => issued,

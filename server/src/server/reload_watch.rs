@@ -196,6 +196,18 @@ fn named_files(config: &Config) -> Vec<std::path::PathBuf> {
         );
         files.extend(ca.pkcs11.iter().map(|p| p.pin_file.clone()));
         files.extend(cluster.accepted_cas.iter().cloned());
+        files.extend(
+            cluster
+                .talos_ca
+                .as_ref()
+                .and_then(|t| t.source().ok())
+                .map(|s| s.path().clone()),
+        );
+        if let Some(next) = &cluster.next_ca {
+            files.push(next.cert_file.clone());
+            files.extend(next.key_file.iter().cloned());
+            files.extend(next.pkcs11.iter().map(|p| p.pin_file.clone()));
+        }
     }
     files.sort();
     files.dedup();

@@ -4,6 +4,7 @@
 
 mod audit;
 mod cluster;
+mod cluster_ca;
 mod identity;
 mod policy;
 mod runtime;
@@ -11,6 +12,7 @@ mod serving;
 
 pub use audit::*;
 pub use cluster::*;
+pub use cluster_ca::*;
 pub use identity::*;
 pub use policy::*;
 pub use runtime::*;

@@ -1,0 +1,185 @@
+//! The Talos cluster CA *certificate*, without its key, for a cluster in
+//! accepted-CA mode: what talosctl verifies apid's server certificate
+//! against, so it goes into the talosconfig `ca`. It comes from a PEM file,
+//! a talosconfig (`contexts.<name>.ca`), a secrets bundle (`certs.os.crt`)
+//! or a machine config (`machine.ca.crt`, plus the `machine.acceptedCAs`
+//! that can vouch for a server, as during `talosctl rotate-ca`).
+//!
+//! The mode exists so that the cluster CA key never reaches talos-sso: a
+//! source that carries it is refused, whatever else it holds.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::CaError;
+use super::material::{EncodedPair, decode_base64, parse_certificates, read_text, yaml_error};
+use crate::config::TalosCaSource;
+use crate::x509::{ParsedCertificate, oid};
+
+/// The certificates of the source, the Talos CA first.
+pub(super) fn read(source: &TalosCaSource) -> Result<Vec<ParsedCertificate>, CaError> {
+    match source {
+        TalosCaSource::CertFile(path) => cert_file(path),
+        TalosCaSource::Talosconfig { path, context } => talosconfig(path, context.as_deref()),
+        TalosCaSource::SecretsBundle(path) => secrets_bundle(path),
+        TalosCaSource::MachineConfig(path) => machine_config(path),
+    }
+}
+
+fn cert_file(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+    let text = read_text(path)?;
+    let origin = path.display().to_string();
+    let has_key = crate::x509::pem_blocks(&text)
+        .map(|blocks| blocks.iter().any(|(label, _)| label.ends_with("PRIVATE KEY")))
+        .unwrap_or(false);
+    if has_key {
+        return Err(CaError::TalosCaKeyPresent { origin });
+    }
+    parse_certificates(&text, &origin)
+}
+
+/// A talosconfig: only the part read.
+#[derive(Deserialize)]
+struct Talosconfig {
+    context: Option<String>,
+    #[serde(default)]
+    contexts: BTreeMap<String, TalosconfigContext>,
+}
+
+#[derive(Deserialize)]
+struct TalosconfigContext {
+    ca: Option<String>,
+}
+
+fn talosconfig(path: &Path, context: Option<&str>) -> Result<Vec<ParsedCertificate>, CaError> {
+    let text = read_text(path)?;
+    let config: Talosconfig = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+    let name = context
+        .map(str::to_owned)
+        .or(config.context)
+        .ok_or(CaError::MissingField {
+            path: path.to_owned(),
+            field: "context",
+        })?;
+    let origin = format!(
+        "{} (context `{}`)",
+        path.display(),
+        talos_sso_text::clean_field(&name)
+    );
+    let entry = config
+        .contexts
+        .get(&name)
+        .ok_or_else(|| CaError::TalosconfigContextUnknown {
+            path: path.to_owned(),
+            context: talos_sso_text::clean_field(&name),
+            known: config
+                .contexts
+                .keys()
+                .map(|k| talos_sso_text::clean_field(k))
+                .collect(),
+        })?;
+    let ca = entry.ca.as_deref().ok_or_else(|| CaError::MissingField {
+        path: path.to_owned(),
+        field: "contexts.<context>.ca",
+    })?;
+    parse_certificates(&decode_base64(ca, &origin, "ca")?, &origin)
+}
+
+/// `talosctl gen secrets` output: only the part read.
+#[derive(Deserialize)]
+struct SecretsBundle {
+    certs: Option<BundleCerts>,
+}
+
+#[derive(Deserialize)]
+struct BundleCerts {
+    os: Option<EncodedPair>,
+}
+
+fn secrets_bundle(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+    let text = read_text(path)?;
+    let bundle: SecretsBundle = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+    let pair = bundle
+        .certs
+        .and_then(|c| c.os)
+        .ok_or_else(|| CaError::MissingField {
+            path: path.to_owned(),
+            field: "certs.os",
+        })?;
+    certificate_without_key(pair, path, "certs.os")
+}
+
+/// A v1alpha1 machine config: only the part read.
+#[derive(Deserialize)]
+struct MachineConfigDoc {
+    machine: Option<MachineSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MachineSection {
+    ca: Option<EncodedPair>,
+    #[serde(default)]
+    accepted_c_as: Vec<EncodedPair>,
+}
+
+fn machine_config(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+    let text = read_text(path)?;
+    let machine = super::machine_config::v1alpha1_document(&text, path)?
+        .and_then(|doc: MachineConfigDoc| doc.machine)
+        .ok_or_else(|| CaError::MissingField {
+            path: path.to_owned(),
+            field: "machine",
+        })?;
+    let pair = machine.ca.ok_or_else(|| CaError::MissingField {
+        path: path.to_owned(),
+        field: "machine.ca",
+    })?;
+    let mut certs = certificate_without_key(pair, path, "machine.ca")?;
+    let origin = format!("{} (machine.acceptedCAs)", path.display());
+    for accepted in machine.accepted_c_as {
+        if let Some(crt) = accepted.crt {
+            let pem = decode_base64(&crt, &origin, "crt")?;
+            certs.extend(
+                parse_certificates(&pem, &origin)?
+                    .into_iter()
+                    .filter(can_vouch_for_a_server),
+            );
+        }
+    }
+    Ok(certs)
+}
+
+/// Whether a CA can verify a server certificate (its extended key usage,
+/// when it has one, allows serverAuth): the talosconfig `ca` is for
+/// verifying apid, so a client-only CA (talos-sso's own, listed in the same
+/// `machine.acceptedCAs`) has nothing to do there.
+pub(super) fn can_vouch_for_a_server(cert: &ParsedCertificate) -> bool {
+    cert.ext_key_usage().is_none_or(|usages| {
+        usages.contains(&oid::KP_SERVER_AUTH) || usages.contains(&oid::ANY_EXTENDED_KEY_USAGE)
+    })
+}
+
+/// The certificate of a Talos `{crt, key}` pair whose key must be absent,
+/// empty or redacted (`******`, as `talosctl get machineconfig` shows it).
+fn certificate_without_key(
+    pair: EncodedPair,
+    path: &Path,
+    field: &'static str,
+) -> Result<Vec<ParsedCertificate>, CaError> {
+    let origin = format!("{} ({field})", path.display());
+    if pair
+        .key
+        .as_deref()
+        .is_some_and(|key| !matches!(key.trim(), "" | "******"))
+    {
+        return Err(CaError::TalosCaKeyPresent { origin });
+    }
+    let crt = pair.crt.ok_or_else(|| CaError::MissingField {
+        path: path.to_owned(),
+        field,
+    })?;
+    parse_certificates(&decode_base64(&crt, &origin, "crt")?, &origin)
+}
