@@ -67,7 +67,11 @@ impl CertificateAuthority {
             let text = read_text(path)?;
             accepted.extend(parse_certificates(&text, &path.display().to_string())?);
         }
-        let talos_ca = options.talos_ca.as_ref().map(talos_ca::read).transpose()?;
+        let talos_ca = options
+            .talos_ca
+            .as_ref()
+            .map(|source| talos_ca::talos_ca_certificates(source, talos_ca::KeyPolicy::Refuse))
+            .transpose()?;
         let ca = Self::from_signer(
             &material.cert_pem,
             &material.origin,

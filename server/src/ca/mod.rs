@@ -53,6 +53,7 @@ use material::Material;
 pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};
 pub use key::ACCEPTED_KEY_LABELS;
 pub use material::parse_certificates;
+pub use talos_ca::{KeyPolicy, talos_ca_certificates};
 
 /// Where a cluster's CAs come from: configuration data (`config`).
 use crate::config::{CaSource, TalosCaSource};
@@ -176,10 +177,16 @@ pub enum CaError {
     BrokenChain { origin: String, reason: String },
     #[error(
         "{origin} holds the Talos cluster CA key: accepted-CA mode exists so that this key never \
-         reaches talos-sso; give `talos_ca` the certificate alone (a talosconfig, a worker machine \
-         config, or the PEM certificate)"
+         reaches talos-sso; write the certificate alone with `talos-sso-server ca talos-ca` and name \
+         that in `talos_ca.cert_file`"
     )]
     TalosCaKeyPresent { origin: String },
+    #[error(
+        "{origin} holds a client key: the server needs only its `ca`; write the certificate alone with \
+         `talos-sso-server ca talos-ca --talosconfig FILE --out-cert talos-ca.crt` and name that in \
+         `talos_ca.cert_file`"
+    )]
+    TalosconfigKeyPresent { origin: String },
     #[error("{path} has no context `{context}`; its contexts: {}", known.join(", "))]
     TalosconfigContextUnknown {
         path: PathBuf,
@@ -237,6 +244,7 @@ impl CaError {
             CaError::BrokenChain { .. } => "ca_chain_broken",
             CaError::TalosCaKeyPresent { .. } => "talos_ca_key_present",
             CaError::TalosconfigContextUnknown { .. } => "talos_ca_context_unknown",
+            CaError::TalosconfigKeyPresent { .. } => "talos_ca_client_key_present",
             CaError::NotClientOnly { .. } => "ca_not_client_only",
             CaError::NotSelfSigned { .. } => "ca_not_self_signed",
             CaError::TalosCaIsSigner { .. } => "talos_ca_is_signer",

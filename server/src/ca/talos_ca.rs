@@ -6,7 +6,10 @@
 //! that can vouch for a server, as during `talosctl rotate-ca`).
 //!
 //! The mode exists so that the cluster CA key never reaches talos-sso: a
-//! source that carries it is refused, whatever else it holds.
+//! source that carries it is refused, whatever else it holds, and so is a
+//! talosconfig that carries a client key (a long-lived credential the
+//! server has no use for). `ca talos-ca` extracts the certificate from any
+//! of them on the operator's machine ([`KeyPolicy::Ignore`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,23 +21,36 @@ use super::material::{EncodedPair, decode_base64, parse_certificates, read_text,
 use crate::config::TalosCaSource;
 use crate::x509::{ParsedCertificate, oid};
 
+/// What to do with a private key found next to the certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPolicy {
+    /// Refuse the source (the server's `talos_ca`).
+    Refuse,
+    /// Read the certificate and leave the key (`ca talos-ca`, which writes
+    /// the certificate alone for the server).
+    Ignore,
+}
+
 /// The certificates of the source, the Talos CA first.
-pub(super) fn read(source: &TalosCaSource) -> Result<Vec<ParsedCertificate>, CaError> {
+pub fn talos_ca_certificates(
+    source: &TalosCaSource,
+    keys: KeyPolicy,
+) -> Result<Vec<ParsedCertificate>, CaError> {
     match source {
-        TalosCaSource::CertFile(path) => cert_file(path),
-        TalosCaSource::Talosconfig { path, context } => talosconfig(path, context.as_deref()),
-        TalosCaSource::SecretsBundle(path) => secrets_bundle(path),
-        TalosCaSource::MachineConfig(path) => machine_config(path),
+        TalosCaSource::CertFile(path) => cert_file(path, keys),
+        TalosCaSource::Talosconfig { path, context } => talosconfig(path, context.as_deref(), keys),
+        TalosCaSource::SecretsBundle(path) => secrets_bundle(path, keys),
+        TalosCaSource::MachineConfig(path) => machine_config(path, keys),
     }
 }
 
-fn cert_file(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+fn cert_file(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
     let text = read_text(path)?;
     let origin = path.display().to_string();
     let has_key = crate::x509::pem_blocks(&text)
         .map(|blocks| blocks.iter().any(|(label, _)| label.ends_with("PRIVATE KEY")))
         .unwrap_or(false);
-    if has_key {
+    if has_key && keys == KeyPolicy::Refuse {
         return Err(CaError::TalosCaKeyPresent { origin });
     }
     parse_certificates(&text, &origin)
@@ -51,9 +67,14 @@ struct Talosconfig {
 #[derive(Deserialize)]
 struct TalosconfigContext {
     ca: Option<String>,
+    key: Option<String>,
 }
 
-fn talosconfig(path: &Path, context: Option<&str>) -> Result<Vec<ParsedCertificate>, CaError> {
+fn talosconfig(
+    path: &Path,
+    context: Option<&str>,
+    keys: KeyPolicy,
+) -> Result<Vec<ParsedCertificate>, CaError> {
     let text = read_text(path)?;
     let config: Talosconfig = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
     let name = context
@@ -80,6 +101,9 @@ fn talosconfig(path: &Path, context: Option<&str>) -> Result<Vec<ParsedCertifica
                 .map(|k| talos_sso_text::clean_field(k))
                 .collect(),
         })?;
+    if keys == KeyPolicy::Refuse && entry.key.as_deref().is_some_and(|k| !k.trim().is_empty()) {
+        return Err(CaError::TalosconfigKeyPresent { origin });
+    }
     let ca = entry.ca.as_deref().ok_or_else(|| CaError::MissingField {
         path: path.to_owned(),
         field: "contexts.<context>.ca",
@@ -98,7 +122,7 @@ struct BundleCerts {
     os: Option<EncodedPair>,
 }
 
-fn secrets_bundle(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+fn secrets_bundle(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
     let text = read_text(path)?;
     let bundle: SecretsBundle = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
     let pair = bundle
@@ -108,7 +132,7 @@ fn secrets_bundle(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
             path: path.to_owned(),
             field: "certs.os",
         })?;
-    certificate_without_key(pair, path, "certs.os")
+    certificate_without_key(pair, path, "certs.os", keys)
 }
 
 /// A v1alpha1 machine config: only the part read.
@@ -125,7 +149,7 @@ struct MachineSection {
     accepted_c_as: Vec<EncodedPair>,
 }
 
-fn machine_config(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+fn machine_config(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
     let text = read_text(path)?;
     let machine = super::machine_config::v1alpha1_document(&text, path)?
         .and_then(|doc: MachineConfigDoc| doc.machine)
@@ -137,7 +161,7 @@ fn machine_config(path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
         path: path.to_owned(),
         field: "machine.ca",
     })?;
-    let mut certs = certificate_without_key(pair, path, "machine.ca")?;
+    let mut certs = certificate_without_key(pair, path, "machine.ca", keys)?;
     let origin = format!("{} (machine.acceptedCAs)", path.display());
     for accepted in machine.accepted_c_as {
         if let Some(crt) = accepted.crt {
@@ -168,12 +192,14 @@ fn certificate_without_key(
     pair: EncodedPair,
     path: &Path,
     field: &'static str,
+    keys: KeyPolicy,
 ) -> Result<Vec<ParsedCertificate>, CaError> {
     let origin = format!("{} ({field})", path.display());
-    if pair
-        .key
-        .as_deref()
-        .is_some_and(|key| !matches!(key.trim(), "" | "******"))
+    if keys == KeyPolicy::Refuse
+        && pair
+            .key
+            .as_deref()
+            .is_some_and(|key| !matches!(key.trim(), "" | "******"))
     {
         return Err(CaError::TalosCaKeyPresent { origin });
     }

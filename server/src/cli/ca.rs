@@ -150,6 +150,28 @@ pub enum CaCommand {
         #[arg(long)]
         out_cert: PathBuf,
     },
+    /// Write the Talos cluster CA certificate alone, for a cluster's
+    /// `talos_ca.cert_file` (accepted-CA mode), from a talosconfig, a
+    /// secrets bundle or a machine config; any key in them is left behind.
+    /// Run it where those files already are (an administrator's machine).
+    TalosCa {
+        /// A talosconfig: its context's `ca`.
+        #[arg(long, conflicts_with_all = ["secrets_bundle", "machine_config"], required_unless_present_any = ["secrets_bundle", "machine_config"])]
+        talosconfig: Option<PathBuf>,
+        /// Which context of --talosconfig (default: its current context).
+        #[arg(long, requires = "talosconfig")]
+        context: Option<String>,
+        /// A `talosctl gen secrets` bundle: `certs.os.crt`.
+        #[arg(long, conflicts_with = "machine_config")]
+        secrets_bundle: Option<PathBuf>,
+        /// A machine config: `machine.ca.crt`, and the `machine.acceptedCAs`
+        /// that can vouch for a server (a Talos CA rotation in progress).
+        #[arg(long)]
+        machine_config: Option<PathBuf>,
+        /// Where to write the certificate(s), PEM (must not exist).
+        #[arg(long)]
+        out_cert: PathBuf,
+    },
     /// Print the machine-config patches that add a client-only CA to Talos's
     /// `machine.acceptedCAs`, or remove it, in both forms (append, and
     /// replace for automation), with how to apply them.
@@ -453,6 +475,31 @@ pub(super) fn run(
             client_ca_next_steps(out, &out_cert)
         }
         CaCommand::Patch(args) => super::ca_patch::run(&args, out),
+        CaCommand::TalosCa {
+            talosconfig,
+            context,
+            secrets_bundle,
+            machine_config,
+            out_cert,
+        } => {
+            let source = crate::config::TalosCaConfig {
+                cert_file: None,
+                talosconfig,
+                context,
+                secrets_bundle,
+                machine_config,
+            }
+            .source()?;
+            let certs = crate::ca::talos_ca_certificates(&source, crate::ca::KeyPolicy::Ignore)
+                .map_err(|e| anyhow::anyhow!("refused [{}]: {e}", e.code()))?;
+            let pem: String = certs.iter().map(crate::x509::ParsedCertificate::to_pem).collect();
+            write_new_file(&out_cert, &pem, 0o644)?;
+            writeln!(out, "wrote {} from {source}:", out_cert.display())?;
+            for cert in &certs {
+                writeln!(out, "{}", CaSummary::of(cert, now))?;
+            }
+            Ok(())
+        }
         CaCommand::New {
             output:
                 NewCaOutput {

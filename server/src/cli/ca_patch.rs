@@ -2,7 +2,7 @@
 //! a client-only CA (`machine.acceptedCAs`) or stop accepting it, printed
 //! for review in both forms, or written to files ready for `talosctl`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -29,8 +29,9 @@ pub struct PatchArgs {
     #[arg(long)]
     ca_cert: PathBuf,
     /// The node's current machine config, or `talosctl get machineconfig -o
-    /// yaml` output: the replace form carries the CAs it already accepts.
-    /// Required for `remove`.
+    /// yaml` output (`-`: standard input, so that the config, which holds
+    /// the node's secrets, need not be written to disk): the replace form
+    /// carries the CAs it already accepts. Required for `remove`.
     #[arg(long)]
     current: Option<PathBuf>,
     /// Write each patch to a file in this folder (made if missing; files
@@ -39,6 +40,10 @@ pub struct PatchArgs {
     #[arg(long)]
     out_dir: Option<PathBuf>,
 }
+
+/// A machine config read from standard input is refused past this size
+/// (Talos's own configs are tens of kilobytes).
+const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The files `--out-dir` writes.
 const APPEND_FILE: &str = "accepted-ca-append.yaml";
@@ -61,8 +66,11 @@ pub(super) fn run(args: &PatchArgs, out: &mut (dyn Write + Send)) -> anyhow::Res
     }
     let current = match &args.current {
         Some(path) => {
-            let text =
-                crate::text_file::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let text = if path == Path::new("-") {
+                read_stdin()?
+            } else {
+                crate::text_file::read(path).with_context(|| format!("cannot read {}", path.display()))?
+            };
             Some(patch::current_accepted_cas(&text).with_context(|| format!("{}", path.display()))?)
         }
         None => None,
@@ -87,6 +95,22 @@ pub(super) fn run(args: &PatchArgs, out: &mut (dyn Write + Send)) -> anyhow::Res
         Some(dir) => write_files(out, dir, &patches, current.is_some()),
         None => print_forms(out, &patches, current.is_some()),
     }
+}
+
+/// A machine config from standard input, refused past [`MAX_CONFIG_BYTES`].
+fn read_stdin() -> anyhow::Result<String> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .context("cannot read standard input")?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        bail!(
+            "standard input is larger than {} MiB: not a machine config",
+            MAX_CONFIG_BYTES >> 20
+        );
+    }
+    String::from_utf8(bytes).context("standard input is not UTF-8 text")
 }
 
 /// The list before and after, in words.
