@@ -87,6 +87,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod accepted_ca_break_glass;
 mod audit_sql;
 mod batch;
 mod ca_sources;
