@@ -148,7 +148,8 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
         assert!(stdout.contains(expected), "{expected} in {stdout}");
     }
     // It ends with bob's certificate admitted over mutual TLS by the apid
-    // stand-in, with the roles Talos reads and the time left.
+    // stand-in, with the roles Talos reads and the time left; the server
+    // never had the cluster CA key.
     let admitted = stdout
         .lines()
         .skip_while(|line| !line.starts_with("7. A Talos node admits bob's certificate"))
@@ -159,6 +160,12 @@ async fn the_readme_quick_start_leaves_the_home_folder_untouched() {
             && admitted.ends_with("s left)"),
         "{admitted}"
     );
+    // In accepted-CA mode: and refused once the client CA is out of the pool.
+    assert!(
+        stdout.contains("cut-off), the same certificate is refused"),
+        "{stdout}"
+    );
+    assert!(files.contains(&demo.join("client-ca.key")) && !files.contains(&demo.join("talos-ca.key")));
 
     // Each demo user's environment file works as printed: `source` it in a
     // shell that has nothing else, and the CLI on its PATH reads that

@@ -1,6 +1,7 @@
 //! The quick start: the whole product on one machine with no external
-//! service. It starts the Entra ID emulator, makes a throwaway Talos CA,
-//! starts talos-sso-server with its embedded SQLite audit store, logs in as a
+//! service. It starts the Entra ID emulator, makes a throwaway Talos CA and
+//! talos-sso's own client CA (accepted-CA mode, as production runs), starts
+//! talos-sso-server with its embedded SQLite audit store, logs in as a
 //! demo user with the real `talos-sso` CLI (the emulator plays the browser
 //! part), and shows the talosconfig it wrote, the roles and time left. Then
 //! the security team's view: an auditor reads the trail with `talos-sso
@@ -81,7 +82,13 @@ fn say(line: &str) {
     println!("{line}");
 }
 
-fn config_text(emulator: &EmulatorHandle, dir: &Path, ca_cert: &Path, ca_key: &Path, listen: &str) -> String {
+fn config_text(
+    emulator: &EmulatorHandle,
+    dir: &Path,
+    ca: &ClientCaFiles,
+    talos_ca_cert: &Path,
+    listen: &str,
+) -> String {
     format!(
         r#"# talos-sso-server configuration written by the quick start.
 listen: "{listen}"
@@ -96,7 +103,10 @@ identity:
 clusters:
   demo:
     description: "A throwaway cluster for the quick start"
+    # Accepted-CA mode: talos-sso signs with a client-only CA of its own that
+    # the nodes list in machine.acceptedCAs; the cluster CA key stays with Talos.
     ca: {{ cert_file: "{cert}", key_file: "{key}" }}
+    talos_ca: {{ cert_file: "{talos_ca}" }}
     endpoints: ["127.0.0.1"]
     ttl: 5m
     max_ttl: 15m
@@ -116,9 +126,16 @@ audit:
 "#,
         data = dir.display(),
         issuer = emulator.issuer(),
-        cert = ca_cert.display(),
-        key = ca_key.display(),
+        cert = ca.cert.display(),
+        key = ca.key.display(),
+        talos_ca = talos_ca_cert.display(),
     )
+}
+
+/// The files of the demo's talos-sso client CA.
+struct ClientCaFiles {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 /// What the quick start leaves in its folder so that the next run knows the
@@ -206,17 +223,30 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         emulator.issuer()
     ));
 
-    say("2. A throwaway Talos CA (Ed25519, O=talos, like `talosctl gen secrets`)");
-    let ca = generate::new_root(
+    say("2. A throwaway Talos cluster CA (Ed25519, O=talos, like `talosctl gen secrets`): its");
+    say("   certificate only, as `talos-sso-server ca talos-ca` writes it; and talos-sso's own");
+    say("   client CA (`ca client-ca`), which the nodes list in machine.acceptedCAs");
+    let now = OffsetDateTime::now_utc();
+    let talos_ca = generate::new_root(
         NewKeyType::Ed25519,
         "talos",
         Duration::from_secs(3650 * 86400),
-        OffsetDateTime::now_utc(),
+        now,
     )
     .map_err(|e| e.to_string())?;
-    let ca_cert = write_file(&dir, "talos-ca.crt", &ca.cert_pem, 0o644);
-    let ca_key = write_file(&dir, "talos-ca.key", &ca.key_pem, 0o600);
-    say(&format!("   {}", ca_cert.display()));
+    let talos_ca_cert = write_file(&dir, "talos-ca.crt", &talos_ca.cert_pem, 0o644);
+    let client_ca =
+        generate::new_client_ca(NewKeyType::Ed25519, "demo", Duration::from_secs(365 * 86400), now)
+            .map_err(|e| e.to_string())?;
+    let client_ca_files = ClientCaFiles {
+        cert: write_file(&dir, "client-ca.crt", &client_ca.cert_pem, 0o644),
+        key: write_file(&dir, "client-ca.key", &client_ca.key_pem, 0o600),
+    };
+    say(&format!(
+        "   {} and {}",
+        talos_ca_cert.display(),
+        client_ca_files.cert.display()
+    ));
     let (_, audit_key, audit_public) = talos_sso_server::audit::checkpoint::AuditKey::generate()?;
     write_file(&dir, "audit-signing.key", &audit_key, 0o600);
     let audit_public = write_file(&dir, "audit-signing.pub", &audit_public, 0o644);
@@ -230,7 +260,7 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     let write_config = |listen: &str| {
         std::fs::write(
             &config_path,
-            config_text(&emulator, &dir, &ca_cert, &ca_key, listen),
+            config_text(&emulator, &dir, &client_ca_files, &talos_ca_cert, listen),
         )
         .map_err(|e| e.to_string())
     };
@@ -336,15 +366,24 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
     }
 
     say("7. A Talos node admits bob's certificate: mutual TLS with a stand-in for apid");
-    say("   (it trusts only the Talos CA, requires a client certificate, and reads the roles");
-    say("   from its Subject Organization, as apid does; the talosconfig's key signs the handshake)");
-    let talos_ca = ca.cert_pem.clone();
-    let accepted = tokio::task::spawn_blocking(move || {
-        talos_checker::handshake(&talos_ca, &stored.crt_pem, &stored.key_pem)
+    say("   (it trusts machine.ca plus machine.acceptedCAs, requires a client certificate, and reads");
+    say(
+        "   the roles from its Subject Organization, as apid does; the talosconfig's key signs the handshake)",
+    );
+    let accepted_pool = format!("{}{}", talos_ca.cert_pem, client_ca.cert_pem);
+    let cluster_ca_only = talos_ca.cert_pem.clone();
+    let (accepted, cut_off) = tokio::task::spawn_blocking(move || {
+        (
+            talos_checker::handshake(&accepted_pool, &stored.crt_pem, &stored.key_pem),
+            talos_checker::handshake(&cluster_ca_only, &stored.crt_pem, &stored.key_pem),
+        )
     })
     .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("the apid stand-in refused bob's certificate: {e}"))?;
+    .map_err(|e| e.to_string())?;
+    let accepted = accepted.map_err(|e| format!("the apid stand-in refused bob's certificate: {e}"))?;
+    if cut_off.is_ok() {
+        return Err("the apid stand-in admitted bob without the client CA in its pool".into());
+    }
     let left = (leaf.not_after - OffsetDateTime::now_utc()).whole_seconds();
     say(&format!(
         "   accepted: roles {:?} for {}, valid until {} ({}m{:02}s left)",
@@ -356,6 +395,8 @@ pub async fn run(options: QuickstartOptions) -> Result<QuickstartResult, String>
         left / 60,
         left % 60
     ));
+    say("   With the client CA out of machine.acceptedCAs (`talos-sso-server ca patch remove`, the");
+    say("   cut-off), the same certificate is refused: talos-sso is withdrawn by one patch.");
 
     let result = QuickstartResult {
         dir: dir.clone(),
