@@ -88,6 +88,7 @@ macro_rules! on_both_stores {
 }
 
 mod accepted_ca_break_glass;
+mod accepted_ca_tools;
 mod audit_sql;
 mod batch;
 mod ca_sources;
