@@ -139,6 +139,25 @@ fn the_ca_tools_make_and_check_an_accepted_ca_setup() {
         "{client_key_in_config}"
     );
 
+    // talos_ca must be the cluster CA: not the client CA, nor another
+    // client-only CA, with which talosctl could not verify apid.
+    let itself = inspect(&["--talos-ca-cert-file", path(&client_cert)]).unwrap_err();
+    assert!(itself.contains("talos_ca_is_signer"), "{itself}");
+    let other = dir.path().join("other-client-ca.crt");
+    server(&[
+        "ca",
+        "client-ca",
+        "--cluster",
+        "staging",
+        "--out-cert",
+        path(&other),
+        "--out-key",
+        path(&dir.path().join("other-client-ca.key")),
+    ])
+    .unwrap();
+    let client_only = inspect(&["--talos-ca-cert-file", path(&other)]).unwrap_err();
+    assert!(client_only.contains("talos_ca_client_only"), "{client_only}");
+
     // The Talos CA itself as the signer of an accepted-CA cluster: it can
     // vouch for servers, so it is refused.
     let bundle = fixture("talos/secrets-bundle.yaml");

@@ -287,6 +287,11 @@ fn check_client_only_ca(
     if talos_ca.iter().any(|ca| ca.spki() == signer.spki()) {
         return Err(CaError::TalosCaIsSigner { subject });
     }
+    if let Some(ca) = talos_ca.iter().find(|ca| !can_vouch_for_a_server(ca)) {
+        return Err(CaError::TalosCaClientOnly {
+            subject: describe_name(&ca.raw_subject),
+        });
+    }
     Ok(())
 }
 

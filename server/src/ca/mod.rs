@@ -211,6 +211,11 @@ pub enum CaError {
     )]
     TalosCaIsSigner { subject: String },
     #[error(
+        "`talos_ca` holds {subject}, a CA limited to client authentication: talosctl verifies apid \
+         with `talos_ca`, so it must be the Talos cluster CA (what `machine.ca` holds)"
+    )]
+    TalosCaClientOnly { subject: String },
+    #[error(
         "the CA {subject} is limited to client authentication, so talosctl could not verify apid \
          with it: it looks like a talos-sso client CA; name the Talos cluster CA certificate in the \
          cluster's `talos_ca` (accepted-CA mode)"
@@ -248,6 +253,7 @@ impl CaError {
             CaError::NotClientOnly { .. } => "ca_not_client_only",
             CaError::NotSelfSigned { .. } => "ca_not_self_signed",
             CaError::TalosCaIsSigner { .. } => "talos_ca_is_signer",
+            CaError::TalosCaClientOnly { .. } => "talos_ca_client_only",
             CaError::ClientOnlyWithoutTalosCa { .. } => "ca_client_only_without_talos_ca",
             CaError::Pkcs11(error) => error.code(),
         }
