@@ -85,9 +85,10 @@ fn accepted_options(talos: &TalosCluster) -> CaOptions {
 /// with `talos_ca` naming `talos`'s CA certificate.
 fn accepted_ca(dir: &Path, talos: &TalosCluster, key_type: NewKeyType) -> CertificateAuthority {
     let new = new_client_ca(key_type);
+    let name = format!("client-ca-{key_type:?}");
     let source = CaSource::Files {
-        cert_file: write_file(dir, "client-ca.crt", &new.cert_pem, 0o644),
-        key_file: write_file(dir, "client-ca.key", &new.key_pem, 0o600),
+        cert_file: write_file(dir, &format!("{name}.crt"), &new.cert_pem, 0o644),
+        key_file: write_file(dir, &format!("{name}.key"), &new.key_pem, 0o600),
     };
     let ca =
         CertificateAuthority::load(&source, &accepted_options(talos), OffsetDateTime::now_utc()).unwrap();
@@ -266,8 +267,6 @@ fn apid_admits_the_leaves_while_talos_lists_the_client_ca() {
         );
         let refused = talos_checker::handshake(&talos.ca_pem(), &issued.chain_pem, &key_pem).unwrap_err();
         assert!(refused.contains("sent no certificate"), "{refused}");
-        std::fs::remove_file(dir.path().join("client-ca.crt")).unwrap();
-        std::fs::remove_file(dir.path().join("client-ca.key")).unwrap();
     }
 }
 
