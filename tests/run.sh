@@ -37,6 +37,8 @@ requirements=(
   # A CA key inside a PKCS#11 token: SoftHSM 2, and OpenSC's pkcs11-tool.
   "softhsm2-util softhsm2"
   "pkcs11-tool opensc"
+  # Go's standard library, which Talos runs, as apid and talosctl (tests/go).
+  "go golang-go"
   # The CLI's saved logins in a real Secret Service: GNOME Keyring on a
   # private D-Bus session bus, read back with secret-tool.
   "gnome-keyring-daemon gnome-keyring"

@@ -35,6 +35,10 @@ mod conventions;
 #[path = "cli/keyring.rs"]
 mod keyring;
 
+/// A cluster in accepted-CA mode, judged by Go's standard library.
+#[path = "cli/accepted_ca.rs"]
+mod accepted_ca;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.

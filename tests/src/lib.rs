@@ -3,6 +3,7 @@
 //!
 //! - `talos_checker`: an apid/talosctl stand-in doing a real mTLS handshake.
 //! - `openssl`: a second opinion from the OpenSSL command line.
+//! - `go_tls`: apid and talosctl stand-ins in Go's standard library.
 //! - `emulator`: an Entra ID emulator (also the `entra-emulator` binary).
 //! - `faults`: fault injection against real processes (Postgres, the server).
 //! - `harness`: a real server on a fresh database, with the emulator.
@@ -23,6 +24,7 @@ pub mod audit_seed;
 pub mod console_client;
 pub mod emulator;
 pub mod faults;
+pub mod go_tls;
 pub mod harness;
 pub mod load;
 pub mod man_pages;

@@ -13,6 +13,16 @@ fn write(dir: &Path, name: &str, contents: &str) -> std::path::PathBuf {
 /// `openssl verify -purpose sslclient` of a leaf, with `chain_pem` as
 /// untrusted intermediates (may be empty). Returns OpenSSL's output on failure.
 pub fn verify_client_certificate(ca_pem: &str, leaf_pem: &str, chain_pem: &str) -> Result<(), String> {
+    verify_for("sslclient", ca_pem, leaf_pem, chain_pem)
+}
+
+/// `openssl verify -purpose sslserver`: could the leaf serve TLS (a Talos
+/// node's apid) to a client trusting `ca_pem`?
+pub fn verify_server_certificate(ca_pem: &str, leaf_pem: &str, chain_pem: &str) -> Result<(), String> {
+    verify_for("sslserver", ca_pem, leaf_pem, chain_pem)
+}
+
+fn verify_for(purpose: &str, ca_pem: &str, leaf_pem: &str, chain_pem: &str) -> Result<(), String> {
     let dir = tempfile::tempdir().expect("temp dir");
     let ca = write(dir.path(), "ca.pem", ca_pem);
     let leaf = write(dir.path(), "leaf.pem", leaf_pem);
@@ -20,7 +30,7 @@ pub fn verify_client_certificate(ca_pem: &str, leaf_pem: &str, chain_pem: &str) 
     command
         .arg("verify")
         .arg("-purpose")
-        .arg("sslclient")
+        .arg(purpose)
         .arg("-CAfile")
         .arg(&ca);
     if !chain_pem.is_empty() {

@@ -1,5 +1,8 @@
 //! End-to-end tests, in one binary (one link on a 2-core machine).
 //!
+//! - `accepted_ca`: accepted-CA mode judged by OpenSSL and Go's standard
+//!   library: the client-only profile, nothing it signs passes as a server,
+//!   apid admits its leaves only while it is listed, a key in a token.
 //! - `ca_sources`: every CA form loads; every refusal has its own error.
 //! - `issuance`: certificates Talos accepts, checked by the apid stand-in and
 //!   by OpenSSL, for each CA type and 1, 2 and 4 roles; CSR refusals;
@@ -87,6 +90,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod accepted_ca;
 mod accepted_ca_break_glass;
 mod accepted_ca_tools;
 mod audit_sql;
