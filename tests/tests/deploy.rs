@@ -812,6 +812,15 @@ fn every_provider_pages_server_configuration_loads() {
                 talos_sso_server::policy::ClusterPolicy::new(cluster.policy(&tenancy))
                     .unwrap_or_else(|e| panic!("{}: cluster {name}: {e}", page.display()));
             }
+            // The clusters, in the mode production uses, with CA material
+            // where the page names it.
+            let root = tempfile::tempdir().unwrap();
+            accepted_ca::load_in_accepted_ca_mode(
+                &page.display().to_string(),
+                &block,
+                root.path(),
+                &accepted_ca::CaFiles::new,
+            );
             loaded += 1;
         }
         assert!(loaded >= 1, "{} has no server configuration", page.display());
