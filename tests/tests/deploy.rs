@@ -2,15 +2,20 @@
 //! referenced file exists, ports and probe paths match what the server
 //! serves, configuration files load with the server's own parser, every
 //! `TALOS_SSO__*` variable names a real key, commands parse with the server's
-//! own command line. The Kubernetes objects' labels select the server and
-//! never the database, migrations run in an init container (no Job), every
-//! mounted Secret has a declarative source, the NetworkPolicies, Ingresses and routes open
-//! and reach the ports the server has, the CloudNativePG roles are the ones
-//! the configuration connects as; the Talos extension starts from the files
-//! laid out as Talos writes them.
+//! own command line; every cluster of the production configurations is in
+//! accepted-CA mode and loads, as the server loads it, from the files the
+//! material delivers (`accepted_ca`). The Kubernetes objects' labels select
+//! the server and never the database, migrations run in an init container
+//! (no Job), every mounted Secret has a declarative source, the
+//! NetworkPolicies, Ingresses and routes open and reach the ports the
+//! server has, the CloudNativePG roles are the ones the configuration
+//! connects as; the Talos extension starts from the files laid out as Talos
+//! writes them (`talos`).
+
+pub(crate) mod accepted_ca;
+mod talos;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Parser;
 use serde_yaml_ng::Value;
@@ -18,7 +23,7 @@ use talos_sso_server::cli::Cli;
 use talos_sso_server::config::Config;
 use talos_sso_tests::harness::{Backend, TestEnv};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
@@ -133,11 +138,73 @@ fn kustomize_base_and_overlay_hold_together() {
         }
         for generator in kustomization["configMapGenerator"].as_sequence().unwrap() {
             for file in generator["files"].as_sequence().unwrap() {
-                let config = dir.join(file.as_str().unwrap());
+                let path = dir.join(file.as_str().unwrap());
+                let text = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{} names {}: {e}", dir.display(), path.display()));
                 // The configuration the pods get loads with the server's parser.
-                Config::from_yaml(&std::fs::read_to_string(&config).unwrap()).unwrap();
+                if path.extension().is_some_and(|e| e == "yaml") {
+                    Config::from_yaml(&text).unwrap();
+                }
             }
         }
+    }
+    // The Talos CA certificate each configuration names (`talos_ca`, public)
+    // comes in the ConfigMap the configuration itself comes in: every
+    // installation's generator delivers it next to config.yaml, mounted
+    // where the configuration reads it.
+    let installation = repo().join("deploy/gitops/installation");
+    for (dir, config) in [
+        (&overlay, overlay.join("config.yaml")),
+        (&installation, overlay.join("config.yaml")),
+        (&overlay, base.join("config.yaml")),
+    ] {
+        let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
+        let generator = kustomization["configMapGenerator"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "talos-sso-config")
+            .unwrap_or_else(|| panic!("{}: no talos-sso-config", dir.display()));
+        let delivered: Vec<&str> = generator["files"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        let parsed = Config::from_yaml(&std::fs::read_to_string(&config).unwrap()).unwrap();
+        for (name, cluster) in &parsed.clusters {
+            let talos_ca = cluster
+                .talos_ca
+                .as_ref()
+                .and_then(|t| t.cert_file.clone())
+                .unwrap_or_else(|| panic!("{}: cluster {name} is not in accepted-CA mode", config.display()));
+            let file = talos_ca.strip_prefix("/etc/talos-sso").unwrap_or_else(|_| {
+                panic!(
+                    "{}: {} is not in the ConfigMap's mount",
+                    config.display(),
+                    talos_ca.display()
+                )
+            });
+            assert!(
+                delivered.contains(&file.to_str().unwrap()),
+                "{}: {} does not deliver {} ({delivered:?})",
+                config.display(),
+                dir.display(),
+                file.display()
+            );
+        }
+    }
+    // Both configurations load, as the server loads them at start, from
+    // test material where they name it: the client CA from the Secret, the
+    // Talos CA certificate from the ConfigMap.
+    for config in [base.join("config.yaml"), overlay.join("config.yaml")] {
+        let root = tempfile::tempdir().unwrap();
+        accepted_ca::load_in_accepted_ca_mode(
+            &config.display().to_string(),
+            &std::fs::read_to_string(&config).unwrap(),
+            root.path(),
+            &accepted_ca::CaFiles::new,
+        );
     }
     let overlay_k = &documents(&overlay.join("kustomization.yaml"))[0];
     let tag = overlay_k["images"][0]["newTag"].as_str().unwrap();
@@ -214,6 +281,8 @@ fn kustomize_base_and_overlay_hold_together() {
         .expect("the base signs checkpoints");
     for file in [
         cluster.ca.cert_file.clone().unwrap(),
+        cluster.ca.key_file.clone().unwrap(),
+        cluster.talos_ca.clone().unwrap().cert_file.unwrap(),
         config.tls.clone().unwrap().key_file,
         config.database.password_file.clone().unwrap(),
         checkpoints
@@ -529,8 +598,10 @@ fn systemd_unit_matches_the_code() {
         "the unit's StateDirectory"
     );
     // Credentials the configuration reads are the ones the unit loads.
+    let homelab = &config.clusters["homelab"];
     for file in [
-        config.clusters["homelab"].ca.key_file.clone().unwrap(),
+        homelab.ca.cert_file.clone().unwrap(),
+        homelab.ca.key_file.clone().unwrap(),
         config.tls.clone().unwrap().key_file,
         config
             .audit
@@ -549,13 +620,42 @@ fn systemd_unit_matches_the_code() {
         .filter_map(|pair| pair.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect();
     load_with(&systemd_config, env);
+    // The Talos CA certificate is public: a plain file next to the
+    // configuration, which the unit's install line puts there (a
+    // credential would be read only at start, not at a reload).
+    let talos_ca = homelab.talos_ca.clone().unwrap().cert_file.unwrap();
+    assert_eq!(talos_ca.parent(), Some(Path::new("/etc/talos-sso")));
+    let install = unit
+        .lines()
+        .find(|l| l.contains("install -m 0644 config.yaml"))
+        .expect("the unit's install line for /etc/talos-sso");
+    let talos_ca_name = talos_ca.file_name().unwrap().to_str().unwrap();
+    assert!(install.contains(talos_ca_name), "{install}");
+    // Both configurations load in accepted-CA mode from the material where
+    // they name it, and name the same files.
+    let postgres_config = repo().join("deploy/systemd/config-postgres.yaml");
+    for path in [&systemd_config, &postgres_config] {
+        let root = tempfile::tempdir().unwrap();
+        accepted_ca::load_in_accepted_ca_mode(
+            &path.display().to_string(),
+            &std::fs::read_to_string(path).unwrap(),
+            root.path(),
+            &accepted_ca::CaFiles::new,
+        );
+        let other = Config::from_yaml(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(other.clusters["homelab"].ca.cert_file, homelab.ca.cert_file);
+        assert_eq!(other.clusters["homelab"].ca.key_file, homelab.ca.key_file);
+        assert_eq!(
+            other.clusters["homelab"].talos_ca.clone().unwrap().cert_file,
+            Some(talos_ca.clone())
+        );
+    }
     // SQLite migrates at start: no roles, the file's permissions are the boundary.
     assert_eq!(config.database.url, None);
     assert_ne!(config.database.migrate_on_start, Some(false));
 
     // Postgres: the server as the runtime role; a unit of its own migrates as
     // the owner, with the owner's password loaded for it alone.
-    let postgres_config = repo().join("deploy/systemd/config-postgres.yaml");
     let migrate_unit =
         std::fs::read_to_string(repo().join("deploy/systemd/talos-sso-server-migrate.service")).unwrap();
     assert!(migrate_unit.contains("Type=oneshot") && migrate_unit.contains("DynamicUser=yes"));
@@ -712,6 +812,15 @@ fn every_provider_pages_server_configuration_loads() {
                 talos_sso_server::policy::ClusterPolicy::new(cluster.policy(&tenancy))
                     .unwrap_or_else(|e| panic!("{}: cluster {name}: {e}", page.display()));
             }
+            // The clusters, in the mode production uses, with CA material
+            // where the page names it.
+            let root = tempfile::tempdir().unwrap();
+            accepted_ca::load_in_accepted_ca_mode(
+                &page.display().to_string(),
+                &block,
+                root.path(),
+                &accepted_ca::CaFiles::new,
+            );
             loaded += 1;
         }
         assert!(loaded >= 1, "{} has no server configuration", page.display());
@@ -1147,237 +1256,4 @@ fn cloudnative_pg_cluster_makes_the_roles_the_material_uses() {
     for container in [server, migrate] {
         assert_eq!(secret_of(container, &root_cert), format!("{name}-ca"));
     }
-}
-
-/// The Talos material: the node's machine configuration patch (its
-/// `machine.files` and its `ExtensionServiceConfig`) and the service spec.
-struct TalosMaterial {
-    machine_files: Vec<Value>,
-    service_config: Value,
-    spec: Value,
-}
-
-fn talos_material() -> TalosMaterial {
-    let patch = documents(&repo().join("deploy/talos/machine-config-patch.yaml"));
-    assert_eq!(patch.len(), 2);
-    let spec = documents(&repo().join("deploy/talos/extension/talos-sso-server.yaml"));
-    TalosMaterial {
-        machine_files: patch[0]["machine"]["files"].as_sequence().unwrap().clone(),
-        service_config: patch[1].clone(),
-        spec: spec[0].clone(),
-    }
-}
-
-/// Lay the Talos material out under `root` as Talos would for the
-/// service's container, with test material in place of the placeholders
-/// (`material`: file name to content): every `configFiles` entry written
-/// 0644 at its `mountPath`; every `machine.files` entry written with its
-/// `permissions`, then seen through the spec's bind mounts, read-only ones
-/// with their modes as written. Returns the configuration file's path.
-fn lay_out_as_talos(talos: &TalosMaterial, root: &Path, material: &dyn Fn(&str, &str) -> String) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let inside = |path: &str| root.join(path.trim_start_matches('/'));
-    let write = |path: &Path, content: &str, mode: u32| {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    };
-    let mounts = talos.spec["container"]["mounts"].as_sequence().unwrap();
-    for file in &talos.machine_files {
-        let path = file["path"].as_str().unwrap();
-        assert!(
-            path.starts_with("/var/"),
-            "Talos creates files under /var only: {path}"
-        );
-        assert_eq!(file["op"], "create");
-        let mode = u32::try_from(file["permissions"].as_u64().unwrap()).unwrap();
-        let mount = mounts
-            .iter()
-            .find(|m| Path::new(path).starts_with(m["source"].as_str().unwrap()))
-            .unwrap_or_else(|| panic!("{path} is under none of the service's mounts"));
-        let relative = Path::new(path)
-            .strip_prefix(mount["source"].as_str().unwrap())
-            .unwrap();
-        let seen = inside(mount["destination"].as_str().unwrap()).join(relative);
-        write(&seen, &material(path, file["content"].as_str().unwrap()), mode);
-    }
-    for mount in mounts {
-        // A source Talos has to make itself it makes 0700.
-        let destination = inside(mount["destination"].as_str().unwrap());
-        if !destination.exists() {
-            std::fs::create_dir_all(&destination).unwrap();
-            std::fs::set_permissions(&destination, std::fs::Permissions::from_mode(0o700)).unwrap();
-        }
-    }
-    let mut config_path = None;
-    for file in talos.service_config["configFiles"].as_sequence().unwrap() {
-        let mount_path = file["mountPath"].as_str().unwrap();
-        let mut content = material(mount_path, file["content"].as_str().unwrap());
-        if mount_path.ends_with("/config.yaml") {
-            content = point_config_at(&content, root);
-            config_path = Some(inside(mount_path));
-        }
-        write(&inside(mount_path), &content, 0o644);
-    }
-    config_path.expect("a config.yaml among the configFiles")
-}
-
-/// The Talos configuration, with every absolute path moved under `root`
-/// and the identity provider swapped for the emulator's (the placeholders
-/// name no real tenant), listening on a free local port.
-fn point_config_at(content: &str, root: &Path) -> String {
-    let mut config: Value = serde_yaml_ng::from_str(content).unwrap();
-    fn rebase(value: &mut Value, root: &Path) {
-        match value {
-            Value::String(s) if s.starts_with("/etc/") || s.starts_with("/var/") => {
-                *s = root.join(s.trim_start_matches('/')).display().to_string();
-            }
-            Value::Mapping(m) => m.values_mut().for_each(|v| rebase(v, root)),
-            Value::Sequence(items) => items.iter_mut().for_each(|v| rebase(v, root)),
-            _ => {}
-        }
-    }
-    rebase(&mut config, root);
-    config["listen"] = Value::from("127.0.0.1:0");
-    serde_yaml_ng::to_string(&config).unwrap()
-}
-
-#[tokio::test]
-async fn talos_extension_starts_from_the_files_talos_writes() {
-    use talos_sso_server::ca::generate::{self, NewKeyType};
-    use talos_sso_tests::emulator::{CLI_CLIENT_ID, EmulatorConfig, EmulatorHandle, TENANT_ID};
-
-    let talos = talos_material();
-    // What the service waits for: its configuration, and each secret Talos
-    // writes at boot.
-    let depends = talos.spec["depends"].as_sequence().unwrap();
-    assert!(depends.iter().any(|d| d["configuration"] == true));
-    for file in &talos.machine_files {
-        assert!(
-            depends.iter().any(|d| d["path"] == file["path"]),
-            "{:?} is not waited for",
-            file["path"]
-        );
-        assert_eq!(file["permissions"].as_u64(), Some(0o600), "{:?}", file["path"]);
-    }
-    assert_eq!(talos.service_config["name"], talos.spec["name"]);
-    assert_eq!(talos.service_config["kind"], "ExtensionServiceConfig");
-    assert_eq!(talos.spec["container"]["security"]["writeableRootfs"], false);
-    Cli::try_parse_from(
-        std::iter::once("talos-sso-server".to_owned()).chain(strings(&talos.spec["container"]["args"])),
-    )
-    .unwrap();
-    let readme = std::fs::read_to_string(repo().join("deploy/talos/README.md")).unwrap();
-    let commands: Vec<&str> = readme
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("talos-sso-server "))
-        .collect();
-    assert!(!commands.is_empty());
-    for command in commands {
-        Cli::try_parse_from(command.split_whitespace()).unwrap_or_else(|e| panic!("{command}: {e}"));
-    }
-    let environment: Vec<(String, String)> = talos.service_config["environment"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let (k, v) = e.as_str().unwrap().split_once('=').unwrap();
-            (k.to_owned(), v.to_owned())
-        })
-        .collect();
-
-    // Real material for the placeholders: a TLS pair for 127.0.0.1 and a CA.
-    let scratch = tempfile::tempdir().unwrap();
-    let (tls_ca, tls_cert, tls_key) = talos_sso_tests::harness::tls_files(scratch.path());
-    let tls_cert = std::fs::read_to_string(tls_cert).unwrap();
-    let tls_key = std::fs::read_to_string(tls_key).unwrap();
-    let ca = generate::new_root(
-        NewKeyType::Ed25519,
-        "talos-sso intermediate CA",
-        std::time::Duration::from_secs(86400),
-        time::OffsetDateTime::now_utc(),
-    )
-    .unwrap();
-    let emulator = EmulatorHandle::start(EmulatorConfig::default()).await.unwrap();
-    let material = |path: &str, content: &str| -> String {
-        match Path::new(path).file_name().unwrap().to_str().unwrap() {
-            "tls.crt" => tls_cert.clone(),
-            "tls.key" => tls_key.clone(),
-            "intermediate.crt" => ca.cert_pem.clone(),
-            "intermediate.key" => ca.key_pem.clone(),
-            "config.yaml" => content
-                .replace(
-                    "https://login.microsoftonline.com/<tenant-id>/v2.0",
-                    &emulator.issuer(),
-                )
-                .replace("<tenant-id>", TENANT_ID)
-                .replace("<client id>", CLI_CLIENT_ID),
-            other => panic!(
-                "no test material for {other}: the Talos example delivers a file this test does not know"
-            ),
-        }
-    };
-
-    let root = tempfile::tempdir().unwrap();
-    let config_path = lay_out_as_talos(&talos, root.path(), &material);
-    let config = Config::load_with_env(&config_path, environment.clone()).unwrap();
-    let server = talos_sso_server::server::Server::bind(config, Arc::new(talos_sso_server::app::SystemClock))
-        .await
-        .unwrap_or_else(|e| panic!("the server does not start from the Talos layout: {e}"));
-    let url = server.url();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
-    let client = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(tls_ca.as_bytes()).unwrap())
-        .build()
-        .unwrap();
-    let status = client
-        .get(format!("{url}/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(status, 200, "{url}");
-    stop.send(()).unwrap();
-    running.await.unwrap();
-
-    // The path the example used to document: the CA key as a configFiles
-    // entry, which Talos writes 0644. The server refuses it.
-    let mut as_config_file = talos_material();
-    let key = as_config_file
-        .machine_files
-        .iter()
-        .position(|f| f["path"].as_str().unwrap().ends_with("intermediate.key"))
-        .unwrap();
-    let entry = as_config_file.machine_files.remove(key);
-    let config_text = as_config_file.service_config["configFiles"][0]["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let key_mount = "/etc/talos-sso/intermediate.key";
-    as_config_file.service_config["configFiles"][0]["content"] =
-        Value::from(config_text.replace("/etc/talos-sso/secrets/intermediate.key", key_mount));
-    let mut extra = serde_yaml_ng::Mapping::new();
-    extra.insert("mountPath".into(), key_mount.into());
-    extra.insert("content".into(), entry["content"].clone());
-    as_config_file.service_config["configFiles"]
-        .as_sequence_mut()
-        .unwrap()
-        .push(Value::Mapping(extra));
-    let root = tempfile::tempdir().unwrap();
-    let config_path = lay_out_as_talos(&as_config_file, root.path(), &material);
-    let config = Config::load_with_env(&config_path, environment).unwrap();
-    let Err(refused) =
-        talos_sso_server::server::Server::bind(config, Arc::new(talos_sso_server::app::SystemClock)).await
-    else {
-        panic!("a world-readable CA key is refused");
-    };
-    let message = format!("{refused:#}");
-    assert!(
-        message.contains("intermediate.key") && message.contains("644"),
-        "{message}"
-    );
 }

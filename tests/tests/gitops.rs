@@ -4,8 +4,11 @@
 //! example holds the same Secrets, encrypted; every remote talos-sso URL
 //! pins a release tag or a full commit SHA, and the image the same
 //! release; the Flux and Argo CD examples apply the installation folder;
-//! docs/production.md's commands parse; pods whose init containers migrate
-//! at once take turns on sqlx's advisory lock (real Postgres).
+//! docs/production.md's commands parse and its step 2 runs (`production`);
+//! pods whose init containers migrate at once take turns on sqlx's
+//! advisory lock (real Postgres).
+
+mod production;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -317,60 +320,6 @@ fn flux_and_argo_cd_apply_the_installation_folder() {
             }
         }
     }
-}
-
-/// The command lines of the fenced `sh` blocks of a Markdown page, with
-/// `\` continuations joined and `$(...)` captures taken as the command.
-fn shell_commands(page: &str) -> Vec<String> {
-    let mut commands = Vec::new();
-    let mut in_block = false;
-    let mut current = String::new();
-    for line in page.lines() {
-        match line.trim_end() {
-            "```sh" => in_block = true,
-            "```" => in_block = false,
-            text if in_block => {
-                current.push_str(text.trim_end_matches('\\'));
-                current.push(' ');
-                if !text.ends_with('\\') {
-                    let command = current.trim();
-                    let command = command
-                        .split_once("=$(")
-                        .map_or(command, |(_, c)| c.trim_end_matches(')'));
-                    commands.push(command.to_owned());
-                    current.clear();
-                }
-            }
-            _ => {}
-        }
-    }
-    commands
-}
-
-/// docs/production.md's `talos-sso-server` and `talos-sso` commands parse
-/// with the programs' own command lines.
-#[test]
-fn the_production_path_commands_parse() {
-    use clap::Parser;
-    let page = std::fs::read_to_string(repo().join("docs/production.md")).unwrap();
-    let commands = shell_commands(&page);
-    let (mut server, mut client) = (0, 0);
-    for command in &commands {
-        let words: Vec<&str> = command.split_whitespace().collect();
-        match words.first() {
-            Some(&"talos-sso-server") => {
-                talos_sso_server::cli::Cli::try_parse_from(&words)
-                    .unwrap_or_else(|e| panic!("{command}: {e}"));
-                server += 1;
-            }
-            Some(&"talos-sso") => {
-                talos_sso::cli::Cli::try_parse_from(&words).unwrap_or_else(|e| panic!("{command}: {e}"));
-                client += 1;
-            }
-            _ => {}
-        }
-    }
-    assert!(server >= 3 && client >= 3, "{commands:?}");
 }
 
 /// sqlx's migration lock id for a database (sqlx-postgres 0.9,
