@@ -967,10 +967,17 @@ async fn the_quick_start_produces_a_talosconfig_and_an_audit_record() {
     let result = talos_sso_tests::quickstart::run(options).await.unwrap();
     assert_eq!(mode(&result.talosconfig), 0o600);
     let (ca, crt, key) = context_fields(&result.talosconfig, "demo");
+    // Accepted-CA mode: the node trusts its cluster CA (the talosconfig's
+    // `ca`) plus the client CA in machine.acceptedCAs, and only with both
+    // admits bob.
+    let client_ca = std::fs::read_to_string(result.dir.join("client-ca.crt")).unwrap();
     assert_eq!(
-        talos_checker::handshake(&ca, &crt, &key).unwrap().roles,
+        talos_checker::handshake(&format!("{ca}{client_ca}"), &crt, &key)
+            .unwrap()
+            .roles,
         ["os:operator"]
     );
+    assert!(talos_checker::handshake(&ca, &crt, &key).is_err());
     let record = &result.audit_record;
     assert_eq!(record["event"], "certificate.issued");
     assert_eq!(record["username"], "bob@example.com");
