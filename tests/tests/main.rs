@@ -1,6 +1,9 @@
 //! End-to-end tests, in one binary (one link on a 2-core machine).
 //!
 //! - `ca_sources`: every CA form loads; every refusal has its own error.
+//! - `accepted_ca_patches`: `ca patch add|remove` (the binary) against Talos's
+//!   machine configs, its patches applied through the strategic merge model.
+//! - `strategic_merge`: that model on Talos's own merge and delete semantics.
 //! - `issuance`: certificates Talos accepts, checked by the apid stand-in and
 //!   by OpenSSL, for each CA type and 1, 2 and 4 roles; CSR refusals;
 //!   validity edges with an injected clock; intermediate mode.
@@ -87,6 +90,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod accepted_ca_patches;
 mod audit_sql;
 mod batch;
 mod ca_sources;
@@ -113,5 +117,6 @@ mod quickstart;
 mod reload;
 mod roles;
 mod server;
+mod strategic_merge;
 mod tools;
 mod verification;
