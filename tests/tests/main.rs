@@ -1,6 +1,10 @@
 //! End-to-end tests, in one binary (one link on a 2-core machine).
 //!
 //! - `ca_sources`: every CA form loads; every refusal has its own error.
+//! - `accepted_ca_config`: accepted-CA mode at load time: where `talos_ca`
+//!   comes from, each refusal, the trust bundle.
+//! - `accepted_ca_rotation`: `next_ca` through `load_clusters` and a running
+//!   server; its refusals; `check` and `/readyz` on the trust mode.
 //! - `accepted_ca_patches`: `ca patch add|remove` (the binary) against Talos's
 //!   machine configs, its patches applied through the strategic merge model.
 //! - `strategic_merge`: that model on Talos's own merge and delete semantics.
@@ -90,7 +94,9 @@ macro_rules! on_both_stores {
     };
 }
 
+mod accepted_ca_config;
 mod accepted_ca_patches;
+mod accepted_ca_rotation;
 mod audit_sql;
 mod batch;
 mod ca_sources;
