@@ -19,9 +19,9 @@ use time::OffsetDateTime;
 
 const DAY: Duration = Duration::from_secs(86400);
 
-/// The least configuration that loads, with `ca_lines` for cluster `prod`
-/// (indented to sit under it).
-fn config(ca_lines: &str) -> Config {
+/// The least configuration, with `ca_lines` for cluster `prod` (indented
+/// to sit under it), parsed and checked as the server reads its file.
+fn parse(ca_lines: &str) -> Result<Config, String> {
     Config::from_yaml(&format!(
         r#"
 insecure_http: true
@@ -37,7 +37,11 @@ clusters:
       - {{ groups: ["g-admins"], roles: [os:admin] }}
 "#
     ))
-    .unwrap()
+    .map_err(|e| e.to_string())
+}
+
+fn config(ca_lines: &str) -> Config {
+    parse(ca_lines).unwrap()
 }
 
 /// A CA's files in `dir`: (cert, key).
@@ -206,6 +210,38 @@ fn next_ca_refusals_name_what_is_wrong() {
         root_as_next.contains("next_ca refused [ca_not_client_only]"),
         "{root_as_next}"
     );
+}
+
+#[test]
+fn the_sections_of_a_rotation_are_checked_when_the_file_is_read() {
+    let ca = "    ca: { cert_file: /c.crt, key_file: /c.key }\n    talos_ca: { cert_file: /t.crt }\n";
+    let refused = |extra: &str| parse(&format!("{ca}{extra}")).unwrap_err();
+    let keyless = refused("    next_ca: { cert_file: /n.crt, signs_from: \"2027-03-01T09:00:00Z\" }\n");
+    assert!(
+        keyless.contains("`next_ca` needs cert_file with either key_file or pkcs11"),
+        "{keyless}"
+    );
+    let when = refused("    next_ca: { cert_file: /n.crt, key_file: /n.key, signs_from: \"next monday\" }\n");
+    assert!(when.contains("is not an RFC 3339 time"), "{when}");
+    let two = parse(
+        "    ca: { cert_file: /c.crt, key_file: /c.key }\n    talos_ca: { cert_file: /t.crt, talosconfig: /tc }\n",
+    )
+    .unwrap_err();
+    assert!(two.contains("`talos_ca` needs exactly one of"), "{two}");
+    let context = parse(
+        "    ca: { cert_file: /c.crt, key_file: /c.key }\n    talos_ca: { cert_file: /t.crt, context: prod }\n",
+    )
+    .unwrap_err();
+    assert!(
+        context.contains("`talos_ca.context` goes with `talos_ca.talosconfig`"),
+        "{context}"
+    );
+    let config = parse(&format!(
+        "{ca}    next_ca: {{ cert_file: /n.crt, key_file: /n.key, signs_from: \"2027-03-01T09:00:00+01:00\" }}\n"
+    ))
+    .unwrap();
+    let next = config.clusters["prod"].next_ca.as_ref().unwrap();
+    assert_eq!(next.signs_from, time::macros::datetime!(2027-03-01 08:00:00 UTC));
 }
 
 /// Ask for a certificate on `prod` as [`TestEnv::issue`] does, keeping the
