@@ -347,3 +347,31 @@ fn the_resource_talosctl_prints_and_a_redacted_config_serve_as_current() {
         assert_eq!(accepted(&applied), [other.clone(), ours.clone()], "{name}");
     }
 }
+
+#[test]
+fn removing_from_an_entry_bundling_several_cas_keeps_the_others() {
+    // Talos trusts every certificate of an entry's `crt`.
+    let dir = tempfile::tempdir().unwrap();
+    let (ours_file, ours) = client_ca(dir.path(), "ours.crt");
+    let other = talos_style_ca();
+    let config = config_with(WORKER, &[&format!("{ours}{other}")]);
+    let current = write_file(dir.path(), "current.yaml", &config, 0o600);
+    let run = ca_patch(&[
+        "remove",
+        "--ca-cert",
+        text(&ours_file),
+        "--current",
+        text(&current),
+    ]);
+    assert!(run.ok, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("1 entry now, 1 entry after (removes the CA)"),
+        "{}",
+        run.stdout
+    );
+    let patches = printed(&run.stdout);
+    let replace = [form(&patches, "delete"), form(&patches, "list")];
+    let removed = apply(&config, &replace).unwrap();
+    assert_eq!(accepted(&removed), [other.as_str()]);
+    assert_eq!(accepted(&apply(&removed, &replace).unwrap()), [other.as_str()]);
+}
