@@ -260,7 +260,28 @@ fn a_worker_or_redacted_machine_config_names_the_talos_ca() {
         &["machine", "ca", "crt"],
     ));
     // The CA that can vouch for apid joins; our client-only CA does not.
+    assert_eq!(bundle(&ca), [cp_ca.clone(), next_talos.cert.der.clone()]);
+
+    // The same, as `talosctl get machineconfig -o yaml` prints it: a
+    // resource whose `spec` is the config's text.
+    let spec: String = redacted.lines().map(|line| format!("    {line}\n")).collect();
+    let resource = format!(
+        "node: 10.5.0.2\nmetadata:\n    namespace: config\n    type: MachineConfigs.config.talos.dev\n    \
+         id: v1alpha1\n    version: 2\n    phase: running\nspec: |\n{spec}"
+    );
+    let path = write_file(dir.path(), "resource.yaml", &resource, 0o600);
+    let ca = load_with(
+        &signer,
+        Some(TalosCaSource::MachineConfig(path.clone())),
+        Vec::new(),
+    )
+    .unwrap();
     assert_eq!(bundle(&ca), [cp_ca, next_talos.cert.der.clone()]);
+    // As the signing `ca` it is read too, and refused for what it lacks.
+    assert_eq!(
+        code(load_with(&CaSource::MachineConfig(path), None, Vec::new())),
+        "ca_key_redacted"
+    );
 }
 
 #[test]
