@@ -5,14 +5,17 @@
 //! prints and what `/readyz` says of each cluster's trust mode.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use talos_sso_server::app::Clock;
 use talos_sso_server::ca::generate::{self, NewCa, NewKeyType};
 use talos_sso_server::ca::{CaWarning, CertificateAuthority, describe_name, format_time, parse_certificates};
 use talos_sso_server::cluster::{ClusterError, ClusterWarnings, Clusters, load_clusters};
 use talos_sso_server::config::Config;
 use talos_sso_tests::emulator::TokenKind;
-use talos_sso_tests::harness::{Backend, TestEnv, server_cli};
+use talos_sso_tests::harness::{Backend, TestEnv, TestServer, server_cli};
 use talos_sso_tests::material::write_file;
 use talos_sso_tests::talos_checker;
 use time::OffsetDateTime;
@@ -244,13 +247,17 @@ fn the_sections_of_a_rotation_are_checked_when_the_file_is_read() {
     assert_eq!(next.signs_from, time::macros::datetime!(2027-03-01 08:00:00 UTC));
 }
 
-/// Ask for a certificate on `prod` as [`TestEnv::issue`] does, keeping the
-/// key: the status, the JSON body and the key's PEM.
-async fn issue_keeping_the_key(env: &TestEnv, token: &str) -> (u16, serde_json::Value, String) {
+/// Ask `server` for a certificate on `prod` as [`TestEnv::issue`] does,
+/// keeping the key: the status, the JSON body and the key's PEM.
+async fn issue_keeping_the_key(
+    env: &TestEnv,
+    server: &TestServer,
+    token: &str,
+) -> (u16, serde_json::Value, String) {
     let key = talos_sso::key::ClientKey::generate().unwrap();
     let response = env
         .http
-        .post(format!("{}/v1/certificates", env.server.base_url))
+        .post(format!("{}/v1/certificates", server.base_url))
         .bearer_auth(token)
         .json(&serde_json::json!({"cluster": "prod", "csr": key.csr_pem().unwrap()}))
         .send()
@@ -280,23 +287,40 @@ fn accepted_mode(
     yaml.replacen(ca_line, &rotation(old, new, signs_from, Some(&talos_ca)), 1)
 }
 
+/// The wall clock, moved ahead by a number of seconds.
+#[derive(Debug, Default)]
+struct SteppedClock {
+    ahead: AtomicI64,
+}
+
+impl Clock for SteppedClock {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc() + time::Duration::seconds(self.ahead.load(Ordering::SeqCst))
+    }
+}
+
 #[tokio::test]
 async fn a_running_server_switches_to_next_ca_at_signs_from() {
     let dir = tempfile::tempdir().unwrap();
     let (old, new) = (client_ca(30 * DAY), client_ca(60 * DAY));
     let (old_files, new_files) = (files(dir.path(), "old", &old), files(dir.path(), "new", &new));
     let config_file = dir.path().join("config.yaml");
-    let mut signs_from = OffsetDateTime::now_utc();
+    // Two minutes on: ahead of the start, however slow, and near enough
+    // that the server's clock moved past it stays within the five minutes
+    // leaves are backdated by, so that the handshake (at the real time)
+    // takes them.
+    let signs_from = (OffsetDateTime::now_utc() + Duration::from_secs(120))
+        .replace_nanosecond(0)
+        .unwrap();
     let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
-        // Whole seconds, a few of them after the start.
-        signs_from = (OffsetDateTime::now_utc() + Duration::from_secs(6))
-            .replace_nanosecond(0)
-            .unwrap();
         let yaml = accepted_mode(&yaml, &old_files, &new_files, signs_from);
         std::fs::write(&config_file, &yaml).unwrap();
         yaml
     })
     .await;
+    // The same configuration served with a clock that can be moved on.
+    let clock = Arc::new(SteppedClock::default());
+    let server = TestServer::start_with_clock(env.config(), clock.clone()).await;
     let talos_ca = std::fs::read_to_string(&env.work.ca_cert).unwrap();
     let issued_by = |body: &serde_json::Value| {
         let leaf = parse_certificates(body["certificate"].as_str().unwrap(), "leaf")
@@ -318,15 +342,12 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
         format!("{talos_ca}{}", pems.concat())
     };
 
-    let asked = OffsetDateTime::now_utc();
-    let (status, before) = env.issue(&token()).await;
+    let (status, before, key) = issue_keeping_the_key(&env, &server, &token()).await;
     assert_eq!(status, 201, "{before}");
-    assert!(
-        OffsetDateTime::now_utc() < signs_from,
-        "the first issuance ({asked}) took until signs_from ({signs_from}): the test learned nothing"
-    );
     // The talosconfig `ca` is the Talos CA, whichever client CA signs.
     assert_eq!(issued_by(&before), (Some(0), talos_ca.clone()));
+    let certificate = before["certificate"].as_str().unwrap();
+    assert!(talos_checker::handshake(&apid_accepting(&[&old]), certificate, &key).is_ok());
 
     // `check` says the mode and when the next CA takes over.
     let checked = server_cli(&["check", "--config", config_file.to_str().unwrap()])
@@ -347,9 +368,10 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
     ] {
         assert!(checked.contains(&expected), "missing {expected:?} in\n{checked}");
     }
+    assert!(!checked.contains("next_ca signs since"), "{checked}");
     let readyz: serde_json::Value = env
         .http
-        .get(format!("{}/readyz", env.server.base_url))
+        .get(format!("{}/readyz", server.base_url))
         .send()
         .await
         .unwrap()
@@ -362,11 +384,9 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
         "{readyz}"
     );
 
-    // Once signs_from has passed (a bounded wait), the next CA signs.
-    let wait = (signs_from - OffsetDateTime::now_utc()).max(time::Duration::ZERO);
-    assert!(wait < time::Duration::seconds(10), "{wait}");
-    tokio::time::sleep(Duration::try_from(wait).unwrap() + Duration::from_millis(100)).await;
-    let (status, after, key) = issue_keeping_the_key(&env, &token()).await;
+    // Past signs_from, the next CA signs, with nothing reloaded.
+    clock.ahead.store(180, Ordering::SeqCst);
+    let (status, after, key) = issue_keeping_the_key(&env, &server, &token()).await;
     assert_eq!(status, 201, "{after}");
     assert_eq!(issued_by(&after), (Some(1), talos_ca.clone()));
     // A Talos node that lists both accepts it; one still listing only the
@@ -375,13 +395,26 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
     let accepted = talos_checker::handshake(&apid_accepting(&[&old, &new]), certificate, &key).unwrap();
     assert_eq!(accepted.roles, ["os:operator"]);
     assert!(talos_checker::handshake(&apid_accepting(&[&old]), certificate, &key).is_err());
-    let checked = server_cli(&["check", "--config", config_file.to_str().unwrap()])
+
+    // `check` once the date has passed (a configuration saying so).
+    let passed = (OffsetDateTime::now_utc() - Duration::from_secs(60))
+        .replace_nanosecond(0)
+        .unwrap();
+    let text = std::fs::read_to_string(&config_file)
+        .unwrap()
+        .replace(&rfc3339(signs_from), &rfc3339(passed));
+    let passed_file = write_file(dir.path(), "passed.yaml", &text, 0o600);
+    let checked = server_cli(&["check", "--config", passed_file.to_str().unwrap()])
         .await
         .unwrap();
     assert!(
-        checked.contains(&format!("signs from {} (now)", rfc3339(signs_from)))
-            && checked.contains("warning: cluster prod: next_ca signs since"),
+        checked.contains(&format!("signs from {} (now)", rfc3339(passed)))
+            && checked.contains(&format!(
+                "warning: cluster prod: next_ca signs since {}",
+                rfc3339(passed)
+            )),
         "{checked}"
     );
+    server.stop().await;
     env.finish().await;
 }
