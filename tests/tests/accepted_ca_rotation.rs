@@ -156,6 +156,38 @@ fn next_ca_signs_from_its_date_and_is_warned_of_once_it_does() {
 }
 
 #[test]
+fn an_expired_ca_stops_nothing_once_next_ca_signs() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = OffsetDateTime::now_utc().replace_nanosecond(0).unwrap();
+    let talos = talos_root();
+    let talos_file = write_file(dir.path(), "talos.crt", &talos.cert_pem, 0o644);
+    // ca expired five days ago; next_ca took over seven days ago.
+    let made = |days_ago: u32, validity: Duration| {
+        generate::new_client_ca(NewKeyType::Ed25519, "prod", validity, now - days_ago * DAY).unwrap()
+    };
+    let (old, new) = (made(10, 5 * DAY), made(8, 100 * DAY));
+    let old_files = files(dir.path(), "old", &old);
+    let new_files = files(dir.path(), "new", &new);
+    let since = now - 7 * DAY;
+    let (clusters, warnings) =
+        load(&rotation(&old_files, &new_files, since, talos_file.to_str()), now).unwrap();
+    assert_eq!(signs_at(&clusters, now).signer().der, new.cert.der);
+    // The old CA's expiry is no news: the warning is to retire it.
+    assert_eq!(
+        warnings,
+        [(
+            "prod".to_owned(),
+            CaWarning::NextCaSigning {
+                since: rfc3339(since)
+            }
+        )]
+    );
+    // While it still has to sign, an expired ca is refused.
+    let needed = refusal(&rotation(&old_files, &new_files, now + DAY, talos_file.to_str()));
+    assert!(needed.contains("CA refused [ca_expired]"), "{needed}");
+}
+
+#[test]
 fn next_ca_refusals_name_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let now = OffsetDateTime::now_utc();
