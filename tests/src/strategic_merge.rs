@@ -31,17 +31,30 @@
 //! pass by relying on them): patch documents with `apiVersion`/`kind`
 //! (other documents, appended or merged by name); deleting a whole document;
 //! deleting list elements (`- {interface: eth0, $patch: delete}`) or keys
-//! under a list element. Not modelled, because they need Talos's Go types:
-//! fields tagged `merge:"replace"` (a list such as `cluster.network.podSubnets`
-//! is replaced, not appended to), types with their own `Merge`, byte slices
-//! (replaced), the error Talos gives for deleting an absent key of a *map*
-//! (such as `machine.nodeLabels`; the model treats every key as a struct
-//! field), and the decoding checks (unknown keys, types).
+//! under a list element; merging into the v1alpha1 fields that Talos merges
+//! its own way ([`OWN_MERGE`]: a `Merge` method, such as
+//! `machine.network.interfaces` merged by interface name, or
+//! `merge:"replace"`, such as `cluster.network.podSubnets`, replaced rather
+//! than appended to), and into any `extraArgs` (`meta.Args`, whose values
+//! are replaced whole). Not modelled, because they need Talos's Go types:
+//! the error Talos gives for deleting an absent key of a *map* (such as
+//! `machine.nodeLabels`; the model treats every key as a struct field),
+//! and the decoding checks (unknown keys, types).
 
 use std::fmt;
 
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
+
+/// The v1alpha1 fields Talos does not merge as above (v1alpha1_types.go:
+/// the types with a `Merge` method and the fields tagged `merge:"replace"`).
+pub const OWN_MERGE: &[&str] = &[
+    "machine.network.interfaces",
+    "cluster.apiServer.admissionControl",
+    "cluster.apiServer.auditPolicy",
+    "cluster.network.podSubnets",
+    "cluster.network.serviceSubnets",
+];
 
 /// Why a patch could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +226,15 @@ fn merge(left: &mut Value, right: Value, path: &mut Vec<String>) -> Result<(), M
             for (key, value) in right {
                 path.push(key_name(&key)?);
                 match left.get_mut(&key) {
-                    Some(existing) if !existing.is_null() => merge(existing, value, path)?,
+                    Some(existing) if !existing.is_null() => {
+                        let at = path.join(".");
+                        if OWN_MERGE.contains(&at.as_str()) || path.last().is_some_and(|k| k == "extraArgs") {
+                            return Err(MergeError::NotModelled(format!(
+                                "merging into '{at}', which Talos merges its own way"
+                            )));
+                        }
+                        merge(existing, value, path)?
+                    }
                     _ => {
                         left.insert(key, value);
                     }

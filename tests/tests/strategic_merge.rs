@@ -149,6 +149,20 @@ fn what_the_model_leaves_out_is_refused_not_guessed() {
     refused("apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: cp-1\n");
     refused("machine:\n  network:\n    interfaces:\n      - interface: eth0\n        $patch: delete\n");
     refused("$patch: delete\n");
+    // Talos merges interfaces by name and replaces pod subnets and
+    // extraArgs values: merging into them is refused, adding them is not.
+    let network = "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        dhcp: true\ncluster:\n  network:\n    podSubnets: [10.244.0.0/16]\n  proxy:\n    extraArgs: {foo: bar}\n";
+    for patch in [
+        "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        dhcp: false\n",
+        "cluster:\n  network:\n    podSubnets: [10.0.0.0/8]\n",
+        "cluster:\n  proxy:\n    extraArgs: {foo: baz}\n",
+    ] {
+        assert!(
+            matches!(apply(network, &[patch]), Err(MergeError::NotModelled(_))),
+            "{patch}"
+        );
+        assert!(apply(CONFIG, &[patch]).is_ok(), "{patch}");
+    }
     assert!(matches!(
         apply(CONFIG, &["machine:\n  certSANs: {a: b}\n"]),
         Err(MergeError::TypeMismatch(path)) if path == "machine.certSANs"
