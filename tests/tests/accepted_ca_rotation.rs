@@ -17,7 +17,7 @@ use talos_sso_server::config::Config;
 use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Backend, TestEnv, TestServer, server_cli};
 use talos_sso_tests::material::write_file;
-use talos_sso_tests::talos_checker;
+use talos_sso_tests::{openssl, talos_checker};
 use time::OffsetDateTime;
 
 const DAY: Duration = Duration::from_secs(86400);
@@ -427,6 +427,9 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
     let accepted = talos_checker::handshake(&apid_accepting(&[&old, &new]), certificate, &key).unwrap();
     assert_eq!(accepted.roles, ["os:operator"]);
     assert!(talos_checker::handshake(&apid_accepting(&[&old]), certificate, &key).is_err());
+    // OpenSSL's opinion: a client certificate of the new CA, not of the old.
+    openssl::verify_client_certificate(&new.cert_pem, certificate, "").unwrap();
+    assert!(openssl::verify_client_certificate(&old.cert_pem, certificate, "").is_err());
 
     // `check` once the date has passed (a configuration saying so).
     let passed = (OffsetDateTime::now_utc() - Duration::from_secs(60))
