@@ -239,6 +239,17 @@ fn next_ca_refusals_name_what_is_wrong() {
         mode.contains("next_ca is in intermediate mode, ca in cluster-ca"),
         "{mode}"
     );
+    // From one intermediate to another under the same root: a rotation.
+    let second =
+        generate::new_intermediate(&loaded_root, NewKeyType::Ed25519, "talos-sso 2", 60 * DAY, now).unwrap();
+    let intermediates = rotation(
+        &files(dir.path(), "intermediate", &intermediate),
+        &files(dir.path(), "second", &second),
+        now + DAY,
+        None,
+    );
+    let (clusters, _) = load(&intermediates, now).unwrap();
+    assert_eq!(signs_at(&clusters, now + DAY).signer().der, second.cert.der);
     // A next_ca that is refused as a CA says so under its own name.
     let root_as_next = refusal(&rotation(&old, &root_files, now + DAY, talos_ca));
     assert!(
