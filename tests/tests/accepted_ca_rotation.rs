@@ -2,7 +2,8 @@
 //! `signs_from` on: through `load_clusters` as the server, `check` and
 //! reloads build clusters, and through a running server, which switches
 //! without a reload. The refusals, the warning once it signs, what `check`
-//! prints and what `/readyz` says of each cluster's trust mode.
+//! prints, what `/readyz` says of each cluster's trust mode, and which CA a
+//! break-glass certificate says signed it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -462,5 +463,77 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
         "{checked}"
     );
     server.stop().await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn break_glass_during_a_rotation_says_which_ca_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (client_ca(30 * DAY), client_ca(60 * DAY));
+    let (old_files, new_files) = (files(dir.path(), "old", &old), files(dir.path(), "new", &new));
+    let config_file = dir.path().join("config.yaml");
+    // The next CA took over a minute ago.
+    let signs_from = (OffsetDateTime::now_utc() - Duration::from_secs(60))
+        .replace_nanosecond(0)
+        .unwrap();
+    let env = TestEnv::start_with(Backend::Sqlite, |yaml| {
+        let yaml = accepted_mode(&yaml, &old_files, &new_files, signs_from);
+        std::fs::write(&config_file, &yaml).unwrap();
+        yaml
+    })
+    .await;
+    let out = dir.path().join("break-glass.yaml");
+    let done = server_cli(&[
+        "break-glass",
+        "--config",
+        config_file.to_str().unwrap(),
+        "--cluster",
+        "prod",
+        "--role",
+        "os:admin",
+        "--ttl",
+        "10m",
+        "--reason",
+        "Entra outage INC-4712",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .await
+    .unwrap();
+    let signed_by = format!(
+        "{} (sha256 {})",
+        describe_name(&new.cert.raw_subject),
+        new.cert.sha256_fingerprint()
+    );
+    assert!(
+        done.contains(&format!("signed by {signed_by}, accepted-ca mode")),
+        "{done}"
+    );
+
+    // The talosconfig: apid verified with the Talos CA, the certificate
+    // the next CA's, taken by a node that lists it.
+    let talosconfig: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let field = |name: &str| {
+        use base64::Engine;
+        let text = talosconfig["contexts"]["prod-break-glass"][name]
+            .as_str()
+            .unwrap();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(text).unwrap()).unwrap()
+    };
+    let talos_ca = std::fs::read_to_string(&env.work.ca_cert).unwrap();
+    assert_eq!(field("ca"), talos_ca);
+    let leaf = parse_certificates(&field("crt"), "crt").unwrap().remove(0);
+    leaf.verify_signed_by(new.cert.spki()).unwrap();
+    let apid = format!("{talos_ca}{}{}", old.cert_pem, new.cert_pem);
+    let accepted = talos_checker::handshake(&apid, &field("crt"), &field("key")).unwrap();
+    assert_eq!(accepted.roles, ["os:admin"]);
+
+    // The audit record says the same.
+    let rows = env.server.app.audit.store().page(0, 10_000).await.unwrap();
+    let record = &rows.last().unwrap().record;
+    assert_eq!(record.event, "break_glass.issued");
+    assert_eq!(record.details["signed_by"], signed_by.as_str());
+    assert_eq!(record.details["trust_mode"], "accepted-ca");
     env.finish().await;
 }
