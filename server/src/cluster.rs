@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
 
-use crate::ca::{CaOptions, CaWarning, CertificateAuthority, TrustMode, format_time};
+use crate::ca::{CaError, CaOptions, CaWarning, CertificateAuthority, TrustMode, format_time};
 use crate::config::{ClusterConfig, Config, ConfigError};
 use crate::policy::{ClusterPolicy, PolicyConfigError};
 
@@ -94,9 +94,29 @@ pub fn load_clusters(
             talos_ca: talos_ca.clone(),
         };
         let source = cluster_config.ca.source()?;
-        let ca = CertificateAuthority::load(&source, &options, now)
-            .map_err(|e| fail(format!("CA refused [{}]: {e}", e.code())))?;
-        warnings.extend(ca.warnings().iter().cloned().map(|w| (name.clone(), w)));
+        // Once next_ca signs, ca signs nothing more: its expiry, which the
+        // rotation was for, does not stop a start or a reload (it is
+        // checked as it was when it stopped signing; NextCaSigning says to
+        // retire it).
+        let retired_at = cluster_config
+            .next_ca
+            .as_ref()
+            .map(|next| next.signs_from)
+            .filter(|signs_from| now >= *signs_from);
+        let ca = match (CertificateAuthority::load(&source, &options, now), retired_at) {
+            (Err(CaError::Expired { .. }), Some(retired_at)) => {
+                CertificateAuthority::load(&source, &options, retired_at)
+            }
+            (loaded, _) => loaded,
+        }
+        .map_err(|e| fail(format!("CA refused [{}]: {e}", e.code())))?;
+        warnings.extend(
+            ca.warnings()
+                .iter()
+                .filter(|w| retired_at.is_none() || !matches!(w, CaWarning::ExpiresSoon { .. }))
+                .cloned()
+                .map(|w| (name.clone(), w)),
+        );
         let next_ca = match &cluster_config.next_ca {
             None => None,
             Some(next) => {

@@ -16,6 +16,7 @@
 //! - `softhsm`: SoftHSM 2 tokens with keys generated inside them.
 //! - `secret_service`: a real Secret Service (GNOME Keyring on a private D-Bus).
 //! - `console_client`: the web console without a browser (tests, benchmark).
+//! - `strategic_merge`: a model of Talos's strategic merge patches.
 
 // The harness is test code: failing loudly on a broken fixture is the point.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -34,5 +35,6 @@ pub mod quickstart;
 pub mod real_op;
 pub mod secret_service;
 pub mod softhsm;
+pub mod strategic_merge;
 pub mod talos_checker;
 pub mod tls_front;

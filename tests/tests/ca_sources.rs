@@ -423,10 +423,30 @@ fn intermediate_chain_must_lead_to_a_self_signed_root() {
     let wrong = format!("{}{}", inter.cert.to_pem(), other.signer().to_pem());
     let error = CertificateAuthority::from_pem(&wrong, &inter.key_pem, "wrong", vec![], now).unwrap_err();
     assert_eq!(error.code(), "ca_chain_broken");
-    // An intermediate alone is not enough either: the root must be present.
+    // An intermediate alone is not enough either: the root must be present
+    // (a client-only one could not verify apid in the talosconfig).
     let lone = CertificateAuthority::from_pem(&inter.cert.to_pem(), &inter.key_pem, "lone", vec![], now);
-    let lone = lone.unwrap();
-    assert!(!lone.is_intermediate(), "a lone certificate is taken as the root");
+    let error = lone.unwrap_err();
+    assert_eq!(error.code(), "ca_chain_broken");
+    assert!(
+        error
+            .to_string()
+            .contains("CN=i is issued by O=talos, which is not in the file"),
+        "{error}"
+    );
+    // A server-capable CA alone is the root: cluster-CA mode.
+    let company_root =
+        generate::new_root(NewKeyType::Ed25519, "company", Duration::from_secs(86400), now).unwrap();
+    let company =
+        CertificateAuthority::from_pem(&company_root.cert_pem, &company_root.key_pem, "c", vec![], now)
+            .unwrap();
+    assert!(!company.is_intermediate());
+    // A self-signed client-only CA alone is for accepted-CA mode.
+    let client =
+        generate::new_client_ca(NewKeyType::Ed25519, "prod", Duration::from_secs(86400), now).unwrap();
+    let error =
+        CertificateAuthority::from_pem(&client.cert_pem, &client.key_pem, "client", vec![], now).unwrap_err();
+    assert_eq!(error.code(), "ca_client_only_without_talos_ca");
 }
 
 fn inspect(args: &[&str]) -> (bool, String) {

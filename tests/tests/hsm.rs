@@ -383,6 +383,12 @@ async fn a_token_lost_at_run_time_answers_signing_unavailable_and_recovers() {
     assert_eq!(status, 503, "{ready}");
     assert_eq!(ready["signing"], false, "{ready}");
     assert_eq!(ready["database"], true, "{ready}");
+    // Signed by an intermediate under the Talos root.
+    assert_eq!(
+        ready["trust_modes"],
+        serde_json::json!({"prod": "intermediate"}),
+        "{ready}"
+    );
     let metrics = env.metrics().await;
     assert!(
         metrics.contains("talos_sso_signing_unavailable_total{cluster=\"prod\"} 1\n"),

@@ -828,6 +828,12 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 200);
+    let ready: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(
+        ready["trust_modes"],
+        serde_json::json!({"prod": "cluster-ca"}),
+        "{ready}"
+    );
     env.finish().await;
 }
 

@@ -3,7 +3,16 @@
 //! - `accepted_ca`: accepted-CA mode judged by OpenSSL and Go's standard
 //!   library: the client-only profile, nothing it signs passes as a server,
 //!   apid admits its leaves only while it is listed, a key in a token.
+//! - `accepted_ca_break_glass`, `accepted_ca_tools`: break-glass in that
+//!   mode, and the CA tools as an operator runs them.
 //! - `ca_sources`: every CA form loads; every refusal has its own error.
+//! - `accepted_ca_config`: accepted-CA mode at load time: where `talos_ca`
+//!   comes from, each refusal, the trust bundle.
+//! - `accepted_ca_rotation`: `next_ca` through `load_clusters` and a running
+//!   server; its refusals; `check` and `/readyz` on the trust mode.
+//! - `accepted_ca_patches`: `ca patch add|remove` (the binary) against Talos's
+//!   machine configs, its patches applied through the strategic merge model.
+//! - `strategic_merge`: that model on Talos's own merge and delete semantics.
 //! - `issuance`: certificates Talos accepts, checked by the apid stand-in and
 //!   by OpenSSL, for each CA type and 1, 2 and 4 roles; CSR refusals;
 //!   validity edges with an injected clock; intermediate mode.
@@ -92,6 +101,9 @@ macro_rules! on_both_stores {
 
 mod accepted_ca;
 mod accepted_ca_break_glass;
+mod accepted_ca_config;
+mod accepted_ca_patches;
+mod accepted_ca_rotation;
 mod accepted_ca_tools;
 mod audit_sql;
 mod batch;
@@ -119,5 +131,6 @@ mod quickstart;
 mod reload;
 mod roles;
 mod server;
+mod strategic_merge;
 mod tools;
 mod verification;

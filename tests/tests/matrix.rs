@@ -2101,7 +2101,7 @@ async fn ca_material_that_must_not_load() {
     );
     let passed = check(&path).await.unwrap();
     assert!(
-        passed.contains("cluster prod: CA O=talos"),
+        passed.contains("cluster prod: cluster-ca mode, CA O=talos ("),
         "RSA-2048 CA: {passed}"
     );
 }

@@ -1452,7 +1452,12 @@ async fn check_and_migrate_report_what_they_find() {
     let config = write_config(&env);
     let config_str = config.to_str().unwrap();
     let ok = cli(&["check", "--config", config_str]).await.unwrap();
-    assert!(ok.contains("cluster prod: CA O=talos"), "{ok}");
+    assert!(ok.contains("cluster prod: cluster-ca mode, CA O=talos ("), "{ok}");
+    // Neither accepted-CA mode's line nor a rotation's.
+    assert!(
+        !ok.contains("talosconfigs verify apid with") && !ok.contains("next CA"),
+        "{ok}"
+    );
     assert!(
         ok.contains("policy examples: 2 passed") && ok.contains("audit database: reachable"),
         "{ok}"

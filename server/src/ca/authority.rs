@@ -131,6 +131,21 @@ impl CertificateAuthority {
             }
             None if !chain.is_empty() => TrustMode::Intermediate,
             None => {
+                // A client-only intermediate alone (as `ca intermediate`
+                // makes them) lacks the issuers its file must carry; told
+                // so, rather than sent to accepted-CA mode, where it would
+                // be refused too.
+                if !can_vouch_for_a_server(&signer) && !signer.is_self_issued() {
+                    return Err(CaError::BrokenChain {
+                        origin: origin.to_owned(),
+                        reason: format!(
+                            "{} is issued by {}, which is not in the file: put the certificates above it, \
+                             up to the Talos root, after it",
+                            describe_name(&signer.raw_subject),
+                            describe_name(&signer.raw_issuer)
+                        ),
+                    });
+                }
                 if !can_vouch_for_a_server(&signer) {
                     return Err(CaError::ClientOnlyWithoutTalosCa {
                         subject: describe_name(&signer.raw_subject),

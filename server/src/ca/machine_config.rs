@@ -1,6 +1,7 @@
 //! The machine config source: a control plane machine config carries the
 //! Talos API CA as `machine.ca` (a worker's has no key), and the CAs still
-//! trusted during a rotation as `machine.acceptedCAs`.
+//! trusted during a rotation as `machine.acceptedCAs`; the file itself, or
+//! the resource `talosctl get machineconfig -o yaml` prints.
 
 use std::path::Path;
 
@@ -26,8 +27,11 @@ struct MachineSection {
 
 /// The v1alpha1 document of a machine config, read as `T`: Talos machine
 /// configs may hold several YAML documents, and the v1alpha1 one carries
-/// `machine`. `None` when no document does.
+/// `machine`. `talosctl get machineconfig -o yaml` prints a resource whose
+/// `spec` is the config's text: that text is read the same way. `None`
+/// when no document carries `machine`.
 pub(super) fn v1alpha1_document<T: DeserializeOwned>(text: &str, path: &Path) -> Result<Option<T>, CaError> {
+    let mut resource_spec = None;
     for document in serde_yaml_ng::Deserializer::from_str(text) {
         let value = serde_yaml_ng::Value::deserialize(document).map_err(yaml_error(path))?;
         if value.get("machine").is_some() {
@@ -35,8 +39,17 @@ pub(super) fn v1alpha1_document<T: DeserializeOwned>(text: &str, path: &Path) ->
                 .map(Some)
                 .map_err(yaml_error(path));
         }
+        if resource_spec.is_none() {
+            resource_spec = value
+                .get("spec")
+                .and_then(|spec| spec.as_str())
+                .map(str::to_owned);
+        }
     }
-    Ok(None)
+    match resource_spec {
+        Some(spec) => v1alpha1_document(&spec, path),
+        None => Ok(None),
+    }
 }
 
 pub(super) fn read(path: &Path) -> Result<Material, CaError> {

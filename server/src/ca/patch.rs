@@ -48,6 +48,30 @@ impl AcceptedEntry {
             .as_ref()
             .is_some_and(|certs| certs.iter().any(|c| c.der == cert.der))
     }
+
+    /// The entry without `cert`: as it is when it does not hold it, none
+    /// when it held `cert` alone, and the other certificates when it held
+    /// more (Talos trusts every certificate of an entry).
+    fn without(&self, cert: &ParsedCertificate) -> Option<Self> {
+        if !self.holds(cert) {
+            return Some(self.clone());
+        }
+        let others: Vec<ParsedCertificate> = self
+            .certs
+            .iter()
+            .flatten()
+            .filter(|c| c.der != cert.der)
+            .cloned()
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        let pem: String = others.iter().map(ParsedCertificate::to_pem).collect();
+        Some(Self {
+            crt: STANDARD.encode(pem),
+            certs: Some(others),
+        })
+    }
 }
 
 /// Why the current list could not be read.
@@ -144,14 +168,16 @@ pub fn add(current: &[AcceptedEntry], ca: &ParsedCertificate) -> AcceptedCasPatc
 }
 
 /// The patches that remove `ca` from the `current` list (replace form only:
-/// a strategic merge patch cannot take one entry out of a list).
+/// a strategic merge patch cannot take one entry out of a list). An entry
+/// holding other certificates besides `ca` keeps them.
 pub fn remove(current: &[AcceptedEntry], ca: &ParsedCertificate) -> AcceptedCasPatches {
-    let resulting: Vec<AcceptedEntry> = current.iter().filter(|e| !e.holds(ca)).cloned().collect();
+    let resulting: Vec<AcceptedEntry> = current.iter().filter_map(|e| e.without(ca)).collect();
+    let changes = current.iter().any(|e| e.holds(ca));
     AcceptedCasPatches {
         append: None,
         delete_list: delete_patch(),
         new_list: list_patch(&resulting),
-        changes: resulting.len() != current.len(),
+        changes,
         resulting,
     }
 }
@@ -268,5 +294,23 @@ mod tests {
         assert!(!gone.changes);
         let empty = remove(&current_accepted_cas(&config_with(&[&ours])).unwrap(), &ours);
         assert_eq!(empty.new_list, "machine:\n  acceptedCAs: []\n");
+    }
+
+    #[test]
+    fn removing_from_an_entry_of_several_certificates_keeps_the_others() {
+        let (old, ours) = (ca(), ca());
+        let bundled = format!("{}{}", ours.to_pem(), old.to_pem());
+        let config = format!(
+            "machine:\n  acceptedCAs:\n    - crt: {}\n",
+            STANDARD.encode(bundled)
+        );
+        let patches = remove(&current_accepted_cas(&config).unwrap(), &ours);
+        assert!(patches.changes);
+        assert_eq!(patches.resulting.len(), 1);
+        let kept = &patches.resulting[0];
+        assert!(kept.holds(&old) && !kept.holds(&ours));
+        assert_eq!(kept.crt, STANDARD.encode(old.to_pem()));
+        // Once out, removing again changes nothing.
+        assert!(!remove(&patches.resulting, &ours).changes);
     }
 }

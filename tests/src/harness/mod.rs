@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use talos_sso_server::app::{App, SystemClock};
+use talos_sso_server::app::{App, Clock, SystemClock};
 use talos_sso_server::config::Config;
 use talos_sso_server::server::Server;
 
@@ -42,9 +42,13 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: Config) -> Self {
-        let server = Server::bind(config, Arc::new(SystemClock))
-            .await
-            .expect("server starts");
+        Self::start_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Start with the server's time from `clock` (a time that moves on
+    /// without waiting for it).
+    pub async fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> Self {
+        let server = Server::bind(config, clock).await.expect("server starts");
         let base_url = server.url();
         let metrics_url = server.metrics_addr().map(|address| format!("http://{address}"));
         let app = server.app().clone();
