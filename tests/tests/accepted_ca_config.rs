@@ -205,9 +205,30 @@ fn the_signer_must_be_a_self_signed_client_only_ca_other_than_the_talos_ca() {
 fn a_talosconfig_names_the_talos_ca_of_a_context() {
     let dir = tempfile::tempdir().unwrap();
     let (signer, _) = client_ca(dir.path(), "client");
-    let path = fixture("talos/talosconfig-2021-admin.yaml");
     let text = read_fixture("talos/talosconfig-2021-admin.yaml");
     let expected = der(&pem_field(&text, &["contexts", "no-roles", "ca"]));
+    // An administrator's talosconfig carries a client key the server has no
+    // use for: refused; the same file without `crt` and `key` is read.
+    let with_key = TalosCaSource::Talosconfig {
+        path: fixture("talos/talosconfig-2021-admin.yaml"),
+        context: None,
+    };
+    assert_eq!(
+        code(load_with(&signer, Some(with_key), Vec::new())),
+        "talos_ca_client_key_present"
+    );
+    let mut stripped: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+    for (_, context) in stripped["contexts"].as_mapping_mut().unwrap() {
+        let context = context.as_mapping_mut().unwrap();
+        context.remove("crt");
+        context.remove("key");
+    }
+    let path = write_file(
+        dir.path(),
+        "talosconfig",
+        &serde_yaml_ng::to_string(&stripped).unwrap(),
+        0o600,
+    );
     let talosconfig = |context: Option<&str>| TalosCaSource::Talosconfig {
         path: path.clone(),
         context: context.map(str::to_owned),

@@ -59,12 +59,14 @@ fn client_ca(validity: Duration) -> NewCa {
     generate::new_client_ca(NewKeyType::Ed25519, "prod", validity, OffsetDateTime::now_utc()).unwrap()
 }
 
+/// Valid from an hour ago: a test's `now`, taken before it is made, must
+/// not fall before its not_before (whole seconds in the certificate).
 fn talos_root() -> NewCa {
     generate::new_root(
         NewKeyType::Ed25519,
         "talos",
         3650 * DAY,
-        OffsetDateTime::now_utc(),
+        OffsetDateTime::now_utc() - time::Duration::hours(1),
     )
     .unwrap()
 }

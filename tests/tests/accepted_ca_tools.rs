@@ -158,6 +158,13 @@ fn the_ca_tools_make_and_check_an_accepted_ca_setup() {
     let client_only = inspect(&["--talos-ca-cert-file", path(&other)]).unwrap_err();
     assert!(client_only.contains("talos_ca_client_only"), "{client_only}");
 
+    // `ca patch add` lists only a client-only CA in acceptedCAs: the Talos
+    // CA (or any CA that can vouch for a server) is refused.
+    let server_ca = server(&["ca", "patch", "add", "--ca-cert", path(&talos_ca)]).unwrap_err();
+    assert!(server_ca.contains("can vouch for servers"), "{server_ca}");
+    let client_ok = server(&["ca", "patch", "add", "--ca-cert", path(&client_cert)]).unwrap();
+    assert!(client_ok.contains("== append form"), "{client_ok}");
+
     // The Talos CA itself as the signer of an accepted-CA cluster: it can
     // vouch for servers, so it is refused.
     let bundle = fixture("talos/secrets-bundle.yaml");

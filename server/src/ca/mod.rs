@@ -53,7 +53,7 @@ use material::Material;
 pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};
 pub use key::ACCEPTED_KEY_LABELS;
 pub use material::parse_certificates;
-pub use talos_ca::{KeyPolicy, talos_ca_certificates};
+pub use talos_ca::{KeyPolicy, can_vouch_for_a_server, talos_ca_certificates};
 
 /// Where a cluster's CAs come from: configuration data (`config`).
 use crate::config::{CaSource, TalosCaSource};

@@ -180,7 +180,7 @@ fn machine_config(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>
 /// when it has one, allows serverAuth): the talosconfig `ca` is for
 /// verifying apid, so a client-only CA (talos-sso's own, listed in the same
 /// `machine.acceptedCAs`) has nothing to do there.
-pub(super) fn can_vouch_for_a_server(cert: &ParsedCertificate) -> bool {
+pub fn can_vouch_for_a_server(cert: &ParsedCertificate) -> bool {
     cert.ext_key_usage().is_none_or(|usages| {
         usages.contains(&oid::KP_SERVER_AUTH) || usages.contains(&oid::ANY_EXTENDED_KEY_USAGE)
     })

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 
 use super::files::write_new_file;
 use crate::ca::patch::{self, AcceptedCasPatches, AcceptedEntry};
-use crate::ca::{CaSummary, describe_name, parse_certificates};
+use crate::ca::{CaSummary, can_vouch_for_a_server, describe_name, parse_certificates};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PatchAction {
@@ -63,6 +63,16 @@ pub(super) fn run(args: &PatchArgs, out: &mut (dyn Write + Send)) -> anyhow::Res
     };
     if ca.basic_constraints().is_none_or(|bc| !bc.ca) {
         bail!("{} is not a CA certificate", args.ca_cert.display());
+    }
+    // Whatever Talos lists in acceptedCAs also verifies servers for talosctl
+    // and the nodes: only a CA that cannot vouch for one may be added.
+    if matches!(args.action, PatchAction::Add) && can_vouch_for_a_server(ca) {
+        bail!(
+            "{} can vouch for servers (its extended key usage allows serverAuth, or it has none): listed in \
+             machine.acceptedCAs, its key could impersonate apid; add a client-only CA (talos-sso-server \
+             ca client-ca)",
+            args.ca_cert.display()
+        );
     }
     let current = match &args.current {
         Some(path) => {
