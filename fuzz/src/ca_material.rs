@@ -77,6 +77,7 @@ pub fn run(data: &[u8]) {
             vec![write("accepted.crt", accepted)]
         },
         allow_insecure_key_permissions: false,
+        talos_ca: None,
     };
     let now = crate::now();
     let Ok(ca) = CertificateAuthority::load(&source, &options, now) else {
