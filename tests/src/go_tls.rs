@@ -15,9 +15,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use talos_sso_server::ca::generate::{self, NewKeyType};
-use talos_sso_server::keys::Signer;
-use talos_sso_server::x509::{self, CertificateTemplate, ParsedCertificate, oid};
 use time::OffsetDateTime;
 
 /// Longest a first build may take (the standard library's TLS packages
@@ -302,43 +299,7 @@ impl Drop for Apid {
     }
 }
 
-/// A serving certificate for 127.0.0.1 (extended key usage serverAuth, an
-/// ECDSA P-256 key) signed by `issuer` with `issuer_key`, valid for an
-/// hour: what a Talos node presents, or, signed by a key that should not
-/// vouch for servers, what an impostor would. Returns (certificate PEM,
-/// key PEM).
-pub fn server_certificate(issuer: &ParsedCertificate, issuer_key: &dyn Signer) -> (String, String) {
-    let now = OffsetDateTime::now_utc();
-    let rng = ring::rand::SystemRandom::new();
-    let key = generate::generate_key(NewKeyType::EcdsaP256, &rng).expect("key");
-    let spki = der::Encode::to_der(&key.key.public_key_info().expect("spki")).expect("spki der");
-    let subject = x509::encode_name(&[(oid::COMMON_NAME, "talos-node")]).expect("name");
-    let san = x509_cert::ext::pkix::SubjectAltName(vec![x509_cert::ext::pkix::name::GeneralName::IpAddress(
-        der::asn1::OctetString::new(vec![127, 0, 0, 1]).expect("ip"),
-    )]);
-    let serial = x509::random_serial(&rng).expect("serial");
-    let template = CertificateTemplate {
-        serial: &serial,
-        issuer: &issuer.raw_subject,
-        subject: &subject,
-        subject_public_key_info: &spki,
-        not_before: now - time::Duration::minutes(5),
-        not_after: now + time::Duration::hours(1),
-        extensions: vec![
-            x509::extension(oid::SUBJECT_ALT_NAME, false, &san).expect("san"),
-            x509::extension(
-                oid::EXT_KEY_USAGE,
-                false,
-                &x509_cert::ext::pkix::ExtendedKeyUsage(vec![oid::KP_SERVER_AUTH]),
-            )
-            .expect("eku"),
-        ],
-    };
-    let der = x509::sign_certificate(&template, issuer_key).expect("sign");
-    (x509::pem_encode("CERTIFICATE", &der), key.pem)
-}
-
-/// [`server_certificate`] signed by the CA of `ca_cert_pem` / `ca_key_pem`
+/// [`serving_certificate`](crate::material::serving_certificate) signed by the CA of `ca_cert_pem` / `ca_key_pem`
 /// (a Talos cluster CA from its files).
 pub fn server_certificate_from_pem(ca_cert_pem: &str, ca_key_pem: &str) -> (String, String) {
     let ca = talos_sso_server::ca::CertificateAuthority::from_pem(
@@ -349,5 +310,5 @@ pub fn server_certificate_from_pem(ca_cert_pem: &str, ca_key_pem: &str) -> (Stri
         OffsetDateTime::now_utc(),
     )
     .expect("load the CA");
-    server_certificate(ca.signer(), ca.key())
+    crate::material::serving_certificate(ca.signer(), ca.key())
 }

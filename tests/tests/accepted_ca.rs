@@ -16,7 +16,7 @@ use talos_sso_server::certificate::{self, LeafRequest, SignedLeaf};
 use talos_sso_server::config::{CaSource, DEFAULT_CLOCK_SKEW, Pkcs11Source, TalosCaSource};
 use talos_sso_server::x509::{self, CertificateTemplate, ParsedCertificate, oid};
 use talos_sso_tests::go_tls::{self, Apid, Usage};
-use talos_sso_tests::material::write_file;
+use talos_sso_tests::material::{self, write_file};
 use talos_sso_tests::softhsm::{SoftHsm, TokenKey};
 use talos_sso_tests::{openssl, talos_checker};
 use time::OffsetDateTime;
@@ -40,7 +40,7 @@ impl TalosCluster {
         let root = generate::new_root(NewKeyType::Ed25519, "talos", Duration::from_secs(86400), now).unwrap();
         let ca =
             CertificateAuthority::from_pem(&root.cert_pem, &root.key_pem, "talos", Vec::new(), now).unwrap();
-        let (node_cert_pem, node_key_pem) = go_tls::server_certificate(ca.signer(), ca.key());
+        let (node_cert_pem, node_key_pem) = material::serving_certificate(ca.signer(), ca.key());
         Self {
             cert_file: write_file(dir, "talos-ca.crt", &root.cert_pem, 0o644),
             ca,
@@ -214,7 +214,7 @@ fn what_a_client_ca_signs_passes_as_a_client_and_never_as_a_server() {
     let ca = accepted_ca(dir.path(), &talos, NewKeyType::EcdsaP256);
     let client_ca_pem = ca.signer().to_pem();
     let (issued, _) = issue(&ca);
-    let (impostor_pem, _) = go_tls::server_certificate(ca.signer(), ca.key());
+    let (impostor_pem, _) = material::serving_certificate(ca.signer(), ca.key());
 
     openssl::verify_client_certificate(&client_ca_pem, &issued.leaf.to_pem(), "").expect("OpenSSL: a client");
     go_tls::verify(&client_ca_pem, &issued.chain_pem, Usage::Client).expect("Go: a client");
@@ -334,7 +334,7 @@ fn a_stolen_client_ca_key_cannot_impersonate_a_node() {
     // whole pool as its `ca`): still no server of the client CA's passes.
     let pool = talos.pool_with(&ca);
 
-    let (impostor_cert, impostor_key) = go_tls::server_certificate(ca.signer(), ca.key());
+    let (impostor_cert, impostor_key) = material::serving_certificate(ca.signer(), ca.key());
     let impostor = Apid::start(&impostor_cert, &impostor_key, &pool);
     let refused = go_tls::talosctl(impostor.addr(), &pool, &issued.chain_pem, &key_pem).unwrap_err();
     assert!(
@@ -419,7 +419,7 @@ async fn a_client_ca_whose_key_is_in_a_token_signs_leaves_apid_admits() {
         )
         .unwrap_or_else(|e| panic!("{key:?}: {e}"));
         assert_eq!(answer, ROLES.join(","));
-        let (impostor_pem, _) = go_tls::server_certificate(ca.signer(), ca.key());
+        let (impostor_pem, _) = material::serving_certificate(ca.signer(), ca.key());
         go_tls::verify(&ca.signer().to_pem(), &impostor_pem, Usage::Server).unwrap_err();
     }
 }

@@ -52,7 +52,8 @@ pub(super) fn v1alpha1_document<T: DeserializeOwned>(text: &str, path: &Path) ->
     }
 }
 
-pub(super) fn read(path: &Path) -> Result<Material, CaError> {
+/// `machine.ca` and `machine.acceptedCAs` of the machine config at `path`.
+pub(super) fn machine_cas(path: &Path) -> Result<(EncodedPair, Vec<EncodedPair>), CaError> {
     let text = read_text(path)?;
     let machine = v1alpha1_document::<MachineConfigDoc>(&text, path)?
         .and_then(|doc| doc.machine)
@@ -64,10 +65,15 @@ pub(super) fn read(path: &Path) -> Result<Material, CaError> {
         path: path.to_owned(),
         field: "machine.ca",
     })?;
+    Ok((pair, machine.accepted_c_as))
+}
+
+pub(super) fn read(path: &Path) -> Result<Material, CaError> {
+    let (pair, accepted) = machine_cas(path)?;
     let mut material = pair.decode(path, "machine.ca", "machine.ca.crt")?;
     // acceptedCAs travel with the config; they only need a certificate, and
     // are trusted next to the root, never part of its chain.
-    for extra in machine.accepted_c_as {
+    for extra in accepted {
         if let Some(crt) = extra.crt {
             let pem = decode_base64(&crt, &material.origin, "machine.acceptedCAs[].crt")?;
             material.accepted_pem.push(pem);

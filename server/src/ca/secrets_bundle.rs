@@ -18,15 +18,19 @@ struct BundleCerts {
     os: Option<EncodedPair>,
 }
 
-pub(super) fn read(path: &Path) -> Result<Material, CaError> {
+/// `certs.os` of the bundle at `path`.
+pub(super) fn os_pair(path: &Path) -> Result<EncodedPair, CaError> {
     let text = read_text(path)?;
     let bundle: SecretsBundle = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
-    let pair = bundle
+    bundle
         .certs
         .and_then(|c| c.os)
         .ok_or_else(|| CaError::MissingField {
             path: path.to_owned(),
             field: "certs.os",
-        })?;
-    pair.decode(path, "certs.os", "certs.os.crt")
+        })
+}
+
+pub(super) fn read(path: &Path) -> Result<Material, CaError> {
+    os_pair(path)?.decode(path, "certs.os", "certs.os.crt")
 }

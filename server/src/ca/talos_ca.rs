@@ -111,59 +111,15 @@ fn talosconfig(
     parse_certificates(&decode_base64(ca, &origin, "ca")?, &origin)
 }
 
-/// `talosctl gen secrets` output: only the part read.
-#[derive(Deserialize)]
-struct SecretsBundle {
-    certs: Option<BundleCerts>,
-}
-
-#[derive(Deserialize)]
-struct BundleCerts {
-    os: Option<EncodedPair>,
-}
-
 fn secrets_bundle(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
-    let text = read_text(path)?;
-    let bundle: SecretsBundle = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
-    let pair = bundle
-        .certs
-        .and_then(|c| c.os)
-        .ok_or_else(|| CaError::MissingField {
-            path: path.to_owned(),
-            field: "certs.os",
-        })?;
-    certificate_without_key(pair, path, "certs.os", keys)
-}
-
-/// A v1alpha1 machine config: only the part read.
-#[derive(Deserialize)]
-struct MachineConfigDoc {
-    machine: Option<MachineSection>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MachineSection {
-    ca: Option<EncodedPair>,
-    #[serde(default)]
-    accepted_c_as: Vec<EncodedPair>,
+    certificate_without_key(super::secrets_bundle::os_pair(path)?, path, "certs.os", keys)
 }
 
 fn machine_config(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
-    let text = read_text(path)?;
-    let machine = super::machine_config::v1alpha1_document(&text, path)?
-        .and_then(|doc: MachineConfigDoc| doc.machine)
-        .ok_or_else(|| CaError::MissingField {
-            path: path.to_owned(),
-            field: "machine",
-        })?;
-    let pair = machine.ca.ok_or_else(|| CaError::MissingField {
-        path: path.to_owned(),
-        field: "machine.ca",
-    })?;
+    let (pair, accepted_cas) = super::machine_config::machine_cas(path)?;
     let mut certs = certificate_without_key(pair, path, "machine.ca", keys)?;
     let origin = format!("{} (machine.acceptedCAs)", path.display());
-    for accepted in machine.accepted_c_as {
+    for accepted in accepted_cas {
         if let Some(crt) = accepted.crt {
             let pem = decode_base64(&crt, &origin, "crt")?;
             certs.extend(

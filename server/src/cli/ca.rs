@@ -32,6 +32,32 @@ pub struct NewCaOutput {
     key_type: KeyTypeArg,
 }
 
+/// The key pair on a PKCS#11 token that a new CA's key is, or becomes.
+#[derive(Debug, Args)]
+pub struct TokenKeyArgs {
+    /// The PKCS#11 module holding the key.
+    #[arg(long)]
+    token_module: PathBuf,
+    /// The token's label.
+    #[arg(long)]
+    token_label: String,
+    /// The label of the key pair on the token.
+    #[arg(long)]
+    token_key_label: String,
+}
+
+impl TokenKeyArgs {
+    /// The key as a cluster's `ca.pkcs11` names it, its PIN in `pin_file`.
+    fn source(self, pin_file: PathBuf) -> crate::config::Pkcs11Source {
+        crate::config::Pkcs11Source {
+            module: self.token_module,
+            token_label: self.token_label,
+            key_label: self.token_key_label,
+            pin_file,
+        }
+    }
+}
+
 /// Key types a token key can be made with.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum TokenKeyTypeArg {
@@ -81,15 +107,8 @@ pub enum CaCommand {
         /// How long the intermediate is valid (e.g. 90d, 1y); never past the root.
         #[arg(long, value_parser = humantime::parse_duration)]
         validity: Duration,
-        /// The PKCS#11 module holding the intermediate's key.
-        #[arg(long)]
-        token_module: PathBuf,
-        /// The token's label.
-        #[arg(long)]
-        token_label: String,
-        /// The label of the key pair on the token (its public key is read).
-        #[arg(long)]
-        token_key_label: String,
+        #[command(flatten)]
+        token: TokenKeyArgs,
         /// Make that key pair inside the token first (it never leaves it).
         #[arg(long, value_enum, requires = "token_pin_file")]
         generate: Option<TokenKeyTypeArg>,
@@ -130,15 +149,8 @@ pub enum CaCommand {
         /// How long the CA is valid; rotate it before then (`next_ca`).
         #[arg(long, value_parser = humantime::parse_duration, default_value = "1y")]
         validity: Duration,
-        /// The PKCS#11 module holding the key.
-        #[arg(long)]
-        token_module: PathBuf,
-        /// The token's label.
-        #[arg(long)]
-        token_label: String,
-        /// The label of the key pair on the token.
-        #[arg(long)]
-        token_key_label: String,
+        #[command(flatten)]
+        token: TokenKeyArgs,
         /// Make that key pair inside the token first (it never leaves it).
         #[arg(long, value_enum)]
         generate: Option<TokenKeyTypeArg>,
@@ -379,9 +391,7 @@ pub(super) fn run(
         CaCommand::IntermediateForToken {
             source,
             validity,
-            token_module,
-            token_label,
-            token_key_label,
+            token,
             generate,
             token_pin_file,
             out_cert,
@@ -396,12 +406,7 @@ pub(super) fn run(
             }
             // Without --generate, no PIN: the public key is readable
             // without logging in.
-            let token = crate::config::Pkcs11Source {
-                module: token_module,
-                token_label,
-                key_label: token_key_label,
-                pin_file: token_pin_file.clone().unwrap_or_default(),
-            };
+            let token = token.source(token_pin_file.clone().unwrap_or_default());
             let refused =
                 |e: crate::keys::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
             let spki = match (generate, &token_pin_file) {
@@ -442,9 +447,7 @@ pub(super) fn run(
         CaCommand::ClientCaForToken {
             cluster,
             validity,
-            token_module,
-            token_label,
-            token_key_label,
+            token,
             generate,
             token_pin_file,
             out_cert,
@@ -452,12 +455,7 @@ pub(super) fn run(
             if out_cert.exists() {
                 bail!("{} already exists; refusing to overwrite it", out_cert.display());
             }
-            let token = crate::config::Pkcs11Source {
-                module: token_module,
-                token_label,
-                key_label: token_key_label,
-                pin_file: token_pin_file.clone(),
-            };
+            let token = token.source(token_pin_file.clone());
             let refused =
                 |e: crate::keys::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
             let pin = crate::secret_file::read_secret(&token_pin_file)?;

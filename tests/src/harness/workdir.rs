@@ -58,8 +58,6 @@ impl Default for Workdir {
 /// as rustls reads it) and the CA that signed it, in `dir`. Returns
 /// (CA PEM, certificate path, key path).
 pub fn tls_files(dir: &Path) -> (String, PathBuf, PathBuf) {
-    use talos_sso_server::keys::Signer;
-    use talos_sso_server::x509::{self, CertificateTemplate, oid};
     let now = OffsetDateTime::now_utc();
     let root = generate::new_root(
         NewKeyType::EcdsaP256,
@@ -76,33 +74,9 @@ pub fn tls_files(dir: &Path) -> (String, PathBuf, PathBuf) {
         now,
     )
     .expect("load CA");
-    let rng = ring::rand::SystemRandom::new();
-    let key = generate::generate_key(NewKeyType::EcdsaP256, &rng).expect("key");
-    let spki = der::Encode::to_der(&key.key.public_key_info().expect("spki")).expect("spki der");
-    let subject = x509::encode_name(&[(oid::COMMON_NAME, "localhost")]).expect("name");
-    let san = x509_cert::ext::pkix::SubjectAltName(vec![x509_cert::ext::pkix::name::GeneralName::IpAddress(
-        der::asn1::OctetString::new(vec![127, 0, 0, 1]).expect("ip"),
-    )]);
-    let template = CertificateTemplate {
-        serial: &[9, 9, 9],
-        issuer: &ca.signer().raw_subject,
-        subject: &subject,
-        subject_public_key_info: &spki,
-        not_before: now - time::Duration::minutes(5),
-        not_after: now + time::Duration::hours(2),
-        extensions: vec![
-            x509::extension(oid::SUBJECT_ALT_NAME, false, &san).expect("san"),
-            x509::extension(
-                oid::EXT_KEY_USAGE,
-                false,
-                &x509_cert::ext::pkix::ExtendedKeyUsage(vec![oid::KP_SERVER_AUTH]),
-            )
-            .expect("eku"),
-        ],
-    };
-    let cert = x509::sign_certificate(&template, ca.key()).expect("sign");
-    let cert_path = write_file(dir, "tls.crt", &x509::pem_encode("CERTIFICATE", &cert), 0o644);
-    let key_path = write_file(dir, "tls.key", &key.pem, 0o600);
+    let (cert_pem, key_pem) = crate::material::serving_certificate(ca.signer(), ca.key());
+    let cert_path = write_file(dir, "tls.crt", &cert_pem, 0o644);
+    let key_path = write_file(dir, "tls.key", &key_pem, 0o600);
     (root.cert_pem, cert_path, key_path)
 }
 
