@@ -133,7 +133,7 @@ pub enum CaCommand {
         #[arg(long)]
         cluster: String,
         /// How long the CA is valid; rotate it before then (`next_ca`).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "1y")]
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "365d")]
         validity: Duration,
         #[command(flatten)]
         output: NewCaOutput,
@@ -147,7 +147,7 @@ pub enum CaCommand {
         #[arg(long)]
         cluster: String,
         /// How long the CA is valid; rotate it before then (`next_ca`).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "1y")]
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "365d")]
         validity: Duration,
         #[command(flatten)]
         token: TokenKeyArgs,
