@@ -456,6 +456,15 @@ async fn a_running_server_switches_to_next_ca_at_signs_from() {
     let checked = server_cli(&["check", "--config", passed_file.to_str().unwrap()])
         .await
         .unwrap();
+    // The CA that signs now leads the cluster's line (the new one lives 60
+    // days, the old 30; their subjects name the same day).
+    assert!(
+        checked.contains(&format!(
+            "cluster prod: accepted-ca mode, CA {} (59 days left)",
+            describe_name(&new.cert.raw_subject)
+        )),
+        "{checked}"
+    );
     assert!(
         checked.contains(&format!("signs from {} (now)", rfc3339(passed)))
             && checked.contains(&format!(

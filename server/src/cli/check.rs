@@ -19,15 +19,17 @@ pub(super) async fn run(
     let config = super::load_config(config)?;
     let (clusters, warnings) = load_clusters(&config, now)?;
     for (name, cluster) in &clusters {
+        // The CA that signs now: after next_ca's date, the next one.
+        let signing = cluster.signing_ca(now);
         writeln!(
             out,
             "cluster {name}: {} mode, CA {} ({} days left), {} rules",
             cluster.mode(),
-            crate::ca::describe_name(&cluster.ca.signer().raw_subject),
-            cluster.ca.summary(now).days_left,
+            crate::ca::describe_name(&signing.signer().raw_subject),
+            signing.summary(now).days_left,
             cluster.config.rules.len()
         )?;
-        if let Some(token) = cluster.ca.key_location() {
+        if let Some(token) = signing.key_location() {
             writeln!(out, "cluster {name}: key in {token}")?;
         }
         if cluster.mode() == crate::ca::TrustMode::AcceptedCa {
