@@ -125,14 +125,55 @@ fn a_talos_ca_source_holding_the_key_is_refused() {
     // The same sources without the key name the Talos CA.
     let crt_file = write_file(dir.path(), "os.crt", &crt, 0o644);
     assert_eq!(with(TalosCaSource::CertFile(crt_file)), "loaded");
+    // With only the os key blanked, the bundle still holds every other
+    // secret (the trustd token, the etcd and Kubernetes CA keys): refused.
     let encoded_key = STANDARD.encode(&key);
-    for (name, replacement) in [("empty", "''"), ("redacted", "'******'")] {
-        let text = bundle_yaml.replacen(&encoded_key, replacement, 1);
-        assert_ne!(text, bundle_yaml, "the os key is in the bundle");
-        let file = write_file(dir.path(), &format!("{name}-bundle.yaml"), &text, 0o644);
-        let ca = load_with(&signer, Some(TalosCaSource::SecretsBundle(file)), Vec::new()).unwrap();
-        assert_eq!(bundle(&ca), [der(&crt)], "{name}");
+    let text = bundle_yaml.replacen(&encoded_key, "''", 1);
+    assert_ne!(text, bundle_yaml, "the os key is in the bundle");
+    let file = write_file(dir.path(), "os-key-blanked-bundle.yaml", &text, 0o644);
+    let error = load_with(&signer, Some(TalosCaSource::SecretsBundle(file)), Vec::new()).unwrap_err();
+    assert_eq!(error.code(), "talos_ca_secret_present", "{error}");
+    // Every secret redacted: the Talos CA certificate is read.
+    let file = write_file(
+        dir.path(),
+        "redacted-bundle.yaml",
+        &redact_secrets(&bundle_yaml),
+        0o644,
+    );
+    let ca = load_with(&signer, Some(TalosCaSource::SecretsBundle(file)), Vec::new()).unwrap();
+    assert_eq!(bundle(&ca), [der(&crt)]);
+}
+
+/// `text` with every secret-like value (`key`, `*token*`, `*secret*`,
+/// `*password*`) replaced by `******`, as Talos redacts them.
+fn redact_secrets(text: &str) -> String {
+    use serde::Deserialize;
+    fn redact(value: &mut serde_yaml_ng::Value) {
+        match value {
+            serde_yaml_ng::Value::Mapping(mapping) => {
+                for (key, value) in mapping.iter_mut() {
+                    let name = key.as_str().unwrap_or_default().to_ascii_lowercase();
+                    let secret =
+                        name == "key" || ["token", "secret", "password"].iter().any(|w| name.contains(w));
+                    if secret && value.as_str().is_some_and(|v| !v.is_empty()) {
+                        *value = "******".into();
+                    } else {
+                        redact(value);
+                    }
+                }
+            }
+            serde_yaml_ng::Value::Sequence(items) => items.iter_mut().for_each(redact),
+            _ => {}
+        }
     }
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|document| {
+            let mut value = serde_yaml_ng::Value::deserialize(document).unwrap();
+            redact(&mut value);
+            serde_yaml_ng::to_string(&value).unwrap()
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
 }
 
 #[test]
@@ -248,8 +289,15 @@ fn a_talosconfig_names_the_talos_ca_of_a_context() {
 fn a_worker_or_redacted_machine_config_names_the_talos_ca() {
     let dir = tempfile::tempdir().unwrap();
     let (signer, ours) = client_ca(dir.path(), "client");
-    // The worker's machine.ca carries no key.
+    // The worker's machine.ca carries no key, but machine.token lets
+    // trustd sign server certificates under the cluster CA: refused.
     let worker = private_copy(dir.path(), "talos/worker-v1.12.yaml");
+    let error = load_with(&signer, Some(TalosCaSource::MachineConfig(worker)), Vec::new()).unwrap_err();
+    assert_eq!(error.code(), "talos_ca_secret_present");
+    assert!(error.to_string().contains("(machine.token)"), "{error}");
+    // Redacted, it names the Talos CA.
+    let redacted_worker = redact_secrets(&read_fixture("talos/worker-v1.12.yaml"));
+    let worker = write_file(dir.path(), "worker-redacted.yaml", &redacted_worker, 0o644);
     let ca = load_with(&signer, Some(TalosCaSource::MachineConfig(worker)), Vec::new()).unwrap();
     let worker_ca = der(&pem_field(
         &v1alpha1("talos/worker-v1.12.yaml"),
@@ -266,14 +314,13 @@ fn a_worker_or_redacted_machine_config_names_the_talos_ca() {
     ));
     let next_talos = talos_style_root();
     let listed = format!(
-        "machine:\n    acceptedCAs:\n        - crt: {}\n        - crt: {}\n",
+        "machine:\n  acceptedCAs:\n    - crt: {}\n    - crt: {}\n",
         STANDARD.encode(&next_talos.cert_pem),
         STANDARD.encode(&ours.cert_pem)
     );
-    let redacted = control_plane
-        .replacen(&key, "'******'", 1)
-        .replacen("machine:\n", &listed, 1);
-    assert!(redacted.contains("key: '******'"), "the key is in the fixture");
+    assert!(control_plane.contains(&key), "the key is in the fixture");
+    let redacted = redact_secrets(&control_plane).replacen("machine:\n", &listed, 1);
+    assert!(redacted.contains("acceptedCAs"), "{redacted}");
     let path = write_file(dir.path(), "redacted.yaml", &redacted, 0o644);
     let ca = load_with(&signer, Some(TalosCaSource::MachineConfig(path)), Vec::new()).unwrap();
     let cp_ca = der(&pem_field(

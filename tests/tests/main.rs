@@ -102,6 +102,7 @@ macro_rules! on_both_stores {
 mod accepted_ca;
 mod accepted_ca_break_glass;
 mod accepted_ca_config;
+mod accepted_ca_limits;
 mod accepted_ca_patches;
 mod accepted_ca_rotation;
 mod accepted_ca_tools;

@@ -129,7 +129,17 @@ impl CertificateAuthority {
                 check_client_only_ca(&signer, &chain, talos_ca, origin)?;
                 TrustMode::AcceptedCa
             }
-            None if !chain.is_empty() => TrustMode::Intermediate,
+            None if !chain.is_empty() => {
+                // What the intermediate signs must not pass as a server:
+                // its key would otherwise sign apid certificates that chain
+                // to machine.ca.
+                if can_vouch_for_a_server(&signer) {
+                    return Err(CaError::IntermediateNotClientOnly {
+                        subject: describe_name(&signer.raw_subject),
+                    });
+                }
+                TrustMode::Intermediate
+            }
             None => {
                 // A client-only intermediate alone (as `ca intermediate`
                 // makes them) lacks the issuers its file must carry; told
@@ -171,9 +181,17 @@ impl CertificateAuthority {
             Some(talos_ca) => talos_ca,
             None => vec![chain.last().unwrap_or(&signer).clone()],
         };
-        for ca in trusted.into_iter().chain(accepted) {
+        let accepted_start = trusted.len();
+        for (index, ca) in trusted.into_iter().chain(accepted).enumerate() {
             if ca.basic_constraints().is_none_or(|bc| !bc.ca) {
                 return Err(CaError::NotACa {
+                    subject: describe_name(&ca.raw_subject),
+                });
+            }
+            // The talosconfig `ca` verifies apid: a CA that cannot vouch
+            // for a server (the client CA itself, say) has no place there.
+            if index >= accepted_start && !can_vouch_for_a_server(&ca) {
+                return Err(CaError::AcceptedCaClientOnly {
                     subject: describe_name(&ca.raw_subject),
                 });
             }
@@ -298,6 +316,9 @@ fn check_client_only_ca(
             Some(u) => u.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
         };
         return Err(CaError::NotClientOnly { subject, usages });
+    }
+    if signer.basic_constraints().and_then(|bc| bc.path_len_constraint) != Some(0) {
+        return Err(CaError::ClientCaPathLength { subject });
     }
     if talos_ca.iter().any(|ca| ca.spki() == signer.spki()) {
         return Err(CaError::TalosCaIsSigner { subject });

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_yaml_ng::Value;
 
 use super::CaError;
 use super::material::{EncodedPair, Material, decode_base64, read_text, yaml_error};
@@ -25,31 +26,37 @@ struct MachineSection {
     accepted_c_as: Vec<EncodedPair>,
 }
 
-/// The v1alpha1 document of a machine config, read as `T`: Talos machine
-/// configs may hold several YAML documents, and the v1alpha1 one carries
-/// `machine`. `talosctl get machineconfig -o yaml` prints a resource whose
-/// `spec` is the config's text: that text is read the same way. `None`
-/// when no document carries `machine`.
+/// The YAML documents of a machine config: the file's own, or, for what
+/// `talosctl get machineconfig -o yaml` prints (a resource whose `spec` is
+/// the config's text), those of that text; unwrapped once, never again.
+pub(super) fn config_documents(text: &str) -> Result<Vec<Value>, serde_yaml_ng::Error> {
+    let documents = yaml_documents(text)?;
+    if documents.iter().any(|d| d.get("machine").is_some()) {
+        return Ok(documents);
+    }
+    match documents.iter().find_map(|d| d.get("spec")?.as_str()) {
+        Some(spec) => yaml_documents(spec),
+        None => Ok(documents),
+    }
+}
+
+fn yaml_documents(text: &str) -> Result<Vec<Value>, serde_yaml_ng::Error> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(Value::deserialize)
+        .filter(|v| !matches!(v, Ok(Value::Null)))
+        .collect()
+}
+
+/// The v1alpha1 document of a machine config ([`config_documents`]), read
+/// as `T`: Talos machine configs may hold several YAML documents, and the
+/// v1alpha1 one carries `machine`. `None` when none does.
 pub(super) fn v1alpha1_document<T: DeserializeOwned>(text: &str, path: &Path) -> Result<Option<T>, CaError> {
-    let mut resource_spec = None;
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = serde_yaml_ng::Value::deserialize(document).map_err(yaml_error(path))?;
-        if value.get("machine").is_some() {
-            return serde_yaml_ng::from_value(value)
-                .map(Some)
-                .map_err(yaml_error(path));
-        }
-        if resource_spec.is_none() {
-            resource_spec = value
-                .get("spec")
-                .and_then(|spec| spec.as_str())
-                .map(str::to_owned);
-        }
-    }
-    match resource_spec {
-        Some(spec) => v1alpha1_document(&spec, path),
-        None => Ok(None),
-    }
+    config_documents(text)
+        .map_err(yaml_error(path))?
+        .into_iter()
+        .find(|d| d.get("machine").is_some())
+        .map(|d| serde_yaml_ng::from_value(d).map_err(yaml_error(path)))
+        .transpose()
 }
 
 /// `machine.ca` and `machine.acceptedCAs` of the machine config at `path`.

@@ -80,16 +80,22 @@ impl EncodedPair {
 }
 
 pub(super) fn decode_base64(value: &str, origin: &str, field: &'static str) -> Result<String, CaError> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(value.trim())
-        .map_err(|_| CaError::Base64 {
-            origin: origin.to_owned(),
-            field,
-        })?;
+    let bytes = decode_base64_bytes(value).map_err(|_| CaError::Base64 {
+        origin: origin.to_owned(),
+        field,
+    })?;
     String::from_utf8(bytes).map_err(|_| CaError::Base64 {
         origin: origin.to_owned(),
         field,
     })
+}
+
+/// Standard base64 as Go's `base64.StdEncoding` reads it in Talos's YAML:
+/// line breaks (a `crt: |` block wrapped at 76 columns) and other ASCII
+/// whitespace are skipped.
+pub(super) fn decode_base64_bytes(value: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    let compact: String = value.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(compact)
 }
 
 /// Every CERTIFICATE block in `text`, parsed.

@@ -37,6 +37,7 @@ mod machine_config;
 mod material;
 pub mod patch;
 mod pem_files;
+mod secret_scan;
 mod secrets_bundle;
 mod talos_ca;
 
@@ -187,6 +188,12 @@ pub enum CaError {
          `talos_ca.cert_file`"
     )]
     TalosconfigKeyPresent { origin: String },
+    #[error(
+        "{origin} is a Talos secret: `talos_ca` needs a certificate and nothing else (a join token, \
+         for one, lets trustd sign server certificates under the cluster CA); write the certificate \
+         alone with `talos-sso-server ca talos-ca` and name that in `talos_ca.cert_file`"
+    )]
+    TalosCaSecretPresent { origin: String },
     #[error("{path} has no context `{context}`; its contexts: {}", known.join(", "))]
     TalosconfigContextUnknown {
         path: PathBuf,
@@ -215,6 +222,22 @@ pub enum CaError {
          with `talos_ca`, so it must be the Talos cluster CA (what `machine.ca` holds)"
     )]
     TalosCaClientOnly { subject: String },
+    #[error(
+        "the intermediate CA {subject} can vouch for servers (its extended key usage allows serverAuth, or \
+         it has none): its key could sign apid certificates that chain to machine.ca; make one limited \
+         to clientAuth (`talos-sso-server ca intermediate`)"
+    )]
+    IntermediateNotClientOnly { subject: String },
+    #[error(
+        "the accepted CA {subject} is limited to client authentication: `accepted_cas` go into the \
+         talosconfig `ca`, which verifies apid, so they must be Talos CAs"
+    )]
+    AcceptedCaClientOnly { subject: String },
+    #[error(
+        "the client CA {subject} may sign other CAs (its path length is not 0): a client CA signs \
+         people's certificates only; make one with `talos-sso-server ca client-ca`"
+    )]
+    ClientCaPathLength { subject: String },
     #[error(
         "the CA {subject} is limited to client authentication, so talosctl could not verify apid \
          with it: it looks like a talos-sso client CA; name the Talos cluster CA certificate in the \
@@ -250,10 +273,14 @@ impl CaError {
             CaError::TalosCaKeyPresent { .. } => "talos_ca_key_present",
             CaError::TalosconfigContextUnknown { .. } => "talos_ca_context_unknown",
             CaError::TalosconfigKeyPresent { .. } => "talos_ca_client_key_present",
+            CaError::TalosCaSecretPresent { .. } => "talos_ca_secret_present",
             CaError::NotClientOnly { .. } => "ca_not_client_only",
             CaError::NotSelfSigned { .. } => "ca_not_self_signed",
             CaError::TalosCaIsSigner { .. } => "talos_ca_is_signer",
             CaError::TalosCaClientOnly { .. } => "talos_ca_client_only",
+            CaError::IntermediateNotClientOnly { .. } => "ca_intermediate_not_client_only",
+            CaError::AcceptedCaClientOnly { .. } => "accepted_ca_client_only",
+            CaError::ClientCaPathLength { .. } => "ca_path_length_not_zero",
             CaError::ClientOnlyWithoutTalosCa { .. } => "ca_client_only_without_talos_ca",
             CaError::Pkcs11(error) => error.code(),
         }

@@ -20,7 +20,6 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::material::parse_certificates;
@@ -86,18 +85,18 @@ pub enum PatchError {
     NoMachineConfig,
     #[error("`machine.acceptedCAs` is not a list of {{crt: ...}} entries")]
     NotAList,
+    #[error(
+        "entry {0} of `machine.acceptedCAs` is not base64 of PEM certificates this tool can read; \
+         refusing to write a list that might keep the CA (check that entry by hand)"
+    )]
+    UnreadableEntry(usize),
 }
 
 /// The `machine.acceptedCAs` entries of a machine config (or of a
 /// MachineConfig resource as talosctl prints it).
 pub fn current_accepted_cas(text: &str) -> Result<Vec<AcceptedEntry>, PatchError> {
-    let documents = yaml_documents(text)?;
-    // `talosctl get machineconfig -o yaml` prints a resource whose `spec`
-    // is the config's text.
-    let configs: Vec<Value> = match documents.iter().find_map(|d| d.get("spec")?.as_str()) {
-        Some(spec) => yaml_documents(spec)?,
-        None => documents,
-    };
+    let configs =
+        super::machine_config::config_documents(text).map_err(|e| PatchError::Yaml(e.to_string()))?;
     let machine = configs
         .iter()
         .find_map(|d| d.get("machine"))
@@ -115,8 +114,7 @@ pub fn current_accepted_cas(text: &str) -> Result<Vec<AcceptedEntry>, PatchError
                 .get("crt")
                 .and_then(Value::as_str)
                 .ok_or(PatchError::NotAList)?;
-            let certs = STANDARD
-                .decode(crt.trim())
+            let certs = super::material::decode_base64_bytes(crt)
                 .ok()
                 .and_then(|pem| String::from_utf8(pem).ok())
                 .and_then(|pem| parse_certificates(&pem, "machine.acceptedCAs").ok());
@@ -125,13 +123,6 @@ pub fn current_accepted_cas(text: &str) -> Result<Vec<AcceptedEntry>, PatchError
                 certs,
             })
         })
-        .collect()
-}
-
-fn yaml_documents(text: &str) -> Result<Vec<Value>, PatchError> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).map_err(|e| PatchError::Yaml(e.to_string())))
-        .filter(|v| !matches!(v, Ok(Value::Null)))
         .collect()
 }
 
@@ -168,18 +159,23 @@ pub fn add(current: &[AcceptedEntry], ca: &ParsedCertificate) -> AcceptedCasPatc
 }
 
 /// The patches that remove `ca` from the `current` list (replace form only:
-/// a strategic merge patch cannot take one entry out of a list). An entry
-/// holding other certificates besides `ca` keeps them.
-pub fn remove(current: &[AcceptedEntry], ca: &ParsedCertificate) -> AcceptedCasPatches {
+/// Talos's per-item `$patch: delete` is not relied on). An entry holding
+/// other certificates besides `ca` keeps them. An entry that cannot be read
+/// refuses the removal: it might be `ca` written another way, and a cut-off
+/// that quietly keeps the CA is worse than none.
+pub fn remove(current: &[AcceptedEntry], ca: &ParsedCertificate) -> Result<AcceptedCasPatches, PatchError> {
+    if let Some(index) = current.iter().position(|e| e.certs.is_none()) {
+        return Err(PatchError::UnreadableEntry(index));
+    }
     let resulting: Vec<AcceptedEntry> = current.iter().filter_map(|e| e.without(ca)).collect();
     let changes = current.iter().any(|e| e.holds(ca));
-    AcceptedCasPatches {
+    Ok(AcceptedCasPatches {
         append: None,
         delete_list: delete_patch(),
         new_list: list_patch(&resulting),
         changes,
         resulting,
-    }
+    })
 }
 
 fn machine_patch(accepted: Value) -> String {
@@ -286,13 +282,13 @@ mod tests {
     fn removing_keeps_the_others_and_has_no_append_form() {
         let (old, ours) = (ca(), ca());
         let current = current_accepted_cas(&config_with(&[&old, &ours])).unwrap();
-        let patches = remove(&current, &ours);
+        let patches = remove(&current, &ours).unwrap();
         assert!(patches.changes && patches.append.is_none());
         assert_eq!(patches.resulting.len(), 1);
         assert!(patches.resulting[0].holds(&old));
-        let gone = remove(&patches.resulting, &ours);
+        let gone = remove(&patches.resulting, &ours).unwrap();
         assert!(!gone.changes);
-        let empty = remove(&current_accepted_cas(&config_with(&[&ours])).unwrap(), &ours);
+        let empty = remove(&current_accepted_cas(&config_with(&[&ours])).unwrap(), &ours).unwrap();
         assert_eq!(empty.new_list, "machine:\n  acceptedCAs: []\n");
     }
 
@@ -304,13 +300,40 @@ mod tests {
             "machine:\n  acceptedCAs:\n    - crt: {}\n",
             STANDARD.encode(bundled)
         );
-        let patches = remove(&current_accepted_cas(&config).unwrap(), &ours);
+        let patches = remove(&current_accepted_cas(&config).unwrap(), &ours).unwrap();
         assert!(patches.changes);
         assert_eq!(patches.resulting.len(), 1);
         let kept = &patches.resulting[0];
         assert!(kept.holds(&old) && !kept.holds(&ours));
         assert_eq!(kept.crt, STANDARD.encode(old.to_pem()));
         // Once out, removing again changes nothing.
-        assert!(!remove(&patches.resulting, &ours).changes);
+        assert!(!remove(&patches.resulting, &ours).unwrap().changes);
+    }
+
+    #[test]
+    fn a_wrapped_entry_is_read_and_an_unreadable_one_stops_a_removal() {
+        let ours = ca();
+        // As `base64 ca.crt` writes it: 76 columns, then a line break.
+        let encoded = STANDARD.encode(ours.to_pem());
+        let wrapped: Vec<String> = encoded
+            .as_bytes()
+            .chunks(76)
+            .map(|c| format!("        {}\n", String::from_utf8_lossy(c)))
+            .collect();
+        let config = format!(
+            "version: v1alpha1\nmachine:\n  acceptedCAs:\n    - crt: |\n{}",
+            wrapped.concat()
+        );
+        let current = current_accepted_cas(&config).unwrap();
+        assert!(current[0].holds(&ours), "Go's base64 reads it; so must we");
+        let patches = remove(&current, &ours).unwrap();
+        assert!(patches.changes && patches.resulting.is_empty());
+
+        let unreadable = "version: v1alpha1\nmachine:\n  acceptedCAs:\n    - crt: not-base64!\n";
+        let current = current_accepted_cas(unreadable).unwrap();
+        assert!(matches!(
+            remove(&current, &ours),
+            Err(PatchError::UnreadableEntry(0))
+        ));
     }
 }

@@ -6,9 +6,11 @@
 //! that can vouch for a server, as during `talosctl rotate-ca`).
 //!
 //! The mode exists so that the cluster CA key never reaches talos-sso: a
-//! source that carries it is refused, whatever else it holds, and so is a
-//! talosconfig that carries a client key (a long-lived credential the
-//! server has no use for). `ca talos-ca` extracts the certificate from any
+//! source that carries it is refused, and so is one that carries any other
+//! secret (`secret_scan`): a client key in a talosconfig (a long-lived
+//! credential the server has no use for), a join token in a worker's
+//! machine config (with it, trustd signs server certificates under the
+//! cluster CA). `ca talos-ca` extracts the certificate from any
 //! of them on the operator's machine ([`KeyPolicy::Ignore`]).
 
 use std::collections::BTreeMap;
@@ -18,6 +20,7 @@ use serde::Deserialize;
 
 use super::CaError;
 use super::material::{EncodedPair, decode_base64, parse_certificates, read_text, yaml_error};
+use super::secret_scan::first_secret;
 use crate::config::TalosCaSource;
 use crate::x509::{ParsedCertificate, oid};
 
@@ -67,7 +70,6 @@ struct Talosconfig {
 #[derive(Deserialize)]
 struct TalosconfigContext {
     ca: Option<String>,
-    key: Option<String>,
 }
 
 fn talosconfig(
@@ -101,8 +103,18 @@ fn talosconfig(
                 .map(|k| talos_sso_text::clean_field(k))
                 .collect(),
         })?;
-    if keys == KeyPolicy::Refuse && entry.key.as_deref().is_some_and(|k| !k.trim().is_empty()) {
-        return Err(CaError::TalosconfigKeyPresent { origin });
+    if keys == KeyPolicy::Refuse {
+        // Any context's key, not only the one read: the file is what the
+        // server keeps.
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+        if let Some(secret) = first_secret(&document) {
+            let origin = format!("{} ({})", path.display(), talos_sso_text::clean_field(&secret));
+            return Err(if secret.ends_with(".key") {
+                CaError::TalosconfigKeyPresent { origin }
+            } else {
+                CaError::TalosCaSecretPresent { origin }
+            });
+        }
     }
     let ca = entry.ca.as_deref().ok_or_else(|| CaError::MissingField {
         path: path.to_owned(),
@@ -112,12 +124,23 @@ fn talosconfig(
 }
 
 fn secrets_bundle(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
-    certificate_without_key(super::secrets_bundle::os_pair(path)?, path, "certs.os", keys)
+    let certs = certificate_without_key(super::secrets_bundle::os_pair(path)?, path, "certs.os", keys)?;
+    if keys == KeyPolicy::Refuse {
+        let text = read_text(path)?;
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+        refuse_secrets(std::slice::from_ref(&document), path)?;
+    }
+    Ok(certs)
 }
 
 fn machine_config(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
     let (pair, accepted_cas) = super::machine_config::machine_cas(path)?;
     let mut certs = certificate_without_key(pair, path, "machine.ca", keys)?;
+    if keys == KeyPolicy::Refuse {
+        let text = read_text(path)?;
+        let documents = super::machine_config::config_documents(&text).map_err(yaml_error(path))?;
+        refuse_secrets(&documents, path)?;
+    }
     let origin = format!("{} (machine.acceptedCAs)", path.display());
     for accepted in accepted_cas {
         if let Some(crt) = accepted.crt {
@@ -130,6 +153,16 @@ fn machine_config(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>
         }
     }
     Ok(certs)
+}
+
+/// Refuse documents that hold any Talos secret ([`first_secret`]).
+fn refuse_secrets(documents: &[serde_yaml_ng::Value], path: &Path) -> Result<(), CaError> {
+    match documents.iter().find_map(first_secret) {
+        Some(secret) => Err(CaError::TalosCaSecretPresent {
+            origin: format!("{} ({})", path.display(), talos_sso_text::clean_field(&secret)),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Whether a CA can verify a server certificate (its extended key usage,

@@ -87,7 +87,7 @@ pub(super) fn run(args: &PatchArgs, out: &mut (dyn Write + Send)) -> anyhow::Res
     };
     let patches = match (args.action, &current) {
         (PatchAction::Add, current) => patch::add(current.as_deref().unwrap_or_default(), ca),
-        (PatchAction::Remove, Some(current)) => patch::remove(current, ca),
+        (PatchAction::Remove, Some(current)) => patch::remove(current, ca)?,
         (PatchAction::Remove, None) => bail!(
             "`ca patch remove` needs --current: the replace form writes the whole list, so it must \
              carry the CAs the node accepts besides this one"
