@@ -2,7 +2,7 @@
 //! a client-only CA (`machine.acceptedCAs`) or stop accepting it, printed
 //! for review in both forms, or written to files ready for `talosctl`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -41,10 +41,6 @@ pub struct PatchArgs {
     out_dir: Option<PathBuf>,
 }
 
-/// A machine config read from standard input is refused past this size
-/// (Talos's own configs are tens of kilobytes).
-const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
-
 /// The files `--out-dir` writes.
 const APPEND_FILE: &str = "accepted-ca-append.yaml";
 const DELETE_FILE: &str = "accepted-ca-replace-1-delete.yaml";
@@ -77,7 +73,7 @@ pub(super) fn run(args: &PatchArgs, out: &mut (dyn Write + Send)) -> anyhow::Res
     let current = match &args.current {
         Some(path) => {
             let text = if path == Path::new("-") {
-                read_stdin()?
+                crate::text_file::read_from(std::io::stdin()).context("cannot read standard input")?
             } else {
                 crate::text_file::read(path).with_context(|| format!("cannot read {}", path.display()))?
             };
@@ -105,22 +101,6 @@ pub(super) fn run(args: &PatchArgs, out: &mut (dyn Write + Send)) -> anyhow::Res
         Some(dir) => write_files(out, dir, &patches, current.is_some()),
         None => print_forms(out, &patches, current.is_some()),
     }
-}
-
-/// A machine config from standard input, refused past [`MAX_CONFIG_BYTES`].
-fn read_stdin() -> anyhow::Result<String> {
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .context("cannot read standard input")?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        bail!(
-            "standard input is larger than {} MiB: not a machine config",
-            MAX_CONFIG_BYTES >> 20
-        );
-    }
-    String::from_utf8(bytes).context("standard input is not UTF-8 text")
 }
 
 /// The list before and after, in words.
