@@ -165,6 +165,41 @@ fn the_ca_tools_make_and_check_an_accepted_ca_setup() {
     let client_ok = server(&["ca", "patch", "add", "--ca-cert", path(&client_cert)]).unwrap();
     assert!(client_ok.contains("== append form"), "{client_ok}");
 
+    // The names `ca patch` lists come from a node's config: a control
+    // sequence or a bidirectional override in a listed CA's subject reaches
+    // the terminal escaped.
+    let hostile = talos_sso_server::ca::generate::new_client_ca(
+        talos_sso_server::ca::generate::NewKeyType::Ed25519,
+        "evil\u{1b}[2J\u{202e}",
+        std::time::Duration::from_secs(86400),
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let current = dir.path().join("node.yaml");
+    std::fs::write(
+        &current,
+        format!(
+            "version: v1alpha1\nmachine:\n  acceptedCAs:\n    - crt: {}\n",
+            base64::engine::general_purpose::STANDARD.encode(&hostile.cert_pem)
+        ),
+    )
+    .unwrap();
+    let listed = server(&[
+        "ca",
+        "patch",
+        "add",
+        "--ca-cert",
+        path(&client_cert),
+        "--current",
+        path(&current),
+    ])
+    .unwrap();
+    assert!(
+        !listed.contains('\u{1b}') && !listed.contains('\u{202e}'),
+        "{listed:?}"
+    );
+    assert!(listed.contains("OU=evil"), "{listed}");
+
     // The Talos CA itself as the signer of an accepted-CA cluster: it can
     // vouch for servers, so it is refused.
     let bundle = fixture("talos/secrets-bundle.yaml");

@@ -348,10 +348,13 @@ pub fn format_time(t: OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
-/// RFC 4514-ish rendering of a DER name for messages (O=talos, CN=...).
+/// RFC 4514-ish rendering of a DER name for messages (O=talos, CN=...),
+/// with control and bidirectional characters escaped: names come from
+/// certificates, some of them from a node's config, and end on terminals
+/// and in logs.
 pub fn describe_name(raw: &[u8]) -> String {
     match x509_cert::name::Name::from_der(raw) {
-        Ok(name) if !name.is_empty() => name.to_string(),
+        Ok(name) if !name.is_empty() => talos_sso_text::clean_field(&name.to_string()),
         Ok(_) => "(empty subject)".into(),
         Err(_) => "(unreadable subject)".into(),
     }

@@ -130,15 +130,15 @@ fn describe_change(
         entries(current.len()),
         entries(patches.resulting.len())
     )?;
+    // Every certificate of an entry is listed, since Talos trusts them all
+    // (their names escaped: they come from a node's config).
     writeln!(out, "the list after the change:")?;
     for entry in &patches.resulting {
-        let name = entry
-            .certs
-            .as_ref()
-            .and_then(|certs| certs.first())
-            .map(|c| describe_name(&c.raw_subject))
-            .unwrap_or_else(|| "(unreadable entry, kept as it is)".into());
-        writeln!(out, "  - {name}")?;
+        let names: Vec<String> = match &entry.certs {
+            Some(certs) => certs.iter().map(|c| describe_name(&c.raw_subject)).collect(),
+            None => vec!["(unreadable entry, kept as it is)".into()],
+        };
+        writeln!(out, "  - {}", names.join(" + "))?;
     }
     Ok(())
 }
