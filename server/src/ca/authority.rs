@@ -9,10 +9,11 @@ use std::sync::Arc;
 use ring::rand::SystemRandom;
 use time::{Duration, OffsetDateTime};
 
-use super::checks::{check_chain, check_key_permissions, check_signing_ca, signing_key_kind_supported};
+use super::checks::{
+    can_vouch_for_a_server, check_chain, check_key_permissions, check_signing_ca, signing_key_kind_supported,
+};
 use super::key::{PROBE, decode_key};
 use super::material::{Material, parse_certificates, read_text};
-use super::talos_ca::can_vouch_for_a_server;
 use super::{CaError, CaOptions, CaSource, CaWarning, TrustMode, describe_name, format_time, talos_ca};
 use crate::config::Pkcs11Source;
 use crate::keys::pkcs11::Pkcs11Key;
@@ -46,7 +47,7 @@ impl CertificateAuthority {
     /// Read and check CA material. `now` decides expiry; nothing here reads
     /// the wall clock, so tests can walk the validity edges.
     pub fn load(source: &CaSource, options: &CaOptions, now: OffsetDateTime) -> Result<Self, CaError> {
-        let material = source.read()?;
+        let mut material = source.read()?;
         let mut warnings = Vec::new();
         if let Some(warning) =
             check_key_permissions(&material.key_path, options.allow_insecure_key_permissions)?
@@ -54,15 +55,7 @@ impl CertificateAuthority {
             tracing::warn!(path = %material.key_path.display(), "{warning}");
             warnings.push(warning);
         }
-        let mut accepted = Vec::new();
-        for pem in &material.accepted_pem {
-            // A machine config's acceptedCAs: those that can verify apid.
-            accepted.extend(
-                parse_certificates(pem, &material.origin)?
-                    .into_iter()
-                    .filter(can_vouch_for_a_server),
-            );
-        }
+        let mut accepted = std::mem::take(&mut material.accepted);
         for path in &options.accepted_cas {
             let text = read_text(path)?;
             accepted.extend(parse_certificates(&text, &path.display().to_string())?);

@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 
 use super::{CaError, CaWarning, describe_name, format_time};
 use crate::keys::KeyKind;
-use crate::x509::ParsedCertificate;
+use crate::x509::{ParsedCertificate, oid};
 
 /// The key file must not be readable by anyone but its owner.
 pub(super) fn check_key_permissions(path: &Path, allow_insecure: bool) -> Result<Option<CaWarning>, CaError> {
@@ -104,4 +104,14 @@ pub(super) fn check_chain(
         )));
     }
     Ok(())
+}
+
+/// Whether a CA can verify a server certificate (its extended key usage,
+/// when it has one, allows serverAuth): the talosconfig `ca` is for
+/// verifying apid, so a client-only CA (talos-sso's own, listed in the same
+/// `machine.acceptedCAs`) has nothing to do there.
+pub fn can_vouch_for_a_server(cert: &ParsedCertificate) -> bool {
+    cert.ext_key_usage().is_none_or(|usages| {
+        usages.contains(&oid::KP_SERVER_AUTH) || usages.contains(&oid::ANY_EXTENDED_KEY_USAGE)
+    })
 }

@@ -10,7 +10,9 @@ use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
 use super::CaError;
-use super::material::{EncodedPair, Material, decode_base64, read_text, yaml_error};
+use super::checks::can_vouch_for_a_server;
+use super::material::{EncodedPair, Material, decode_base64, parse_certificates, read_text, yaml_error};
+use crate::x509::ParsedCertificate;
 
 /// A v1alpha1 machine config: only the part we read.
 #[derive(Deserialize)]
@@ -59,10 +61,10 @@ pub(super) fn v1alpha1_document<T: DeserializeOwned>(text: &str, path: &Path) ->
         .transpose()
 }
 
-/// `machine.ca` and `machine.acceptedCAs` of the machine config at `path`.
-pub(super) fn machine_cas(path: &Path) -> Result<(EncodedPair, Vec<EncodedPair>), CaError> {
-    let text = read_text(path)?;
-    let machine = v1alpha1_document::<MachineConfigDoc>(&text, path)?
+/// `machine.ca` and `machine.acceptedCAs` of a machine config's `text`,
+/// read from `path`.
+pub(super) fn machine_cas(text: &str, path: &Path) -> Result<(EncodedPair, Vec<EncodedPair>), CaError> {
+    let machine = v1alpha1_document::<MachineConfigDoc>(text, path)?
         .and_then(|doc| doc.machine)
         .ok_or_else(|| CaError::MissingField {
             path: path.to_owned(),
@@ -76,15 +78,26 @@ pub(super) fn machine_cas(path: &Path) -> Result<(EncodedPair, Vec<EncodedPair>)
 }
 
 pub(super) fn read(path: &Path) -> Result<Material, CaError> {
-    let (pair, accepted) = machine_cas(path)?;
+    let (pair, accepted) = machine_cas(&read_text(path)?, path)?;
     let mut material = pair.decode(path, "machine.ca", "machine.ca.crt")?;
     // acceptedCAs travel with the config; they only need a certificate, and
     // are trusted next to the root, never part of its chain.
-    for extra in accepted {
-        if let Some(crt) = extra.crt {
-            let pem = decode_base64(&crt, &material.origin, "machine.acceptedCAs[].crt")?;
-            material.accepted_pem.push(pem);
-        }
-    }
+    material.accepted = server_cas(accepted, path)?;
     Ok(material)
+}
+
+/// The `machine.acceptedCAs` that can verify apid, for the talosconfig
+/// `ca`: a client-only CA listed there (talos-sso's own) has no place in it.
+pub(super) fn server_cas(accepted: Vec<EncodedPair>, path: &Path) -> Result<Vec<ParsedCertificate>, CaError> {
+    let origin = format!("{} (machine.acceptedCAs)", path.display());
+    let mut certs = Vec::new();
+    for crt in accepted.into_iter().filter_map(|entry| entry.crt) {
+        let pem = decode_base64(&crt, &origin, "crt")?;
+        certs.extend(
+            parse_certificates(&pem, &origin)?
+                .into_iter()
+                .filter(can_vouch_for_a_server),
+        );
+    }
+    Ok(certs)
 }

@@ -15,9 +15,9 @@ use crate::x509::{self, ParsedCertificate};
 pub(super) struct Material {
     /// The signing certificate first, then its issuers.
     pub(super) cert_pem: String,
-    /// CA certificates the source trusts next to its root (a machine
-    /// config's `machine.acceptedCAs`), PEM.
-    pub(super) accepted_pem: Vec<String>,
+    /// CA certificates the source trusts next to its root that can verify
+    /// apid (a machine config's `machine.acceptedCAs`).
+    pub(super) accepted: Vec<ParsedCertificate>,
     pub(super) key_pem: String,
     /// The file whose permissions guard the key.
     pub(super) key_path: PathBuf,
@@ -71,7 +71,7 @@ impl EncodedPair {
         };
         Ok(Material {
             cert_pem,
-            accepted_pem: Vec::new(),
+            accepted: Vec::new(),
             key_pem,
             key_path: path.to_owned(),
             origin,

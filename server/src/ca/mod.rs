@@ -52,9 +52,10 @@ pub use crate::keys::pkcs11::Pkcs11Error;
 use material::Material;
 
 pub use authority::{CaSummary, CertificateAuthority, EXPIRY_WARNING};
+pub use checks::can_vouch_for_a_server;
 pub use key::ACCEPTED_KEY_LABELS;
 pub use material::parse_certificates;
-pub use talos_ca::{KeyPolicy, can_vouch_for_a_server, talos_ca_certificates};
+pub use talos_ca::{KeyPolicy, talos_ca_certificates};
 
 /// Where a cluster's CAs come from: configuration data (`config`).
 use crate::config::{CaSource, TalosCaSource};
@@ -69,7 +70,7 @@ impl CaSource {
             CaSource::MachineConfig(path) => machine_config::read(path),
             CaSource::Pkcs11 { cert_file, pkcs11 } => Ok(Material {
                 cert_pem: material::read_text(cert_file)?,
-                accepted_pem: Vec::new(),
+                accepted: Vec::new(),
                 key_pem: String::new(),
                 key_path: pkcs11.pin_file.clone(),
                 origin: pkcs11.describe(),

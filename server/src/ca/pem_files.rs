@@ -10,7 +10,7 @@ use super::material::{Material, read_text};
 pub(super) fn read(cert_file: &Path, key_file: &Path) -> Result<Material, CaError> {
     Ok(Material {
         cert_pem: read_text(cert_file)?,
-        accepted_pem: Vec::new(),
+        accepted: Vec::new(),
         key_pem: read_text(key_file)?,
         key_path: key_file.to_owned(),
         origin: key_file.display().to_string(),

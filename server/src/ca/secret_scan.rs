@@ -52,7 +52,7 @@ fn names_a_secret(name: &str) -> bool {
 }
 
 /// Empty, or what Talos writes for a redacted secret.
-fn redacted(value: &str) -> bool {
+pub(super) fn redacted(value: &str) -> bool {
     matches!(value.trim(), "" | "******" | "REDACTED")
 }
 

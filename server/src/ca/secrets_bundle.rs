@@ -18,10 +18,9 @@ struct BundleCerts {
     os: Option<EncodedPair>,
 }
 
-/// `certs.os` of the bundle at `path`.
-pub(super) fn os_pair(path: &Path) -> Result<EncodedPair, CaError> {
-    let text = read_text(path)?;
-    let bundle: SecretsBundle = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+/// `certs.os` of a bundle's `text`, read from `path`.
+pub(super) fn os_pair(text: &str, path: &Path) -> Result<EncodedPair, CaError> {
+    let bundle: SecretsBundle = serde_yaml_ng::from_str(text).map_err(yaml_error(path))?;
     bundle
         .certs
         .and_then(|c| c.os)
@@ -32,5 +31,5 @@ pub(super) fn os_pair(path: &Path) -> Result<EncodedPair, CaError> {
 }
 
 pub(super) fn read(path: &Path) -> Result<Material, CaError> {
-    os_pair(path)?.decode(path, "certs.os", "certs.os.crt")
+    os_pair(&read_text(path)?, path)?.decode(path, "certs.os", "certs.os.crt")
 }

@@ -20,9 +20,9 @@ use serde::Deserialize;
 
 use super::CaError;
 use super::material::{EncodedPair, decode_base64, parse_certificates, read_text, yaml_error};
-use super::secret_scan::first_secret;
+use super::secret_scan::{first_secret, redacted};
 use crate::config::TalosCaSource;
-use crate::x509::{ParsedCertificate, oid};
+use crate::x509::ParsedCertificate;
 
 /// What to do with a private key found next to the certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +77,9 @@ fn talosconfig(
     context: Option<&str>,
     keys: KeyPolicy,
 ) -> Result<Vec<ParsedCertificate>, CaError> {
-    let text = read_text(path)?;
-    let config: Talosconfig = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
+    let document: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&read_text(path)?).map_err(yaml_error(path))?;
+    let config: Talosconfig = serde_yaml_ng::from_value(document.clone()).map_err(yaml_error(path))?;
     let name = context
         .map(str::to_owned)
         .or(config.context)
@@ -106,7 +107,6 @@ fn talosconfig(
     if keys == KeyPolicy::Refuse {
         // Any context's key, not only the one read: the file is what the
         // server keeps.
-        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
         if let Some(secret) = first_secret(&document) {
             let origin = format!("{} ({})", path.display(), talos_sso_text::clean_field(&secret));
             return Err(if secret.ends_with(".key") {
@@ -124,9 +124,10 @@ fn talosconfig(
 }
 
 fn secrets_bundle(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
-    let certs = certificate_without_key(super::secrets_bundle::os_pair(path)?, path, "certs.os", keys)?;
+    let text = read_text(path)?;
+    let pair = super::secrets_bundle::os_pair(&text, path)?;
+    let certs = certificate_without_key(pair, path, "certs.os", keys)?;
     if keys == KeyPolicy::Refuse {
-        let text = read_text(path)?;
         let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(yaml_error(path))?;
         refuse_secrets(std::slice::from_ref(&document), path)?;
     }
@@ -134,24 +135,14 @@ fn secrets_bundle(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>
 }
 
 fn machine_config(path: &Path, keys: KeyPolicy) -> Result<Vec<ParsedCertificate>, CaError> {
-    let (pair, accepted_cas) = super::machine_config::machine_cas(path)?;
+    let text = read_text(path)?;
+    let (pair, accepted) = super::machine_config::machine_cas(&text, path)?;
     let mut certs = certificate_without_key(pair, path, "machine.ca", keys)?;
     if keys == KeyPolicy::Refuse {
-        let text = read_text(path)?;
         let documents = super::machine_config::config_documents(&text).map_err(yaml_error(path))?;
         refuse_secrets(&documents, path)?;
     }
-    let origin = format!("{} (machine.acceptedCAs)", path.display());
-    for accepted in accepted_cas {
-        if let Some(crt) = accepted.crt {
-            let pem = decode_base64(&crt, &origin, "crt")?;
-            certs.extend(
-                parse_certificates(&pem, &origin)?
-                    .into_iter()
-                    .filter(can_vouch_for_a_server),
-            );
-        }
-    }
+    certs.extend(super::machine_config::server_cas(accepted, path)?);
     Ok(certs)
 }
 
@@ -165,16 +156,6 @@ fn refuse_secrets(documents: &[serde_yaml_ng::Value], path: &Path) -> Result<(),
     }
 }
 
-/// Whether a CA can verify a server certificate (its extended key usage,
-/// when it has one, allows serverAuth): the talosconfig `ca` is for
-/// verifying apid, so a client-only CA (talos-sso's own, listed in the same
-/// `machine.acceptedCAs`) has nothing to do there.
-pub fn can_vouch_for_a_server(cert: &ParsedCertificate) -> bool {
-    cert.ext_key_usage().is_none_or(|usages| {
-        usages.contains(&oid::KP_SERVER_AUTH) || usages.contains(&oid::ANY_EXTENDED_KEY_USAGE)
-    })
-}
-
 /// The certificate of a Talos `{crt, key}` pair whose key must be absent,
 /// empty or redacted (`******`, as `talosctl get machineconfig` shows it).
 fn certificate_without_key(
@@ -184,12 +165,7 @@ fn certificate_without_key(
     keys: KeyPolicy,
 ) -> Result<Vec<ParsedCertificate>, CaError> {
     let origin = format!("{} ({field})", path.display());
-    if keys == KeyPolicy::Refuse
-        && pair
-            .key
-            .as_deref()
-            .is_some_and(|key| !matches!(key.trim(), "" | "******"))
-    {
+    if keys == KeyPolicy::Refuse && pair.key.as_deref().is_some_and(|key| !redacted(key)) {
         return Err(CaError::TalosCaKeyPresent { origin });
     }
     let crt = pair.crt.ok_or_else(|| CaError::MissingField {
