@@ -91,7 +91,7 @@ pub fn load_clusters(
         let options = CaOptions {
             accepted_cas: cluster_config.accepted_cas.clone(),
             allow_insecure_key_permissions: cluster_config.ca.allow_insecure_key_permissions,
-            talos_ca: talos_ca.clone(),
+            talos_ca,
         };
         let source = cluster_config.ca.source()?;
         // Once next_ca signs, ca signs nothing more: its expiry, which the
@@ -103,6 +103,8 @@ pub fn load_clusters(
             .as_ref()
             .map(|next| next.signs_from)
             .filter(|signs_from| now >= *signs_from);
+        // (Only an expired ca is loaded again, as of signs_from: a start or
+        // reload past that point, rarely.)
         let ca = match (CertificateAuthority::load(&source, &options, now), retired_at) {
             (Err(CaError::Expired { .. }), Some(retired_at)) => {
                 CertificateAuthority::load(&source, &options, retired_at)

@@ -294,6 +294,7 @@ impl App {
             relevant_groups,
         });
         let live = settings.clone();
+        let ca_clock = clock.clone();
         metrics.add_sources(crate::metrics::Sources {
             audit_write_failures: Box::new(move || audit_stats.failures.load(Ordering::Relaxed)),
             jwks_refreshes: Box::new(move || {
@@ -320,7 +321,7 @@ impl App {
                     .clusters
                     .iter()
                     .map(|(name, cluster)| {
-                        let ca = cluster.signing_ca(OffsetDateTime::now_utc());
+                        let ca = cluster.signing_ca(ca_clock.now());
                         (name.clone(), ca.signer().not_after().unix_timestamp())
                     })
                     .collect()

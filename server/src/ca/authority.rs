@@ -133,28 +133,25 @@ impl CertificateAuthority {
                 }
                 TrustMode::Intermediate
             }
+            None if can_vouch_for_a_server(&signer) => TrustMode::ClusterCa,
+            // A client-only intermediate alone (as `ca intermediate` makes
+            // them) lacks the issuers its file must carry; told so, rather
+            // than sent to accepted-CA mode, where it would be refused too.
+            None if !signer.is_self_issued() => {
+                return Err(CaError::BrokenChain {
+                    origin: origin.to_owned(),
+                    reason: format!(
+                        "{} is issued by {}, which is not in the file: put the certificates above it, \
+                         up to the Talos root, after it",
+                        describe_name(&signer.raw_subject),
+                        describe_name(&signer.raw_issuer)
+                    ),
+                });
+            }
             None => {
-                // A client-only intermediate alone (as `ca intermediate`
-                // makes them) lacks the issuers its file must carry; told
-                // so, rather than sent to accepted-CA mode, where it would
-                // be refused too.
-                if !can_vouch_for_a_server(&signer) && !signer.is_self_issued() {
-                    return Err(CaError::BrokenChain {
-                        origin: origin.to_owned(),
-                        reason: format!(
-                            "{} is issued by {}, which is not in the file: put the certificates above it, \
-                             up to the Talos root, after it",
-                            describe_name(&signer.raw_subject),
-                            describe_name(&signer.raw_issuer)
-                        ),
-                    });
-                }
-                if !can_vouch_for_a_server(&signer) {
-                    return Err(CaError::ClientOnlyWithoutTalosCa {
-                        subject: describe_name(&signer.raw_subject),
-                    });
-                }
-                TrustMode::ClusterCa
+                return Err(CaError::ClientOnlyWithoutTalosCa {
+                    subject: describe_name(&signer.raw_subject),
+                });
             }
         };
 
@@ -169,22 +166,25 @@ impl CertificateAuthority {
                 });
             }
         }
+        // The talosconfig `ca` verifies apid: an accepted CA that cannot
+        // vouch for a server (the client CA itself, say) has no place there.
+        // (Checked after being a CA, which the loop below checks of all.)
+        if let Some(ca) = accepted
+            .iter()
+            .find(|ca| ca.basic_constraints().is_some_and(|bc| bc.ca) && !can_vouch_for_a_server(ca))
+        {
+            return Err(CaError::AcceptedCaClientOnly {
+                subject: describe_name(&ca.raw_subject),
+            });
+        }
         let mut trust_bundle: Vec<ParsedCertificate> = Vec::new();
         let trusted = match talos_ca {
             Some(talos_ca) => talos_ca,
             None => vec![chain.last().unwrap_or(&signer).clone()],
         };
-        let accepted_start = trusted.len();
-        for (index, ca) in trusted.into_iter().chain(accepted).enumerate() {
+        for ca in trusted.into_iter().chain(accepted) {
             if ca.basic_constraints().is_none_or(|bc| !bc.ca) {
                 return Err(CaError::NotACa {
-                    subject: describe_name(&ca.raw_subject),
-                });
-            }
-            // The talosconfig `ca` verifies apid: a CA that cannot vouch
-            // for a server (the client CA itself, say) has no place there.
-            if index >= accepted_start && !can_vouch_for_a_server(&ca) {
-                return Err(CaError::AcceptedCaClientOnly {
                     subject: describe_name(&ca.raw_subject),
                 });
             }
