@@ -407,15 +407,11 @@ pub(super) fn run(
             // Without --generate, no PIN: the public key is readable
             // without logging in.
             let token = token.source(token_pin_file.clone().unwrap_or_default());
-            let refused =
-                |e: crate::keys::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
-            let spki = match (generate, &token_pin_file) {
-                (Some(kind), Some(pin_file)) => {
-                    let pin = crate::secret_file::read_secret(pin_file)?;
-                    crate::keys::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
-                }
-                _ => crate::keys::pkcs11::token_public_key(&token).map_err(refused)?,
+            let pin = match (generate, &token_pin_file) {
+                (Some(_), Some(pin_file)) => Some(crate::secret_file::read_secret(pin_file)?),
+                _ => None,
             };
+            let spki = token_key_pair(&token, generate, pin.as_deref().map(String::as_str))?;
             let (cert, cert_pem) =
                 generate::intermediate_certificate(&root, &spki, &common_name, validity, now)?;
             write_new_file(&out_cert, &cert_pem, 0o644)?;
@@ -439,9 +435,7 @@ pub(super) fn run(
                 },
         } => {
             let ca = generate::new_client_ca(key_type.into(), &cluster, validity, now)?;
-            write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
-            writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;
-            writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
+            write_ca(out, &ca, &out_cert, &out_key, now)?;
             client_ca_next_steps(out, &out_cert)
         }
         CaCommand::ClientCaForToken {
@@ -456,15 +450,8 @@ pub(super) fn run(
                 bail!("{} already exists; refusing to overwrite it", out_cert.display());
             }
             let token = token.source(token_pin_file.clone());
-            let refused =
-                |e: crate::keys::pkcs11::Pkcs11Error| anyhow::anyhow!("refused [{}]: {e}", e.code());
             let pin = crate::secret_file::read_secret(&token_pin_file)?;
-            let spki = match generate {
-                Some(kind) => {
-                    crate::keys::pkcs11::generate_key_pair(&token, &pin, kind.into()).map_err(refused)?
-                }
-                None => crate::keys::pkcs11::token_public_key(&token).map_err(refused)?,
-            };
+            let spki = token_key_pair(&token, generate, Some(&pin))?;
             let key = crate::keys::pkcs11::Pkcs11Key::open(&token, &pin, &spki).map_err(refused)?;
             let cert = generate::client_ca_certificate(&key, &cluster, validity, now)?;
             write_new_file(&out_cert, &cert.to_pem(), 0o644)?;
@@ -509,12 +496,45 @@ pub(super) fn run(
             validity,
         } => {
             let ca = generate::new_root(key_type.into(), &organization, validity, now)?;
-            write_new_files(&out_cert, &ca.cert_pem, &out_key, &ca.key_pem)?;
-            writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;
-            writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
-            Ok(())
+            write_ca(out, &ca, &out_cert, &out_key, now)
         }
     }
+}
+
+/// Write a new CA's certificate and key (never over a file) and say what
+/// was made.
+fn write_ca(
+    out: &mut (dyn Write + Send),
+    ca: &generate::NewCa,
+    out_cert: &std::path::Path,
+    out_key: &std::path::Path,
+    now: OffsetDateTime,
+) -> anyhow::Result<()> {
+    write_new_files(out_cert, &ca.cert_pem, out_key, &ca.key_pem)?;
+    writeln!(out, "wrote {} and {}", out_cert.display(), out_key.display())?;
+    writeln!(out, "{}", CaSummary::of(&ca.cert, now))?;
+    Ok(())
+}
+
+/// The public key of the token's key pair: made inside the token first
+/// when `generate` says so (which needs the PIN), else read (which does
+/// not).
+fn token_key_pair(
+    token: &crate::config::Pkcs11Source,
+    generate: Option<TokenKeyTypeArg>,
+    pin: Option<&str>,
+) -> anyhow::Result<spki::SubjectPublicKeyInfoOwned> {
+    Ok(match (generate, pin) {
+        (Some(kind), Some(pin)) => {
+            crate::keys::pkcs11::generate_key_pair(token, pin, kind.into()).map_err(refused)?
+        }
+        _ => crate::keys::pkcs11::token_public_key(token).map_err(refused)?,
+    })
+}
+
+/// A token's refusal, with its code.
+fn refused(error: crate::keys::pkcs11::Pkcs11Error) -> anyhow::Error {
+    anyhow::anyhow!("refused [{}]: {error}", error.code())
 }
 
 /// What to do with a new client-only CA.
