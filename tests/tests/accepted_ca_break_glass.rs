@@ -54,23 +54,9 @@ async fn break_glass_in_accepted_ca_mode_says_which_ca_signed() {
     assert!(check.contains("cluster prod: accepted-ca mode"), "{check}");
 
     let out = dir.join("break-glass.yaml");
-    let done = talos_sso_tests::harness::server_cli(&[
-        "break-glass",
-        "--config",
-        config,
-        "--cluster",
-        "prod",
-        "--role",
-        "os:admin",
-        "--ttl",
-        "10m",
-        "--reason",
-        "Entra outage INC-4712",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .await
-    .unwrap();
+    let done = talos_sso_tests::harness::break_glass_admin(config, "Entra outage INC-4712", &out)
+        .await
+        .unwrap();
     let fingerprint = client_ca.cert.sha256_fingerprint();
     assert!(
         done.contains(&format!(

@@ -494,21 +494,11 @@ async fn break_glass_during_a_rotation_says_which_ca_signed() {
     })
     .await;
     let out = dir.path().join("break-glass.yaml");
-    let done = server_cli(&[
-        "break-glass",
-        "--config",
+    let done = talos_sso_tests::harness::break_glass_admin(
         config_file.to_str().unwrap(),
-        "--cluster",
-        "prod",
-        "--role",
-        "os:admin",
-        "--ttl",
-        "10m",
-        "--reason",
         "Entra outage INC-4712",
-        "--out",
-        out.to_str().unwrap(),
-    ])
+        &out,
+    )
     .await
     .unwrap();
     let signed_by = format!(

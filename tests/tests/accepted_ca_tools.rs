@@ -7,24 +7,17 @@
 use std::os::unix::fs::PermissionsExt;
 
 use base64::Engine;
-use clap::Parser;
 use talos_sso_server::ca::parse_certificates;
-use talos_sso_server::cli::{Cli, run};
 use talos_sso_tests::material::{fixture, read_fixture};
 
-/// `talos-sso-server ARGS`, in this process: `Ok(output)` or `Err(output
-/// and the error)`.
+/// `talos-sso-server ARGS`, in this process
+/// ([`talos_sso_tests::harness::server_cli`]), from a synchronous test.
 fn server(args: &[&str]) -> Result<String, String> {
-    let cli = Cli::try_parse_from(std::iter::once("talos-sso-server").chain(args.iter().copied()))
-        .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let result = runtime.block_on(run(cli, &mut out));
-    let text = String::from_utf8(out).unwrap();
-    result.map(|()| text.clone()).map_err(|e| format!("{text}{e:#}"))
+        .unwrap()
+        .block_on(talos_sso_tests::harness::server_cli(args))
 }
 
 fn path(p: &std::path::Path) -> &str {

@@ -702,23 +702,9 @@ async fn break_glass_writes_a_talosconfig_and_an_audit_record() {
     );
     assert!(!out.exists());
 
-    let done = cli(&[
-        "break-glass",
-        "--config",
-        config,
-        "--cluster",
-        "prod",
-        "--role",
-        "os:admin",
-        "--ttl",
-        "10m",
-        "--reason",
-        "Entra outage INC-4711",
-        "--out",
-        out_str,
-    ])
-    .await
-    .unwrap();
+    let done = talos_sso_tests::harness::break_glass_admin(config, "Entra outage INC-4711", &out)
+        .await
+        .unwrap();
     assert!(done.contains("context prod-break-glass"), "{done}");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(

@@ -222,6 +222,27 @@ impl TestEnv {
     }
 }
 
+/// `talos-sso-server break-glass` for `os:admin` on cluster `prod`, ten
+/// minutes, with `reason`, the talosconfig written to `out`.
+pub async fn break_glass_admin(config: &str, reason: &str, out: &std::path::Path) -> Result<String, String> {
+    server_cli(&[
+        "break-glass",
+        "--config",
+        config,
+        "--cluster",
+        "prod",
+        "--role",
+        "os:admin",
+        "--ttl",
+        "10m",
+        "--reason",
+        reason,
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+    ])
+    .await
+}
+
 /// Run `talos-sso-server ARGS` in this process: what it printed, or that
 /// followed by the error.
 pub async fn server_cli(args: &[&str]) -> Result<String, String> {
