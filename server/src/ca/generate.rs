@@ -128,19 +128,7 @@ pub fn new_root(
         vec![oid::KP_SERVER_AUTH, oid::KP_CLIENT_AUTH],
         None,
     )?;
-    let serial = x509::random_serial(&rng)?;
-    let spki_der = spki.to_der()?;
-    let template = CertificateTemplate {
-        serial: &serial,
-        issuer: &name,
-        subject: &name,
-        subject_public_key_info: &spki_der,
-        not_before: now,
-        not_after: now + validity,
-        extensions,
-    };
-    let der = x509::sign_certificate(&template, &new_key.key)?;
-    let cert = ParsedCertificate::from_der(&der)?;
+    let cert = self_signed(&new_key.key, &name, extensions, now, now + validity)?;
     Ok(NewCa {
         cert_pem: cert.to_pem(),
         key_pem: new_key.pem,
@@ -266,17 +254,33 @@ pub fn client_ca_certificate(
         vec![oid::KP_CLIENT_AUTH],
         Some(0),
     )?;
+    self_signed(
+        key,
+        &name,
+        extensions,
+        now - INTERMEDIATE_BACKDATE,
+        now + validity,
+    )
+}
+
+/// A certificate `key` signs for itself, named `name`, with a random serial.
+fn self_signed(
+    key: &dyn Signer,
+    name: &[u8],
+    extensions: Vec<x509_cert::ext::Extension>,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> Result<ParsedCertificate, X509Error> {
     let serial = x509::random_serial(&SystemRandom::new())?;
-    let spki_der = spki.to_der()?;
+    let spki_der = key.public_key_info()?.to_der()?;
     let template = CertificateTemplate {
         serial: &serial,
-        issuer: &name,
-        subject: &name,
+        issuer: name,
+        subject: name,
         subject_public_key_info: &spki_der,
-        not_before: now - INTERMEDIATE_BACKDATE,
-        not_after: now + validity,
+        not_before,
+        not_after,
         extensions,
     };
-    let der = x509::sign_certificate(&template, key)?;
-    ParsedCertificate::from_der(&der)
+    ParsedCertificate::from_der(&x509::sign_certificate(&template, key)?)
 }
