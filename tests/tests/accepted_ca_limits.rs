@@ -198,4 +198,20 @@ fn what_could_vouch_for_a_server_or_sign_cas_is_refused() {
         code(load(&client.cert_pem, &client.key_pem, "client-tc", options)),
         "talos_ca_client_key_present"
     );
+    // A talosconfig with no key but another secret (basic auth).
+    let with_password = format!(
+        "context: reader\ncontexts:\n  reader:\n    ca: {}\n    auth: {{basic: {{username: u, password: p}}}}\n",
+        STANDARD.encode(&talos.cert_pem)
+    );
+    let options = CaOptions {
+        talos_ca: Some(TalosCaSource::Talosconfig {
+            path: write_file(dir.path(), "talosconfig-password", &with_password, 0o600),
+            context: None,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(load(&client.cert_pem, &client.key_pem, "client-pw", options)),
+        "talos_ca_secret_present"
+    );
 }
