@@ -38,9 +38,18 @@ pub mod event {
     /// The server read its configuration again: what changed (`success`),
     /// or why the new one was refused and the running one kept (`denied`).
     pub const CONFIG_RELOADED: &str = "config.reloaded";
+    /// A Talos API call through the gateway (`details`: see
+    /// [`crate::audit::api_call`]): a call that may change a node is
+    /// recorded before it is forwarded (outcome `started`) and again when
+    /// it ends; read-only calls are recorded when they end, counted per
+    /// certificate, method and minute.
+    pub const API_CALL: &str = "api.call";
+    /// The gateway signed itself an `os:impersonator` certificate for its
+    /// connections to apid.
+    pub const GATEWAY_CERTIFICATE_ISSUED: &str = "gateway.certificate_issued";
 
     /// Every event a record can have (what an `event` filter may name).
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 13] = [
         CERTIFICATE_ISSUED,
         CERTIFICATE_DENIED,
         BREAK_GLASS_ISSUED,
@@ -52,6 +61,8 @@ pub mod event {
         RECORD_REFUSED,
         REFUSALS_AGGREGATED,
         CONFIG_RELOADED,
+        API_CALL,
+        GATEWAY_CERTIFICATE_ISSUED,
     ];
 }
 
@@ -59,8 +70,39 @@ pub mod event {
 pub mod outcome {
     pub const SUCCESS: &str = "success";
     pub const DENIED: &str = "denied";
+    /// An API call admitted by the gateway and about to be forwarded; its
+    /// end is a second record.
+    pub const STARTED: &str = "started";
+    /// An API call that was forwarded and ended with a gRPC status other
+    /// than OK (the node refused it, or it failed on the way).
+    pub const FAILED: &str = "failed";
     /// Every outcome (what an `outcome` filter may name).
-    pub const ALL: [&str; 2] = [SUCCESS, DENIED];
+    pub const ALL: [&str; 4] = [SUCCESS, DENIED, STARTED, FAILED];
+}
+
+/// The `details` of an `api.call` record, by key.
+pub mod api_call {
+    /// The full gRPC method, `/machine.MachineService/Reboot`.
+    pub const METHOD: &str = "method";
+    /// The nodes the call targets (talosctl's `nodes` / `node` metadata),
+    /// or the upstream endpoint that served it when it named none.
+    pub const NODES: &str = "nodes";
+    /// `mutating` (recorded before it is forwarded) or `read`.
+    pub const CLASS: &str = "class";
+    /// The gRPC status code it ended with (absent on a `started` record).
+    pub const GRPC_STATUS: &str = "grpc_status";
+    pub const GRPC_MESSAGE: &str = "grpc_message";
+    pub const DURATION_MS: &str = "duration_ms";
+    /// Bytes of gRPC messages from the client and to it.
+    pub const BYTES_IN: &str = "bytes_in";
+    pub const BYTES_OUT: &str = "bytes_out";
+    /// How many calls the record counts (1, or more for read-only calls
+    /// counted over a minute).
+    pub const CALLS: &str = "calls";
+    /// The gateway rule that refused the call.
+    pub const RULE: &str = "rule";
+    pub const CLASS_MUTATING: &str = "mutating";
+    pub const CLASS_READ: &str = "read";
 }
 
 /// One decision, before it gets its place in the chain.
