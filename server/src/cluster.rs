@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
 use crate::ca::{CaError, CaOptions, CaWarning, CertificateAuthority, TrustMode, format_time};
-use crate::config::{ClusterConfig, Config, ConfigError};
+use crate::config::{ClusterConfig, Config, ConfigError, GatewayConfig, TalosCaSource};
 use crate::policy::{ClusterPolicy, PolicyConfigError};
+use crate::talos_api::rules::MethodRules;
 
 /// One cluster, ready to sign.
 #[derive(Debug)]
@@ -21,6 +22,19 @@ pub struct Cluster {
     /// The CA that signs from its `signs_from` on.
     pub next_ca: Option<NextCa>,
     pub policy: ClusterPolicy,
+    /// The access gateway in front of the cluster's apid, when configured.
+    pub gateway: Option<ClusterGateway>,
+}
+
+/// A gateway cluster's own material: the CA only the gateway accepts, and
+/// the per-method rules.
+#[derive(Debug)]
+pub struct ClusterGateway {
+    pub config: GatewayConfig,
+    /// Signs people's certificates; its trust bundle is the CA that
+    /// verifies the gateway's serving certificate (the talosconfig `ca`).
+    pub client_ca: CertificateAuthority,
+    pub rules: MethodRules,
 }
 
 /// A CA that takes over at a moment: a rotation with an overlap, both CAs
@@ -53,6 +67,41 @@ impl Cluster {
     /// How Talos trusts the cluster's certificates.
     pub fn mode(&self) -> TrustMode {
         self.ca.mode()
+    }
+
+    /// The CA that signs people's certificates at `now`: the gateway's
+    /// client CA on a gateway cluster, else [`Self::signing_ca`].
+    pub fn people_ca(&self, now: OffsetDateTime) -> &CertificateAuthority {
+        match &self.gateway {
+            Some(gateway) => &gateway.client_ca,
+            None => self.signing_ca(now),
+        }
+    }
+
+    /// What a person's talosconfig `ca` holds: what verifies the gateway,
+    /// or apid.
+    pub fn talosconfig_ca(&self) -> &str {
+        match &self.gateway {
+            Some(gateway) => gateway.client_ca.trust_bundle_pem(),
+            None => self.ca.trust_bundle_pem(),
+        }
+    }
+
+    /// A person's talosconfig `endpoints`: the gateway's, or apid's.
+    pub fn talosconfig_endpoints(&self) -> &[String] {
+        match &self.gateway {
+            Some(gateway) => &gateway.config.endpoints,
+            None => &self.config.endpoints,
+        }
+    }
+
+    /// Where the gateway forwards to: `gateway.upstreams`, else the
+    /// cluster's endpoints.
+    pub fn upstreams(&self) -> &[String] {
+        match &self.gateway {
+            Some(gateway) if !gateway.config.upstreams.is_empty() => &gateway.config.upstreams,
+            _ => &self.config.endpoints,
+        }
     }
 }
 
@@ -152,6 +201,20 @@ pub fn load_clusters(
             )),
             other => fail(other.to_string()),
         })?;
+        let gateway = match &cluster_config.gateway {
+            None => None,
+            Some(gateway) => Some(load_gateway(gateway, &ca, now).map_err(&fail)?),
+        };
+        if let Some(gateway) = &gateway {
+            warnings.extend(
+                gateway
+                    .client_ca
+                    .warnings()
+                    .iter()
+                    .cloned()
+                    .map(|w| (name.clone(), w)),
+            );
+        }
         clusters.insert(
             name.clone(),
             Cluster {
@@ -160,6 +223,7 @@ pub fn load_clusters(
                 ca,
                 next_ca,
                 policy,
+                gateway,
             },
         );
     }
@@ -173,6 +237,62 @@ pub fn load_clusters(
             .map_err(|e| ClusterError::PolicyExample(format!("cluster `{}`: {e}", example.cluster)))?;
     }
     Ok((clusters, warnings))
+}
+
+/// A gateway's client CA and rules, checked: the CA must be a client-only
+/// CA of its own that Talos does not trust (not the cluster's `ca`, nor in
+/// what verifies apid), and the rules' examples must hold.
+fn load_gateway(
+    config: &GatewayConfig,
+    ca: &CertificateAuthority,
+    now: OffsetDateTime,
+) -> Result<ClusterGateway, String> {
+    let source = crate::config::CaSource::from_parts(
+        Some(&config.client_ca.cert_file),
+        config.client_ca.key_file.as_ref(),
+        None,
+        None,
+        config.client_ca.pkcs11.as_ref(),
+    )
+    .ok_or("gateway.client_ca needs cert_file with either key_file or pkcs11")?;
+    // Loaded as an accepted-CA signer whose "Talos CA" is the CA of the
+    // gateway's serving certificate: the same checks (self-signed,
+    // client-only, path length 0; the serving CA able to vouch for a
+    // server and not the signer), and the bundle is the talosconfig `ca`.
+    let options = CaOptions {
+        accepted_cas: Vec::new(),
+        allow_insecure_key_permissions: config.client_ca.allow_insecure_key_permissions,
+        talos_ca: Some(TalosCaSource::CertFile(config.tls.ca_file.clone())),
+    };
+    let client_ca = CertificateAuthority::load(&source, &options, now)
+        .map_err(|e| format!("gateway.client_ca refused [{}]: {e}", e.code()))?;
+    let trusted_by_talos = std::iter::once(ca.signer().der.as_slice())
+        .chain(ca.chain_to_send().map(|c| c.der.as_slice()))
+        .any(|der| der == client_ca.signer().der.as_slice())
+        || crate::x509::pem_blocks(ca.trust_bundle_pem())
+            .unwrap_or_default()
+            .iter()
+            .any(|(_, der)| *der == client_ca.signer().der);
+    if trusted_by_talos || client_ca.signer().spki() == ca.signer().spki() {
+        return Err(
+            "gateway.client_ca is a CA Talos trusts (the cluster's ca, or in what verifies apid): \
+             certificates it signs would work at apid directly, around the gateway; make a CA of its own \
+             with `talos-sso-server ca client-ca` and do not list it in machine.acceptedCAs"
+                .into(),
+        );
+    }
+    if config.endpoints.is_empty() {
+        return Err("gateway.endpoints is empty: say where talosctl reaches the gateway".into());
+    }
+    let rules = MethodRules::new(&config.rules)?;
+    for example in &config.examples {
+        rules.check_example(example)?;
+    }
+    Ok(ClusterGateway {
+        config: config.clone(),
+        client_ca,
+        rules,
+    })
 }
 
 /// A `next_ca` must be another CA of the same mode, valid when it takes

@@ -38,8 +38,10 @@
 //!      (kinds `oidc` and `entra`), discovery and keys, Entra group overage
 //!      through Graph.
 //!    - `policy`: claims to Talos roles per cluster; pure, checked at load.
-//!    - `cluster`: each cluster's CA and policy, built and checked, and the
-//!      policy examples run against them.
+//!    - `talos_api`: the Talos machine API as the gateway sees it: which
+//!      methods change a node, per-method rules, the `api.call` records.
+//!    - `cluster`: each cluster's CA and policy (and its gateway's CA and
+//!      rules), built and checked, and the policy examples run against them.
 //!    - `issuance`: the one service that decides, signs and records a
 //!      certificate, for the API and for break-glass.
 //!    - `audit`: the hash-chained, append-only trail in Postgres or SQLite,
@@ -60,6 +62,9 @@
 //!      `serve`, the tests and the quick start; everything is checked
 //!      before the port is taken, and a stop loses no audit record. The
 //!      reload watcher (SIGHUP, changed files) starts here.
+//!    - `gateway`: the access gateway: talosctl's mutual TLS ended, each
+//!      call admitted, recorded and forwarded to apid with the gateway's
+//!      own `os:impersonator` certificate; running calls cut off.
 //!    - `break_glass`: certificates when the identity provider is down.
 //!    - `cli`: the command line; the only place `anyhow` is used.
 
@@ -81,6 +86,7 @@ pub mod certificate;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod gateway;
 mod guid;
 pub mod http;
 pub mod identity;
@@ -94,6 +100,7 @@ pub mod refusals;
 pub mod secret_file;
 pub mod server;
 pub mod slots;
+pub mod talos_api;
 pub mod telemetry;
 pub mod text_file;
 pub mod x509;

@@ -35,12 +35,13 @@ pub const SERVER_LAYERS: rules::Layers = &[
             "ratelimit",
             "refusals",
             "metrics",
+            "talos_api",
             "cluster",
             "issuance",
         ],
     ),
     ("composition root", &["app"]),
-    ("top", &["http", "server", "cli", "break_glass"]),
+    ("top", &["http", "gateway", "server", "cli", "break_glass"]),
 ];
 
 /// The crates whose sources are checked (directories of the repository);

@@ -70,6 +70,10 @@ pub enum StartError {
         address: std::net::SocketAddr,
         error: std::io::Error,
     },
+    /// A gateway's serving certificate or listener (the message names the
+    /// cluster).
+    #[error("{0}")]
+    Gateway(String),
 }
 
 impl From<ClusterError> for StartError {
@@ -157,6 +161,11 @@ pub fn relevant_groups(config: &Config, clusters: &Clusters) -> RelevantGroups {
         clusters
             .values()
             .flat_map(|c| c.policy.referenced_groups().map(str::to_owned))
+            .chain(clusters.values().flat_map(|c| {
+                c.gateway
+                    .iter()
+                    .flat_map(|g| g.rules.referenced_groups().map(str::to_owned))
+            }))
             .chain(config.auditors.groups.iter().cloned())
             .chain(config.admins.groups.iter().cloned()),
     )

@@ -65,8 +65,8 @@ async fn issue_certificate(app: &App, caller: &Caller, body: &[u8]) -> Result<Is
     let cluster = issued.cluster;
     Ok(IssuedCertificate {
         certificate: issued.certificate.chain_pem,
-        ca: cluster.ca.trust_bundle_pem().to_owned(),
-        endpoints: cluster.config.endpoints.clone(),
+        ca: cluster.talosconfig_ca().to_owned(),
+        endpoints: cluster.talosconfig_endpoints().to_vec(),
         nodes: cluster.config.nodes.clone(),
         cluster: cluster.name.clone(),
         context: cluster.context_name(),

@@ -189,6 +189,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             claim: Some(claim),
             deny_check: true,
             record_failure: true,
+            for_gateway: true,
         };
         self.sign_and_record(cluster, &public_key, &leaf, record, commit, now)
             .await
@@ -228,6 +229,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             claim: None,
             deny_check: false,
             record_failure: false,
+            for_gateway: false,
         };
         self.sign_and_record(cluster, grant.public_key, &leaf, record, commit, now)
             .await
@@ -246,7 +248,11 @@ impl<'a, R: Recorder> Issuance<'a, R> {
         now: OffsetDateTime,
     ) -> Result<Issued<'a>, IssuanceError> {
         let signed = {
-            let ca = cluster.signing_ca(now);
+            let ca = if commit.for_gateway {
+                cluster.people_ca(now)
+            } else {
+                cluster.signing_ca(now)
+            };
             let _turn = ca.turn_to_sign().await;
             certificate::sign_leaf(ca, public_key, leaf, now)
         };
@@ -339,6 +345,10 @@ struct Commit {
     deny_check: bool,
     /// Record a signing failure as a refusal of the request.
     record_failure: bool,
+    /// A person's certificate: on a gateway cluster, signed by the
+    /// gateway's client CA. Break-glass goes to apid directly, signed by
+    /// the cluster's `ca` (the gateway may be what is down).
+    for_gateway: bool,
 }
 
 fn within_max_ttl(cluster: &Cluster, ttl: Duration) -> Result<(), IssuanceError> {

@@ -39,6 +39,8 @@ pub struct Server {
     tls: Option<TlsFiles>,
     /// The web console (`console.enabled`).
     console: Option<Arc<crate::http::console::Console>>,
+    /// The access gateways of the clusters that have one.
+    gateways: crate::gateway::Gateways,
     tasks: Tasks,
 }
 
@@ -119,6 +121,13 @@ impl Server {
                 return Err(StartError::Console(error));
             }
         };
+        let gateways = match crate::gateway::Gateways::bind(&app) {
+            Ok(gateways) => gateways,
+            Err(error) => {
+                tasks.stop_periodic().await;
+                return Err(StartError::Gateway(error.to_string()));
+            }
+        };
         let bound = metrics_listen
             .map(|address| listen_on(address).map_err(|error| (address, error)))
             .transpose()
@@ -145,8 +154,14 @@ impl Server {
             metrics,
             tls,
             console,
+            gateways,
             tasks,
         })
+    }
+
+    /// Where each cluster's gateway listens.
+    pub fn gateway_addrs(&self) -> Vec<(String, SocketAddr)> {
+        self.gateways.addresses()
     }
 
     /// Where the metrics listener is bound, when `metrics.listen` is set.
@@ -178,6 +193,7 @@ impl Server {
             metrics,
             tls,
             console,
+            gateways,
             mut tasks,
             ..
         } = self;
@@ -198,13 +214,15 @@ impl Server {
             tls,
             stopped(stopping.clone()),
         );
+        let grace = app.settings().config.http.shutdown_grace;
+        let gateways = gateways.run(app.clone(), stopping.clone(), grace);
         let metrics = async {
             if let Some((listener, _)) = metrics {
                 let router = crate::http::metrics_router(app.clone());
                 serve::run(app.clone(), router, listener, None, stopped(stopping)).await;
             }
         };
-        tokio::join!(shutdown, api, metrics);
+        tokio::join!(shutdown, api, metrics, gateways);
         // The refusal recorder stops first, so that the last window is
         // closed once, here, while the writer still takes its records.
         tasks.stop_periodic().await;

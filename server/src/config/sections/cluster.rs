@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{CaConfig, NextCaConfig, PolicyConfig, Rule, TalosCaConfig, Tenancy};
+use super::{CaConfig, GatewayConfig, NextCaConfig, PolicyConfig, Rule, TalosCaConfig, Tenancy};
 use crate::config::de::duration;
 use crate::config::defaults::{default_max_ttl, default_skew, default_ttl};
 
@@ -15,7 +15,8 @@ use crate::config::defaults::{default_max_ttl, default_skew, default_ttl};
 pub struct ClusterConfig {
     #[serde(default)]
     pub description: String,
-    /// The CA that signs people's certificates.
+    /// The CA that signs people's certificates; on a gateway cluster, only
+    /// the gateway's own `os:impersonator` certificate (and break-glass).
     pub ca: CaConfig,
     /// Accepted-CA mode: the Talos cluster CA certificate (no key), for the
     /// talosconfig `ca`, when `ca` is a client-only CA of talos-sso's own
@@ -54,6 +55,10 @@ pub struct ClusterConfig {
     /// Allow a rule to grant `os:impersonator`.
     #[serde(default)]
     pub allow_impersonator: bool,
+    /// Reach the cluster only through talos-sso's access gateway, which
+    /// records every API call.
+    #[serde(default)]
+    pub gateway: Option<GatewayConfig>,
 }
 
 impl ClusterConfig {

@@ -5,6 +5,7 @@
 mod audit;
 mod cluster;
 mod cluster_ca;
+mod gateway;
 mod identity;
 mod policy;
 mod runtime;
@@ -13,6 +14,7 @@ mod serving;
 pub use audit::*;
 pub use cluster::*;
 pub use cluster_ca::*;
+pub use gateway::*;
 pub use identity::*;
 pub use policy::*;
 pub use runtime::*;
