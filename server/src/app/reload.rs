@@ -221,6 +221,7 @@ impl App {
         if let Some(checkpoints) = &self.checkpoints {
             super::refuse_ca_key_as_audit_key(&clusters, checkpoints)?;
         }
+        refuse_gateway_listener_change(current, &clusters)?;
         let changes = changes(&current.config, current, &new, &clusters);
         let applied = applied_config(&current.config, new);
         let rate_limits = if changes.sections_changed.iter().any(|s| s == "rate_limits") {
@@ -329,6 +330,45 @@ fn section_swapped(running: &Value, new: &Value) -> Value {
         }
     }
     document
+}
+
+/// A gateway's listener, serving certificate and client CA are bound at
+/// start: a reload that adds, removes or moves one, or changes the CA whose
+/// certificates it admits, is refused (people would get certificates the
+/// running gateway does not accept). Its rules, upstreams and examples
+/// reload.
+fn refuse_gateway_listener_change(current: &Settings, new: &Clusters) -> Result<(), ReloadError> {
+    let names: BTreeSet<&String> = current.clusters.keys().chain(new.keys()).collect();
+    for name in names {
+        let before = current.clusters.get(name).and_then(|c| c.gateway.as_ref());
+        let after = new.get(name).and_then(|c| c.gateway.as_ref());
+        let bound = |g: &crate::cluster::ClusterGateway| {
+            (
+                g.config.listen,
+                g.config.tls.clone(),
+                g.client_ca.signer().der.clone(),
+            )
+        };
+        let same = match (before, after) {
+            (None, None) => true,
+            (Some(before), Some(after)) => {
+                let (listen, tls, ca) = bound(before);
+                let (new_listen, new_tls, new_ca) = bound(after);
+                listen == new_listen
+                    && ca == new_ca
+                    && (tls.cert_file, tls.key_file, tls.ca_file)
+                        == (new_tls.cert_file, new_tls.key_file, new_tls.ca_file)
+            }
+            _ => false,
+        };
+        if !same {
+            return Err(ReloadError::Config(ConfigError::Invalid(format!(
+                "cluster `{name}`: the gateway's listener, serving certificate or client CA changed; \
+                 these are read at start only: restart the server to apply them"
+            ))));
+        }
+    }
+    Ok(())
 }
 
 /// What changed between the running configuration and the new one.

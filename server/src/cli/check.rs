@@ -45,6 +45,40 @@ pub(super) async fn run(
                 names.join(", ")
             )?;
         }
+        if let Some(gateway) = &cluster.gateway {
+            writeln!(
+                out,
+                "cluster {name}: gateway on {} for {}, forwarding to {}; people's certificates signed by {} \
+                 ({} days left), which Talos must not trust; {} method rules, {} examples passed",
+                gateway.config.listen,
+                gateway.config.endpoints.join(", "),
+                cluster.upstreams().join(", "),
+                crate::ca::describe_name(&gateway.client_ca.signer().raw_subject),
+                gateway.client_ca.summary(now).days_left,
+                gateway.config.rules.len(),
+                gateway.config.examples.len()
+            )?;
+            for rule in &gateway.config.rules {
+                let who = if rule.refuse {
+                    "refused through the gateway".to_owned()
+                } else {
+                    let mut who = Vec::new();
+                    if !rule.roles.is_empty() {
+                        who.push(format!("roles {}", rule.roles.join(", ")));
+                    }
+                    if !rule.groups.is_empty() {
+                        who.push(format!("groups {}", rule.groups.join(", ")));
+                    }
+                    format!("only for {}", who.join(" or "))
+                };
+                writeln!(
+                    out,
+                    "cluster {name}: gateway rule {}: {} {who}",
+                    rule.name,
+                    rule.methods.join(", ")
+                )?;
+            }
+        }
         if let Some(next) = &cluster.next_ca {
             writeln!(
                 out,

@@ -35,6 +35,8 @@ pub struct TestServer {
     /// `http://` and the metrics listener's address, when `metrics.listen`
     /// is set.
     pub metrics_url: Option<String>,
+    /// Each gateway cluster's listener.
+    pub gateways: Vec<(String, std::net::SocketAddr)>,
     pub app: Arc<App>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -51,6 +53,7 @@ impl TestServer {
         let server = Server::bind(config, clock).await.expect("server starts");
         let base_url = server.url();
         let metrics_url = server.metrics_addr().map(|address| format!("http://{address}"));
+        let gateways = server.gateway_addrs();
         let app = server.app().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server.run_until_stopped(async move {
@@ -59,6 +62,7 @@ impl TestServer {
         Self {
             base_url,
             metrics_url,
+            gateways,
             app,
             stop: Some(stop),
             task: Some(task),
