@@ -25,6 +25,7 @@ pub mod audit_seed;
 pub mod console_client;
 pub mod emulator;
 pub mod faults;
+pub mod gateway_files;
 pub mod go_tls;
 pub mod harness;
 pub mod load;

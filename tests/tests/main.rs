@@ -6,6 +6,8 @@
 //! - `accepted_ca_break_glass`, `accepted_ca_tools`: break-glass in that
 //!   mode, and the CA tools as an operator runs them.
 //! - `ca_sources`: every CA form loads; every refusal has its own error.
+//! - `gateway_config`: a gateway cluster at load time, at reload and in
+//!   `check`: people's CA and talosconfig, each refusal.
 //! - `accepted_ca_config`: accepted-CA mode at load time: where `talos_ca`
 //!   comes from, each refusal, the trust bundle.
 //! - `accepted_ca_rotation`: `next_ca` through `load_clusters` and a running
@@ -117,6 +119,7 @@ mod deploy;
 mod exports;
 mod faults;
 mod feed;
+mod gateway_config;
 mod gitops;
 mod hostile;
 mod hsm;
