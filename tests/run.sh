@@ -9,7 +9,8 @@
 # 2. The npm packages of the real identity provider (tests/oidc-provider) and
 #    of the console's browser tests (tests/console): `npm ci`, only when
 #    package-lock.json changed since the last install.
-# 3. Postgres at $DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres):
+# 3. grpcio in a venv under the target folder, when it is missing.
+# 4. Postgres at $DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres):
 #    started with pg_ctlcluster when it is installed but stopped; a missing
 #    Postgres is a failure with a clear message, never skipped tests.
 #
@@ -124,6 +125,17 @@ for folder in tests/oidc-provider tests/console; do
     echo "$lock_sum" >"$folder/node_modules/.installed-lock.sha256"
   fi
 done
+
+# grpcio (gRPC's C core, from PyPI) for the third gRPC client
+# (tests/grpc/grpcio_client.py): a venv in the target folder the tests run
+# from, made only when it cannot import grpc.
+grpcio_venv="${CARGO_TARGET_DIR:-target}/grpcio-venv"
+if ! "$grpcio_venv/bin/python" -c 'import grpc' >/dev/null 2>&1; then
+  echo "grpcio: installing into $grpcio_venv"
+  rm -rf "$grpcio_venv"
+  python3 -m venv "$grpcio_venv"
+  "$grpcio_venv/bin/pip" install -q --disable-pip-version-check grpcio==1.85.4
+fi
 
 # The audit store tests run against a real Postgres: each test makes its own
 # database.

@@ -15,6 +15,9 @@
 //! - `accepted_ca_patches`: `ca patch add|remove` (the binary) against Talos's
 //!   machine configs, its patches applied through the strategic merge model.
 //! - `strategic_merge`: that model on Talos's own merge and delete semantics.
+//! - `standin_apid`: the gRPC apid stand-in and three gRPC clients (tonic, Go,
+//!   grpcio) against each other: roles, impersonation, refusals, 32 MiB,
+//!   client streams, statuses and trailers, cancellation, foreign CAs.
 //! - `issuance`: certificates Talos accepts, checked by the apid stand-in and
 //!   by OpenSSL, for each CA type and 1, 2 and 4 roles; CSR refusals;
 //!   validity edges with an injected clock; intermediate mode.
@@ -135,6 +138,7 @@ mod quickstart;
 mod reload;
 mod roles;
 mod server;
+mod standin_apid;
 mod strategic_merge;
 mod tools;
 mod verification;
