@@ -41,7 +41,9 @@ pub struct GatewayFiles {
 impl GatewayFiles {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let now = OffsetDateTime::now_utc();
+        // Made two hours ago: a test can sign with them as of an hour ago
+        // (an expired certificate).
+        let now = OffsetDateTime::now_utc() - time::Duration::hours(2);
         let year = Duration::from_secs(365 * 86400);
         let talos = generate::new_root(NewKeyType::Ed25519, "talos", year, now).expect("Talos CA");
         let talos_ca =

@@ -6,6 +6,10 @@
 //! - `accepted_ca_break_glass`, `accepted_ca_tools`: break-glass in that
 //!   mode, and the CA tools as an operator runs them.
 //! - `ca_sources`: every CA form loads; every refusal has its own error.
+//! - `gateway`: the access gateway end to end, between the stand-in apid
+//!   and three gRPC clients (tonic, Go's standard library, grpcio): roles,
+//!   RBAC, rules, records before calls, cut-off, cancellation, trailers,
+//!   32 MiB messages, certificates from elsewhere.
 //! - `gateway_config`: a gateway cluster at load time, at reload and in
 //!   `check`: people's CA and talosconfig, each refusal.
 //! - `accepted_ca_config`: accepted-CA mode at load time: where `talos_ca`
@@ -122,6 +126,7 @@ mod deploy;
 mod exports;
 mod faults;
 mod feed;
+mod gateway;
 mod gateway_config;
 mod gitops;
 mod hostile;

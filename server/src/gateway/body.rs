@@ -101,14 +101,23 @@ impl ReturnBody {
         cut: Cut,
         finish: Finish,
     ) -> Self {
-        Self {
-            inner: Some(inner),
+        let mut body = Self {
             bytes,
             cut: Some(cut),
             finish: Some(finish),
             header_status: status_of(headers),
-            ended: false,
+            ended: inner.is_end_stream(),
+            inner: Some(inner),
+        };
+        if body.ended {
+            // Trailers-only: apid ended the stream with its headers. The
+            // client must get them with END_STREAM too (an empty DATA frame
+            // ending the stream instead is an error to gRPC's C core).
+            body.inner = None;
+            let (status, message) = body.header_status.clone().unwrap_or((status::UNKNOWN, None));
+            body.finish(status, message);
         }
+        body
     }
 
     /// An answer of the gateway's own: its status is in the headers

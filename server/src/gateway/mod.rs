@@ -237,12 +237,7 @@ async fn record_loop(app: Arc<App>, mut receiver: mpsc::UnboundedReceiver<AuditR
             record = receiver.recv() => match record {
                 Some(record) => {
                     let app = app.clone();
-                    appends.spawn(async move {
-                        let request_id = record.request_id.clone();
-                        if app.audit.append(Append { record, ..Append::default() }).await.is_err() {
-                            tracing::error!(request_id = %request_id, "an api.call record could not be written");
-                        }
-                    });
+                    appends.spawn(append_with_retries(app, record));
                 }
                 None => break,
             },
@@ -250,6 +245,34 @@ async fn record_loop(app: Arc<App>, mut receiver: mpsc::UnboundedReceiver<AuditR
         }
     }
     while appends.join_next().await.is_some() {}
+}
+
+/// How long a record written after the fact (an end, counted reads) is
+/// tried again while the audit database is away.
+const RECORD_RETRIES_FOR: Duration = Duration::from_secs(120);
+
+/// Append `record`, trying again each second while the database is away
+/// (the call already happened: its record must not be dropped at the first
+/// failure), for at most [`RECORD_RETRIES_FOR`].
+async fn append_with_retries(app: Arc<App>, record: AuditRecord) {
+    let deadline = tokio::time::Instant::now() + RECORD_RETRIES_FOR;
+    loop {
+        let append = Append {
+            record: record.clone(),
+            ..Append::default()
+        };
+        match app.audit.append(append).await {
+            Ok(_) => return,
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(request_id = %record.request_id, %error, "api.call record not written yet; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(error) => {
+                tracing::error!(request_id = %record.request_id, %error, "an api.call record could not be written");
+                return;
+            }
+        }
+    }
 }
 
 /// The deny list read and applied each [`cutoff::POLL`]; read-only calls
