@@ -26,12 +26,12 @@ fn kubernetes(relative: &str) -> PathBuf {
 }
 
 /// The example-gateway overlay's configuration, as text.
-fn overlay_config_text() -> String {
+pub(super) fn overlay_config_text() -> String {
     std::fs::read_to_string(kubernetes("overlays/example-gateway/config.yaml")).unwrap()
 }
 
 /// The cluster `prod` of the overlay's configuration and its gateway.
-fn overlay_gateway() -> GatewayConfig {
+pub(super) fn overlay_gateway() -> GatewayConfig {
     let config = Config::from_yaml(&overlay_config_text()).unwrap();
     config.clusters["prod"]
         .gateway
@@ -331,7 +331,7 @@ fn all_strings(value: &Value, out: &mut Vec<String>) {
 /// paths not yet moved) names it: a client-only CA of its own, and a
 /// serving pair with its CA. Returns the gateway CA certificate and the
 /// serving CA certificate.
-fn write_gateway_material(gateway: &GatewayConfig, root: &Path) -> (String, String) {
+pub(super) fn write_gateway_material(gateway: &GatewayConfig, root: &Path) -> (String, String) {
     let at = |path: &Path| root.join(path.strip_prefix("/").unwrap());
     let year = std::time::Duration::from_secs(365 * 86400);
     let client =
