@@ -11,10 +11,14 @@
 //! NetworkPolicies, Ingresses and routes open and reach the ports the
 //! server has, the CloudNativePG roles are the ones the configuration
 //! connects as (`kubernetes`); the Talos extension starts from the files laid out as Talos
-//! writes them (`talos`).
+//! writes them (`talos`); the access gateway's component and overlay open,
+//! mount and expose what its configuration names, and load (`gateway`),
+//! and the overlay's configuration starts a gateway (`gateway_serving`).
 
 pub(crate) mod accepted_ca;
 mod containers;
+mod gateway;
+mod gateway_serving;
 mod kubernetes;
 mod talos;
 
