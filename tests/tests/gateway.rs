@@ -648,3 +648,58 @@ async fn certificates_from_elsewhere_never_reach_apid() {
     gw.env.finish().await;
     gw.standin.shutdown().await;
 }
+
+/// The serving certificate as `openssl s_client` receives it from `address`.
+fn served_certificate(address: SocketAddr) -> String {
+    let output = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &address.to_string(),
+            "-servername",
+            "127.0.0.1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let begin = text.find("-----BEGIN CERTIFICATE-----").unwrap_or(0);
+    let end = text
+        .find("-----END CERTIFICATE-----")
+        .map_or(0, |at| at + "-----END CERTIFICATE-----".len());
+    text[begin..end].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_serving_certificate_is_served_without_a_restart() {
+    let gw = Gateway::start(Backend::Sqlite, "").await;
+    let address = gw.address();
+    let before = tokio::task::spawn_blocking(move || served_certificate(address))
+        .await
+        .unwrap();
+    assert_eq!(
+        before.trim(),
+        std::fs::read_to_string(&gw.files.tls_cert).unwrap().trim()
+    );
+    // cert-manager writes a new certificate and key.
+    let renewed = GatewayFiles::new();
+    std::fs::copy(&renewed.tls_cert, &gw.files.tls_cert).unwrap();
+    std::fs::copy(&renewed.tls_key, &gw.files.tls_key).unwrap();
+    let expected = std::fs::read_to_string(&renewed.tls_cert).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let served = tokio::task::spawn_blocking(move || served_certificate(address))
+            .await
+            .unwrap();
+        if served.trim() == expected.trim() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate was not served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    gw.env.finish().await;
+    gw.standin.shutdown().await;
+}

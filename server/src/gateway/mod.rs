@@ -69,9 +69,42 @@ pub struct ServedCluster {
     live: Arc<LiveCalls>,
     max_call: Duration,
     reads: Mutex<ReadCalls>,
+    /// The listener's TLS, with the serving files it was made from: made
+    /// again when they change (cert-manager renews the certificate).
+    tls: std::sync::RwLock<(Vec<u8>, Arc<tokio_rustls::rustls::ServerConfig>)>,
 }
 
 impl ServedCluster {
+    fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.tls.read().unwrap_or_else(|e| e.into_inner()).1.clone())
+    }
+
+    /// Load the serving certificate again when its files changed; a file
+    /// that does not load keeps the running one (and says why).
+    fn reload_tls(&self, app: &App) {
+        let settings = app.settings();
+        let Some(gateway) = settings
+            .clusters
+            .get(&self.cluster)
+            .and_then(|c| c.gateway.as_ref())
+        else {
+            return;
+        };
+        let files = serving_files(&gateway.config.tls);
+        if self.tls.read().unwrap_or_else(|e| e.into_inner()).0 == files {
+            return;
+        }
+        match tls::listener(&gateway.config.tls, &gateway.client_ca) {
+            Ok(config) => {
+                *self.tls.write().unwrap_or_else(|e| e.into_inner()) = (files, Arc::new(config));
+                tracing::info!(cluster = %self.cluster, "gateway serving certificate loaded again");
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %self.cluster, %error, "gateway serving certificate changed but does not load; keeping the running one");
+            }
+        }
+    }
+
     /// Count a read-only call; the records of windows pushed out.
     fn reads(&self, caller: &Caller, call: &Call, end: &CallEnd, now: OffsetDateTime) -> Vec<AuditRecord> {
         self.reads
@@ -119,12 +152,18 @@ async fn stopped(stopping: &mut watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stop| *stop).await.map(|_| ());
 }
 
+/// The bytes of the serving certificate and key files (what a change is
+/// seen by); empty when they cannot be read.
+fn serving_files(tls: &crate::config::GatewayTls) -> Vec<u8> {
+    let read = |path: &std::path::Path| std::fs::read(path).unwrap_or_default();
+    [read(&tls.cert_file), read(&tls.key_file)].concat()
+}
+
 /// A listener bound and ready.
 struct Bound {
     served: Arc<ServedCluster>,
     listener: TcpListener,
     address: SocketAddr,
-    acceptor: TlsAcceptor,
 }
 
 impl std::fmt::Debug for Bound {
@@ -174,10 +213,10 @@ impl Gateways {
                     live: Arc::default(),
                     max_call: gateway.config.max_call,
                     reads: Mutex::default(),
+                    tls: std::sync::RwLock::new((serving_files(&gateway.config.tls), Arc::new(config))),
                 }),
                 listener,
                 address,
-                acceptor: TlsAcceptor::from(Arc::new(config)),
             });
         }
         Ok(Self { bound })
@@ -308,6 +347,7 @@ async fn housekeeping(
                     shared.records.send(record);
                 }
                 cluster.upstream.renew_if_due(&shared.app).await;
+                cluster.reload_tls(&shared.app);
             }
         }
         tokio::select! {
@@ -333,7 +373,7 @@ async fn accept_loop(
             accepted = bound.listener.accept() => {
                 let Ok((stream, peer)) = accepted else { continue };
                 let (shared, served, acceptor, stopping) =
-                    (shared.clone(), bound.served.clone(), bound.acceptor.clone(), stopping.clone());
+                    (shared.clone(), bound.served.clone(), bound.served.acceptor(), stopping.clone());
                 connections.spawn(async move {
                     serve_connection(shared, served, stream, peer, acceptor, stopping).await;
                     drop(slot);
