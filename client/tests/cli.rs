@@ -39,6 +39,10 @@ mod keyring;
 #[path = "cli/accepted_ca.rs"]
 mod accepted_ca;
 
+/// A gateway cluster: the talosconfig points at the gateway.
+#[path = "cli/gateway.rs"]
+mod gateway;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.
