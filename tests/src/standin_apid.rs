@@ -43,7 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tonic::body::Body;
-use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::metadata::MetadataValue;
 use tonic::server::Grpc;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
@@ -229,12 +229,15 @@ async fn accept_loop(
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut connections = JoinSet::new();
+    let mut accepted_count = 0;
     loop {
         tokio::select! {
             _ = &mut stopped => break,
             accepted = listener.accept() => {
                 if let Ok((tcp, _)) = accepted {
-                    connections.spawn(serve_connection(tcp, acceptor.clone(), shared.clone()));
+                    accepted_count += 1;
+                    let serve = serve_connection(tcp, accepted_count, acceptor.clone(), shared.clone());
+                    connections.spawn(serve);
                 }
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -246,11 +249,17 @@ async fn accept_loop(
 
 /// The client's identity as apid reads it, once per connection.
 struct Peer {
+    connection: u64,
     roles: BTreeSet<String>,
     common_name: Option<String>,
 }
 
-async fn serve_connection(tcp: TcpStream, acceptor: tokio_rustls::TlsAcceptor, shared: Arc<Shared>) {
+async fn serve_connection(
+    tcp: TcpStream,
+    connection: u64,
+    acceptor: tokio_rustls::TlsAcceptor,
+    shared: Arc<Shared>,
+) {
     let tls = match acceptor.accept(tcp).await {
         Ok(tls) => tls,
         Err(e) => {
@@ -271,6 +280,7 @@ async fn serve_connection(tcp: TcpStream, acceptor: tokio_rustls::TlsAcceptor, s
         return;
     };
     let peer = Arc::new(Peer {
+        connection,
         roles: parse_roles(leaf.subject_organizations().iter().map(String::as_str)),
         common_name: leaf.subject_common_name(),
     });
@@ -337,6 +347,7 @@ async fn handle(
         .any(|role| effective.contains(*role));
     let call = SeenCall {
         method: method.clone(),
+        connection: peer.connection,
         certificate_roles: peer.roles.iter().cloned().collect(),
         certificate_common_name: peer.common_name.clone(),
         metadata_roles,
@@ -386,14 +397,9 @@ async fn handle(
                 .unary(unary(move |_: Empty| Ok(reply.clone())), request)
                 .await
         }
-        proto::ROLLBACK => {
-            grpc()
-                .unary(
-                    unary(|_: Empty| -> Result<Empty, Status> { Err(rollback_status()) }),
-                    request,
-                )
-                .await
-        }
+        // By hand, as grpc-go (Talos) writes it: a trailers-only answer
+        // whose message is percent-encoded outside printable ASCII only.
+        proto::ROLLBACK => rollback(),
         proto::LOGS => {
             let mut guard = Some(guard);
             let service = tower::service_fn(move |_: Request<Empty>| {
@@ -496,10 +502,31 @@ fn answer<T>(message: T) -> Response<T> {
     response
 }
 
-fn rollback_status() -> Status {
-    let mut trailers = MetadataMap::new();
-    trailers.insert("talos-detail", MetadataValue::from_static("kept"));
-    Status::with_metadata(Code::FailedPrecondition, proto::ROLLBACK_MESSAGE, trailers)
+fn rollback() -> http::Response<Body> {
+    let mut response = http::Response::new(Body::empty());
+    let headers = response.headers_mut();
+    headers.insert("content-type", http::HeaderValue::from_static("application/grpc"));
+    headers.insert(
+        "grpc-status",
+        http::HeaderValue::from(Code::FailedPrecondition as i32),
+    );
+    if let Ok(message) = http::HeaderValue::from_str(&percent_encode(proto::ROLLBACK_MESSAGE)) {
+        headers.insert("grpc-message", message);
+    }
+    headers.insert("talos-detail", http::HeaderValue::from_static("kept"));
+    response
+}
+
+/// gRPC's percent-encoding as grpc-go applies it to grpc-message: bytes
+/// outside `' '..='~'`, and `%`, as `%XX`.
+pub fn percent_encode(message: &str) -> String {
+    message
+        .bytes()
+        .map(|b| match b {
+            b' '..=b'~' if b != b'%' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Logs' lines: one every `LOG_INTERVAL`, never ending; the guard marks
