@@ -308,6 +308,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Messages as they arrive: sizes, digest, and the messages while small.
 struct Received {
     sizes: Vec<usize>,
+    total: usize,
     messages: Vec<Vec<u8>>,
     digest: ring::digest::Context,
 }
@@ -316,6 +317,7 @@ impl Received {
     fn new() -> Received {
         Received {
             sizes: Vec::new(),
+            total: 0,
             messages: Vec::new(),
             digest: ring::digest::Context::new(&ring::digest::SHA256),
         }
@@ -323,8 +325,9 @@ impl Received {
 
     fn push(&mut self, message: &[u8]) {
         self.sizes.push(message.len());
+        self.total += message.len();
         self.digest.update(message);
-        if self.sizes.iter().sum::<usize>() <= KEEP_MESSAGES {
+        if self.total <= KEEP_MESSAGES {
             self.messages.push(message.to_vec());
         } else {
             self.messages.clear();
