@@ -23,6 +23,7 @@
 //! answers carry the header metadata `talos-standin: apid`.
 
 mod log;
+mod methods;
 pub mod proto;
 mod tls;
 
@@ -32,10 +33,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use futures_core::Stream;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use talos_sso_server::x509::ParsedCertificate;
@@ -43,14 +42,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tonic::body::Body;
-use tonic::metadata::MetadataValue;
-use tonic::server::Grpc;
-use tonic::{Code, Request, Response, Status, Streaming};
-use tonic_prost::ProstCodec;
+use tonic::{Request, Status, Streaming};
 
 pub use log::SeenCall;
 use log::{CallGuard, Log};
-use proto::{Chunk, Count, Done, Empty, LogLine, VersionReply};
+pub use methods::percent_encode;
+use methods::{Echo, Once, Ticks, answer, grpc, rollback, unary};
+use proto::{Chunk, Count, Done, Empty, VersionReply};
 
 pub const ADMIN: &str = "os:admin";
 pub const OPERATOR: &str = "os:operator";
@@ -470,134 +468,4 @@ async fn handle(
     };
     guard.finish();
     response
-}
-
-/// tonic's handling of one method, with Talos's message limit.
-fn grpc<Out, In>() -> Grpc<ProstCodec<Out, In>>
-where
-    Out: prost::Message + Send + 'static,
-    In: prost::Message + Default + Send + 'static,
-{
-    Grpc::new(ProstCodec::default())
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE)
-}
-
-/// A unary method's answer, at once.
-type Ready<Out> = std::future::Ready<Result<Response<Out>, Status>>;
-
-/// A unary method from a plain function of its request message.
-fn unary<In, Out>(
-    f: impl Fn(In) -> Result<Out, Status> + Send,
-) -> tower::util::ServiceFn<impl FnMut(Request<In>) -> Ready<Out>> {
-    tower::service_fn(move |request: Request<In>| std::future::ready(f(request.into_inner()).map(answer)))
-}
-
-/// A successful answer, with the stand-in's header metadata.
-fn answer<T>(message: T) -> Response<T> {
-    let mut response = Response::new(message);
-    response
-        .metadata_mut()
-        .insert("talos-standin", MetadataValue::from_static("apid"));
-    response
-}
-
-fn rollback() -> http::Response<Body> {
-    let mut response = http::Response::new(Body::empty());
-    let headers = response.headers_mut();
-    headers.insert("content-type", http::HeaderValue::from_static("application/grpc"));
-    headers.insert(
-        "grpc-status",
-        http::HeaderValue::from(Code::FailedPrecondition as i32),
-    );
-    if let Ok(message) = http::HeaderValue::from_str(&percent_encode(proto::ROLLBACK_MESSAGE)) {
-        headers.insert("grpc-message", message);
-    }
-    headers.insert("talos-detail", http::HeaderValue::from_static("kept"));
-    response
-}
-
-/// gRPC's percent-encoding as grpc-go applies it to grpc-message: bytes
-/// outside `' '..='~'`, and `%`, as `%XX`.
-pub fn percent_encode(message: &str) -> String {
-    message
-        .bytes()
-        .map(|b| match b {
-            b' '..=b'~' if b != b'%' => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Logs' lines: one every `LOG_INTERVAL`, never ending; the guard marks
-/// the call cancelled when hyper drops the stream (the client went away).
-struct Ticks {
-    interval: tokio::time::Interval,
-    seq: u64,
-    _guard: CallGuard,
-}
-
-impl Stream for Ticks {
-    type Item = Result<LogLine, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        ready!(this.interval.poll_tick(cx));
-        this.seq += 1;
-        Poll::Ready(Some(Ok(LogLine {
-            seq: this.seq,
-            text: format!("log line {}", this.seq),
-        })))
-    }
-}
-
-/// One message, then the end (the call finished).
-struct Once<T> {
-    item: Option<T>,
-    guard: Option<CallGuard>,
-}
-
-impl<T: Unpin> Stream for Once<T> {
-    type Item = Result<T, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        let item = this.item.take();
-        if item.is_none()
-            && let Some(guard) = this.guard.take()
-        {
-            guard.finish();
-        }
-        Poll::Ready(item.map(Ok))
-    }
-}
-
-/// ContainerRun: each message back as it came, until the client closes its
-/// side (finished) or its stream breaks (cancelled).
-struct Echo {
-    inbound: Streaming<Chunk>,
-    guard: Option<CallGuard>,
-}
-
-impl Stream for Echo {
-    type Item = Result<Chunk, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        match ready!(Pin::new(&mut this.inbound).poll_next(cx)) {
-            Some(Ok(chunk)) => Poll::Ready(Some(Ok(chunk))),
-            Some(Err(_)) => {
-                if let Some(guard) = this.guard.take() {
-                    guard.cancel();
-                }
-                Poll::Ready(None)
-            }
-            None => {
-                if let Some(guard) = this.guard.take() {
-                    guard.finish();
-                }
-                Poll::Ready(None)
-            }
-        }
-    }
 }
