@@ -21,6 +21,18 @@
 //! start runs on it then, and its answer is logged too (the gateway tests
 //! check there that the audit trail already holds the call). Successful
 //! answers carry the header metadata `talos-standin: apid`.
+//!
+//! In a test (the clients are `grpc_client`'s):
+//!
+//! ```text
+//! let (cert, key) = material::serving_certificate(talos_ca.signer(), talos_ca.key());
+//! let apid = StandinApid::start(Config::new(&cert, &key, &roots_pem)).await?;
+//! let context = TalosContext::from_talosconfig(&talosconfig, None)?;
+//! let call = Call::unary(proto::VERSION).with("nodes", "127.0.0.1");
+//! let outcome = ClientKind::Go.call(&context, &call).await;
+//! let roles = outcome.decode::<proto::VersionReply>(0).roles;
+//! let seen = apid.wait_for(Duration::from_secs(10), |calls| !calls.is_empty()).await;
+//! ```
 
 mod log;
 mod methods;
