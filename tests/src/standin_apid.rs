@@ -54,12 +54,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tonic::body::Body;
-use tonic::{Request, Status, Streaming};
+use tonic::{Code, Request, Status, Streaming};
 
 pub use log::SeenCall;
 use log::{CallGuard, Log};
 pub use methods::percent_encode;
-use methods::{Echo, Once, Ticks, answer, grpc, rollback, unary};
+use methods::{Echo, Once, Ticks, answer, grpc, rollback, trailers_only, unary};
 use proto::{Chunk, Count, Done, Empty, VersionReply};
 
 pub const ADMIN: &str = "os:admin";
@@ -380,7 +380,7 @@ async fn handle(
     }
     if !authorized {
         guard.finish();
-        return Status::permission_denied("not authorized").into_http();
+        return trailers_only(Code::PermissionDenied, "not authorized");
     }
     let roles: Vec<String> = effective.into_iter().collect();
     let response = match method.as_str() {
@@ -407,8 +407,6 @@ async fn handle(
                 .unary(unary(move |_: Empty| Ok(reply.clone())), request)
                 .await
         }
-        // By hand, as grpc-go (Talos) writes it: a trailers-only answer
-        // whose message is percent-encoded outside printable ASCII only.
         proto::ROLLBACK => rollback(),
         proto::LOGS => {
             let mut guard = Some(guard);
@@ -476,7 +474,7 @@ async fn handle(
             });
             return grpc().streaming(service, request).await;
         }
-        _ => Status::unimplemented("").into_http(),
+        _ => trailers_only(Code::Unimplemented, ""),
     };
     guard.finish();
     response

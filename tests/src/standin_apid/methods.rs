@@ -1,7 +1,7 @@
 //! What the stand-in's methods are made of: tonic's handling with Talos's
-//! message limit, successful answers with the stand-in's header, Rollback's
-//! status written as grpc-go writes it, and the answer streams that tell a
-//! finished call from a cancelled one.
+//! message limit, successful answers with the stand-in's header, statuses
+//! alone (refusals, Rollback) written as grpc-go writes them, and the answer
+//! streams that tell a finished call from a cancelled one.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -48,17 +48,26 @@ pub(super) fn answer<T>(message: T) -> Response<T> {
 }
 
 pub(super) fn rollback() -> http::Response<Body> {
+    let mut response = trailers_only(Code::FailedPrecondition, proto::ROLLBACK_MESSAGE);
+    response
+        .headers_mut()
+        .insert("talos-detail", http::HeaderValue::from_static("kept"));
+    response
+}
+
+/// A status alone, as grpc-go (Talos) writes one: a trailers-only answer,
+/// its message percent-encoded outside printable ASCII only (tonic's own
+/// encoding escapes spaces too).
+pub(super) fn trailers_only(code: Code, message: &str) -> http::Response<Body> {
     let mut response = http::Response::new(Body::empty());
     let headers = response.headers_mut();
     headers.insert("content-type", http::HeaderValue::from_static("application/grpc"));
-    headers.insert(
-        "grpc-status",
-        http::HeaderValue::from(Code::FailedPrecondition as i32),
-    );
-    if let Ok(message) = http::HeaderValue::from_str(&percent_encode(proto::ROLLBACK_MESSAGE)) {
+    headers.insert("grpc-status", http::HeaderValue::from(code as i32));
+    if !message.is_empty()
+        && let Ok(message) = http::HeaderValue::from_str(&percent_encode(message))
+    {
         headers.insert("grpc-message", message);
     }
-    headers.insert("talos-detail", http::HeaderValue::from_static("kept"));
     response
 }
 
