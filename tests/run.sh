@@ -40,6 +40,8 @@ requirements=(
   "pkcs11-tool opensc"
   # Go's standard library, which Talos runs, as apid and talosctl (tests/go).
   "go golang-go"
+  # Python venvs: the CI tools, and grpcio for the third gRPC client.
+  "python3 python3-venv"
   # The CLI's saved logins in a real Secret Service: GNOME Keyring on a
   # private D-Bus session bus, read back with secret-tool.
   "gnome-keyring-daemon gnome-keyring"
@@ -84,6 +86,14 @@ for requirement in "${requirements[@]}"; do
     done
   fi
 done
+
+# `python3 -m venv` needs ensurepip, which Debian ships apart from python3.
+if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  case " ${missing_packages[*]-} " in
+    *" python3-venv "*) ;;
+    *) missing_packages+=("python3-venv") ;;
+  esac
+fi
 
 if [ "${#missing_packages[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

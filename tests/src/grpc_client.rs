@@ -9,30 +9,20 @@
 //! Messages travel as raw bytes: `CallOutcome::decode` reads them with the
 //! stand-in's prost messages (`standin_apid::proto`).
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use bytes::{Buf, BufMut, Bytes};
-use futures_core::Stream;
-use hyper_util::rt::TokioIo;
-use rustls::RootCertStore;
-use rustls::pki_types::ServerName;
-use serde::Deserialize;
-use tokio::net::TcpStream;
-use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
 
 use crate::standin_apid::proto;
-use crate::talos_checker::{certificates_from_pem, private_key_from_pem};
+
+mod program;
+mod tonic_client;
+
+pub(crate) use program::{program_args, run_program, target_dir};
+pub use tonic_client::GrpcClient;
 
 /// Talos's API port, for an endpoint written without one.
 pub const TALOS_PORT: u16 = 50000;
@@ -308,6 +298,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Messages as they arrive: sizes, digest, and the messages while small.
 struct Received {
     sizes: Vec<usize>,
+    total: usize,
     messages: Vec<Vec<u8>>,
     digest: ring::digest::Context,
 }
@@ -316,6 +307,7 @@ impl Received {
     fn new() -> Received {
         Received {
             sizes: Vec::new(),
+            total: 0,
             messages: Vec::new(),
             digest: ring::digest::Context::new(&ring::digest::SHA256),
         }
@@ -323,8 +315,9 @@ impl Received {
 
     fn push(&mut self, message: &[u8]) {
         self.sizes.push(message.len());
+        self.total += message.len();
         self.digest.update(message);
-        if self.sizes.iter().sum::<usize>() <= KEEP_MESSAGES {
+        if self.total <= KEEP_MESSAGES {
             self.messages.push(message.to_vec());
         } else {
             self.messages.clear();
@@ -356,208 +349,6 @@ impl Received {
     }
 }
 
-/// tonic over a TLS connection of its own making (rustls, ring).
-#[derive(Debug, Clone)]
-pub struct GrpcClient {
-    channel: Channel,
-}
-
-impl GrpcClient {
-    /// A client of `context`; it connects at the first call (a refused
-    /// handshake shows in that call's outcome).
-    pub fn connect(context: &TalosContext) -> Result<GrpcClient, String> {
-        let addr = context.socket_addr()?;
-        let tls = Arc::new(client_tls(context)?);
-        let server_name =
-            ServerName::try_from(context.host_port().0).map_err(|e| format!("{}: {e}", context.endpoint))?;
-        let connector = tower::service_fn(move |_: http::Uri| {
-            let tls = tls.clone();
-            let server_name = server_name.clone();
-            async move {
-                let tcp = TcpStream::connect(addr).await?;
-                let stream = tokio_rustls::TlsConnector::from(tls)
-                    .connect(server_name, tcp)
-                    .await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        });
-        // tonic dials `http://` (its own TLS is not used) while requests say
-        // `https`, as talosctl's do.
-        let origin = format!("https://{}", context.authority())
-            .parse()
-            .map_err(|e| format!("{e}"))?;
-        let endpoint = Endpoint::from_shared(format!("http://{}", context.authority()))
-            .map_err(|e| e.to_string())?
-            .origin(origin)
-            .connect_timeout(CONNECT_TIMEOUT);
-        Ok(GrpcClient {
-            channel: endpoint.connect_with_connector_lazy(connector),
-        })
-    }
-
-    pub async fn call(&self, call: &Call) -> CallOutcome {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
-        if let Err(e) = grpc.ready().await {
-            return CallOutcome::failed(14, "unavailable".into(), Some(error_chain(&e)));
-        }
-        let path = match http::uri::PathAndQuery::try_from(call.method.as_str()) {
-            Ok(path) => path,
-            Err(e) => return CallOutcome::failed(13, format!("bad method: {e}"), None),
-        };
-        let messages = call.requests().into_iter().map(Bytes::from).collect();
-        let mut request = tonic::Request::new(Messages(messages));
-        for (key, value) in &call.metadata {
-            match (
-                MetadataKey::from_bytes(key.as_bytes()),
-                MetadataValue::try_from(value.as_str()),
-            ) {
-                (Ok(key), Ok(value)) => {
-                    request.metadata_mut().append(key, value);
-                }
-                _ => return CallOutcome::failed(13, format!("bad metadata {key}"), None),
-            }
-        }
-        let take = match call.mode {
-            Mode::ServerStream { take } => take,
-            _ => None,
-        };
-        let mut received = Received::new();
-        let response = match grpc.streaming(request, path, RawCodec).await {
-            Ok(response) => response,
-            Err(status) => return from_status(status, Vec::new(), received),
-        };
-        let headers = pairs(response.metadata());
-        let mut inbound = response.into_inner();
-        loop {
-            if take.is_some_and(|n| received.sizes.len() >= n) {
-                // Dropping the stream resets it (RST_STREAM CANCEL).
-                drop(inbound);
-                return received.outcome(1, "cancelled by the client".into(), headers, Vec::new());
-            }
-            match inbound.message().await {
-                Ok(Some(message)) => received.push(&message),
-                Ok(None) => break,
-                Err(status) => return from_status(status, headers, received),
-            }
-        }
-        match inbound.trailers().await {
-            Ok(trailers) => {
-                let trailers = trailers.map(|t| pairs(&t)).unwrap_or_default();
-                received.outcome(0, String::new(), headers, trailers)
-            }
-            Err(status) => from_status(status, headers, received),
-        }
-    }
-}
-
-fn from_status(status: Status, headers: Vec<(String, String)>, received: Received) -> CallOutcome {
-    let transport_error = std::error::Error::source(&status).map(error_chain);
-    let mut outcome = received.outcome(
-        status.code() as i32,
-        status.message().to_owned(),
-        headers,
-        pairs(status.metadata()),
-    );
-    outcome.transport_error = transport_error;
-    outcome
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// Metadata as (key, value) pairs, without the status's own keys.
-fn pairs(metadata: &MetadataMap) -> Vec<(String, String)> {
-    metadata
-        .clone()
-        .into_headers()
-        .iter()
-        .filter(|(key, _)| *key != "grpc-status" && *key != "grpc-message")
-        .map(|(key, value)| {
-            (
-                key.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect()
-}
-
-fn client_tls(context: &TalosContext) -> Result<rustls::ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    for ca in certificates_from_pem(&context.ca_pem)? {
-        roots.add(ca).map_err(|e| format!("ca: {e}"))?;
-    }
-    let chain = certificates_from_pem(&context.crt_pem)?;
-    let key = private_key_from_pem(&context.key_pem)?;
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .map_err(|e| e.to_string())?;
-    tls.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(tls)
-}
-
-/// The request messages, as a stream.
-struct Messages(VecDeque<Bytes>);
-
-impl Stream for Messages {
-    type Item = Bytes;
-
-    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Bytes>> {
-        Poll::Ready(self.get_mut().0.pop_front())
-    }
-}
-
-/// Messages as raw bytes both ways.
-#[derive(Debug, Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
 /// Which client makes a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientKind {
@@ -580,137 +371,4 @@ impl ClientKind {
             ClientKind::Grpcio => crate::grpcio_client::call(context, call).await,
         }
     }
-}
-
-/// The JSON line tests/go/talos-grpc and tests/grpc/grpcio_client.py print.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Reported {
-    code: i32,
-    message: String,
-    #[serde(default)]
-    message_raw: Option<String>,
-    headers: Vec<(String, String)>,
-    trailers: Vec<(String, String)>,
-    sizes: Vec<usize>,
-    /// Base64, when kept.
-    messages: Vec<String>,
-    sha256: String,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-/// A program's JSON line as an outcome.
-pub(crate) fn outcome_from_json(line: &str) -> Result<CallOutcome, String> {
-    let reported: Reported = serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
-    let messages = reported
-        .messages
-        .iter()
-        .map(|m| STANDARD.decode(m))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    Ok(CallOutcome {
-        code: reported.code,
-        message: reported.message,
-        message_raw: reported.message_raw,
-        headers: reported.headers,
-        trailers: reported.trailers,
-        sizes: reported.sizes,
-        messages,
-        sha256: reported.sha256,
-        transport_error: reported.error,
-    })
-}
-
-/// The flags both programs take for `call`, with the context's PEM written
-/// into `dir`.
-pub(crate) fn program_args(dir: &Path, context: &TalosContext, call: &Call) -> Vec<String> {
-    let write = |name: &str, contents: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, contents).expect("write a PEM file");
-        path.to_string_lossy().into_owned()
-    };
-    let mut args = vec![
-        "--endpoint".to_owned(),
-        context.authority(),
-        "--server-name".to_owned(),
-        context.host_port().0,
-        "--ca".to_owned(),
-        write("ca.pem", &context.ca_pem),
-        "--crt".to_owned(),
-        write("crt.pem", &context.crt_pem),
-        "--key".to_owned(),
-        write("key.pem", &context.key_pem),
-        "--method".to_owned(),
-        call.method.clone(),
-        "--request".to_owned(),
-        STANDARD.encode(&call.request),
-    ];
-    for (key, value) in &call.metadata {
-        args.push("--md".to_owned());
-        args.push(format!("{key}={value}"));
-    }
-    let mut mode = |name: &str, extra: &[String]| {
-        args.push("--mode".to_owned());
-        args.push(name.to_owned());
-        args.extend_from_slice(extra);
-    };
-    match &call.mode {
-        Mode::Unary => mode("unary", &[]),
-        Mode::ServerStream { take } => mode(
-            "server-stream",
-            &["--count".into(), take.unwrap_or(0).to_string()],
-        ),
-        Mode::ClientStream { bytes } => mode("client-stream", &["--bytes".into(), bytes.to_string()]),
-        Mode::Bidi { messages } => {
-            let sends: Vec<String> = messages
-                .iter()
-                .flat_map(|m| ["--send".to_owned(), STANDARD.encode(m)])
-                .collect();
-            mode("bidi", &sends)
-        }
-    }
-    args
-}
-
-/// Run a client program to its end (at most `timeout`) and read its JSON
-/// line; a program that says nothing readable fails the test with what it
-/// printed.
-pub(crate) async fn run_program(mut command: tokio::process::Command, timeout: Duration) -> CallOutcome {
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let program = format!("{:?}", command.as_std().get_program());
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(output) => output.unwrap_or_else(|e| panic!("{program}: {e}")),
-        Err(_) => panic!("{program} still running after {timeout:?}"),
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .unwrap_or("");
-    outcome_from_json(line).unwrap_or_else(|e| {
-        panic!(
-            "{program} ({}) printed no outcome: {e}\nstderr: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-/// `<target folder>`: the test executable is in `<target>/<profile>/deps`.
-pub(crate) fn target_dir() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let mut dir = exe.parent().expect("its folder");
-    if dir.ends_with("deps") {
-        dir = dir.parent().expect("the profile folder");
-    }
-    dir.parent().expect("the target folder").to_owned()
 }

@@ -21,8 +21,21 @@
 //! start runs on it then, and its answer is logged too (the gateway tests
 //! check there that the audit trail already holds the call). Successful
 //! answers carry the header metadata `talos-standin: apid`.
+//!
+//! In a test (the clients are `grpc_client`'s):
+//!
+//! ```text
+//! let (cert, key) = material::serving_certificate(talos_ca.signer(), talos_ca.key());
+//! let apid = StandinApid::start(Config::new(&cert, &key, &roots_pem)).await?;
+//! let context = TalosContext::from_talosconfig(&talosconfig, None)?;
+//! let call = Call::unary(proto::VERSION).with("nodes", "127.0.0.1");
+//! let outcome = ClientKind::Go.call(&context, &call).await;
+//! let roles = outcome.decode::<proto::VersionReply>(0).roles;
+//! let seen = apid.wait_for(Duration::from_secs(10), |calls| !calls.is_empty()).await;
+//! ```
 
 mod log;
+mod methods;
 pub mod proto;
 mod tls;
 
@@ -32,10 +45,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use futures_core::Stream;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use talos_sso_server::x509::ParsedCertificate;
@@ -43,14 +54,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tonic::body::Body;
-use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::server::Grpc;
-use tonic::{Code, Request, Response, Status, Streaming};
-use tonic_prost::ProstCodec;
+use tonic::{Code, Request, Status, Streaming};
 
 pub use log::SeenCall;
 use log::{CallGuard, Log};
-use proto::{Chunk, Count, Done, Empty, LogLine, VersionReply};
+pub use methods::percent_encode;
+use methods::{Echo, Once, Ticks, answer, grpc, rollback, trailers_only, unary};
+use proto::{Chunk, Count, Done, Empty, VersionReply};
 
 pub const ADMIN: &str = "os:admin";
 pub const OPERATOR: &str = "os:operator";
@@ -229,12 +239,15 @@ async fn accept_loop(
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut connections = JoinSet::new();
+    let mut accepted_count = 0;
     loop {
         tokio::select! {
             _ = &mut stopped => break,
             accepted = listener.accept() => {
                 if let Ok((tcp, _)) = accepted {
-                    connections.spawn(serve_connection(tcp, acceptor.clone(), shared.clone()));
+                    accepted_count += 1;
+                    let serve = serve_connection(tcp, accepted_count, acceptor.clone(), shared.clone());
+                    connections.spawn(serve);
                 }
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -246,11 +259,17 @@ async fn accept_loop(
 
 /// The client's identity as apid reads it, once per connection.
 struct Peer {
+    connection: u64,
     roles: BTreeSet<String>,
     common_name: Option<String>,
 }
 
-async fn serve_connection(tcp: TcpStream, acceptor: tokio_rustls::TlsAcceptor, shared: Arc<Shared>) {
+async fn serve_connection(
+    tcp: TcpStream,
+    connection: u64,
+    acceptor: tokio_rustls::TlsAcceptor,
+    shared: Arc<Shared>,
+) {
     let tls = match acceptor.accept(tcp).await {
         Ok(tls) => tls,
         Err(e) => {
@@ -271,6 +290,7 @@ async fn serve_connection(tcp: TcpStream, acceptor: tokio_rustls::TlsAcceptor, s
         return;
     };
     let peer = Arc::new(Peer {
+        connection,
         roles: parse_roles(leaf.subject_organizations().iter().map(String::as_str)),
         common_name: leaf.subject_common_name(),
     });
@@ -337,6 +357,7 @@ async fn handle(
         .any(|role| effective.contains(*role));
     let call = SeenCall {
         method: method.clone(),
+        connection: peer.connection,
         certificate_roles: peer.roles.iter().cloned().collect(),
         certificate_common_name: peer.common_name.clone(),
         metadata_roles,
@@ -359,7 +380,7 @@ async fn handle(
     }
     if !authorized {
         guard.finish();
-        return Status::permission_denied("not authorized").into_http();
+        return trailers_only(Code::PermissionDenied, "not authorized");
     }
     let roles: Vec<String> = effective.into_iter().collect();
     let response = match method.as_str() {
@@ -386,14 +407,7 @@ async fn handle(
                 .unary(unary(move |_: Empty| Ok(reply.clone())), request)
                 .await
         }
-        proto::ROLLBACK => {
-            grpc()
-                .unary(
-                    unary(|_: Empty| -> Result<Empty, Status> { Err(rollback_status()) }),
-                    request,
-                )
-                .await
-        }
+        proto::ROLLBACK => rollback(),
         proto::LOGS => {
             let mut guard = Some(guard);
             let service = tower::service_fn(move |_: Request<Empty>| {
@@ -460,117 +474,8 @@ async fn handle(
             });
             return grpc().streaming(service, request).await;
         }
-        _ => Status::unimplemented("").into_http(),
+        _ => trailers_only(Code::Unimplemented, ""),
     };
     guard.finish();
     response
-}
-
-/// tonic's handling of one method, with Talos's message limit.
-fn grpc<Out, In>() -> Grpc<ProstCodec<Out, In>>
-where
-    Out: prost::Message + Send + 'static,
-    In: prost::Message + Default + Send + 'static,
-{
-    Grpc::new(ProstCodec::default())
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE)
-}
-
-/// A unary method's answer, at once.
-type Ready<Out> = std::future::Ready<Result<Response<Out>, Status>>;
-
-/// A unary method from a plain function of its request message.
-fn unary<In, Out>(
-    f: impl Fn(In) -> Result<Out, Status> + Send,
-) -> tower::util::ServiceFn<impl FnMut(Request<In>) -> Ready<Out>> {
-    tower::service_fn(move |request: Request<In>| std::future::ready(f(request.into_inner()).map(answer)))
-}
-
-/// A successful answer, with the stand-in's header metadata.
-fn answer<T>(message: T) -> Response<T> {
-    let mut response = Response::new(message);
-    response
-        .metadata_mut()
-        .insert("talos-standin", MetadataValue::from_static("apid"));
-    response
-}
-
-fn rollback_status() -> Status {
-    let mut trailers = MetadataMap::new();
-    trailers.insert("talos-detail", MetadataValue::from_static("kept"));
-    Status::with_metadata(Code::FailedPrecondition, proto::ROLLBACK_MESSAGE, trailers)
-}
-
-/// Logs' lines: one every `LOG_INTERVAL`, never ending; the guard marks
-/// the call cancelled when hyper drops the stream (the client went away).
-struct Ticks {
-    interval: tokio::time::Interval,
-    seq: u64,
-    _guard: CallGuard,
-}
-
-impl Stream for Ticks {
-    type Item = Result<LogLine, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        ready!(this.interval.poll_tick(cx));
-        this.seq += 1;
-        Poll::Ready(Some(Ok(LogLine {
-            seq: this.seq,
-            text: format!("log line {}", this.seq),
-        })))
-    }
-}
-
-/// One message, then the end (the call finished).
-struct Once<T> {
-    item: Option<T>,
-    guard: Option<CallGuard>,
-}
-
-impl<T: Unpin> Stream for Once<T> {
-    type Item = Result<T, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        let item = this.item.take();
-        if item.is_none()
-            && let Some(guard) = this.guard.take()
-        {
-            guard.finish();
-        }
-        Poll::Ready(item.map(Ok))
-    }
-}
-
-/// ContainerRun: each message back as it came, until the client closes its
-/// side (finished) or its stream breaks (cancelled).
-struct Echo {
-    inbound: Streaming<Chunk>,
-    guard: Option<CallGuard>,
-}
-
-impl Stream for Echo {
-    type Item = Result<Chunk, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        match ready!(Pin::new(&mut this.inbound).poll_next(cx)) {
-            Some(Ok(chunk)) => Poll::Ready(Some(Ok(chunk))),
-            Some(Err(_)) => {
-                if let Some(guard) = this.guard.take() {
-                    guard.cancel();
-                }
-                Poll::Ready(None)
-            }
-            None => {
-                if let Some(guard) = this.guard.take() {
-                    guard.finish();
-                }
-                Poll::Ready(None)
-            }
-        }
-    }
 }

@@ -12,6 +12,8 @@ use tokio::sync::watch;
 pub struct SeenCall {
     /// The gRPC path, `/machine.MachineService/Version`.
     pub method: String,
+    /// Which TLS connection carried it: 1, 2, ... in the order accepted.
+    pub connection: u64,
     /// Roles from the client certificate's Subject Organization values,
     /// parsed as Talos's `role.Parse` does (trimmed, empty ones dropped,
     /// unknown ones kept), sorted.
