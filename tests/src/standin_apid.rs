@@ -245,6 +245,9 @@ async fn accept_loop(
             _ = &mut stopped => break,
             accepted = listener.accept() => {
                 if let Ok((tcp, _)) = accepted {
+                    // As gRPC servers do (grpc-go sets it on every
+                    // connection): no Nagle delay on small answers.
+                    let _ = tcp.set_nodelay(true);
                     accepted_count += 1;
                     let serve = serve_connection(tcp, accepted_count, acceptor.clone(), shared.clone());
                     connections.spawn(serve);

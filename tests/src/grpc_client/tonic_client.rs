@@ -39,6 +39,8 @@ impl GrpcClient {
             let server_name = server_name.clone();
             async move {
                 let tcp = TcpStream::connect(addr).await?;
+                // As talosctl's grpc-go does: no Nagle delay.
+                tcp.set_nodelay(true)?;
                 let stream = tokio_rustls::TlsConnector::from(tls)
                     .connect(server_name, tcp)
                     .await?;
