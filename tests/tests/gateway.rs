@@ -703,3 +703,64 @@ async fn a_renewed_serving_certificate_is_served_without_a_restart() {
     gw.env.finish().await;
     gw.standin.shutdown().await;
 }
+
+/// The wall clock, moved ahead by a number of seconds.
+#[derive(Debug, Default)]
+struct SteppedClock {
+    ahead: std::sync::atomic::AtomicI64,
+}
+
+impl talos_sso_server::app::Clock for SteppedClock {
+    fn now(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc()
+            + time::Duration::seconds(self.ahead.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_starts_no_call_but_ends_no_running_one() {
+    let gw = Gateway::start(Backend::Sqlite, "").await;
+    // A replica whose clock can be moved past the certificate's end.
+    let clock = Arc::new(SteppedClock::default());
+    let replica = TestServer::start_with_clock(gw.env.config(), clock.clone()).await;
+    let (bob, answer) = gw.login("bob@example.com", &[]).await;
+    let bob = bob.at(gateway_address(&replica).to_string());
+    let client = talos_sso_tests::grpc_client::GrpcClient::connect(&bob).unwrap();
+    assert!(client.call(&Call::unary(proto::VERSION)).await.ok());
+    let stream = {
+        let client = client.clone();
+        tokio::spawn(async move { client.call(&Call::server_stream(proto::LOGS, Some(40))).await })
+    };
+    gw.standin
+        .wait_for(PATIENCE, |calls| calls.iter().any(|c| c.method == proto::LOGS))
+        .await
+        .expect("the stream runs");
+    let not_after = time::OffsetDateTime::parse(
+        answer["not_after"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let past_the_end = (not_after - time::OffsetDateTime::now_utc()).whole_seconds() + 60;
+    clock
+        .ahead
+        .store(past_the_end, std::sync::atomic::Ordering::SeqCst);
+    // A new call on the same connection is refused...
+    let refused = client.call(&Call::unary(proto::VERSION)).await;
+    assert_eq!(refused.code, 16, "{refused:?}");
+    assert!(
+        refused.message.contains("certificate has expired"),
+        "{}",
+        refused.message
+    );
+    // ...while the stream that started before runs to the end the client chose.
+    let ran = stream.await.unwrap();
+    assert_eq!(ran.sizes.len(), 40, "{ran:?}");
+    assert_eq!(
+        gw.seen(proto::VERSION).len(),
+        1,
+        "the refused call never reached apid"
+    );
+    replica.stop().await;
+    gw.env.finish().await;
+    gw.standin.shutdown().await;
+}
