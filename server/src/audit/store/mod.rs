@@ -56,7 +56,7 @@ pub use dispatch::AuditStore;
 pub use postgres::LockAhead;
 pub use types::{
     Append, Appended, AuditFilter, ChartCounts, ChartWindow, DenyChange, DenyEntry, IssuerScope,
-    OUTSIDE_CHAIN_NAMED, OutsideChain, StoreError, StoreOptions, TokenClaim, WRITE_TIMEOUT,
+    MethodFilter, OUTSIDE_CHAIN_NAMED, OutsideChain, StoreError, StoreOptions, TokenClaim, WRITE_TIMEOUT,
 };
 
 #[cfg(test)]
@@ -371,9 +371,74 @@ mod tests {
             .unwrap();
     }
 
+    /// Placeholder SQL for the backend's own conditions.
+    fn test_dialect() -> Dialect {
+        Dialect {
+            role: |n| format!("role = ${n}"),
+            method: "M",
+            node: |n| format!("node = ${n}"),
+        }
+    }
+
+    #[test]
+    fn method_and_node_filters_keep_to_api_calls() {
+        let filter = |method: Option<MethodFilter>, node: Option<&str>| AuditFilter {
+            method,
+            node: node.map(Into::into),
+            except_event: Some("x".into()),
+            ..Default::default()
+        };
+        let sql = |filter: &AuditFilter| {
+            let statement = Statement::matching(filter, &test_dialect(), "V", Order::OldestFirst);
+            let sql = statement.sql;
+            (
+                sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned(),
+                statement.binds,
+            )
+        };
+        let (exact, binds) = sql(&filter(
+            Some(MethodFilter::Exact("/a.B/C".into())),
+            Some("10.5.0.2"),
+        ));
+        assert_eq!(
+            exact,
+            " WHERE seq > $1 AND V AND event <> $2 AND event = 'api.call' AND M = $3 \
+             AND event = 'api.call' AND node = $4 ORDER BY seq LIMIT $5"
+        );
+        assert_eq!(binds[2], Bind::Text(Some("/a.B/C".into())));
+        let (prefix, binds) = sql(&filter(Some(MethodFilter::Prefix("/a.B/Etcd".into())), None));
+        assert_eq!(
+            prefix,
+            " WHERE seq > $1 AND V AND event <> $2 AND event = 'api.call' AND M >= $3 AND M < $4 \
+             ORDER BY seq LIMIT $5"
+        );
+        assert_eq!(binds[3], Bind::Text(Some("/a.B/Etce".into())));
+    }
+
+    #[test]
+    fn a_prefix_ends_before_the_first_text_it_does_not_start() {
+        assert_eq!(MethodFilter::prefix_end("/a/Etcd").as_deref(), Some("/a/Etce"));
+        assert_eq!(MethodFilter::prefix_end("/").as_deref(), Some("0"));
+        assert_eq!(
+            MethodFilter::prefix_end("a\u{d7ff}").as_deref(),
+            Some("a\u{e000}")
+        );
+        assert_eq!(MethodFilter::prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(MethodFilter::prefix_end("\u{10ffff}\u{10ffff}"), None);
+        // Every text that starts with the prefix sorts below the end, byte
+        // by byte, and the end does not start with it.
+        for (prefix, text) in [
+            ("/a/Etcd", "/a/Etcd\u{10ffff}zz"),
+            ("a\u{10ffff}", "a\u{10ffff}\u{10ffff}"),
+        ] {
+            let end = MethodFilter::prefix_end(prefix).unwrap();
+            assert!(text.as_bytes() < end.as_bytes() && !end.starts_with(prefix));
+        }
+    }
+
     #[test]
     fn only_a_time_bound_at_the_far_end_orders_by_an_expression_of_seq() {
-        let role = |n: usize| format!("role = ${n}");
+        let role = test_dialect();
         let at = Some(OffsetDateTime::UNIX_EPOCH);
         let since = AuditFilter {
             since: at,
@@ -384,7 +449,7 @@ mod tests {
             ..Default::default()
         };
         let newest = Order::NewestFirst { before_seq: Some(9) };
-        let sql = |filter: &AuditFilter, order| Statement::matching(filter, role, "V", order).sql;
+        let sql = |filter: &AuditFilter, order| Statement::matching(filter, &role, "V", order).sql;
         let tail = |sql: String| sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned();
         assert_eq!(
             tail(sql(&since, Order::OldestFirst)),
@@ -412,7 +477,7 @@ mod tests {
             (chain_rows!(postgres), SUBJECTS_OF_POSTGRES),
             (chain_rows!(sqlite), SUBJECTS_OF_SQLITE),
         ] {
-            let role = |n: usize| format!("role = ${n}");
+            let role = test_dialect();
             let filter = AuditFilter {
                 since: Some(OffsetDateTime::UNIX_EPOCH),
                 ..Default::default()
@@ -420,9 +485,9 @@ mod tests {
             let statements = [
                 subjects.to_owned(),
                 Statement::page(0, 1, in_chain).sql,
-                Statement::matching(&AuditFilter::default(), role, in_chain, Order::OldestFirst).sql,
-                Statement::matching(&filter, role, in_chain, Order::OldestFirst).sql,
-                Statement::matching(&filter, role, in_chain, Order::NewestFirst { before_seq: None }).sql,
+                Statement::matching(&AuditFilter::default(), &role, in_chain, Order::OldestFirst).sql,
+                Statement::matching(&filter, &role, in_chain, Order::OldestFirst).sql,
+                Statement::matching(&filter, &role, in_chain, Order::NewestFirst { before_seq: None }).sql,
             ];
             for sql in statements {
                 assert!(

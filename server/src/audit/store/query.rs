@@ -9,7 +9,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
 
-use super::types::{AuditFilter, ChartWindow, DenyChange, DenyEntry, StoreError};
+use super::types::{AuditFilter, ChartWindow, DenyChange, DenyEntry, MethodFilter, StoreError};
 use crate::audit::{AuditRecord, StoredRecord};
 
 /// Every column of `audit_events`, in the order both backends write them.
@@ -180,15 +180,10 @@ impl Statement {
         }
     }
 
-    /// `role_condition(n)` is the backend's test that placeholder `n` is a
-    /// granted or requested role, `in_chain` its [`chain_rows!`]. Oldest
-    /// first, unless `order` says otherwise.
-    pub(super) fn matching(
-        filter: &AuditFilter,
-        role_condition: fn(usize) -> String,
-        in_chain: &str,
-        order: Order,
-    ) -> Self {
+    /// `dialect` is the backend's SQL for the filters it writes its own
+    /// way, `in_chain` its [`chain_rows!`]. Oldest first, unless `order`
+    /// says otherwise.
+    pub(super) fn matching(filter: &AuditFilter, dialect: &Dialect, in_chain: &str, order: Order) -> Self {
         // `seq` follows time. With a time bound on the far side of the scan
         // (`since` when reading forward, `until` when reading back), the
         // matches sit at the other end of the trail, but the planners
@@ -233,7 +228,38 @@ impl Statement {
             }
         }
         if let Some(role) = &filter.role {
-            add(&role_condition, Bind::Text(Some(role.clone())));
+            add(&dialect.role, Bind::Text(Some(role.clone())));
+        }
+        if let Some(event) = &filter.except_event {
+            add(&|n| format!("event <> ${n}"), Bind::Text(Some(event.clone())));
+        }
+        // Only `api.call` records have a method or nodes: the event's test
+        // is a literal, so that a partial index of those records serves.
+        let method = dialect.method;
+        match &filter.method {
+            Some(MethodFilter::Exact(exact)) => {
+                add(
+                    &|n| format!("{API_CALL} AND {method} = ${n}"),
+                    Bind::Text(Some(exact.clone())),
+                );
+            }
+            Some(MethodFilter::Prefix(prefix)) => {
+                add(
+                    &|n| format!("{API_CALL} AND {method} >= ${n}"),
+                    Bind::Text(Some(prefix.clone())),
+                );
+                if let Some(end) = MethodFilter::prefix_end(prefix) {
+                    add(&|n| format!("{method} < ${n}"), Bind::Text(Some(end)));
+                }
+            }
+            None => {}
+        }
+        if let Some(node) = &filter.node {
+            let node_condition = dialect.node;
+            add(
+                &|n| format!("{API_CALL} AND {}", node_condition(n)),
+                Bind::Text(Some(node.clone())),
+            );
         }
         binds.push(Bind::Int(filter.limit.clamp(1, MAX_PAGE)));
         let direction = match order {
@@ -254,6 +280,21 @@ impl Statement {
         };
         Self { sql, binds }
     }
+}
+
+/// The test that a record is an API call, as partial indexes name it.
+const API_CALL: &str = "event = 'api.call'";
+
+/// What a backend writes its own way in the record query.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dialect {
+    /// The test that placeholder `n` is a granted or requested role.
+    pub(super) role: fn(usize) -> String,
+    /// An `api.call` record's method as text, written as the backend's
+    /// index of it (migration 0009), compared byte by byte.
+    pub(super) method: &'static str,
+    /// The test that placeholder `n` is one of an `api.call` record's nodes.
+    pub(super) node: fn(usize) -> String,
 }
 
 /// Which way a query reads the trail.

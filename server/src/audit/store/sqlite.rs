@@ -213,6 +213,18 @@ pub(super) fn role_condition_far(n: usize) -> String {
     format!("seq IN (SELECT seq FROM audit_event_roles WHERE role = ${n})")
 }
 
+/// An `api.call` record's method, written as its index (migration 0009).
+pub(super) const METHOD: &str = "json_extract(details, '$.method')";
+
+/// A node filter for placeholder `$n`: a member of the record's list of
+/// nodes (a list only: a node given as one text is not one of a list).
+pub(super) fn node_condition(n: usize) -> String {
+    format!(
+        "(json_type(details, '$.nodes') = 'array' \
+         AND EXISTS (SELECT 1 FROM json_each(audit_events.details, '$.nodes') WHERE value = ${n}))"
+    )
+}
+
 pub(super) async fn records(pool: &SqlitePool, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {
     let rows = bound(query, format_micros).fetch_all(pool).await?;
     rows.iter().map(stored_record).collect()
