@@ -39,6 +39,10 @@ mod keyring;
 #[path = "cli/accepted_ca.rs"]
 mod accepted_ca;
 
+/// `audit list --method --node`: Talos API calls in the trail.
+#[path = "cli/api_calls.rs"]
+mod api_calls;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.

@@ -21,8 +21,8 @@
 //! Records come out in time order, each as the [`Append`] the server would
 //! hand the store, so that they are hash-chained by the store itself.
 
-use talos_sso_server::audit::AuditRecord;
 use talos_sso_server::audit::store::{Append, AuditStore};
+use talos_sso_server::audit::{AuditRecord, StoredRecord};
 use time::{Duration, OffsetDateTime};
 
 mod calls;
@@ -52,6 +52,22 @@ pub async fn seed_store(store: &AuditStore, records: u64, seed: u64, days: u32) 
     for batch in trail.chunks(1000) {
         store.append_batch(batch).await.expect("a seeded batch");
     }
+}
+
+/// `records` appended to `store` as they are, in one batch, and what the
+/// store made of them: for tests of records that no part of the server
+/// under test writes (and for test crates that do not depend on the
+/// server's).
+pub async fn append_records(store: &AuditStore, records: Vec<AuditRecord>) -> Vec<StoredRecord> {
+    let batch: Vec<Append> = records
+        .into_iter()
+        .map(|record| Append {
+            record,
+            ..Append::default()
+        })
+        .collect();
+    let appended = store.append_batch(&batch).await.expect("the records appended");
+    appended.iter().map(|a| a.stored().clone()).collect()
 }
 
 /// The company's own client address ranges: offices, VPN pools, the IPv6
