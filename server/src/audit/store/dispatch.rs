@@ -234,6 +234,8 @@ impl AuditStore {
                 role: postgres::role_condition,
                 method: postgres::METHOD,
                 node: postgres::node_condition,
+                node_index: true,
+                api_call: postgres::API_CALL,
             },
             AuditStore::Sqlite(_) => Dialect {
                 role: if order.far_bound(filter) {
@@ -243,6 +245,8 @@ impl AuditStore {
                 },
                 method: sqlite::METHOD,
                 node: sqlite::node_condition,
+                node_index: false,
+                api_call: sqlite::API_CALL,
             },
         };
         self.records(Statement::matching(filter, &dialect, self.chain_rows(), order))

@@ -377,6 +377,8 @@ mod tests {
             role: |n| format!("role = ${n}"),
             method: "M",
             node: |n| format!("node = ${n}"),
+            node_index: false,
+            api_call: "A",
         }
     }
 
@@ -402,17 +404,28 @@ mod tests {
         ));
         assert_eq!(
             exact,
-            " WHERE seq > $1 AND V AND event <> $2 AND event = 'api.call' AND M = $3 \
-             AND event = 'api.call' AND node = $4 ORDER BY seq LIMIT $5"
+            " WHERE seq > $1 AND V AND event <> $2 AND A AND M = $3 AND A AND node = $4 ORDER BY seq LIMIT $5"
         );
         assert_eq!(binds[2], Bind::Text(Some("/a.B/C".into())));
         let (prefix, binds) = sql(&filter(Some(MethodFilter::Prefix("/a.B/Etcd".into())), None));
         assert_eq!(
             prefix,
-            " WHERE seq > $1 AND V AND event <> $2 AND event = 'api.call' AND M >= $3 AND M < $4 \
-             ORDER BY seq LIMIT $5"
+            " WHERE seq > $1 AND V AND event <> $2 AND A AND M >= $3 AND M < $4 ORDER BY seq LIMIT $5"
         );
         assert_eq!(binds[3], Bind::Text(Some("/a.B/Etce".into())));
+        // A node an index serves: its matches are found there, then sorted.
+        let indexed = Dialect {
+            node_index: true,
+            ..test_dialect()
+        };
+        let node = Statement::matching(&filter(None, Some("n")), &indexed, "V", Order::OldestFirst).sql;
+        assert!(
+            node.ends_with(
+                " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND V AND event <> $2 \
+                 AND A AND node = $3 ORDER BY seq + 0 LIMIT $4) ORDER BY seq"
+            ),
+            "{node}"
+        );
     }
 
     #[test]

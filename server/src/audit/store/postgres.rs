@@ -97,6 +97,10 @@ pub(super) fn role_condition(n: usize) -> String {
     format!("(roles_granted || roles_requested) @> ARRAY[${n}::text]")
 }
 
+/// The test that a record is an API call: the predicate of the partial
+/// indexes of migration 0009, which a query must state for them to serve.
+pub(super) const API_CALL: &str = "event = 'api.call'";
+
 /// An `api.call` record's method as its index holds it (migration 0009):
 /// compared byte by byte, so that a prefix is a range.
 pub(super) const METHOD: &str = "(details->>'method') COLLATE \"C\"";

@@ -194,7 +194,10 @@ impl Statement {
         // find the matches through the indexes of the other conditions
         // instead, and sort only those; by their `seq` alone, which an
         // index may hold, so that only the page's records are read whole.
-        let far_bound = order.far_bound(filter);
+        // A node filter that an index serves (Postgres's GIN index) finds
+        // its matches there too: walking `seq` for a node named by few
+        // calls, or none, read every record.
+        let far_bound = order.far_bound(filter) || (filter.node.is_some() && dialect.node_index);
         let key = if far_bound { "seq + 0" } else { "seq" };
         let mut conditions = vec![format!("{key} > $1"), in_chain.to_owned()];
         let mut binds = vec![Bind::Int(filter.after_seq)];
@@ -233,19 +236,18 @@ impl Statement {
         if let Some(event) = &filter.except_event {
             add(&|n| format!("event <> ${n}"), Bind::Text(Some(event.clone())));
         }
-        // Only `api.call` records have a method or nodes: the event's test
-        // is a literal, so that a partial index of those records serves.
-        let method = dialect.method;
+        // Only `api.call` records have a method or nodes.
+        let (api_call, method) = (dialect.api_call, dialect.method);
         match &filter.method {
             Some(MethodFilter::Exact(exact)) => {
                 add(
-                    &|n| format!("{API_CALL} AND {method} = ${n}"),
+                    &|n| format!("{api_call} AND {method} = ${n}"),
                     Bind::Text(Some(exact.clone())),
                 );
             }
             Some(MethodFilter::Prefix(prefix)) => {
                 add(
-                    &|n| format!("{API_CALL} AND {method} >= ${n}"),
+                    &|n| format!("{api_call} AND {method} >= ${n}"),
                     Bind::Text(Some(prefix.clone())),
                 );
                 if let Some(end) = MethodFilter::prefix_end(prefix) {
@@ -257,7 +259,7 @@ impl Statement {
         if let Some(node) = &filter.node {
             let node_condition = dialect.node;
             add(
-                &|n| format!("{API_CALL} AND {}", node_condition(n)),
+                &|n| format!("{api_call} AND {}", node_condition(n)),
                 Bind::Text(Some(node.clone())),
             );
         }
@@ -282,9 +284,6 @@ impl Statement {
     }
 }
 
-/// The test that a record is an API call, as partial indexes name it.
-const API_CALL: &str = "event = 'api.call'";
-
 /// What a backend writes its own way in the record query.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Dialect {
@@ -295,6 +294,11 @@ pub(super) struct Dialect {
     pub(super) method: &'static str,
     /// The test that placeholder `n` is one of an `api.call` record's nodes.
     pub(super) node: fn(usize) -> String,
+    /// Whether an index lists each node's calls.
+    pub(super) node_index: bool,
+    /// The test that a record is an API call, as the method's index needs
+    /// it written.
+    pub(super) api_call: &'static str,
 }
 
 /// Which way a query reads the trail.
