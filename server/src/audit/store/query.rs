@@ -301,6 +301,20 @@ pub(super) struct Dialect {
     pub(super) api_call: &'static str,
 }
 
+#[cfg(test)]
+impl Dialect {
+    /// Placeholder SQL for the backend's own conditions.
+    pub(super) fn placeholders() -> Self {
+        Self {
+            role: |n| format!("role = ${n}"),
+            method: "M",
+            node: |n| format!("node = ${n}"),
+            node_index: false,
+            api_call: "A",
+        }
+    }
+}
+
 /// Which way a query reads the trail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Order {
@@ -468,4 +482,76 @@ where
         prev_hash: row.try_get("prev_hash")?,
         hash: row.try_get("hash")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_and_node_filters_keep_to_api_calls() {
+        let filter = |method: Option<MethodFilter>, node: Option<&str>| AuditFilter {
+            method,
+            node: node.map(Into::into),
+            except_event: Some("x".into()),
+            ..Default::default()
+        };
+        let sql = |filter: &AuditFilter| {
+            let statement = Statement::matching(filter, &Dialect::placeholders(), "V", Order::OldestFirst);
+            let sql = statement.sql;
+            (
+                sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned(),
+                statement.binds,
+            )
+        };
+        let (exact, binds) = sql(&filter(
+            Some(MethodFilter::Exact("/a.B/C".into())),
+            Some("10.5.0.2"),
+        ));
+        assert_eq!(
+            exact,
+            " WHERE seq > $1 AND V AND event <> $2 AND A AND M = $3 AND A AND node = $4 ORDER BY seq LIMIT $5"
+        );
+        assert_eq!(binds[2], Bind::Text(Some("/a.B/C".into())));
+        let (prefix, binds) = sql(&filter(Some(MethodFilter::Prefix("/a.B/Etcd".into())), None));
+        assert_eq!(
+            prefix,
+            " WHERE seq > $1 AND V AND event <> $2 AND A AND M >= $3 AND M < $4 ORDER BY seq LIMIT $5"
+        );
+        assert_eq!(binds[3], Bind::Text(Some("/a.B/Etce".into())));
+        // A node an index serves: its matches are found there, then sorted.
+        let indexed = Dialect {
+            node_index: true,
+            ..Dialect::placeholders()
+        };
+        let node = Statement::matching(&filter(None, Some("n")), &indexed, "V", Order::OldestFirst).sql;
+        assert!(
+            node.ends_with(
+                " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND V AND event <> $2 \
+                 AND A AND node = $3 ORDER BY seq + 0 LIMIT $4) ORDER BY seq"
+            ),
+            "{node}"
+        );
+    }
+
+    #[test]
+    fn a_prefix_ends_before_the_first_text_it_does_not_start() {
+        assert_eq!(MethodFilter::prefix_end("/a/Etcd").as_deref(), Some("/a/Etce"));
+        assert_eq!(MethodFilter::prefix_end("/").as_deref(), Some("0"));
+        assert_eq!(
+            MethodFilter::prefix_end("a\u{d7ff}").as_deref(),
+            Some("a\u{e000}")
+        );
+        assert_eq!(MethodFilter::prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(MethodFilter::prefix_end("\u{10ffff}\u{10ffff}"), None);
+        // Every text that starts with the prefix sorts below the end, byte
+        // by byte, and the end does not start with it.
+        for (prefix, text) in [
+            ("/a/Etcd", "/a/Etcd\u{10ffff}zz"),
+            ("a\u{10ffff}", "a\u{10ffff}\u{10ffff}"),
+        ] {
+            let end = MethodFilter::prefix_end(prefix).unwrap();
+            assert!(text.as_bytes() < end.as_bytes() && !end.starts_with(prefix));
+        }
+    }
 }
