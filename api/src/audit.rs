@@ -271,6 +271,15 @@ pub struct AuditQuery {
     /// The client address a record names, as recorded (`203.0.113.7`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ip: Option<String>,
+    /// The gRPC method of an `api.call` record, exactly
+    /// (`/machine.MachineService/Reboot`), or a prefix of one ending in `*`
+    /// (`/machine.MachineService/Etcd*`). No other event matches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// One node an `api.call` record names in `details.nodes`, exactly
+    /// (`10.5.0.2`). No other event matches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The `next_cursor` of the previous page (a sequence number, 0 or more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -294,6 +303,8 @@ impl AuditQuery {
             event: each(&self.event),
             serial: each(&self.serial),
             client_ip: each(&self.client_ip),
+            method: each(&self.method),
+            node: each(&self.node),
             cursor: each(&self.cursor),
             limit: each(&self.limit),
         }

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::audit::{StoredRecord, event, format_micros, outcome};
+use crate::audit::{StoredRecord, api_call, event, format_micros, outcome};
 
 /// The path of the follow stream; it takes the filters of `GET /v1/audit`.
 pub const STREAM_PATH: &str = "/v1/audit/stream";
@@ -79,13 +79,21 @@ pub const ECS_VERSION: &str = "8.11.0";
 
 /// ECS `event.category` and `event.type` of an event, from ECS's allowed
 /// values: certificates are authentications (a credential handed out or
-/// refused), deny-list changes are identity management, reading the trail
-/// is database access.
-fn categories(name: &str) -> (&'static [&'static str], &'static [&'static str]) {
+/// refused; the gateway's own `os:impersonator` certificate too, which is
+/// a credential handed out like the others), deny-list changes are
+/// identity management, reading the trail is database access. A Talos
+/// API call is `api` (ECS's category for calls to an API, RPC included):
+/// of its types, `change` when the call may change a node (`class`
+/// `mutating`), `access` when it reads; not `process`, which is about
+/// processes started and ended on a host.
+fn categories(name: &str, class: Option<&str>) -> (&'static [&'static str], &'static [&'static str]) {
     match name {
-        event::CERTIFICATE_ISSUED | event::CERTIFICATE_DENIED | event::BREAK_GLASS_ISSUED => {
-            (&["authentication"], &["start"])
-        }
+        event::API_CALL if class == Some(api_call::CLASS_MUTATING) => (&["api"], &["change"]),
+        event::API_CALL => (&["api"], &["access"]),
+        event::CERTIFICATE_ISSUED
+        | event::CERTIFICATE_DENIED
+        | event::BREAK_GLASS_ISSUED
+        | event::GATEWAY_CERTIFICATE_ISSUED => (&["authentication"], &["start"]),
         event::CERTIFICATE_UNDELIVERED | event::REFUSALS_AGGREGATED => (&["authentication"], &["info"]),
         event::DENY_ADDED => (&["iam"], &["user", "change"]),
         event::DENY_REMOVED => (&["iam"], &["user", "change"]),
@@ -125,10 +133,12 @@ fn object(pairs: &[(&str, Value)]) -> Value {
 /// `talos_sso.*`, with the record's own names.
 pub fn ecs_document(stored: &StoredRecord, server_version: Option<&str>) -> Value {
     let record = &stored.record;
-    let (category, kind) = categories(&record.event);
+    let class = record.details.get(api_call::CLASS).and_then(Value::as_str);
+    let (category, kind) = categories(&record.event, class);
+    // ECS has three outcomes: a call that only started has none yet.
     let ecs_outcome = match record.outcome.as_str() {
         outcome::SUCCESS => "success",
-        outcome::DENIED => "failure",
+        outcome::DENIED | outcome::FAILED => "failure",
         _ => "unknown",
     };
     let time = |t: &Option<time::OffsetDateTime>| t.map(format_micros).map_or(Value::Null, Value::from);
@@ -270,7 +280,7 @@ mod tests {
 
     #[test]
     fn every_event_maps_to_ecs_categories_and_an_outcome() {
-        let expected: [(&str, &[&str], &[&str]); 11] = [
+        let expected: [(&str, &[&str], &[&str]); 13] = [
             (event::CERTIFICATE_ISSUED, &["authentication"], &["start"]),
             (event::CERTIFICATE_DENIED, &["authentication"], &["start"]),
             (event::BREAK_GLASS_ISSUED, &["authentication"], &["start"]),
@@ -282,10 +292,18 @@ mod tests {
             (event::RECORD_REFUSED, &["database"], &["error"]),
             (event::REFUSALS_AGGREGATED, &["authentication"], &["info"]),
             (event::CONFIG_RELOADED, &["configuration"], &["change"]),
+            // A record without a `class` is taken to read.
+            (event::API_CALL, &["api"], &["access"]),
+            (event::GATEWAY_CERTIFICATE_ISSUED, &["authentication"], &["start"]),
         ];
         assert_eq!(expected.len(), event::ALL.len());
         for (name, category, kind) in expected {
-            for (outcome, ecs_outcome) in [(outcome::SUCCESS, "success"), (outcome::DENIED, "failure")] {
+            for (outcome, ecs_outcome) in [
+                (outcome::SUCCESS, "success"),
+                (outcome::DENIED, "failure"),
+                (outcome::FAILED, "failure"),
+                (outcome::STARTED, "unknown"),
+            ] {
                 let doc = ecs_document(&stored(name, outcome), Some("1.2.3"));
                 assert_eq!(doc["event"]["action"], name);
                 assert_eq!(doc["event"]["kind"], "event");
@@ -346,6 +364,22 @@ mod tests {
         let mut denied = stored(event::CERTIFICATE_DENIED, outcome::DENIED);
         denied.record.reason_code = Some("no_matching_rule".into());
         assert_eq!(ecs_document(&denied, None)["event"]["reason"], "no_matching_rule");
+    }
+
+    #[test]
+    fn an_api_call_maps_to_ecs_api_by_its_class() {
+        let mut call = stored(event::API_CALL, outcome::STARTED);
+        call.record.details = json!({
+            "method": "/machine.MachineService/Reboot", "nodes": ["10.5.0.2"], "class": "mutating",
+        });
+        let doc = ecs_document(&call, None);
+        assert_eq!(doc["event"]["category"], json!(["api"]));
+        assert_eq!(doc["event"]["type"], json!(["change"]));
+        assert_eq!(doc["event"]["outcome"], "unknown");
+        assert_eq!(doc["talos_sso"]["details"]["nodes"], json!(["10.5.0.2"]));
+        call.record.details["class"] = json!("read");
+        assert_eq!(ecs_document(&call, None)["event"]["type"], json!(["access"]));
+        assert_eq!(outcome::ALL.len(), 4, "an outcome this test does not map");
     }
 
     #[test]

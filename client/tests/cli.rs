@@ -43,6 +43,10 @@ mod accepted_ca;
 #[path = "cli/gateway.rs"]
 mod gateway;
 
+/// `audit list --method --node`: Talos API calls in the trail.
+#[path = "cli/api_calls.rs"]
+mod api_calls;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.

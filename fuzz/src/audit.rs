@@ -4,7 +4,8 @@
 //! as axum reads it (`Query<AuditQuery>`), cleaned as the handler cleans
 //! it, then checked by `http::audit::filter`. Properties: nothing panics;
 //! an accepted filter is within bounds (cursor, page size, known outcome
-//! and event) and its times have the one text form of a time (they are
+//! and event, a method that is a gRPC path or a prefix of one, one node)
+//! and its times have the one text form of a time (they are
 //! bound into SQL and compared with stored times); a refusal names a
 //! parameter the query has.
 //!
@@ -26,6 +27,7 @@ use serde_json::{Map, Value};
 use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
 use talos_sso_api::chain::canonical_encoding_by_value;
 use talos_sso_api::{AuditQuery, audit::StoredRecord};
+use talos_sso_server::audit::store::MethodFilter;
 use talos_sso_server::audit::{
     AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, canonical_encoding, chain, event, format_micros,
     outcome, parse_micros, record_hash,
@@ -63,6 +65,16 @@ pub fn run_query(data: &[u8]) {
             }
             if let Some(e) = &f.event {
                 assert!(event::ALL.contains(&e.as_str()), "unknown event {e:?} accepted");
+            }
+            // A method is a gRPC path, or a prefix of one, with no `*` left.
+            if let Some(MethodFilter::Exact(m) | MethodFilter::Prefix(m)) = &f.method {
+                assert!(m.starts_with('/') && !m.contains('*'), "method {m:?} accepted");
+            }
+            if let Some(n) = &f.node {
+                assert!(
+                    !n.is_empty() && !n.contains(|c: char| c == ',' || c.is_whitespace()),
+                    "node {n:?} accepted"
+                );
             }
             for t in [f.since, f.until].into_iter().flatten() {
                 let text = format_micros(t);

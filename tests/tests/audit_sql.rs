@@ -1,19 +1,21 @@
 //! The audit trail read with SQL, on both stores, over a seeded trail of
-//! 20,000 records ([`talos_sso_tests::audit_seed`]):
+//! 20,000 records ([`talos_sso_tests::audit_seed`]), three in ten of them
+//! Talos API calls:
 //!
 //! - every query of docs/audit.md's "Queries for those who prefer SQL" is
 //!   run on its database and must give the rows computed here from the
 //!   records themselves (so the page cannot drift from the schema or the
 //!   views);
-//! - the store's own filters (the role condition, the ordering chosen for a
-//!   time bound, newest first) give what a scan of every record gives.
+//! - the store's own filters (the role condition, an API call's method and
+//!   node, the ordering chosen for a time bound, newest first) give what a
+//!   scan of every record gives.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use sqlx::{Column, Row, TypeInfo, ValueRef};
 use talos_sso_server::audit::StoredRecord;
-use talos_sso_server::audit::store::{AuditFilter, AuditStore, StoreOptions};
+use talos_sso_server::audit::store::{AuditFilter, AuditStore, MethodFilter, StoreOptions};
 use talos_sso_tests::audit_seed::{SeedPlan, Trail, in_company_ranges};
 use talos_sso_tests::harness::{Backend, BareStore, TestDatabase, migrate_up_to};
 use time::{Duration, OffsetDateTime};
@@ -37,6 +39,7 @@ impl Seeded {
             until: OffsetDateTime::now_utc(),
             days: 90,
             users: 200,
+            api_calls: 0.3,
         };
         let trail: Vec<_> = Trail::new(&plan).collect();
         for batch in trail.chunks(500) {
@@ -142,6 +145,7 @@ fn in_view(view: &str, r: &StoredRecord) -> bool {
         "audit_reads" => event == "audit.query",
         "audit_undelivered" => event == "certificate.undelivered",
         "audit_break_glass" => event == "break_glass.issued",
+        "audit_api_calls" => event == "api.call",
         other => panic!("docs/audit.md lists a view this test does not know: {other}"),
     }
 }
@@ -203,6 +207,17 @@ struct Expected {
 
 fn is_issued(r: &StoredRecord) -> bool {
     ["certificate.issued", "break_glass.issued"].contains(&r.record.event.as_str())
+}
+
+/// An `api.call` record, of `method` and naming `node` when they are given.
+fn is_call(r: &StoredRecord, method: Option<&str>, node: Option<&str>) -> bool {
+    r.record.event == "api.call"
+        && method.is_none_or(|m| detail(r, "method") == m)
+        && node.is_none_or(|n| {
+            detail(r, "nodes")
+                .as_array()
+                .is_some_and(|nodes| nodes.iter().any(|v| v == n))
+        })
 }
 
 fn detail(r: &StoredRecord, key: &str) -> Value {
@@ -371,6 +386,72 @@ fn expected(title: &str, records: &[StoredRecord], now: OffsetDateTime) -> Expec
                 ordered: false,
             }
         }
+        "who rebooted node 10.5.0.2, last 7 days" => Expected {
+            columns: &["seq", "outcome", "username", "request_id"],
+            rows: records
+                .iter()
+                .filter(|r| {
+                    is_call(r, Some("/machine.MachineService/Reboot"), Some("10.5.0.2"))
+                        && r.record.occurred_at >= since(7)
+                })
+                .map(|r| {
+                    vec![
+                        json!(r.seq),
+                        json!(r.record.outcome),
+                        text(&r.record.username),
+                        json!(r.record.request_id),
+                    ]
+                })
+                .collect(),
+            ordered: true,
+        },
+        "API calls per person and method, last 7 days" => {
+            let mut by_call: BTreeMap<(Option<String>, Option<String>), (i64, i64)> = BTreeMap::new();
+            for r in records
+                .iter()
+                .filter(|r| is_call(r, None, None) && r.record.occurred_at >= since(7))
+                .filter(|r| r.record.outcome != "started")
+            {
+                let method = detail(r, "method").as_str().map(str::to_owned);
+                let entry = by_call.entry((r.record.username.clone(), method)).or_default();
+                entry.0 += detail(r, "calls").as_i64().unwrap_or(1);
+                if r.record.outcome != "success" {
+                    entry.1 += 1;
+                }
+            }
+            Expected {
+                columns: &["username", "method", "calls", "not_ok"],
+                rows: by_call
+                    .into_iter()
+                    .map(|((u, m), (calls, not_ok))| vec![json!(u), json!(m), json!(calls), json!(not_ok)])
+                    .collect(),
+                ordered: false,
+            }
+        }
+        "calls that changed a node and have not ended" => {
+            let ended: std::collections::BTreeSet<&str> = records
+                .iter()
+                .filter(|r| is_call(r, None, None) && r.record.outcome != "started")
+                .map(|r| r.record.request_id.as_str())
+                .collect();
+            Expected {
+                columns: &["seq", "username", "method", "request_id"],
+                rows: records
+                    .iter()
+                    .filter(|r| is_call(r, None, None) && r.record.outcome == "started")
+                    .filter(|r| !ended.contains(r.record.request_id.as_str()))
+                    .map(|r| {
+                        vec![
+                            json!(r.seq),
+                            text(&r.record.username),
+                            detail(r, "method"),
+                            json!(r.record.request_id),
+                        ]
+                    })
+                    .collect(),
+                ordered: true,
+            }
+        }
         other => panic!("docs/audit.md has a query this test does not know: {other:?}"),
     }
 }
@@ -433,7 +514,7 @@ async fn documented_queries_answer_what_the_records_say(backend: Backend) {
     }
     // Each view has the columns the page lists, and the records it says.
     let views = documented_views();
-    assert_eq!(views.len(), 6, "{views:?}");
+    assert_eq!(views.len(), 7, "{views:?}");
     for (view, columns) in views
         .into_iter()
         .chain(["issued_certificates", "denied_requests"].map(|v| (v.to_owned(), Vec::new())))
@@ -488,6 +569,18 @@ fn scanned(records: &[StoredRecord], filter: &AuditFilter) -> Vec<i64> {
                     .role
                     .as_ref()
                     .is_none_or(|role| r.roles_granted.contains(role) || r.roles_requested.contains(role))
+                && filter.except_event.as_deref().is_none_or(|e| e != r.event)
+                && match &filter.method {
+                    None => true,
+                    Some(MethodFilter::Exact(m)) => is_call(s, Some(m), None),
+                    Some(MethodFilter::Prefix(p)) => {
+                        is_call(s, None, None)
+                            && detail(s, "method")
+                                .as_str()
+                                .is_some_and(|m| m.starts_with(p.as_str()))
+                    }
+                }
+                && filter.node.as_deref().is_none_or(|n| is_call(s, None, Some(n)))
         })
         .map(|s| s.seq)
         .collect()
@@ -583,6 +676,73 @@ async fn store_filters_match_a_scan_of_every_record(backend: Backend) {
                 ..Default::default()
             },
             true,
+        ),
+        // API calls: by method, exactly or by a prefix, and by node; no
+        // other event has either.
+        (
+            AuditFilter {
+                method: Some(MethodFilter::Exact("/machine.MachineService/Reboot".into())),
+                node: text("10.5.0.2"),
+                since: Some(now - Duration::days(30)),
+                ..Default::default()
+            },
+            true,
+        ),
+        (
+            AuditFilter {
+                method: Some(MethodFilter::Prefix("/machine.MachineService/Etcd".into())),
+                ..Default::default()
+            },
+            true,
+        ),
+        (
+            AuditFilter {
+                method: Some(MethodFilter::Prefix("/cosi.".into())),
+                outcome: text("failed"),
+                until: Some(now - Duration::days(45)),
+                ..Default::default()
+            },
+            true,
+        ),
+        (
+            AuditFilter {
+                node: text("10.6.0.3"),
+                role: text("os:operator"),
+                ..Default::default()
+            },
+            true,
+        ),
+        (
+            AuditFilter {
+                username: sample.username.clone(),
+                except_event: text("api.call"),
+                ..Default::default()
+            },
+            true,
+        ),
+        // A node is a whole member of the list, not a part of one.
+        (
+            AuditFilter {
+                node: text("10.5.0"),
+                ..Default::default()
+            },
+            false,
+        ),
+        (
+            AuditFilter {
+                method: Some(MethodFilter::Exact("/machine.MachineService/Etcd".into())),
+                ..Default::default()
+            },
+            false,
+        ),
+        // Other events hold no method: the event of a certificate names none.
+        (
+            AuditFilter {
+                method: Some(MethodFilter::Prefix("/".into())),
+                event: text("certificate.issued"),
+                ..Default::default()
+            },
+            false,
         ),
     ];
     for (filter, matches) in filters {
@@ -698,6 +858,7 @@ async fn sqlite_role_table_says_what_the_records_say() {
         until: OffsetDateTime::now_utc(),
         days: 30,
         users: 50,
+        api_calls: 0.0,
     };
     let trail: Vec<_> = Trail::new(&plan).collect();
     let (earlier, later) = trail.split_at(2_000);

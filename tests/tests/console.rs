@@ -5,7 +5,8 @@
 //! trail's warning; over plain HTTP on both stores, the login flow's
 //! checks, the security headers, CSRF, one record per view, the charts'
 //! SQL and the exports; two replicas sharing one session
-//! (`console_replicas.rs`).
+//! (`console_replicas.rs`); Talos API calls, filtered and per person
+//! (`console_api_calls.rs`).
 //!
 //! A missing Chromium or `tests/console/node_modules` fails the test with
 //! what to install; it is never skipped. `CONSOLE_SCREENSHOTS=<dir>` keeps
@@ -23,6 +24,9 @@ use talos_sso_tests::harness::{Backend, CheckpointFiles, TestEnv, TestServer};
 
 #[path = "console_replicas.rs"]
 mod replicas;
+
+#[path = "console_api_calls.rs"]
+mod api_calls;
 
 const AUDITOR: &str = "sam@example.com";
 const ADMIN: &str = "alice@example.com";

@@ -47,6 +47,14 @@ pub struct AuditFilterArgs {
     /// The client address the server recorded (e.g. 203.0.113.7).
     #[arg(long)]
     pub client_ip: Option<String>,
+    /// The Talos API method of an api.call record
+    /// (/machine.MachineService/Reboot), or a prefix of one ending in *
+    /// (/machine.MachineService/Etcd*).
+    #[arg(long)]
+    pub method: Option<String>,
+    /// A node an api.call record names (e.g. 10.5.0.2).
+    #[arg(long)]
+    pub node: Option<String>,
 }
 
 /// `a, b or c`: the values a filter may take, as its help says them (no
@@ -73,6 +81,8 @@ impl AuditFilterArgs {
             event: self.event.clone(),
             serial: self.serial.clone(),
             client_ip: self.client_ip.clone(),
+            method: self.method.clone(),
+            node: self.node.clone(),
             cursor: None,
             limit: None,
         }
@@ -352,13 +362,13 @@ mod tests {
             let arg = list.get_arguments().find(|a| a.get_id() == id).unwrap();
             arg.get_help().unwrap().to_string()
         };
-        assert_eq!(help("outcome"), "success or denied");
+        assert_eq!(help("outcome"), "success, denied, started or failed");
         let events = help("event");
         for name in event::ALL {
             assert!(events.contains(name), "{name} missing from: {events}");
         }
         assert!(
-            events.ends_with(", refusals.aggregated or config.reloaded"),
+            events.ends_with(", api.call or gateway.certificate_issued"),
             "{events}"
         );
     }
@@ -379,6 +389,10 @@ mod tests {
             "deny.added",
             "--outcome",
             "success",
+            "--method",
+            "/machine.MachineService/Etcd*",
+            "--node",
+            "10.5.0.2",
         ])
         .unwrap();
         let Command::Audit(AuditCommand::Export { filter, .. }) = cli.command else {
@@ -392,6 +406,8 @@ mod tests {
                 username: Some("alice@example.com".into()),
                 event: Some("deny.added".into()),
                 outcome: Some("success".into()),
+                method: Some("/machine.MachineService/Etcd*".into()),
+                node: Some("10.5.0.2".into()),
                 ..AuditQuery::default()
             }
         );

@@ -14,7 +14,7 @@ use std::io::Write;
 
 use clap::ValueEnum;
 use talos_sso_api::StoredRecord;
-use talos_sso_api::audit::format_micros;
+use talos_sso_api::audit::{api_call, event, format_micros};
 
 /// How `audit list` and `audit export` show records.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -84,7 +84,7 @@ const TABLE_COLUMNS: [(&str, usize, usize); 7] = [
     ("OUTCOME", 24, 40),
     ("CLUSTER", 8, 24),
     ("USER", 24, 48),
-    ("ROLES", 0, 64),
+    ("ROLES / CALL", 0, 64),
 ];
 
 /// One table line: each value escaped (see [`talos_sso_text::bounded`]) and cut to
@@ -176,6 +176,11 @@ pub(super) fn print_records(
                     None | Some("") => r.outcome.clone(),
                     Some(reason) => format!("{} ({reason})", r.outcome),
                 };
+                let last = if r.event == event::API_CALL {
+                    api_call_cell(&r.details)
+                } else {
+                    r.roles_granted.join(" ")
+                };
                 let cells = [
                     stored.seq.to_string(),
                     format_micros(r.occurred_at),
@@ -183,13 +188,44 @@ pub(super) fn print_records(
                     outcome,
                     text(&r.cluster),
                     text(&r.username),
-                    r.roles_granted.join(" "),
+                    last,
                 ];
                 writeln!(out, "{}", table_line(cells.each_ref().map(String::as_str)))?;
             }
         }
     }
     Ok(())
+}
+
+/// An API call in the table's last column, compactly: its method, the
+/// nodes (comma-separated), `×N` for a record counting N read-only calls,
+/// and the gRPC status when it was not OK. Only strings and whole numbers
+/// of `details` are shown; the table escapes them.
+fn api_call_cell(details: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let mut cell = details
+        .get(api_call::METHOD)
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_owned();
+    let nodes: Vec<&str> = details
+        .get(api_call::NODES)
+        .and_then(Value::as_array)
+        .map(|nodes| nodes.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !nodes.is_empty() {
+        cell.push(' ');
+        cell.push_str(&nodes.join(","));
+    }
+    match details.get(api_call::CALLS).and_then(Value::as_i64) {
+        Some(calls) if calls > 1 => cell.push_str(&format!(" ×{calls}")),
+        _ => {}
+    }
+    match details.get(api_call::GRPC_STATUS).and_then(Value::as_i64) {
+        Some(status) if status != 0 => cell.push_str(&format!(" gRPC {status}")),
+        _ => {}
+    }
+    cell
 }
 
 /// What `output` writes when no record matched at all: YAML's empty list,
@@ -307,6 +343,35 @@ mod tests {
     }
 
     #[test]
+    fn an_api_call_shows_its_method_and_nodes_compactly() {
+        let call = record(json!({
+            "seq": 9, "event": "api.call", "outcome": "failed", "username": "bob@example.com",
+            "roles_granted": ["os:operator"],
+            "details": {"method": "/machine.MachineService/Reboot", "nodes": ["10.5.0.2", "10.5.0.3"],
+                        "class": "mutating", "grpc_status": 14, "calls": 1},
+        }));
+        let reads = record(json!({
+            "seq": 10, "event": "api.call", "outcome": "success",
+            "details": {"method": "/cosi.resource.State/List", "nodes": ["10.5.0.2", 7, "\u{1b}[31mx"],
+                        "grpc_status": 0, "calls": 12},
+        }));
+        let table = render(&[call, reads], AuditOutput::Table);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[1].ends_with("  /machine.MachineService/Reboot 10.5.0.2,10.5.0.3 gRPC 14"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[1].contains("  failed  "), "{}", lines[1]);
+        assert!(
+            lines[2].ends_with("  /cosi.resource.State/List 10.5.0.2,\\u{1b}[31mx ×12"),
+            "{}",
+            lines[2]
+        );
+        no_hostile_characters(&table);
+    }
+
+    #[test]
     fn one_long_value_cannot_push_the_other_columns_off_screen() {
         let long = "c".repeat(10_000);
         let mut huge = ordinary_record();
@@ -327,7 +392,7 @@ mod tests {
         assert_eq!(
             lines[0],
             format!(
-                "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  ROLES",
+                "{:>6}  {:<27}  {:<19}  {:<24}  {:<8}  {:<24}  ROLES / CALL",
                 "SEQ", "TIME", "EVENT", "OUTCOME", "CLUSTER", "USER"
             )
         );

@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
-use crate::audit::store::AuditFilter;
+use crate::audit::store::{AuditFilter, MethodFilter};
 use crate::audit::{event, outcome};
 use talos_sso_api::checkpoint::{Checkpoint, trigger};
 use talos_sso_text as text;
@@ -54,6 +54,38 @@ fn bounded_int(name: &'static str, text: &str, min: i64, max: i64) -> Result<i64
     Ok(value)
 }
 
+/// A `method` filter: a full gRPC method (`/machine.MachineService/Reboot`),
+/// or a prefix of one ending in `*` (`/machine.MachineService/Etcd*`).
+/// Anything else would match no record and look like a quiet trail.
+fn method_filter(text: &str) -> Result<MethodFilter, ParamError> {
+    let refused = |why: &str| ("method", format!("`method` {why}"));
+    if !text.starts_with('/') {
+        return Err(refused(
+            "must be a gRPC method as recorded (`/machine.MachineService/Reboot`), or a prefix of one \
+             ending in `*` (`/machine.MachineService/Etcd*`)",
+        ));
+    }
+    match text.strip_suffix('*') {
+        Some(prefix) if prefix.contains('*') => Err(refused("may hold one `*`, at its end")),
+        Some(prefix) => Ok(MethodFilter::Prefix(prefix.to_owned())),
+        None if text.contains('*') => Err(refused("may hold one `*`, at its end")),
+        None => Ok(MethodFilter::Exact(text.to_owned())),
+    }
+}
+
+/// A `node` filter: one node, as a record lists it (an address or a name);
+/// several (`10.5.0.2,10.5.0.3`) or none would match nothing.
+fn node_filter(text: &str) -> Result<String, ParamError> {
+    if text.is_empty() || text.contains(|c: char| c == ',' || c.is_whitespace()) {
+        return Err((
+            "node",
+            "`node` must be one node as recorded: an address or a name (`10.5.0.2`), without spaces or commas"
+                .to_owned(),
+        ));
+    }
+    Ok(text.to_owned())
+}
+
 /// The store filter `query` asks for; `query` is cleaned exactly as stored
 /// records are ([`text::clean_field`]), so a filter matches what was kept.
 pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilter, ParamError> {
@@ -77,6 +109,8 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
     };
     one_of(&query.outcome, "outcome", &outcome::ALL)?;
     one_of(&query.event, "event", &event::ALL)?;
+    let method = query.method.as_deref().map(method_filter).transpose()?;
+    let node = query.node.as_deref().map(node_filter).transpose()?;
     Ok(AuditFilter {
         since: when(&query.since, "since")?,
         until: when(&query.until, "until")?,
@@ -88,6 +122,9 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
         event: query.event.clone(),
         serial: query.serial.clone(),
         client_ip: query.client_ip.clone(),
+        method,
+        node,
+        except_event: None,
         after_seq: match &query.cursor {
             Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
             None => 0,
@@ -192,5 +229,44 @@ mod tests {
             ..AuditQuery::default()
         };
         assert_eq!(filter(&query, now).unwrap_err().0, "until");
+    }
+
+    #[test]
+    fn method_and_node_filters_are_checked_and_named_when_refused() {
+        let now = time::macros::datetime!(2026-12-01 12:00 UTC);
+        let query = |method: Option<&str>, node: Option<&str>| AuditQuery {
+            method: method.map(Into::into),
+            node: node.map(Into::into),
+            ..AuditQuery::default()
+        };
+        let accepted = filter(
+            &query(Some("/machine.MachineService/Reboot"), Some("10.5.0.2")),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            accepted.method,
+            Some(MethodFilter::Exact("/machine.MachineService/Reboot".into()))
+        );
+        assert_eq!(accepted.node.as_deref(), Some("10.5.0.2"));
+        let prefix = filter(&query(Some("/machine.MachineService/Etcd*"), None), now).unwrap();
+        assert_eq!(
+            prefix.method,
+            Some(MethodFilter::Prefix("/machine.MachineService/Etcd".into()))
+        );
+        for bad in ["Reboot", "*", "/machine.*/Reboot", "/a**", ""] {
+            assert_eq!(
+                filter(&query(Some(bad), None), now).unwrap_err().0,
+                "method",
+                "{bad}"
+            );
+        }
+        for bad in ["", "10.5.0.2,10.5.0.3", "10.5.0.2 10.5.0.3", "node\t1"] {
+            assert_eq!(
+                filter(&query(None, Some(bad)), now).unwrap_err().0,
+                "node",
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -31,6 +31,11 @@ impl Trail {
         r.certificate_sha256 = Some(self.rng.hex(64));
         r.public_key_sha256 = Some(self.rng.hex(64));
         r.cluster = Some(cluster.clone());
+        self.certificates[user] = Some((
+            r.serial.clone().unwrap_or_default(),
+            r.roles_granted.clone(),
+            cluster.clone(),
+        ));
         self.last_issued = Some((
             self.seq + 1,
             user,
@@ -222,7 +227,7 @@ impl Trail {
     }
 }
 
-fn plain(record: AuditRecord) -> Append {
+pub(super) fn plain(record: AuditRecord) -> Append {
     Append {
         record,
         ..Append::default()
@@ -234,7 +239,7 @@ pub(super) fn whole_seconds(t: OffsetDateTime) -> OffsetDateTime {
 }
 
 /// 128 random bits, positive, lowercase hex without leading zero bytes.
-fn serial(rng: &mut Rng) -> String {
+pub(super) fn serial(rng: &mut Rng) -> String {
     let hex = format!("{:016x}{:016x}", rng.next_u64() >> 1, rng.next_u64());
     let trimmed = hex.trim_start_matches("00");
     trimmed.to_owned()

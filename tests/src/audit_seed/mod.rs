@@ -14,19 +14,23 @@
 //! trail (`audit.query`); admins blocking and unblocking people (`deny.added`,
 //! `deny.removed`, with the deny list changed in the same transaction), and
 //! the blocked ones refused `identity_denied` meanwhile; a few break-glass
-//! certificates, undelivered certificates and aggregated refusals.
+//! certificates, undelivered certificates and aggregated refusals; and,
+//! when the plan asks for them, Talos API calls through the gateway
+//! (`api.call`, [`calls`]).
 //!
 //! Records come out in time order, each as the [`Append`] the server would
 //! hand the store, so that they are hash-chained by the store itself.
 
-use talos_sso_server::audit::AuditRecord;
 use talos_sso_server::audit::store::{Append, AuditStore};
+use talos_sso_server::audit::{AuditRecord, StoredRecord};
 use time::{Duration, OffsetDateTime};
 
+mod calls;
 mod events;
 mod people;
 mod rng;
 
+pub use calls::NODES;
 use events::whole_seconds;
 use people::make_users;
 pub use people::{Tier, User};
@@ -42,11 +46,28 @@ pub async fn seed_store(store: &AuditStore, records: u64, seed: u64, days: u32) 
         until: OffsetDateTime::now_utc(),
         days,
         users: 100,
+        api_calls: 0.0,
     };
     let trail: Vec<_> = Trail::new(&plan).collect();
     for batch in trail.chunks(1000) {
         store.append_batch(batch).await.expect("a seeded batch");
     }
+}
+
+/// `records` appended to `store` as they are, in one batch, and what the
+/// store made of them: for tests of records that no part of the server
+/// under test writes (and for test crates that do not depend on the
+/// server's).
+pub async fn append_records(store: &AuditStore, records: Vec<AuditRecord>) -> Vec<StoredRecord> {
+    let batch: Vec<Append> = records
+        .into_iter()
+        .map(|record| Append {
+            record,
+            ..Append::default()
+        })
+        .collect();
+    let appended = store.append_batch(&batch).await.expect("the records appended");
+    appended.iter().map(|a| a.stored().clone()).collect()
 }
 
 /// The company's own client address ranges: offices, VPN pools, the IPv6
@@ -82,6 +103,10 @@ pub struct SeedPlan {
     pub days: u32,
     /// How many people.
     pub users: usize,
+    /// The share of records that are Talos API calls (0 to 1). With none
+    /// (0), a seed makes the trail it made before the gateway recorded
+    /// calls: no random number is drawn for them.
+    pub api_calls: f64,
 }
 
 impl SeedPlan {
@@ -93,6 +118,7 @@ impl SeedPlan {
             until,
             days: 90,
             users: 3000,
+            api_calls: 0.0,
         }
     }
 }
@@ -128,6 +154,13 @@ pub struct Trail {
     denied: Vec<usize>,
     /// Recent issuances that could be reported undelivered: (seq, user, cluster, serial, certificate sha).
     last_issued: Option<(i64, usize, String, String, String)>,
+    /// [`SeedPlan::api_calls`].
+    api_calls: f64,
+    /// Each person's last certificate: serial, roles, cluster (their API
+    /// calls are made with it).
+    certificates: Vec<Option<(String, Vec<String>, String)>>,
+    /// A call that changes a node, started: its end is the next record.
+    ending: Option<calls::Ending>,
 }
 
 impl Trail {
@@ -164,6 +197,7 @@ impl Trail {
                 (start, count)
             })
             .collect();
+        let people = users.len();
         Self {
             rng,
             users,
@@ -174,6 +208,9 @@ impl Trail {
             seq: 0,
             denied: Vec::new(),
             last_issued: None,
+            api_calls: plan.api_calls,
+            certificates: vec![None; people],
+            ending: None,
         }
     }
 
@@ -307,6 +344,14 @@ impl Iterator for Trail {
 
     fn next(&mut self) -> Option<Append> {
         let at = self.next_time()?;
+        if let Some(end) = self.call_ended(at) {
+            self.seq += 1;
+            return Some(end);
+        }
+        if self.api_calls > 0.0 && self.rng.chance(self.api_calls) {
+            self.seq += 1;
+            return Some(self.api_call(at));
+        }
         let roll = self.rng.below(100_000);
         let append = match roll {
             0..=1 => self.break_glass(at),

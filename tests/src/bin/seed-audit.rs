@@ -11,7 +11,8 @@
 //!     --database sqlite:///tmp/audit-big.db --records 1000000
 //! ```
 //! Options: `--seed N` (1), `--until RFC3339` (now), `--days N` (90),
-//! `--users N` (3000), `--batch N` (500 records a transaction). The
+//! `--users N` (3000), `--batch N` (500 records a transaction),
+//! `--api-calls SHARE` (0: the share of Talos API calls, 0 to 1). The
 //! database is migrated first and must hold no records; a Postgres
 //! database must exist. Prints the time taken, then checks the chain.
 
@@ -48,6 +49,13 @@ fn options() -> Result<Options, String> {
             "--days" => plan.days = number("--days")?.clamp(1, 3650) as u32,
             "--users" => plan.users = number("--users")?.clamp(8, 1_000_000) as usize,
             "--batch" => batch = number("--batch")?.clamp(1, 5000) as usize,
+            "--api-calls" => {
+                plan.api_calls = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|share| (0.0..=1.0).contains(share))
+                    .ok_or("--api-calls takes a share of the records, 0 to 1")?
+            }
             "--until" => {
                 plan.until = OffsetDateTime::parse(&value, &Rfc3339)
                     .map_err(|e| format!("--until takes an RFC 3339 time: {e}"))?

@@ -9,7 +9,7 @@ use talos_sso_api::audit::MAX_PAGE;
 use super::batch::entry_blocks;
 use super::chain::append_in;
 use super::query::{
-    self, HEAD_SQL, OUTSIDE_CHAIN_COUNT_SQL, OUTSIDE_CHAIN_SQL, Order, SUBJECTS_OF_POSTGRES,
+    self, Dialect, HEAD_SQL, OUTSIDE_CHAIN_COUNT_SQL, OUTSIDE_CHAIN_SQL, Order, SUBJECTS_OF_POSTGRES,
     SUBJECTS_OF_SQLITE, Statement, bound, chain_rows,
 };
 use super::types::{
@@ -229,18 +229,28 @@ impl AuditStore {
     }
 
     async fn matching(&self, filter: &AuditFilter, order: Order) -> Result<Vec<StoredRecord>, StoreError> {
-        let role_condition = match self {
-            AuditStore::Postgres(_) => postgres::role_condition,
-            AuditStore::Sqlite(_) if order.far_bound(filter) => sqlite::role_condition_far,
-            AuditStore::Sqlite(_) => sqlite::role_condition,
+        let dialect = match self {
+            AuditStore::Postgres(_) => Dialect {
+                role: postgres::role_condition,
+                method: postgres::METHOD,
+                node: postgres::node_condition,
+                node_index: true,
+                api_call: postgres::API_CALL,
+            },
+            AuditStore::Sqlite(_) => Dialect {
+                role: if order.far_bound(filter) {
+                    sqlite::role_condition_far
+                } else {
+                    sqlite::role_condition
+                },
+                method: sqlite::METHOD,
+                node: sqlite::node_condition,
+                node_index: false,
+                api_call: sqlite::API_CALL,
+            },
         };
-        self.records(Statement::matching(
-            filter,
-            role_condition,
-            self.chain_rows(),
-            order,
-        ))
-        .await
+        self.records(Statement::matching(filter, &dialect, self.chain_rows(), order))
+            .await
     }
 
     async fn records(&self, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {

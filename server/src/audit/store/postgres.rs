@@ -97,6 +97,20 @@ pub(super) fn role_condition(n: usize) -> String {
     format!("(roles_granted || roles_requested) @> ARRAY[${n}::text]")
 }
 
+/// The test that a record is an API call: the predicate of the partial
+/// indexes of migration 0009, which a query must state for them to serve.
+pub(super) const API_CALL: &str = "event = 'api.call'";
+
+/// An `api.call` record's method as its index holds it (migration 0009):
+/// compared byte by byte, so that a prefix is a range.
+pub(super) const METHOD: &str = "(details->>'method') COLLATE \"C\"";
+
+/// A node filter for placeholder `$n`: a member of the record's list of
+/// nodes, as the GIN index `audit_events_api_nodes` (migration 0009) serves.
+pub(super) fn node_condition(n: usize) -> String {
+    format!("details->'nodes' @> jsonb_build_array(${n}::text)")
+}
+
 pub(super) async fn records(pool: &PgPool, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {
     let rows = bound(query, std::convert::identity).fetch_all(pool).await?;
     rows.iter().map(stored_record).collect()

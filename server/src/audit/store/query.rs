@@ -9,7 +9,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
 
-use super::types::{AuditFilter, ChartWindow, DenyChange, DenyEntry, StoreError};
+use super::types::{AuditFilter, ChartWindow, DenyChange, DenyEntry, MethodFilter, StoreError};
 use crate::audit::{AuditRecord, StoredRecord};
 
 /// Every column of `audit_events`, in the order both backends write them.
@@ -180,15 +180,10 @@ impl Statement {
         }
     }
 
-    /// `role_condition(n)` is the backend's test that placeholder `n` is a
-    /// granted or requested role, `in_chain` its [`chain_rows!`]. Oldest
-    /// first, unless `order` says otherwise.
-    pub(super) fn matching(
-        filter: &AuditFilter,
-        role_condition: fn(usize) -> String,
-        in_chain: &str,
-        order: Order,
-    ) -> Self {
+    /// `dialect` is the backend's SQL for the filters it writes its own
+    /// way, `in_chain` its [`chain_rows!`]. Oldest first, unless `order`
+    /// says otherwise.
+    pub(super) fn matching(filter: &AuditFilter, dialect: &Dialect, in_chain: &str, order: Order) -> Self {
         // `seq` follows time. With a time bound on the far side of the scan
         // (`since` when reading forward, `until` when reading back), the
         // matches sit at the other end of the trail, but the planners
@@ -199,7 +194,10 @@ impl Statement {
         // find the matches through the indexes of the other conditions
         // instead, and sort only those; by their `seq` alone, which an
         // index may hold, so that only the page's records are read whole.
-        let far_bound = order.far_bound(filter);
+        // A node filter that an index serves (Postgres's GIN index) finds
+        // its matches there too: walking `seq` for a node named by few
+        // calls, or none, read every record.
+        let far_bound = order.far_bound(filter) || (filter.node.is_some() && dialect.node_index);
         let key = if far_bound { "seq + 0" } else { "seq" };
         let mut conditions = vec![format!("{key} > $1"), in_chain.to_owned()];
         let mut binds = vec![Bind::Int(filter.after_seq)];
@@ -233,7 +231,37 @@ impl Statement {
             }
         }
         if let Some(role) = &filter.role {
-            add(&role_condition, Bind::Text(Some(role.clone())));
+            add(&dialect.role, Bind::Text(Some(role.clone())));
+        }
+        if let Some(event) = &filter.except_event {
+            add(&|n| format!("event <> ${n}"), Bind::Text(Some(event.clone())));
+        }
+        // Only `api.call` records have a method or nodes.
+        let (api_call, method) = (dialect.api_call, dialect.method);
+        match &filter.method {
+            Some(MethodFilter::Exact(exact)) => {
+                add(
+                    &|n| format!("{api_call} AND {method} = ${n}"),
+                    Bind::Text(Some(exact.clone())),
+                );
+            }
+            Some(MethodFilter::Prefix(prefix)) => {
+                add(
+                    &|n| format!("{api_call} AND {method} >= ${n}"),
+                    Bind::Text(Some(prefix.clone())),
+                );
+                if let Some(end) = MethodFilter::prefix_end(prefix) {
+                    add(&|n| format!("{method} < ${n}"), Bind::Text(Some(end)));
+                }
+            }
+            None => {}
+        }
+        if let Some(node) = &filter.node {
+            let node_condition = dialect.node;
+            add(
+                &|n| format!("{api_call} AND {}", node_condition(n)),
+                Bind::Text(Some(node.clone())),
+            );
         }
         binds.push(Bind::Int(filter.limit.clamp(1, MAX_PAGE)));
         let direction = match order {
@@ -253,6 +281,37 @@ impl Statement {
             )
         };
         Self { sql, binds }
+    }
+}
+
+/// What a backend writes its own way in the record query.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dialect {
+    /// The test that placeholder `n` is a granted or requested role.
+    pub(super) role: fn(usize) -> String,
+    /// An `api.call` record's method as text, written as the backend's
+    /// index of it (migration 0009), compared byte by byte.
+    pub(super) method: &'static str,
+    /// The test that placeholder `n` is one of an `api.call` record's nodes.
+    pub(super) node: fn(usize) -> String,
+    /// Whether an index lists each node's calls.
+    pub(super) node_index: bool,
+    /// The test that a record is an API call, as the method's index needs
+    /// it written.
+    pub(super) api_call: &'static str,
+}
+
+#[cfg(test)]
+impl Dialect {
+    /// Placeholder SQL for the backend's own conditions.
+    pub(super) fn placeholders() -> Self {
+        Self {
+            role: |n| format!("role = ${n}"),
+            method: "M",
+            node: |n| format!("node = ${n}"),
+            node_index: false,
+            api_call: "A",
+        }
     }
 }
 
@@ -423,4 +482,76 @@ where
         prev_hash: row.try_get("prev_hash")?,
         hash: row.try_get("hash")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_and_node_filters_keep_to_api_calls() {
+        let filter = |method: Option<MethodFilter>, node: Option<&str>| AuditFilter {
+            method,
+            node: node.map(Into::into),
+            except_event: Some("x".into()),
+            ..Default::default()
+        };
+        let sql = |filter: &AuditFilter| {
+            let statement = Statement::matching(filter, &Dialect::placeholders(), "V", Order::OldestFirst);
+            let sql = statement.sql;
+            (
+                sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned(),
+                statement.binds,
+            )
+        };
+        let (exact, binds) = sql(&filter(
+            Some(MethodFilter::Exact("/a.B/C".into())),
+            Some("10.5.0.2"),
+        ));
+        assert_eq!(
+            exact,
+            " WHERE seq > $1 AND V AND event <> $2 AND A AND M = $3 AND A AND node = $4 ORDER BY seq LIMIT $5"
+        );
+        assert_eq!(binds[2], Bind::Text(Some("/a.B/C".into())));
+        let (prefix, binds) = sql(&filter(Some(MethodFilter::Prefix("/a.B/Etcd".into())), None));
+        assert_eq!(
+            prefix,
+            " WHERE seq > $1 AND V AND event <> $2 AND A AND M >= $3 AND M < $4 ORDER BY seq LIMIT $5"
+        );
+        assert_eq!(binds[3], Bind::Text(Some("/a.B/Etce".into())));
+        // A node an index serves: its matches are found there, then sorted.
+        let indexed = Dialect {
+            node_index: true,
+            ..Dialect::placeholders()
+        };
+        let node = Statement::matching(&filter(None, Some("n")), &indexed, "V", Order::OldestFirst).sql;
+        assert!(
+            node.ends_with(
+                " WHERE seq IN (SELECT seq FROM audit_events WHERE seq + 0 > $1 AND V AND event <> $2 \
+                 AND A AND node = $3 ORDER BY seq + 0 LIMIT $4) ORDER BY seq"
+            ),
+            "{node}"
+        );
+    }
+
+    #[test]
+    fn a_prefix_ends_before_the_first_text_it_does_not_start() {
+        assert_eq!(MethodFilter::prefix_end("/a/Etcd").as_deref(), Some("/a/Etce"));
+        assert_eq!(MethodFilter::prefix_end("/").as_deref(), Some("0"));
+        assert_eq!(
+            MethodFilter::prefix_end("a\u{d7ff}").as_deref(),
+            Some("a\u{e000}")
+        );
+        assert_eq!(MethodFilter::prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(MethodFilter::prefix_end("\u{10ffff}\u{10ffff}"), None);
+        // Every text that starts with the prefix sorts below the end, byte
+        // by byte, and the end does not start with it.
+        for (prefix, text) in [
+            ("/a/Etcd", "/a/Etcd\u{10ffff}zz"),
+            ("a\u{10ffff}", "a\u{10ffff}\u{10ffff}"),
+        ] {
+            let end = MethodFilter::prefix_end(prefix).unwrap();
+            assert!(text.as_bytes() < end.as_bytes() && !end.starts_with(prefix));
+        }
+    }
 }

@@ -118,9 +118,45 @@ pub struct AuditFilter {
     pub serial: Option<String>,
     /// The client address, as recorded.
     pub client_ip: Option<String>,
+    /// The gRPC method of an `api.call` record (other events never match).
+    pub method: Option<MethodFilter>,
+    /// A node an `api.call` record names in `details.nodes` (other events
+    /// never match).
+    pub node: Option<String>,
+    /// Leave out the records of this event (for a view that shows them
+    /// apart, such as a person's API calls; the API has no such filter).
+    pub except_event: Option<String>,
     /// Cursor: only records after this sequence number.
     pub after_seq: i64,
     pub limit: i64,
+}
+
+/// Which gRPC methods an `api.call` record may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MethodFilter {
+    /// This method exactly.
+    Exact(String),
+    /// Every method that starts with this text (non-empty).
+    Prefix(String),
+}
+
+impl MethodFilter {
+    /// The first text after every text that starts with `prefix`, in byte
+    /// order (how both stores compare here): `prefix` with its last
+    /// character replaced by the next one (UTF-8 keeps code point order in
+    /// its bytes); `None` when no text follows them all (a prefix of
+    /// U+10FFFF alone).
+    pub fn prefix_end(prefix: &str) -> Option<String> {
+        let mut chars: Vec<char> = prefix.chars().collect();
+        while let Some(last) = chars.pop() {
+            let next = (u32::from(last) + 1..=0x10_FFFF).find_map(char::from_u32);
+            if let Some(next) = next {
+                chars.push(next);
+                return Some(chars.into_iter().collect());
+            }
+        }
+        None
+    }
 }
 
 /// A token id to claim, and until when the claim matters.

@@ -12,7 +12,8 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use talos_sso_api::{AuditQuery, ChainStatus, StoredRecord};
+use talos_sso_api::audit::{api_call, event};
+use talos_sso_api::{AuditQuery, AuditRecord, ChainStatus, StoredRecord};
 
 use super::super::{Auditor, Console, Viewer, page, record_view};
 use crate::app::App;
@@ -96,6 +97,10 @@ pub struct Filters {
     pub event: String,
     pub serial: String,
     pub client_ip: String,
+    /// An API call's gRPC method, or a prefix of one ending in `*`.
+    pub method: String,
+    /// A node an API call named.
+    pub node: String,
     /// Cursor: records before this `seq` (newest first).
     #[serde(skip_serializing)]
     pub before: String,
@@ -122,6 +127,8 @@ impl Filters {
             event: some(&self.event),
             serial: some(&self.serial),
             client_ip: some(&self.client_ip),
+            method: some(&self.method),
+            node: some(&self.node),
             cursor: None,
             limit: None,
         }
@@ -158,7 +165,7 @@ impl Filters {
         url.finish()
     }
 
-    fn pairs(&self) -> [(&'static str, &String); 10] {
+    fn pairs(&self) -> [(&'static str, &String); 12] {
         [
             ("since", &self.since),
             ("until", &self.until),
@@ -170,6 +177,8 @@ impl Filters {
             ("event", &self.event),
             ("serial", &self.serial),
             ("client_ip", &self.client_ip),
+            ("method", &self.method),
+            ("node", &self.node),
         ]
     }
 }
@@ -190,7 +199,7 @@ pub(super) fn records_table(records: &[StoredRecord]) -> Markup {
                     tr {
                         td { a href={ "/ui/records/" (r.seq) } { (r.seq) } }
                         td.mono { (when(rec.occurred_at)) }
-                        td { (rec.event) }
+                        td { (rec.event) @if rec.event == event::API_CALL { br; (api_call_summary(rec)) } }
                         td class={ "outcome-" (rec.outcome) } { (rec.outcome) @if let Some(reason) = &rec.reason_code { " (" (reason) ")" } }
                         td {
                             @if let Some(user) = &rec.username {
@@ -206,6 +215,71 @@ pub(super) fn records_table(records: &[StoredRecord]) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// Most nodes a page lists for one API call (the record has them all).
+const NODES_SHOWN: usize = 8;
+
+/// The facts of an `api.call` record a page shows, read from its
+/// `details` as whatever JSON they are (only strings and whole numbers
+/// are shown; maud escapes them).
+pub(super) struct ApiCall<'a> {
+    pub method: &'a str,
+    /// The nodes shown, and how many more the record names.
+    pub nodes: (Vec<&'a str>, usize),
+    pub grpc_status: Option<i64>,
+    pub grpc_message: Option<&'a str>,
+    pub calls: Option<i64>,
+    pub rule: Option<&'a str>,
+}
+
+impl<'a> ApiCall<'a> {
+    pub fn of(record: &'a AuditRecord) -> Self {
+        let details = &record.details;
+        let text = |key: &str| details.get(key).and_then(Value::as_str);
+        let nodes: Vec<&str> = details
+            .get(api_call::NODES)
+            .and_then(Value::as_array)
+            .map(|nodes| nodes.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let more = nodes.len().saturating_sub(NODES_SHOWN);
+        Self {
+            method: text(api_call::METHOD).unwrap_or(""),
+            nodes: (nodes.into_iter().take(NODES_SHOWN).collect(), more),
+            grpc_status: details.get(api_call::GRPC_STATUS).and_then(Value::as_i64),
+            grpc_message: text(api_call::GRPC_MESSAGE),
+            calls: details.get(api_call::CALLS).and_then(Value::as_i64),
+            rule: text(api_call::RULE),
+        }
+    }
+
+    pub fn nodes(&self) -> Markup {
+        let (shown, more) = &self.nodes;
+        html! {
+            @for (i, node) in shown.iter().enumerate() { @if i > 0 { ", " } code { (node) } }
+            @if *more > 0 { " … " (more) " more" }
+        }
+    }
+
+    /// How it ended: the gRPC status (and message), or the rule that
+    /// refused it.
+    pub fn ending(&self) -> Markup {
+        html! {
+            @if let Some(status) = self.grpc_status { "gRPC " (status) }
+            @if let Some(message) = self.grpc_message { " " span.muted { (message) } }
+            @if let Some(rule) = self.rule { @if self.grpc_status.is_some() { " " } "rule " code { (rule) } }
+        }
+    }
+}
+
+/// An API call in one cell: method, nodes, how it ended, how many calls.
+fn api_call_summary(record: &AuditRecord) -> Markup {
+    let call = ApiCall::of(record);
+    html! {
+        code.method { (call.method) }
+        @if !call.nodes.0.is_empty() { " on " (call.nodes()) }
+        " " span.muted { (call.ending()) @if let Some(n) = call.calls.filter(|n| *n > 1) { " ×" (n) } }
     }
 }
 

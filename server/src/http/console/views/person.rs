@@ -1,20 +1,54 @@
 //! `GET /ui/person`: one person's certificates, addresses, client versions
-//! and denials, from their newest records.
+//! and denials, from their newest records, and their newest Talos API
+//! calls (read apart: a gateway records many more calls than certificates,
+//! and they must not push the certificates off the page).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::Query;
 use axum::response::Response;
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::json;
 use talos_sso_api::StoredRecord;
 
-use super::common::{Look, records_table, urlencode, when};
-use crate::audit::outcome;
+use super::common::{ApiCall, Look, records_table, urlencode, when};
 use crate::audit::store::AuditFilter;
+use crate::audit::{event, outcome};
 use crate::http::console::page;
 use talos_sso_text as text;
+
+/// Most API call records a person's page shows.
+pub const API_CALLS: i64 = 50;
+
+/// A person's API calls: one row per record (a call that may change a
+/// node has two, `started` and how it ended; read-only calls are counted
+/// per certificate, method and minute).
+fn api_calls_table(calls: &[StoredRecord]) -> Markup {
+    html! {
+        table.records.api-calls {
+            thead { tr { th { "#" } th { "Time (UTC)" } th { "Method" } th { "Nodes" } th { "Outcome" } th { "Ended" } th { "Calls" } th { "Cluster" } th { "Certificate serial" } th { "Address" } } }
+            tbody {
+                @for r in calls {
+                    @let rec = &r.record;
+                    @let call = ApiCall::of(rec);
+                    tr {
+                        td { a href={ "/ui/records/" (r.seq) } { (r.seq) } }
+                        td.mono { (when(rec.occurred_at)) }
+                        td { code.method { (call.method) } }
+                        td { (call.nodes()) }
+                        td class={ "outcome-" (rec.outcome) } { (rec.outcome) @if let Some(reason) = &rec.reason_code { " (" (reason) ")" } }
+                        td { (call.ending()) }
+                        td { (call.calls.unwrap_or(1)) }
+                        td { (rec.cluster.as_deref().unwrap_or("")) }
+                        td.mono { (rec.serial.as_deref().unwrap_or("")) }
+                        td.mono { (rec.client_ip.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -36,12 +70,23 @@ pub async fn person(look: Look, Query(q): Query<PersonQuery>) -> Response {
     }
     let filter = AuditFilter {
         username: Some(username.clone()),
+        except_event: Some(event::API_CALL.into()),
         limit: talos_sso_api::audit::MAX_PAGE,
         ..AuditFilter::default()
     };
-    let records = match app.audit.store().query_newest_first(&filter, None).await {
-        Ok(records) => records,
-        Err(_) => return page::unavailable(),
+    let calls = AuditFilter {
+        username: Some(username.clone()),
+        event: Some(event::API_CALL.into()),
+        limit: API_CALLS,
+        ..AuditFilter::default()
+    };
+    let store = app.audit.store();
+    let (records, calls) = match (
+        store.query_newest_first(&filter, None).await,
+        store.query_newest_first(&calls, None).await,
+    ) {
+        (Ok(records), Ok(calls)) => (records, calls),
+        _ => return page::unavailable(),
     };
     let certificates: Vec<&StoredRecord> = records
         .iter()
@@ -108,6 +153,12 @@ pub async fn person(look: Look, Query(q): Query<PersonQuery>) -> Response {
         ul { @for (v, n) in &versions { li { (if v.is_empty() { "(not sent)" } else { v }) " — " (n) } } }
         h2 { "Denials (" (denials.len()) ")" }
         (records_table(&denials))
+        h2 { "API calls" }
+        p.muted {
+            @if calls.len() as i64 >= API_CALLS { "The newest " (calls.len()) " records, newest first; " } @else { "Newest first; " }
+            a href={ "/ui?event=api.call&username=" (urlencode(&username)) } { "the trail" } " has them all."
+        }
+        (api_calls_table(&calls))
     };
     look.show(&format!("Person: {username}"), body)
 }

@@ -36,6 +36,8 @@ fn filter_form(filters: &Filters) -> Markup {
             (select("event", "Event", &filters.event, &event::ALL))
             (text_input("serial", "Serial", &filters.serial, "hex"))
             (text_input("client_ip", "Client address", &filters.client_ip, "203.0.113.7"))
+            (text_input("method", "API method (api.call)", &filters.method, "/machine.MachineService/Reboot or …/Etcd*"))
+            (text_input("node", "Node (api.call)", &filters.node, "10.5.0.2"))
             button type="submit" { "Filter" }
             a href="/ui" { "Clear" }
         }
