@@ -291,6 +291,27 @@ async fn every_client_gets_the_person_s_roles_and_no_more() {
         3,
         "apid's refusal is the recorded outcome"
     );
+    // "Who rebooted 10.5.0.2?" is one query of the trail, for an auditor.
+    let answer: Value = gw
+        .env
+        .http
+        .get(format!("{}/v1/audit", gw.env.server.base_url))
+        .query(&[
+            ("event", "api.call"),
+            ("method", proto::REBOOT),
+            ("node", "10.5.0.2"),
+            ("since", "7d"),
+        ])
+        .bearer_auth(gw.token("sam@example.com"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let found = answer["records"].as_array().unwrap();
+    assert_eq!(found.len(), 6, "{answer}");
+    assert!(found.iter().all(|r| r["username"] == "bob@example.com"));
     // Read-only calls are counted when the minute ends, or at shutdown.
     let store = gw.env.server.app.audit.store().clone();
     let Gateway { env, standin, .. } = gw;
@@ -628,7 +649,9 @@ async fn certificates_from_elsewhere_never_reach_apid() {
             // Refused at the connection (the handshake, or admission right
             // after it), never by a call the gateway let start.
             assert!(
-                !refused.ok() && refused.transport_error.is_some() && !refused.message.contains("talos-sso gateway"),
+                !refused.ok()
+                    && refused.transport_error.is_some()
+                    && !refused.message.contains("talos-sso gateway"),
                 "{what} via {client:?}: {refused:?}"
             );
         }

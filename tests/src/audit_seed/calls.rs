@@ -109,7 +109,7 @@ impl Trail {
             || tier == Tier::Operator && method.contains("Etcd") && self.rng.chance(0.8);
         if refused {
             r.outcome = outcome::DENIED.into();
-            r.reason_code = Some("role_not_permitted".into());
+            r.reason_code = Some("gateway_rule".into());
             r.details = json!({
                 api_call::METHOD: method, api_call::NODES: nodes, api_call::CLASS: api_call::CLASS_MUTATING,
                 api_call::RULE: "destructive-needs-os:admin", api_call::CALLS: 1,
