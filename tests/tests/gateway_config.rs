@@ -230,3 +230,59 @@ async fn a_reload_that_moves_the_gateway_is_refused_and_rules_reload() {
     );
     env.finish().await;
 }
+
+/// The gateway's own certificate, as Go's `crypto/tls` (apid) takes it: in
+/// cluster-CA mode (signed by `machine.ca`) and in accepted-CA mode (signed
+/// by talos-sso's CA in `machine.acceptedCAs`), its Ed25519 key is accepted
+/// and apid reads `os:impersonator` from it.
+#[test]
+fn go_s_apid_admits_the_gateway_s_own_certificate_in_both_modes() {
+    use talos_sso_tests::go_tls::{self, Apid};
+    let files = GatewayFiles::new();
+    let accepted = generate::new_client_ca(
+        NewKeyType::EcdsaP256,
+        "prod",
+        Duration::from_secs(86400),
+        OffsetDateTime::now_utc() - time::Duration::hours(1),
+    )
+    .unwrap();
+    let accepted_cert = write_file(files.path(), "accepted.crt", &accepted.cert_pem, 0o644);
+    let accepted_key = write_file(files.path(), "accepted.key", &accepted.key_pem, 0o600);
+    let cluster_ca_line = format!(
+        "    ca: {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        files.talos_ca_cert.display(),
+        files.talos_ca_key.display()
+    );
+    let accepted_mode = config_text(&files, "").replace(
+        &cluster_ca_line,
+        &format!(
+            "    ca: {{ cert_file: \"{}\", key_file: \"{}\" }}\n    talos_ca: {{ cert_file: \"{}\" }}",
+            accepted_cert.display(),
+            accepted_key.display(),
+            files.talos_ca_cert.display()
+        ),
+    );
+    for (mode, text, pool) in [
+        ("cluster-ca", config_text(&files, ""), files.talos_ca_pem.clone()),
+        (
+            "accepted-ca",
+            accepted_mode,
+            format!("{}{}", files.talos_ca_pem, accepted.cert_pem),
+        ),
+    ] {
+        let clusters = load(&text).unwrap();
+        let (signed, key_pem) =
+            talos_sso_server::gateway::impersonator_certificate(&clusters["prod"], OffsetDateTime::now_utc())
+                .unwrap();
+        let apid = Apid::start(&files.node_cert_pem, &files.node_key_pem, &pool);
+        let roles = go_tls::talosctl(apid.addr(), &files.talos_ca_pem, &signed.chain_pem, &key_pem);
+        assert_eq!(roles.as_deref(), Ok("os:impersonator"), "{mode}");
+        // apid without the CA in its pool refuses it.
+        if mode == "accepted-ca" {
+            let unlisted = Apid::start(&files.node_cert_pem, &files.node_key_pem, &files.talos_ca_pem);
+            assert!(
+                go_tls::talosctl(unlisted.addr(), &files.talos_ca_pem, &signed.chain_pem, &key_pem).is_err()
+            );
+        }
+    }
+}

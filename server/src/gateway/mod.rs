@@ -35,7 +35,7 @@ use upstream::Upstream;
 
 pub use body::percent_encode;
 pub use proxy::{REQUEST_ID, TALOS_ROLE};
-pub use upstream::{GATEWAY_CN, IMPERSONATOR};
+pub use upstream::{GATEWAY_CN, IMPERSONATOR, UpstreamError, impersonator_certificate};
 
 /// Connections one gateway listener serves at once; more wait in the
 /// kernel's backlog.

@@ -20,7 +20,7 @@ use crate::app::App;
 use crate::audit::store::{Append, Appended};
 use crate::audit::{AuditRecord, RecordExt, event, outcome};
 use crate::ca::generate::{NewKeyType, generate_key};
-use crate::certificate::{LeafRequest, sign_leaf};
+use crate::certificate::{LeafRequest, SignedLeaf, sign_leaf};
 use crate::cluster::Cluster;
 
 /// The role that lets apid take `talos-role` metadata as the caller's roles.
@@ -51,13 +51,17 @@ pub struct Identity {
     pub renew_at: OffsetDateTime,
 }
 
-/// Make, record and return a new gateway certificate for `cluster`.
-pub async fn issue_identity(app: &App, cluster: &Cluster) -> Result<Identity, UpstreamError> {
+/// A new gateway certificate for `cluster`, not yet recorded: the chain
+/// (leaf first) and the new key as PKCS#8 PEM. The key is Ed25519, as
+/// Talos's own are; Go's `crypto/tls`, which apid runs, takes it.
+pub fn impersonator_certificate(
+    cluster: &Cluster,
+    now: OffsetDateTime,
+) -> Result<(SignedLeaf, String), UpstreamError> {
     let gateway = cluster
         .gateway
         .as_ref()
         .ok_or_else(|| UpstreamError::Certificate("the cluster has no gateway".into()))?;
-    let now = app.clock.now();
     let ca = cluster.signing_ca(now);
     let key =
         generate_key(NewKeyType::Ed25519, ca.rng()).map_err(|e| UpstreamError::Certificate(e.to_string()))?;
@@ -70,11 +74,20 @@ pub async fn issue_identity(app: &App, cluster: &Cluster) -> Result<Identity, Up
         ttl: gateway.config.impersonator_ttl,
         clock_skew: cluster.config.clock_skew,
     };
-    let signed = {
+    let signed = sign_leaf(ca, &spki, &leaf, now).map_err(|e| UpstreamError::Certificate(e.to_string()))?;
+    Ok((signed, key.pem))
+}
+
+/// Make, record and return a new gateway certificate for `cluster`.
+pub async fn issue_identity(app: &App, cluster: &Cluster) -> Result<Identity, UpstreamError> {
+    let now = app.clock.now();
+    let ca = cluster.signing_ca(now);
+    let (signed, key_pem) = {
         let _turn = ca.turn_to_sign().await;
-        sign_leaf(ca, &spki, &leaf, now).map_err(|e| UpstreamError::Certificate(e.to_string()))?
+        impersonator_certificate(cluster, now)?
     };
-    let key_der = crate::x509::pem_blocks(&key.pem)
+    let roles = [IMPERSONATOR.to_owned()];
+    let key_der = crate::x509::pem_blocks(&key_pem)
         .ok()
         .and_then(|blocks| blocks.into_iter().next())
         .map(|(_, der)| der)
