@@ -213,7 +213,7 @@ fn gateway_component_serves_what_the_configuration_names() {
         "the client CA and the serving pair: {secrets_read:?}"
     );
     // The Reloader annotation names exactly those Secrets: the gateway reads
-    // them at start only.
+    // the client CA at start only (the serving pair it loads again itself).
     let reload: std::collections::BTreeSet<String> =
         component.deployment["metadata"]["annotations"]["secret.reloader.stakater.com/reload"]
             .as_str()
