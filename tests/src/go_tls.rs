@@ -41,7 +41,7 @@ impl Usage {
 }
 
 /// `<target folder>`: the test executable is in `<target>/<profile>/deps`.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     let mut dir = exe.parent().expect("its folder");
     if dir.ends_with("deps") {
@@ -57,13 +57,22 @@ pub fn program() -> &'static Path {
 }
 
 fn build() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/talos-tls/main.go");
+    go_build("talos-tls")
+}
+
+/// Build `tests/go/NAME/main.go` (standard library only, no module) into
+/// the target folder's `go-tools/NAME`, and return its path. Built under a
+/// name of this process's own, then renamed into place: two test processes
+/// may build at once, and one may be running it.
+pub fn go_build(name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("go")
+        .join(name)
+        .join("main.go");
     let tools = target_dir().join("go-tools");
     std::fs::create_dir_all(&tools).expect("go-tools folder");
-    // Built under a name of this process's own, then renamed into place:
-    // two test processes may build at once, and one may be running it.
-    let own = tools.join(format!("talos-tls.{}", std::process::id()));
-    let done = tools.join("talos-tls");
+    let own = tools.join(format!("{name}.{}", std::process::id()));
+    let done = tools.join(name);
     let mut command = Command::new("go");
     command
         .arg("build")

@@ -21,7 +21,7 @@ use crate::standin_apid::proto;
 mod program;
 mod tonic_client;
 
-pub(crate) use program::{program_args, run_program, target_dir};
+pub(crate) use program::{program_args, run_program};
 pub use tonic_client::GrpcClient;
 
 /// Talos's API port, for an endpoint written without one.

@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::grpc_client::{Call, CallOutcome, TalosContext, program_args, run_program, target_dir};
+use crate::go_tls::target_dir;
+use crate::grpc_client::{Call, CallOutcome, TalosContext, program_args, run_program};
 
 /// Longest one call may take (a 32 MiB read included).
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);

@@ -86,6 +86,59 @@ async fn reads(client: &GrpcClient, reads: usize) -> (f64, f64) {
     (megabytes / seconds, cpu_ms_per_mb)
 }
 
+/// `user`'s context through the gateway (a certificate from the API with
+/// `role`), and one with the same key and role straight to apid (signed by
+/// the Talos CA, as a long-lived talosconfig is).
+async fn contexts(
+    env: &TestEnv,
+    files: &GatewayFiles,
+    talos_ca: &CertificateAuthority,
+    gateway: std::net::SocketAddr,
+    upstream: std::net::SocketAddr,
+    user: &str,
+    role: &str,
+) -> (TalosContext, TalosContext) {
+    let key = ClientKey::generate().unwrap();
+    let token = env.emulator.token_for(user, TokenKind::id()).unwrap();
+    let answer: serde_json::Value = env
+        .http
+        .post(format!("{}/v1/certificates", env.server.base_url))
+        .bearer_auth(token)
+        .json(&json!({"cluster": "prod", "csr": key.csr_pem().unwrap(), "roles": [role], "ttl_seconds": 900}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let through = TalosContext::new(
+        gateway.to_string(),
+        answer["ca"].as_str().unwrap(),
+        answer["certificate"].as_str().unwrap(),
+        &key.private_key_pem(),
+    );
+    let roles = [role.to_owned()];
+    let direct = sign_leaf(
+        talos_ca,
+        &key.public_key_info().unwrap(),
+        &LeafRequest {
+            username: user,
+            roles: &roles,
+            ttl: Duration::from_secs(3600),
+            clock_skew: Duration::from_secs(60),
+        },
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let direct = TalosContext::new(
+        upstream.to_string(),
+        &files.talos_ca_pem,
+        &direct.chain_pem,
+        &key.private_key_pem(),
+    );
+    (through, direct)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
@@ -106,30 +159,6 @@ async fn main() {
     let env = TestEnv::start_with(backend, |yaml| files.gateway_config(&yaml, upstream, "")).await;
     let gateway = env.server.gateways[0].1;
 
-    // Bob (os:operator) through the gateway, with a certificate from the API.
-    let key = ClientKey::generate().unwrap();
-    let token = env
-        .emulator
-        .token_for("bob@example.com", TokenKind::id())
-        .unwrap();
-    let answer: serde_json::Value = env
-        .http
-        .post(format!("{}/v1/certificates", env.server.base_url))
-        .bearer_auth(token)
-        .json(&json!({"cluster": "prod", "csr": key.csr_pem().unwrap()}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let through = TalosContext::new(
-        gateway.to_string(),
-        answer["ca"].as_str().unwrap(),
-        answer["certificate"].as_str().unwrap(),
-        &key.private_key_pem(),
-    );
-    // The same roles straight to apid, signed by the Talos CA.
     let talos_ca = CertificateAuthority::from_pem(
         &files.talos_ca_pem,
         &std::fs::read_to_string(&files.talos_ca_key).unwrap(),
@@ -138,67 +167,27 @@ async fn main() {
         time::OffsetDateTime::now_utc(),
     )
     .unwrap();
-    let roles = ["os:operator".to_owned(), "os:admin".to_owned()];
-    let direct_crt = sign_leaf(
+    // Bob (os:operator) for the unary calls; Read is os:admin's: alice.
+    let (through, direct) = contexts(
+        &env,
+        &files,
         &talos_ca,
-        &key.public_key_info().unwrap(),
-        &LeafRequest {
-            username: "bench",
-            roles: &roles[..1],
-            ttl: Duration::from_secs(3600),
-            clock_skew: Duration::from_secs(60),
-        },
-        time::OffsetDateTime::now_utc(),
+        gateway,
+        upstream,
+        "bob@example.com",
+        "os:operator",
     )
-    .unwrap();
-    let direct = TalosContext::new(
-        upstream.to_string(),
-        &files.talos_ca_pem,
-        &direct_crt.chain_pem,
-        &key.private_key_pem(),
-    );
-    // Read is os:admin's: alice through the gateway, an admin leaf direct.
-    let admin_key = ClientKey::generate().unwrap();
-    let admin_token = env
-        .emulator
-        .token_for("alice@example.com", TokenKind::id())
-        .unwrap();
-    let admin_answer: serde_json::Value = env
-        .http
-        .post(format!("{}/v1/certificates", env.server.base_url))
-        .bearer_auth(admin_token)
-        .json(&json!({"cluster": "prod", "csr": admin_key.csr_pem().unwrap(), "roles": ["os:admin"], "ttl_seconds": 900}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let admin_through = TalosContext::new(
-        gateway.to_string(),
-        admin_answer["ca"].as_str().unwrap(),
-        admin_answer["certificate"].as_str().unwrap(),
-        &admin_key.private_key_pem(),
-    );
-    let admin_direct_crt = sign_leaf(
+    .await;
+    let (admin_through, admin_direct) = contexts(
+        &env,
+        &files,
         &talos_ca,
-        &admin_key.public_key_info().unwrap(),
-        &LeafRequest {
-            username: "bench-admin",
-            roles: &roles[1..],
-            ttl: Duration::from_secs(3600),
-            clock_skew: Duration::from_secs(60),
-        },
-        time::OffsetDateTime::now_utc(),
+        gateway,
+        upstream,
+        "alice@example.com",
+        "os:admin",
     )
-    .unwrap();
-    let admin_direct = TalosContext::new(
-        upstream.to_string(),
-        &files.talos_ca_pem,
-        &admin_direct_crt.chain_pem,
-        &admin_key.private_key_pem(),
-    );
-
+    .await;
     let through_client = GrpcClient::connect(&through).unwrap();
     let direct_client = GrpcClient::connect(&direct).unwrap();
     println!(

@@ -132,13 +132,3 @@ pub(crate) async fn run_program(mut command: tokio::process::Command, timeout: D
         )
     })
 }
-
-/// `<target folder>`: the test executable is in `<target>/<profile>/deps`.
-pub(crate) fn target_dir() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let mut dir = exe.parent().expect("its folder");
-    if dir.ends_with("deps") {
-        dir = dir.parent().expect("the profile folder");
-    }
-    dir.parent().expect("the target folder").to_owned()
-}
