@@ -2,7 +2,9 @@
 //! context points at the gateway and trusts its serving CA, and talosctl's
 //! stand-ins (tonic, and Go's standard library) reach apid through it with
 //! that talosconfig and the person's roles; the same certificate is refused
-//! by apid directly.
+//! by apid directly. The security team finds the call with `audit list
+//! --event api.call --node`, and the exported trail, API calls included,
+//! verifies with the CLI and with the independent script.
 
 use serde_yaml_ng::Value;
 use talos_sso_tests::gateway_files::{GATEWAY_ENDPOINT_PLACEHOLDER, GatewayFiles};
@@ -11,7 +13,7 @@ use talos_sso_tests::harness::{Backend, TestEnv};
 use talos_sso_tests::standin_apid::proto::{self, VersionReply};
 use talos_sso_tests::standin_apid::{self, StandinApid};
 
-use super::{Machine, browser_login, context_fields};
+use super::{Machine, auditor, browser_login, context_fields};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_to_a_gateway_cluster_reaches_apid_through_the_gateway_only() {
@@ -71,6 +73,55 @@ async fn a_login_to_a_gateway_cluster_reaches_apid_through_the_gateway_only() {
             .count(),
         2,
         "apid saw the gateway's two calls and nothing else"
+    );
+    // A reboot of 10.5.0.2, found by the security team with one command.
+    let reboot = ClientKind::Go
+        .call(&context, &Call::unary(proto::REBOOT).with("nodes", "10.5.0.2"))
+        .await;
+    assert!(reboot.ok(), "{reboot:?}");
+    let sam = auditor(&env).await;
+    let (code, out, err) = sam
+        .run(&[
+            "audit", "list", "--event", "api.call", "--node", "10.5.0.2", "--output", "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let found: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let outcomes: Vec<&str> = found.iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["started", "success"], "{out}");
+    assert!(
+        found
+            .iter()
+            .all(|r| r["details"]["method"] == proto::REBOOT && r["username"] == "bob@example.com")
+    );
+    // The trail with its API calls verifies offline, by the CLI and by an
+    // implementation of docs/audit.md that shares no code with talos-sso.
+    let (code, exported, err) = sam.run(&["audit", "export", "--output", "json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(exported.contains("\"event\":\"gateway.certificate_issued\""));
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.jsonl");
+    std::fs::write(&export, &exported).unwrap();
+    let (code, out, err) = sam
+        .run(&["audit", "verify", "--file", export.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let total = exported.lines().count();
+    assert!(
+        out.contains(&format!("audit chain intact: {total} records verified")),
+        "{out}"
+    );
+    let script = tokio::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/audit-verify.py"))
+        .arg(&export)
+        .output()
+        .await
+        .unwrap();
+    let script_out = String::from_utf8_lossy(&script.stdout);
+    assert_eq!(script.status.code(), Some(0), "{script_out}");
+    assert!(
+        script_out.starts_with(&format!("intact: {total} records")),
+        "{script_out}"
     );
     env.finish().await;
     standin.shutdown().await;
