@@ -87,7 +87,8 @@ pub mod api_call {
     /// The nodes the call targets (talosctl's `nodes` / `node` metadata),
     /// or the upstream endpoint that served it when it named none.
     pub const NODES: &str = "nodes";
-    /// `mutating` (recorded before it is forwarded) or `read`.
+    /// `mutating` or `sensitive` (recorded before it is forwarded), or
+    /// `read`.
     pub const CLASS: &str = "class";
     /// The gRPC status code it ended with (absent on a `started` record).
     pub const GRPC_STATUS: &str = "grpc_status";
@@ -103,6 +104,9 @@ pub mod api_call {
     pub const RULE: &str = "rule";
     pub const CLASS_MUTATING: &str = "mutating";
     pub const CLASS_READ: &str = "read";
+    /// A read that may return secrets (COSI state reads by an admin):
+    /// recorded before it is forwarded, as a mutating call is.
+    pub const CLASS_SENSITIVE: &str = "sensitive";
 }
 
 /// One decision, before it gets its place in the chain.

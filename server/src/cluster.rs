@@ -203,7 +203,7 @@ pub fn load_clusters(
         })?;
         let gateway = match &cluster_config.gateway {
             None => None,
-            Some(gateway) => Some(load_gateway(gateway, &ca, now).map_err(&fail)?),
+            Some(gateway) => Some(load_gateway(gateway, &ca, next_ca.as_ref(), now).map_err(&fail)?),
         };
         if let Some(gateway) = &gateway {
             warnings.extend(
@@ -245,6 +245,7 @@ pub fn load_clusters(
 fn load_gateway(
     config: &GatewayConfig,
     ca: &CertificateAuthority,
+    next_ca: Option<&NextCa>,
     now: OffsetDateTime,
 ) -> Result<ClusterGateway, String> {
     let source = crate::config::CaSource::from_parts(
@@ -266,14 +267,20 @@ fn load_gateway(
     };
     let client_ca = CertificateAuthority::load(&source, &options, now)
         .map_err(|e| format!("gateway.client_ca refused [{}]: {e}", e.code()))?;
-    let trusted_by_talos = std::iter::once(ca.signer().der.as_slice())
-        .chain(ca.chain_to_send().map(|c| c.der.as_slice()))
-        .any(|der| der == client_ca.signer().der.as_slice())
-        || crate::x509::pem_blocks(ca.trust_bundle_pem())
-            .unwrap_or_default()
-            .iter()
-            .any(|(_, der)| *der == client_ca.signer().der);
-    if trusted_by_talos || client_ca.signer().spki() == ca.signer().spki() {
+    let trusted_by_talos = |ca: &CertificateAuthority| {
+        std::iter::once(ca.signer().der.as_slice())
+            .chain(ca.chain_to_send().map(|c| c.der.as_slice()))
+            .any(|der| der == client_ca.signer().der.as_slice())
+            || crate::x509::pem_blocks(ca.trust_bundle_pem())
+                .unwrap_or_default()
+                .iter()
+                .any(|(_, der)| *der == client_ca.signer().der)
+            || client_ca.signer().spki() == ca.signer().spki()
+    };
+    if std::iter::once(ca)
+        .chain(next_ca.map(|next| &next.ca))
+        .any(trusted_by_talos)
+    {
         return Err(
             "gateway.client_ca is a CA Talos trusts (the cluster's ca, or in what verifies apid): \
              certificates it signs would work at apid directly, around the gateway; make a CA of its own \

@@ -224,10 +224,12 @@ async fn every_client_gets_the_person_s_roles_and_no_more() {
         };
         let plain = client.call(context, &Call::unary(proto::VERSION)).await;
         assert_eq!(version_roles(&plain), ["os:operator"], "{client:?}");
-        // Asking for more through talos-role gets nothing more.
+        // Asking for more through talos-role gets nothing more, and a
+        // claim to be another apid (`proxyfrom`) never reaches apid.
         let forged = Call::unary(proto::VERSION)
             .with("talos-role", "os:admin")
-            .with("talos-role", "os:impersonator");
+            .with("talos-role", "os:impersonator")
+            .with("proxyfrom", "10.5.0.1");
         assert_eq!(
             version_roles(&client.call(context, &forged).await),
             ["os:operator"],
@@ -250,6 +252,7 @@ async fn every_client_gets_the_person_s_roles_and_no_more() {
     let versions = gw.seen(proto::VERSION);
     assert_eq!(versions.len(), 6);
     for call in &versions {
+        assert!(call.metadata_values("proxyfrom").is_empty(), "{call:?}");
         assert_eq!(call.certificate_roles, ["os:impersonator"]);
         assert_eq!(call.certificate_common_name.as_deref(), Some("talos-sso gateway"));
         assert_eq!(call.metadata_roles, ["os:operator"]);
@@ -374,6 +377,26 @@ async fn streams_trailers_and_large_messages_pass_through_intact() {
         assert_eq!(rollback.message, "nothing to roll back: état", "{client:?}");
         assert_eq!(rollback.trailer("talos-detail"), Some("kept"), "{client:?}");
     }
+    // More nodes than a record names is refused before apid.
+    let mut many = Call::unary(proto::VERSION);
+    for i in 0..33 {
+        many = many.with("nodes", &format!("10.5.0.{i}"));
+    }
+    let refused = ClientKind::Tonic.call(&alice, &many).await;
+    assert_eq!(refused.code, 3, "{refused:?}");
+    // An admin's COSI reads may return secrets: in the trail before apid
+    // sees them; an operator's are counted as reads.
+    let (bob, _) = gw.login("bob@example.com", &[]).await;
+    ClientKind::Tonic
+        .call(&alice, &Call::unary("/cosi.resource.State/Get"))
+        .await;
+    ClientKind::Tonic
+        .call(&bob, &Call::unary("/cosi.resource.State/Get"))
+        .await;
+    let cosi = gw.seen("/cosi.resource.State/Get");
+    assert_eq!(cosi.len(), 2, "{cosi:?}");
+    assert_eq!(cosi[0].hook, Some(Ok("started".to_owned())), "{cosi:?}");
+    assert!(matches!(cosi[1].hook, Some(Err(_))), "{cosi:?}");
     let records = api_calls(gw.env.server.app.audit.store()).await;
     let read_end = records
         .iter()
@@ -424,18 +447,37 @@ async fn per_method_rules_refuse_before_apid_sees_the_call() {
         assert!(client.call(&bob, &Call::unary(proto::VERSION)).await.ok());
     }
     assert!(gw.seen(proto::RESET).is_empty() && gw.seen(proto::REBOOT).is_empty());
-    let records = api_calls(gw.env.server.app.audit.store()).await;
-    let refused: Vec<&StoredRecord> = records
+    // The first refusal of each person and reason is recorded at once...
+    let store = gw.env.server.app.audit.store().clone();
+    let denied = |records: Vec<StoredRecord>| -> Vec<StoredRecord> {
+        records
+            .into_iter()
+            .filter(|r| r.record.outcome == outcome::DENIED)
+            .collect()
+    };
+    let at_once = denied(api_calls(&store).await);
+    assert_eq!(at_once.len(), 2, "{at_once:?}");
+    // ...and a refusal repeated a thousand times adds one record, not a
+    // thousand: counted, and recorded when the minute ends (or at stop).
+    let client = talos_sso_tests::grpc_client::GrpcClient::connect(&alice).unwrap();
+    for _ in 0..1000 {
+        assert_eq!(client.call(&Call::unary(proto::RESET)).await.code, 7);
+    }
+    assert_eq!(denied(api_calls(&store).await).len(), 2);
+    let Gateway { env, standin, .. } = gw;
+    env.server.stop().await;
+    let refused = denied(api_calls(&store).await);
+    assert_eq!(refused.len(), 4, "{refused:?}");
+    let counted: u64 = refused
         .iter()
-        .filter(|r| r.record.outcome == outcome::DENIED)
-        .collect();
-    assert_eq!(refused.len(), 4);
-    for record in refused {
+        .map(|r| r.record.details["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 1004);
+    for record in &refused {
         assert_eq!(record.record.reason_code.as_deref(), Some("gateway_rule"));
         assert!(record.record.details["rule"].is_string());
     }
-    gw.env.finish().await;
-    gw.standin.shutdown().await;
+    standin.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,12 +525,12 @@ async fn a_deny_list_entry_ends_running_calls_within_five_seconds_on_every_repli
         })
         .await
         .expect("apid's streams cancelled");
-    // New calls are refused on both replicas, before apid.
+    // New connections are refused on both replicas, before apid.
     for context in [&bob, &bob_at_replica] {
         let refused = ClientKind::Tonic
             .call(context, &Call::unary(proto::VERSION))
             .await;
-        assert_eq!(refused.code, 7, "{refused:?}");
+        assert!(!refused.ok() && refused.transport_error.is_some(), "{refused:?}");
     }
     assert!(gw.seen(proto::VERSION).is_empty());
     println!("streams ended {} ms after the deny-list entry", took.as_millis());

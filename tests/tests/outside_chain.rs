@@ -27,7 +27,7 @@ on_both_stores!(
 const LOGIN_ISS: &str = "https://login.example/t/v2.0";
 
 /// Every view that reads `audit_events`, and an event each one shows.
-const VIEWS: [(&str, &str, &str); 8] = [
+const VIEWS: [(&str, &str, &str); 9] = [
     ("issued_certificates", event::CERTIFICATE_ISSUED, outcome::SUCCESS),
     ("denied_requests", event::CERTIFICATE_DENIED, outcome::DENIED),
     ("audit_issued", event::BREAK_GLASS_ISSUED, outcome::SUCCESS),
@@ -40,6 +40,7 @@ const VIEWS: [(&str, &str, &str); 8] = [
         outcome::SUCCESS,
     ),
     ("audit_break_glass", event::BREAK_GLASS_ISSUED, outcome::SUCCESS),
+    ("audit_api_calls", event::API_CALL, outcome::SUCCESS),
 ];
 
 /// An INSERT of a record at `seq` that no server wrote: verified, of the

@@ -50,13 +50,21 @@ impl Body for ForwardBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            self.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        loop {
+            let polled = Pin::new(&mut self.inner).poll_frame(cx);
+            if let Poll::Ready(Some(Ok(frame))) = &polled {
+                match frame.data_ref() {
+                    Some(data) => {
+                        self.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
+                    // gRPC requests carry no trailers, and grpc-go (apid)
+                    // answers HEADERS on an open stream by closing the
+                    // whole connection: never sent on.
+                    None => continue,
+                }
+            }
+            return polled;
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -29,9 +29,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::app::App;
 use crate::audit::AuditRecord;
 use crate::audit::store::Append;
-use crate::talos_api::calls::{Call, CallEnd, Caller, ReadCalls};
+use crate::talos_api::calls::{Call, CallEnd, Caller, ReadCalls, Refusals};
 use cutoff::{DenySnapshot, LiveCalls};
-use upstream::Upstream;
+use upstream::{Link, Upstream};
 
 pub use body::percent_encode;
 pub use proxy::{REQUEST_ID, TALOS_ROLE};
@@ -39,11 +39,21 @@ pub use upstream::{GATEWAY_CN, IMPERSONATOR, UpstreamError, impersonator_certifi
 
 /// Connections one gateway listener serves at once; more wait in the
 /// kernel's backlog.
-const MAX_CONNECTIONS: usize = 1024;
+const MAX_CONNECTIONS: usize = 512;
 /// Concurrent calls on one connection.
-const MAX_STREAMS: u32 = 256;
+const MAX_STREAMS: u32 = 64;
 /// Time a client has to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 flow-control windows, both ways and on both sides: what one
+/// call, and one connection, can have in flight (so held here, at most,
+/// when the other side stops reading). 32 MiB messages still stream.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+/// Largest header block of a call (talosctl sends well under 1 KiB).
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// Time a cut-off person's connection keeps after their calls were told
+/// why (trailers), before it is closed whatever the client reads.
+const CUT_GRACE: Duration = Duration::from_secs(1);
 /// How often counted read-only calls are recorded and the gateway's
 /// certificate is checked for renewal.
 const HOUSEKEEPING: Duration = Duration::from_secs(5);
@@ -69,6 +79,7 @@ pub struct ServedCluster {
     live: Arc<LiveCalls>,
     max_call: Duration,
     reads: Mutex<ReadCalls>,
+    refusals: Mutex<Refusals>,
     /// The listener's TLS, with the serving files it was made from: made
     /// again when they change (cert-manager renews the certificate).
     tls: std::sync::RwLock<(Vec<u8>, Arc<tokio_rustls::rustls::ServerConfig>)>,
@@ -113,11 +124,28 @@ impl ServedCluster {
             .add(caller, call, end, now)
     }
 
-    fn take_reads(&self, now: OffsetDateTime, all: bool) -> Vec<AuditRecord> {
-        self.reads
+    /// A refused call's record: the records to write now.
+    fn refused(&self, record: AuditRecord, now: OffsetDateTime) -> Vec<AuditRecord> {
+        self.refusals
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take(now, all)
+            .add(record, now)
+    }
+
+    /// The counted reads and repeated refusals whose minute ended (or all).
+    fn take_reads(&self, now: OffsetDateTime, all: bool) -> Vec<AuditRecord> {
+        let mut records = self
+            .reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(now, all);
+        records.extend(
+            self.refusals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(now, all),
+        );
+        records
     }
 
     /// Calls running now.
@@ -213,6 +241,7 @@ impl Gateways {
                     live: Arc::default(),
                     max_call: gateway.config.max_call,
                     reads: Mutex::default(),
+                    refusals: Mutex::default(),
                     tls: std::sync::RwLock::new((serving_files(&gateway.config.tls), Arc::new(config))),
                 }),
                 listener,
@@ -425,30 +454,64 @@ async fn serve_connection(
             return;
         }
     };
+    // Admitted once: a person on the deny list gets no connection.
+    if shared
+        .deny
+        .blocks(caller.subject.as_deref(), caller.username.as_deref())
+        == Some(true)
+    {
+        tracing::info!(peer = %peer, cluster = %served.cluster, "gateway connection refused: on the deny list");
+        return;
+    }
+    // This connection's own way to apid, and its place among the running
+    // ones: a deny-list entry closes it, with the calls on it at apid.
+    let link = Arc::new(Link::default());
+    let watched = served
+        .live
+        .register(caller.subject.as_deref(), caller.username.as_deref());
     let service = {
-        let (shared, served, caller) = (shared.clone(), served.clone(), caller.clone());
+        let (shared, served, caller, link) = (shared.clone(), served.clone(), caller.clone(), link.clone());
         hyper::service::service_fn(move |request| {
-            let (shared, served, caller) = (shared.clone(), served.clone(), caller.clone());
-            async move { Ok::<_, std::convert::Infallible>(proxy::call(shared, served, caller, request).await) }
+            let (shared, served, caller, link) =
+                (shared.clone(), served.clone(), caller.clone(), link.clone());
+            async move {
+                Ok::<_, std::convert::Infallible>(proxy::call(shared, served, caller, link, request).await)
+            }
         })
     };
     let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_STREAMS)
-        .initial_stream_window_size(4 * 1024 * 1024)
-        .initial_connection_window_size(8 * 1024 * 1024)
-        .max_frame_size(1024 * 1024)
-        .max_header_list_size(64 * 1024)
-        .max_send_buf_size(4 * 1024 * 1024)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(256 * 1024)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .max_send_buf_size(STREAM_WINDOW as usize)
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(20))
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
+    // No connection outlives `max_call`: every call on it ends by then,
+    // whether or not its client reads.
+    let lifetime = tokio::time::sleep(served.max_call);
+    tokio::pin!(lifetime);
+    let cut = watched.cut();
+    tokio::pin!(cut);
     tokio::select! {
         _ = connection.as_mut() => {}
         () = stopped(&mut stopping) => {
             connection.as_mut().graceful_shutdown();
             let _ = connection.await;
         }
+        _ = &mut cut => {
+            // The calls' own cut-off sends each its trailers; then the
+            // connection goes, with its connections to apid.
+            let _ = tokio::time::timeout(CUT_GRACE, connection.as_mut()).await;
+            tracing::info!(peer = %peer, cluster = %served.cluster, "gateway connection closed (deny list)");
+        }
+        () = &mut lifetime => {
+            tracing::info!(peer = %peer, cluster = %served.cluster, "gateway connection closed (max_call)");
+        }
     }
+    link.close();
 }

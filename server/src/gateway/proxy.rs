@@ -14,11 +14,11 @@ use http::{HeaderMap, Request, Response, Version};
 use hyper::body::Incoming;
 
 use super::body::{ForwardBody, ReturnBody, status, status_headers};
-use super::upstream::{IMPERSONATOR, endpoint_host};
+use super::upstream::{IMPERSONATOR, Link, endpoint_host};
 use super::{ServedCluster, Shared};
 use crate::audit::store::{Append, Appended};
 use crate::talos_api::calls::{self, Call, CallEnd, Caller};
-use crate::talos_api::methods::{MethodClass, classify};
+use crate::talos_api::methods::classify;
 use crate::talos_api::rules;
 
 /// The metadata apid takes roles from, from an `os:impersonator` client.
@@ -36,6 +36,11 @@ const HOP_BY_HOP: [&str; 6] = [
     "host",
 ];
 
+/// Metadata only apid sets: `proxyfrom` makes apid run the call on its own
+/// node whatever `nodes` says, so a client's would make the trail name
+/// another node than the one the call ran on.
+const APID_ONLY: [&str; 1] = ["proxyfrom"];
+
 /// A refusal: the status, the message the client reads, the recorded code.
 struct Refused {
     status: u32,
@@ -49,6 +54,7 @@ pub async fn call(
     shared: Arc<Shared>,
     gateway: Arc<ServedCluster>,
     caller: Arc<Caller>,
+    link: Arc<Link>,
     request: Request<Incoming>,
 ) -> Response<ReturnBody> {
     let began = Instant::now();
@@ -67,33 +73,49 @@ pub async fn call(
             "talos-sso gateway: only gRPC calls are forwarded",
         );
     }
-    let mut call = Call::new(
-        &request_id,
-        &method,
-        nodes_of(request.headers()),
-        classify(&method),
-    );
+    if !well_formed(&method) || request.uri().query().is_some() {
+        // grpc-go would answer it UNIMPLEMENTED: nothing to forward or record.
+        return trailers_only(status::UNIMPLEMENTED, "talos-sso gateway: not a gRPC method name");
+    }
+    let nodes = nodes_of(request.headers());
+    let too_many = nodes.len() > calls::MAX_NODES;
+    let mut call = Call::new(&request_id, &method, nodes, classify(&method, &caller.roles));
     let now = app.clock.now();
+    if too_many {
+        // Recorded with the first nodes only: refused, so that no call
+        // reaches a node its record does not name.
+        let record = calls::denied(&caller, &call, "too_many_nodes", None, now);
+        for record in gateway.refused(record, now) {
+            shared.records.send(record);
+        }
+        let message = format!("talos-sso gateway: at most {} nodes per call", calls::MAX_NODES);
+        return trailers_only(status::INVALID_ARGUMENT, &message);
+    }
 
     if let Err(refused) = check(&shared, &gateway, &caller, &method, now) {
         let record = calls::denied(&caller, &call, refused.code, refused.rule.as_deref(), now);
-        shared.records.send(record);
+        for record in gateway.refused(record, now) {
+            shared.records.send(record);
+        }
         return trailers_only(refused.status, &refused.message);
     }
-    let (endpoint, mut sender) = match gateway.upstream.connection(&app).await {
+    let (endpoint, mut sender) = match link.connection(&app, &gateway.upstream).await {
         Ok(connection) => connection,
         Err(error) => {
             tracing::warn!(cluster = %caller.cluster, %error, "gateway call not forwarded");
             let message = format!("talos-sso gateway: {error}");
-            let record = calls::denied(&caller, &call, "upstream_unavailable", None, app.clock.now());
-            shared.records.send(record);
+            let now = app.clock.now();
+            let record = calls::denied(&caller, &call, "upstream_unavailable", None, now);
+            for record in gateway.refused(record, now) {
+                shared.records.send(record);
+            }
             return trailers_only(status::UNAVAILABLE, &message);
         }
     };
     if call.nodes.is_empty() {
         call.nodes = vec![endpoint_host(&endpoint)];
     }
-    if call.class == MethodClass::Mutating {
+    if call.class.recorded_before() {
         let started = calls::started(&caller, &call, app.clock.now());
         let appended = app
             .audit
@@ -173,12 +195,11 @@ pub async fn call(
                 bytes_out: bytes_out.load(Ordering::Relaxed),
             };
             let now = shared.app.clock.now();
-            match call.class {
-                MethodClass::Mutating => shared.records.send(calls::ended(&caller, &call, &end, now)),
-                MethodClass::Read => {
-                    for record in gateway.reads(&caller, &call, &end, now) {
-                        shared.records.send(record);
-                    }
+            if call.class.recorded_before() {
+                shared.records.send(calls::ended(&caller, &call, &end, now));
+            } else {
+                for record in gateway.reads(&caller, &call, &end, now) {
+                    shared.records.send(record);
                 }
             }
         }
@@ -298,7 +319,11 @@ fn upstream_headers(client: &HeaderMap, roles: &[String], request_id: &str) -> H
     let mut headers = HeaderMap::with_capacity(client.len() + roles.len() + 1);
     for (name, value) in client {
         let name_text = name.as_str();
-        if name_text == TALOS_ROLE || name_text == REQUEST_ID || HOP_BY_HOP.contains(&name_text) {
+        if name_text == TALOS_ROLE
+            || name_text == REQUEST_ID
+            || HOP_BY_HOP.contains(&name_text)
+            || APID_ONLY.contains(&name_text)
+        {
             continue;
         }
         headers.append(name.clone(), value.clone());
@@ -317,19 +342,36 @@ fn upstream_headers(client: &HeaderMap, roles: &[String], request_id: &str) -> H
 /// The nodes a call targets: talosctl's `nodes` metadata (one value per
 /// node, or comma-separated), else its `node`.
 fn nodes_of(headers: &HeaderMap) -> Vec<String> {
+    // As apid's director reads them: each value one node, as written
+    // (not split, not trimmed); `nodes` when present, else `node`.
     let read = |name: &str| -> Vec<String> {
         headers
             .get_all(name)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect()
     };
-    let nodes = read("nodes");
-    if nodes.is_empty() { read("node") } else { nodes }
+    if headers.contains_key("nodes") {
+        read("nodes")
+    } else {
+        read("node")
+    }
+}
+
+/// `/package.Service/Method`: what grpc-go routes (letters, digits, `_`,
+/// and `.` in the service); anything else is no method of apid's.
+fn well_formed(method: &str) -> bool {
+    let Some((service, name)) = method.strip_prefix('/').and_then(|rest| rest.split_once('/')) else {
+        return false;
+    };
+    let word = |text: &str, extra: &[u8]| {
+        !text.is_empty()
+            && text.len() <= 128
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || extra.contains(&b))
+    };
+    word(service, b".") && word(name, b"")
 }
 
 fn endpoint_port(endpoint: &str) -> u16 {
@@ -373,13 +415,42 @@ mod tests {
     }
 
     #[test]
-    fn nodes_come_from_nodes_then_node() {
+    fn nodes_are_read_as_apid_reads_them() {
         let mut headers = HeaderMap::new();
         headers.append("node", HeaderValue::from_static("10.5.0.9"));
         assert_eq!(nodes_of(&headers), ["10.5.0.9"]);
+        // `nodes` wins, each value one node as written.
         headers.append("nodes", HeaderValue::from_static("10.5.0.2, 10.5.0.3"));
         headers.append("nodes", HeaderValue::from_static("10.5.0.4"));
-        assert_eq!(nodes_of(&headers), ["10.5.0.2", "10.5.0.3", "10.5.0.4"]);
+        assert_eq!(nodes_of(&headers), ["10.5.0.2, 10.5.0.3", "10.5.0.4"]);
+    }
+
+    #[test]
+    fn a_client_s_proxyfrom_never_reaches_apid() {
+        let mut client = HeaderMap::new();
+        client.append("proxyfrom", HeaderValue::from_static("10.5.0.1"));
+        client.append("nodes", HeaderValue::from_static("10.5.0.99"));
+        let headers = upstream_headers(&client, &["os:admin".to_owned()], "abc");
+        assert!(headers.get("proxyfrom").is_none());
+        assert_eq!(headers.get("nodes").unwrap(), "10.5.0.99");
+    }
+
+    #[test]
+    fn only_grpc_method_names_are_forwarded() {
+        assert!(well_formed("/machine.MachineService/Reboot"));
+        assert!(well_formed("/cosi.resource.State/Get"));
+        for bad in [
+            "/machine.MachineService/Reboot/",
+            "//machine.MachineService/Reboot",
+            "/machine.MachineService",
+            "/machine.MachineService/Re%62oot",
+            "/machine.MachineService/Reb oot",
+            "*",
+            "/a/b/c",
+            "/a./",
+        ] {
+            assert!(!well_formed(bad), "{bad}");
+        }
     }
 
     #[test]

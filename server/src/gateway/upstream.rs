@@ -126,70 +126,100 @@ pub async fn issue_identity(app: &App, cluster: &Cluster) -> Result<Identity, Up
     })
 }
 
-/// One cluster's way to apid: the current identity and the connections
-/// made with it.
+/// One cluster's identity toward apid: the current certificate, shared by
+/// every client connection.
 #[derive(Debug)]
 pub struct Upstream {
     cluster: String,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    identity: Option<Arc<Identity>>,
-    /// (endpoint, connection), made with `identity`.
-    connection: Option<(String, SendRequest<ForwardBody>)>,
+    identity: Mutex<Option<Arc<Identity>>>,
 }
 
 impl Upstream {
     pub fn new(cluster: &str) -> Self {
         Self {
             cluster: cluster.to_owned(),
-            state: Mutex::new(State::default()),
+            identity: Mutex::new(None),
         }
     }
 
-    /// A connection to apid ready for a call, and the endpoint it goes
-    /// to. Makes the certificate when there is none or it is due for
-    /// renewal, and connects when there is no open connection.
-    pub async fn connection(&self, app: &App) -> Result<(String, SendRequest<ForwardBody>), UpstreamError> {
-        let mut state = self.state.lock().await;
-        let now = app.clock.now();
+    /// The certificate to connect with: made when there is none or it is
+    /// due for renewal (and recorded before it is used).
+    pub async fn identity(&self, app: &App) -> Result<Arc<Identity>, UpstreamError> {
+        let mut identity = self.identity.lock().await;
+        if let Some(current) = identity.as_ref()
+            && app.clock.now() < current.renew_at
+        {
+            return Ok(current.clone());
+        }
         let settings = app.settings();
         let cluster = settings
             .clusters
             .get(&self.cluster)
             .ok_or_else(|| UpstreamError::Unreachable("the cluster is no longer configured".into()))?;
-        if state
-            .identity
-            .as_ref()
-            .is_none_or(|identity| now >= identity.renew_at)
-        {
-            let identity = issue_identity(app, cluster).await?;
-            state.identity = Some(Arc::new(identity));
-            // New calls go on a connection made with the new certificate;
-            // calls running on the old one finish there.
-            state.connection = None;
+        let fresh = Arc::new(issue_identity(app, cluster).await?);
+        *identity = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Renew the certificate ahead of need, so that no call waits for it.
+    pub async fn renew_if_due(&self, app: &App) {
+        if let Err(error) = self.identity(app).await {
+            tracing::warn!(cluster = %self.cluster, %error, "gateway could not renew its certificate");
         }
-        if let Some((endpoint, sender)) = &state.connection
+    }
+}
+
+/// One client connection's own HTTP/2 connection to apid: a person who
+/// stops reading holds up only their own calls, and ending a person's
+/// connection ends their calls at apid too (its driver is aborted, which
+/// closes the connection; apid cancels what ran on it).
+#[derive(Debug, Default)]
+pub struct Link {
+    state: Mutex<LinkState>,
+}
+
+#[derive(Debug, Default)]
+struct LinkState {
+    /// The connection new calls go on, and the certificate it was made with.
+    current: Option<(String, SendRequest<ForwardBody>, Arc<Identity>)>,
+    /// The drivers of every connection this link made.
+    drivers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Link {
+    /// A connection to apid ready for a call, and the endpoint it goes to:
+    /// a new one when there is none, it closed, or the certificate was
+    /// renewed (calls running on the old one finish there).
+    pub async fn connection(
+        &self,
+        app: &App,
+        upstream: &Upstream,
+    ) -> Result<(String, SendRequest<ForwardBody>), UpstreamError> {
+        let identity = upstream.identity(app).await?;
+        let mut state = self.state.lock().await;
+        if let Some((endpoint, sender, made_with)) = &state.current
+            && Arc::ptr_eq(made_with, &identity)
             && !sender.is_closed()
             && sender.is_ready()
         {
             return Ok((endpoint.clone(), sender.clone()));
         }
-        let identity = state
-            .identity
-            .clone()
-            .ok_or_else(|| UpstreamError::Unreachable("no certificate".into()))?;
+        let settings = app.settings();
+        let cluster = settings
+            .clusters
+            .get(&upstream.cluster)
+            .ok_or_else(|| UpstreamError::Unreachable("the cluster is no longer configured".into()))?;
         let mut failures = Vec::new();
         for endpoint in cluster.upstreams() {
             match connect(endpoint, &identity.config).await {
-                Ok(sender) => {
-                    state.connection = Some((endpoint.clone(), sender.clone()));
+                Ok((sender, driver)) => {
+                    state.drivers.retain(|d| !d.is_finished());
+                    state.drivers.push(driver);
+                    state.current = Some((endpoint.clone(), sender.clone(), identity));
                     return Ok((endpoint.clone(), sender));
                 }
                 Err(error) => {
-                    tracing::warn!(cluster = %self.cluster, endpoint = %endpoint, %error, "apid endpoint unreachable");
+                    tracing::warn!(cluster = %upstream.cluster, endpoint = %endpoint, %error, "apid endpoint unreachable");
                     failures.push(format!("{endpoint}: {error}"));
                 }
             }
@@ -197,17 +227,21 @@ impl Upstream {
         Err(UpstreamError::Unreachable(failures.join("; ")))
     }
 
-    /// Renew the certificate ahead of need, so that no call waits for it.
-    pub async fn renew_if_due(&self, app: &App) {
-        let due = {
-            let state = self.state.lock().await;
-            state
-                .identity
-                .as_ref()
-                .is_none_or(|identity| app.clock.now() >= identity.renew_at)
-        };
-        if due && let Err(error) = self.connection(app).await {
-            tracing::warn!(cluster = %self.cluster, %error, "gateway could not renew its certificate or reach apid");
+    /// Close every connection to apid this link made.
+    pub fn close(&self) {
+        if let Ok(mut state) = self.state.try_lock() {
+            state.current = None;
+            for driver in state.drivers.drain(..) {
+                driver.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for driver in self.state.get_mut().drivers.drain(..) {
+            driver.abort();
         }
     }
 }
@@ -236,7 +270,10 @@ pub fn endpoint_host(endpoint: &str) -> String {
     host_and_port(endpoint).0
 }
 
-async fn connect(endpoint: &str, config: &Arc<ClientConfig>) -> Result<SendRequest<ForwardBody>, String> {
+async fn connect(
+    endpoint: &str,
+    config: &Arc<ClientConfig>,
+) -> Result<(SendRequest<ForwardBody>, tokio::task::JoinHandle<()>), String> {
     let (host, port) = host_and_port(endpoint);
     let server_name = ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
     let opened = tokio::time::timeout(CONNECT_TIMEOUT, async {
@@ -252,22 +289,24 @@ async fn connect(endpoint: &str, config: &Arc<ClientConfig>) -> Result<SendReque
         if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
             return Err("apid did not agree to HTTP/2".to_owned());
         }
+        // No HTTP/2 pings: grpc-go (apid) answers pings more often than
+        // every 5 minutes on a quiet connection with GOAWAY too_many_pings.
+        // The windows bound what one client connection can hold here.
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
-            .initial_stream_window_size(4 * 1024 * 1024)
-            .initial_connection_window_size(8 * 1024 * 1024)
-            .max_frame_size(1024 * 1024)
-            .keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10))
+            .initial_stream_window_size(super::STREAM_WINDOW)
+            .initial_connection_window_size(super::CONNECTION_WINDOW)
+            .max_frame_size(256 * 1024)
+            .max_header_list_size(super::MAX_HEADER_LIST)
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("HTTP/2: {e}"))?;
-        tokio::spawn(async move {
+        let driver = tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "apid connection ended");
             }
         });
-        Ok(sender)
+        Ok((sender, driver))
     })
     .await;
     opened.unwrap_or_else(|_| Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))

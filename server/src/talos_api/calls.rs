@@ -282,6 +282,68 @@ impl Window {
     }
 }
 
+/// Calls the gateway refused, by certificate, reason and minute: the first
+/// of each is recorded at once, the rest counted into one record when the
+/// minute ends, so that a client repeating a refused call (cheap: nothing
+/// is forwarded) adds a bounded number of records.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    windows: BTreeMap<(i64, String, String), (AuditRecord, u64)>,
+}
+
+impl Refusals {
+    /// The record to write now (the first refusal of its kind this
+    /// minute), or `None` when it is counted. Also the records of windows
+    /// pushed out by the bound.
+    pub fn add(&mut self, record: AuditRecord, at: OffsetDateTime) -> Vec<AuditRecord> {
+        let minute = at.unix_timestamp().div_euclid(60);
+        let key = (
+            minute,
+            record.serial.clone().unwrap_or_default(),
+            record.reason_code.clone().unwrap_or_default(),
+        );
+        if let Some((_, more)) = self.windows.get_mut(&key) {
+            *more += 1;
+            return Vec::new();
+        }
+        let mut out = vec![record.clone()];
+        self.windows.insert(key, (record, 0));
+        while self.windows.len() > MAX_WINDOWS {
+            if let Some((_, window)) = self.windows.pop_first() {
+                out.extend(repeated(window, at));
+            }
+        }
+        out
+    }
+
+    /// The counts of the windows whose minute ended before `now`, or of
+    /// every window (`all`, at shutdown), as records.
+    pub fn take(&mut self, now: OffsetDateTime, all: bool) -> Vec<AuditRecord> {
+        let current = now.unix_timestamp().div_euclid(60);
+        let keep = if all {
+            BTreeMap::new()
+        } else {
+            self.windows.split_off(&(current, String::new(), String::new()))
+        };
+        std::mem::replace(&mut self.windows, keep)
+            .into_values()
+            .filter_map(|window| repeated(window, now))
+            .collect()
+    }
+}
+
+/// The record of the refusals after the first of a window, if any.
+fn repeated((first, more): (AuditRecord, u64), at: OffsetDateTime) -> Option<AuditRecord> {
+    if more == 0 {
+        return None;
+    }
+    let mut record = first.clone();
+    record.occurred_at = at;
+    set(&mut record, key::CALLS, json!(more));
+    set(&mut record, "repeats", json!(first.request_id));
+    Some(record)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +455,30 @@ mod tests {
             pushed += reads.add(&caller(&format!("{i:x}")), &call, &end(0), t0).len();
         }
         assert_eq!(pushed, 3);
+    }
+
+    #[test]
+    fn repeated_refusals_are_counted_not_recorded_one_by_one() {
+        let mut refusals = Refusals::default();
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000 / 60 * 60).unwrap();
+        let refused = |method: &str| {
+            let call = Call::new("r", method, vec![], MethodClass::Mutating);
+            denied(&caller("0a"), &call, "gateway_rule", Some("no-reset"), t0)
+        };
+        assert_eq!(
+            refusals.add(refused("/machine.MachineService/Reset"), t0).len(),
+            1
+        );
+        for i in 0..1000 {
+            // Other method names do not open new windows.
+            assert!(refusals.add(refused(&format!("/x.Y/Z{i}")), t0).is_empty());
+        }
+        assert!(refusals.take(t0 + time::Duration::seconds(30), false).is_empty());
+        let counted = refusals.take(t0 + time::Duration::seconds(61), false);
+        assert_eq!(counted.len(), 1);
+        assert_eq!(counted[0].details["calls"], 1000);
+        assert_eq!(counted[0].reason_code.as_deref(), Some("gateway_rule"));
+        assert!(refusals.take(t0 + time::Duration::seconds(200), true).is_empty());
     }
 
     #[test]

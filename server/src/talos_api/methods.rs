@@ -15,13 +15,17 @@
 //! adds a method, it is mutating here until the table lists it: the safe
 //! side, a record before the call.
 
-/// How the gateway records a method.
+/// How the gateway records a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MethodClass {
     /// Open to `os:reader`: recorded when it ends, counted per minute.
     Read,
     /// Anything else: recorded before it is forwarded, and when it ends.
     Mutating,
+    /// A read that may return secrets: the COSI state reads by an
+    /// `os:admin` caller (Talos returns machine configs and secret
+    /// resources to admins only). Recorded as a mutating call is.
+    Sensitive,
 }
 
 impl MethodClass {
@@ -30,7 +34,13 @@ impl MethodClass {
         match self {
             MethodClass::Read => talos_sso_api::audit::api_call::CLASS_READ,
             MethodClass::Mutating => talos_sso_api::audit::api_call::CLASS_MUTATING,
+            MethodClass::Sensitive => talos_sso_api::audit::api_call::CLASS_SENSITIVE,
         }
+    }
+
+    /// Recorded before it is forwarded (no record, no call).
+    pub fn recorded_before(self) -> bool {
+        self != MethodClass::Read
     }
 }
 
@@ -357,12 +367,20 @@ pub const TALOS_METHODS: &[(&str, MethodClass, &[&str])] = &[
     ),
 ];
 
-/// The class of a full method name (`/machine.MachineService/Reboot`).
-pub fn classify(method: &str) -> MethodClass {
-    TALOS_METHODS
+/// The COSI state service: its reads return secret resources to admins.
+const COSI_STATE: &str = "/cosi.resource.State/";
+
+/// The class of a call of a full method name
+/// (`/machine.MachineService/Reboot`) by a caller with `roles`.
+pub fn classify(method: &str, roles: &[String]) -> MethodClass {
+    let class = TALOS_METHODS
         .iter()
         .find(|(name, _, _)| *name == method)
-        .map_or(Mutating, |(_, class, _)| *class)
+        .map_or(Mutating, |(_, class, _)| *class);
+    if class == Read && method.starts_with(COSI_STATE) && roles.iter().any(|r| r == "os:admin") {
+        return MethodClass::Sensitive;
+    }
+    class
 }
 
 /// The roles Talos allows a method (`os:admin` for one it does not list).
@@ -378,21 +396,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_admin_s_cosi_reads_are_sensitive() {
+        let admin = ["os:admin".to_owned()];
+        let operator = ["os:operator".to_owned(), "os:reader".to_owned()];
+        assert_eq!(
+            classify("/cosi.resource.State/Get", &admin),
+            MethodClass::Sensitive
+        );
+        assert_eq!(
+            classify("/cosi.resource.State/Watch", &admin),
+            MethodClass::Sensitive
+        );
+        assert_eq!(classify("/cosi.resource.State/Get", &operator), Read);
+        assert_eq!(classify("/machine.MachineService/Version", &admin), Read);
+        assert!(MethodClass::Sensitive.recorded_before() && Mutating.recorded_before());
+        assert!(!Read.recorded_before());
+    }
+
+    #[test]
     fn reader_methods_are_read_and_the_rest_mutating() {
-        assert_eq!(classify("/machine.MachineService/Version"), Read);
-        assert_eq!(classify("/machine.MachineService/Logs"), Read);
-        assert_eq!(classify("/cosi.resource.State/Watch"), Read);
-        assert_eq!(classify("/machine.MachineService/Reboot"), Mutating);
-        assert_eq!(classify("/machine.MachineService/Reset"), Mutating);
-        assert_eq!(classify("/machine.MachineService/EtcdRemoveMemberByID"), Mutating);
+        assert_eq!(classify("/machine.MachineService/Version", &[]), Read);
+        assert_eq!(classify("/machine.MachineService/Logs", &[]), Read);
+        assert_eq!(classify("/cosi.resource.State/Watch", &[]), Read);
+        assert_eq!(classify("/machine.MachineService/Reboot", &[]), Mutating);
+        assert_eq!(classify("/machine.MachineService/Reset", &[]), Mutating);
+        assert_eq!(
+            classify("/machine.MachineService/EtcdRemoveMemberByID", &[]),
+            Mutating
+        );
         // Secrets are read by admins only: recorded before, like a change.
-        assert_eq!(classify("/machine.MachineService/Read"), Mutating);
-        assert_eq!(classify("/machine.MachineService/Kubeconfig"), Mutating);
+        assert_eq!(classify("/machine.MachineService/Read", &[]), Mutating);
+        assert_eq!(classify("/machine.MachineService/Kubeconfig", &[]), Mutating);
         // Reader only in maintenance mode.
-        assert_eq!(classify("/machine.MachineService/ApplyConfiguration"), Mutating);
-        assert_eq!(classify("/storage.StorageService/BlockDeviceWipe"), Mutating);
+        assert_eq!(
+            classify("/machine.MachineService/ApplyConfiguration", &[]),
+            Mutating
+        );
+        assert_eq!(classify("/storage.StorageService/BlockDeviceWipe", &[]), Mutating);
         // Unknown to the table: the safe side.
-        assert_eq!(classify("/machine.MachineService/SomethingNew"), Mutating);
+        assert_eq!(classify("/machine.MachineService/SomethingNew", &[]), Mutating);
         assert_eq!(talos_roles("/machine.MachineService/SomethingNew"), ["os:admin"]);
     }
 
