@@ -21,6 +21,7 @@
 //! - `strategic_merge`: a model of Talos's strategic merge patches.
 //! - `standin_apid`: apid in process, over gRPC: its authorization, a call log.
 //! - `gateway_files`: a gateway cluster's CAs, certificates and configuration.
+//! - `gateway_env`: a gateway cluster running: files, stand-in apid, server.
 
 // The harness is test code: failing loudly on a broken fixture is the point.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -29,6 +30,7 @@ pub mod audit_seed;
 pub mod console_client;
 pub mod emulator;
 pub mod faults;
+pub mod gateway_env;
 pub mod gateway_files;
 pub mod go_grpc;
 pub mod go_tls;

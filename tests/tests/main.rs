@@ -10,6 +10,8 @@
 //!   and three gRPC clients (tonic, Go's standard library, grpcio): roles,
 //!   RBAC, rules, records before calls, cut-off, cancellation, trailers,
 //!   32 MiB messages, certificates from elsewhere.
+//! - `gateway_edges`: streams, trailers and 32 MiB through the gateway,
+//!   certificates from elsewhere, expiry, a renewed serving certificate.
 //! - `gateway_config`: a gateway cluster at load time, at reload and in
 //!   `check`: people's CA and talosconfig, each refusal.
 //! - `accepted_ca_config`: accepted-CA mode at load time: where `talos_ca`
@@ -128,6 +130,7 @@ mod faults;
 mod feed;
 mod gateway;
 mod gateway_config;
+mod gateway_edges;
 mod gitops;
 mod hostile;
 mod hsm;
