@@ -70,9 +70,10 @@ pub fn certificates_from_pem(pem: &str) -> Result<Vec<CertificateDer<'static>>, 
         .collect())
 }
 
-/// apid's `verifyExtKeyUsage` on top of the WebPKI chain check.
+/// apid's `verifyExtKeyUsage` on top of the WebPKI chain check (also the
+/// gRPC stand-in's, `standin_apid`).
 #[derive(Debug)]
-struct ExactClientAuthEku(Arc<dyn ClientCertVerifier>);
+pub(crate) struct ExactClientAuthEku(pub(crate) Arc<dyn ClientCertVerifier>);
 
 impl ClientCertVerifier for ExactClientAuthEku {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
