@@ -58,12 +58,9 @@ impl Gateway {
                     .ok_or_else(|| format!("no record of {request_id} yet"))
             }
         });
-        let standin = StandinApid::start(
-            standin_apid::Config::new(&files.node_cert_pem, &files.node_key_pem, &files.talos_ca_pem)
-                .with_hook(hook),
-        )
-        .await
-        .expect("stand-in apid");
+        let standin = StandinApid::start(files.standin_config().with_hook(hook))
+            .await
+            .expect("stand-in apid");
         let upstream = standin.addr();
         let env = TestEnv::start_with(backend, |yaml| files.gateway_config(&yaml, upstream, extra)).await;
         let _ = store.set(env.server.app.audit.store().clone());
@@ -147,6 +144,20 @@ impl Gateway {
             .unwrap();
         assert_eq!(response.status(), 201);
         response.json().await.unwrap()
+    }
+
+    /// Wait until apid saw `count` calls of `method` cancelled.
+    pub async fn wait_cancelled(&self, method: &str, count: usize) {
+        let cancelled =
+            |calls: &[SeenCall]| calls.iter().filter(|c| c.method == method && c.cancelled).count();
+        let seen = self
+            .standin
+            .wait_for(PATIENCE, |calls| cancelled(calls) == count)
+            .await;
+        assert!(
+            seen.is_ok(),
+            "apid saw {count} {method} calls cancelled: {seen:?}"
+        );
     }
 
     /// The stand-in's calls of `method`.

@@ -79,6 +79,12 @@ impl GatewayFiles {
         self.dir.path()
     }
 
+    /// The stand-in apid of this cluster's node: its serving certificate,
+    /// and `machine.ca` (this Talos CA) as the client pool.
+    pub fn standin_config(&self) -> crate::standin_apid::Config {
+        crate::standin_apid::Config::new(&self.node_cert_pem, &self.node_key_pem, &self.talos_ca_pem)
+    }
+
     /// The harness's configuration (`harness::config_yaml`) with cluster
     /// `prod` signing with this Talos CA, apid at `upstream`, and a
     /// gateway on 127.0.0.1 (a port of the system's choosing) whose

@@ -238,16 +238,7 @@ async fn a_deny_list_entry_ends_running_calls_within_five_seconds_on_every_repli
     }
     let took = denied_at.elapsed();
     // apid sees both calls cancelled.
-    gw.standin
-        .wait_for(PATIENCE, |calls| {
-            calls
-                .iter()
-                .filter(|c| c.method == proto::LOGS && c.cancelled)
-                .count()
-                == 2
-        })
-        .await
-        .expect("apid's streams cancelled");
+    gw.wait_cancelled(proto::LOGS, 2).await;
     // New connections are refused on both replicas, before apid.
     for context in [&bob, &bob_at_replica] {
         let refused = ClientKind::Tonic
@@ -277,16 +268,7 @@ async fn a_cancelled_client_cancels_apid_and_no_record_means_no_call() {
             .await;
         assert_eq!(taken.sizes.len(), 3, "{client:?}: {taken:?}");
     }
-    gw.standin
-        .wait_for(PATIENCE, |calls| {
-            calls
-                .iter()
-                .filter(|c| c.method == proto::LOGS && c.cancelled)
-                .count()
-                == 3
-        })
-        .await
-        .expect("apid saw each stream cancelled");
+    gw.wait_cancelled(proto::LOGS, 3).await;
 
     // With the trail unreachable, a mutating call is not forwarded.
     let client = talos_sso_tests::grpc_client::GrpcClient::connect(&bob).unwrap();

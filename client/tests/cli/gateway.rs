@@ -10,21 +10,15 @@ use serde_yaml_ng::Value;
 use talos_sso_tests::gateway_files::{GATEWAY_ENDPOINT_PLACEHOLDER, GatewayFiles};
 use talos_sso_tests::grpc_client::{Call, ClientKind, TalosContext};
 use talos_sso_tests::harness::{Backend, TestEnv};
+use talos_sso_tests::standin_apid::StandinApid;
 use talos_sso_tests::standin_apid::proto::{self, VersionReply};
-use talos_sso_tests::standin_apid::{self, StandinApid};
 
 use super::{Machine, auditor, browser_login, context_fields};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_to_a_gateway_cluster_reaches_apid_through_the_gateway_only() {
     let files = GatewayFiles::new();
-    let standin = StandinApid::start(standin_apid::Config::new(
-        &files.node_cert_pem,
-        &files.node_key_pem,
-        &files.talos_ca_pem,
-    ))
-    .await
-    .unwrap();
+    let standin = StandinApid::start(files.standin_config()).await.unwrap();
     let upstream = standin.addr();
     let env = TestEnv::start_with(Backend::Sqlite, |yaml| files.gateway_config(&yaml, upstream, "")).await;
     let gateway = env.server.gateways[0].1;

@@ -132,6 +132,8 @@ impl LiveCalls {
         cut
     }
 
+    /// Calls (and connections) registered now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.calls.lock().unwrap_or_else(|e| e.into_inner()).len()
     }

@@ -33,9 +33,7 @@ use crate::talos_api::calls::{Call, CallEnd, Caller, ReadCalls, Refusals};
 use cutoff::{DenySnapshot, LiveCalls};
 use upstream::{Link, Upstream};
 
-pub use body::percent_encode;
-pub use proxy::{REQUEST_ID, TALOS_ROLE};
-pub use upstream::{GATEWAY_CN, IMPERSONATOR, UpstreamError, impersonator_certificate};
+pub use upstream::{UpstreamError, impersonator_certificate};
 
 /// Connections one gateway listener serves at once; more wait in the
 /// kernel's backlog.
@@ -146,11 +144,6 @@ impl ServedCluster {
                 .take(now, all),
         );
         records
-    }
-
-    /// Calls running now.
-    pub fn running(&self) -> usize {
-        self.live.len()
     }
 }
 

@@ -150,10 +150,34 @@ fn set_end(record: &mut AuditRecord, end: &CallEnd) {
     set(record, key::BYTES_OUT, json!(end.bytes_out));
 }
 
+/// A counting window's key: its minute (Unix time / 60), then what it
+/// counts by (certificate serial, and method or reason).
+type WindowKey = (i64, String, String);
+
+/// The windows whose minute ended before `now` (or every one, `all`),
+/// taken out of `windows`.
+fn due<V>(windows: &mut BTreeMap<WindowKey, V>, now: OffsetDateTime, all: bool) -> BTreeMap<WindowKey, V> {
+    if all {
+        return std::mem::take(windows);
+    }
+    let current = now.unix_timestamp().div_euclid(60);
+    let keep = windows.split_off(&(current, String::new(), String::new()));
+    std::mem::replace(windows, keep)
+}
+
+/// The oldest windows past [`MAX_WINDOWS`], taken out to be recorded early.
+fn over_bound<V>(windows: &mut BTreeMap<WindowKey, V>) -> Vec<(WindowKey, V)> {
+    let mut out = Vec::new();
+    while windows.len() > MAX_WINDOWS {
+        out.extend(windows.pop_first());
+    }
+    out
+}
+
 /// Read-only calls that ended, counted per certificate, method and minute.
 #[derive(Debug, Default)]
 pub struct ReadCalls {
-    windows: BTreeMap<(i64, String, String), Window>,
+    windows: BTreeMap<WindowKey, Window>,
 }
 
 /// Windows held at most; past it, the oldest are recorded early.
@@ -213,26 +237,17 @@ impl ReadCalls {
         window.duration = window.duration.saturating_add(end.duration);
         window.bytes_in = window.bytes_in.saturating_add(end.bytes_in);
         window.bytes_out = window.bytes_out.saturating_add(end.bytes_out);
-        let mut pushed = Vec::new();
-        while self.windows.len() > MAX_WINDOWS {
-            if let Some((key, window)) = self.windows.pop_first() {
-                pushed.push(window.into_record(key.0, at));
-            }
-        }
-        pushed
+        over_bound(&mut self.windows)
+            .into_iter()
+            .map(|(key, window)| window.into_record(key.0, at))
+            .collect()
     }
 
     /// The records of the windows whose minute ended before `now`, or of
     /// every window (`all`, at shutdown).
     pub fn take(&mut self, now: OffsetDateTime, all: bool) -> Vec<AuditRecord> {
-        let current = now.unix_timestamp().div_euclid(60);
-        let keep = if all {
-            BTreeMap::new()
-        } else {
-            self.windows.split_off(&(current, String::new(), String::new()))
-        };
-        let due = std::mem::replace(&mut self.windows, keep);
-        due.into_iter()
+        due(&mut self.windows, now, all)
+            .into_iter()
             .map(|(key, window)| window.into_record(key.0, now))
             .collect()
     }
@@ -288,7 +303,7 @@ impl Window {
 /// is forwarded) adds a bounded number of records.
 #[derive(Debug, Default)]
 pub struct Refusals {
-    windows: BTreeMap<(i64, String, String), (AuditRecord, u64)>,
+    windows: BTreeMap<WindowKey, (AuditRecord, u64)>,
 }
 
 impl Refusals {
@@ -308,24 +323,18 @@ impl Refusals {
         }
         let mut out = vec![record.clone()];
         self.windows.insert(key, (record, 0));
-        while self.windows.len() > MAX_WINDOWS {
-            if let Some((_, window)) = self.windows.pop_first() {
-                out.extend(repeated(window, at));
-            }
-        }
+        out.extend(
+            over_bound(&mut self.windows)
+                .into_iter()
+                .filter_map(|(_, window)| repeated(window, at)),
+        );
         out
     }
 
     /// The counts of the windows whose minute ended before `now`, or of
     /// every window (`all`, at shutdown), as records.
     pub fn take(&mut self, now: OffsetDateTime, all: bool) -> Vec<AuditRecord> {
-        let current = now.unix_timestamp().div_euclid(60);
-        let keep = if all {
-            BTreeMap::new()
-        } else {
-            self.windows.split_off(&(current, String::new(), String::new()))
-        };
-        std::mem::replace(&mut self.windows, keep)
+        due(&mut self.windows, now, all)
             .into_values()
             .filter_map(|window| repeated(window, now))
             .collect()

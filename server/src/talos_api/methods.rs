@@ -383,14 +383,6 @@ pub fn classify(method: &str, roles: &[String]) -> MethodClass {
     class
 }
 
-/// The roles Talos allows a method (`os:admin` for one it does not list).
-pub fn talos_roles(method: &str) -> &'static [&'static str] {
-    TALOS_METHODS
-        .iter()
-        .find(|(name, _, _)| *name == method)
-        .map_or(&["os:admin"], |(_, _, roles)| roles)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,7 +427,6 @@ mod tests {
         assert_eq!(classify("/storage.StorageService/BlockDeviceWipe", &[]), Mutating);
         // Unknown to the table: the safe side.
         assert_eq!(classify("/machine.MachineService/SomethingNew", &[]), Mutating);
-        assert_eq!(talos_roles("/machine.MachineService/SomethingNew"), ["os:admin"]);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use talos_sso_tests::gateway_files::GatewayFiles;
 use talos_sso_tests::grpc_client::{Call, GrpcClient, TalosContext};
 use talos_sso_tests::harness::{Backend, TestEnv};
 use talos_sso_tests::load::percentile;
-use talos_sso_tests::standin_apid::{self, StandinApid, proto};
+use talos_sso_tests::standin_apid::{StandinApid, proto};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -143,13 +143,7 @@ async fn contexts(
 async fn main() {
     let args = Args::parse();
     let files = GatewayFiles::new();
-    let standin = StandinApid::start(standin_apid::Config::new(
-        &files.node_cert_pem,
-        &files.node_key_pem,
-        &files.talos_ca_pem,
-    ))
-    .await
-    .unwrap();
+    let standin = StandinApid::start(files.standin_config()).await.unwrap();
     let upstream = standin.addr();
     let backend = if args.postgres {
         Backend::Postgres
