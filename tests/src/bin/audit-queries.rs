@@ -23,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use talos_sso_server::audit::StoredRecord;
-use talos_sso_server::audit::store::{AuditFilter, AuditStore, StoreOptions};
+use talos_sso_server::audit::store::{AuditFilter, AuditStore, MethodFilter, StoreOptions};
 use talos_sso_tests::load::percentile;
 use time::OffsetDateTime;
 
@@ -174,6 +174,56 @@ fn cases(sample: &StoredRecord, last_seq: i64, now: OffsetDateTime) -> Vec<Case>
             AuditFilter {
                 role: role("os:impersonator"),
                 since: days_ago(now, 30),
+                ..Default::default()
+            },
+        ),
+        // The gateway's API calls (a trail seeded with `--api-calls`; on
+        // one without, each matches nothing).
+        case(
+            "--event api.call --method Reboot --node 10.5.0.2 --since 7d",
+            AuditFilter {
+                event: text("api.call"),
+                method: Some(MethodFilter::Exact("/machine.MachineService/Reboot".into())),
+                node: text("10.5.0.2"),
+                since: days_ago(now, 7),
+                ..Default::default()
+            },
+        ),
+        case(
+            "--method EtcdLeaveCluster (a rare method)",
+            AuditFilter {
+                method: Some(MethodFilter::Exact(
+                    "/machine.MachineService/EtcdLeaveCluster".into(),
+                )),
+                ..Default::default()
+            },
+        ),
+        case(
+            "--method '/machine.MachineService/Etcd*'",
+            AuditFilter {
+                method: Some(MethodFilter::Prefix("/machine.MachineService/Etcd".into())),
+                ..Default::default()
+            },
+        ),
+        case(
+            "--method Reboot --since 30d",
+            AuditFilter {
+                method: Some(MethodFilter::Exact("/machine.MachineService/Reboot".into())),
+                since: days_ago(now, 30),
+                ..Default::default()
+            },
+        ),
+        case(
+            "--node 10.9.9.9 (matches nothing)",
+            AuditFilter {
+                node: text("10.9.9.9"),
+                ..Default::default()
+            },
+        ),
+        case(
+            "--method /x.Y/Nothing (matches nothing)",
+            AuditFilter {
+                method: Some(MethodFilter::Exact("/x.Y/Nothing".into())),
                 ..Default::default()
             },
         ),
