@@ -328,3 +328,41 @@ async fn an_expired_certificate_starts_no_call_but_ends_no_running_one() {
     gw.env.finish().await;
     gw.standin.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_ends_at_max_call_and_an_unreachable_apid_is_said() {
+    let gw = Gateway::start(Backend::Sqlite, "      max_call: 2s\n").await;
+    let (bob, _) = gw.login("bob@example.com", &[]).await;
+    // Logs never ends by itself: max_call ends it, at apid too.
+    let started = Instant::now();
+    let ended = ClientKind::Tonic
+        .call(&bob, &Call::server_stream(proto::LOGS, None))
+        .await;
+    assert!(!ended.ok() && !ended.sizes.is_empty(), "{ended:?}");
+    assert!(
+        started.elapsed() < PATIENCE,
+        "ended after {:?}",
+        started.elapsed()
+    );
+    gw.wait_cancelled(proto::LOGS, 1).await;
+    // With apid gone, a call is refused as such, and recorded.
+    let Gateway { env, standin, .. } = gw;
+    standin.shutdown().await;
+    let refused = ClientKind::Tonic.call(&bob, &Call::unary(proto::VERSION)).await;
+    assert_eq!(refused.code, 14, "{refused:?}");
+    assert!(
+        refused.message.contains("no apid endpoint answered"),
+        "{}",
+        refused.message
+    );
+    // Written in the background: all of it is in once the server stopped.
+    let store = env.server.app.audit.store().clone();
+    env.server.stop().await;
+    let records = api_calls(&store).await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.record.reason_code.as_deref() == Some("upstream_unavailable")),
+        "{records:?}"
+    );
+}
