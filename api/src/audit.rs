@@ -109,6 +109,33 @@ pub mod api_call {
     pub const CLASS_SENSITIVE: &str = "sensitive";
 }
 
+/// What a workload's certificate record (issued or refused) holds under
+/// `details.workload`.
+pub mod workload {
+    /// The object under `details` itself.
+    pub const KEY: &str = "workload";
+    /// The issuer's kind: one of [`KINDS`].
+    pub const KIND: &str = "kind";
+    /// The configured name of the issuer that verified the token.
+    pub const ISSUER: &str = "issuer";
+    /// The workload rules that admitted it (issued).
+    pub const RULES: &str = "rules";
+    /// The token's claims that rules can name, as the token had them.
+    pub const CLAIMS: &str = "claims";
+    /// Each workload rule of the token's issuer that did not admit it, and
+    /// the claims it missed (refused): `[{rule, claims: [...]}]`.
+    pub const MISSES: &str = "misses";
+    /// Which certificate of its token this is (1 for the first), and how
+    /// many one token may mint.
+    pub const TOKEN_USE: &str = "token_use";
+    pub const TOKEN_USES_MAX: &str = "token_uses_max";
+    pub const KUBERNETES: &str = "kubernetes";
+    pub const GITHUB_ACTIONS: &str = "github-actions";
+    pub const GITLAB_CI: &str = "gitlab-ci";
+    /// Every workload kind.
+    pub const KINDS: [&str; 3] = [KUBERNETES, GITHUB_ACTIONS, GITLAB_CI];
+}
+
 /// One decision, before it gets its place in the chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

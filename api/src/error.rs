@@ -64,6 +64,8 @@ pub enum ErrorCode {
         server_time: String,
     },
     TokenIssuerInvalid,
+    /// The token's issuer (`iss`) is none the server trusts.
+    TokenIssuerUntrusted,
     TokenAudienceInvalid,
     TokenClientInvalid,
     TokenTenantMissing,
@@ -85,6 +87,10 @@ pub enum ErrorCode {
         /// What membership would grant a role ("group ...", "app role ...").
         would_grant: Vec<String>,
     },
+    /// A workload token no workload rule of the cluster admits. Which rule
+    /// and which claim missed is in the audit record (by the request id),
+    /// never in the answer: anyone can mint a token for any audience.
+    WorkloadNotAdmitted,
     RoleNotPermitted {
         refused: Vec<String>,
         entitled: Vec<String>,
@@ -144,6 +150,7 @@ impl ErrorCode {
             ErrorCode::TokenNotYetValid { .. } => "token_not_yet_valid",
             ErrorCode::TokenIssuedInFuture { .. } => "token_issued_in_future",
             ErrorCode::TokenIssuerInvalid => "token_issuer_invalid",
+            ErrorCode::TokenIssuerUntrusted => "token_issuer_untrusted",
             ErrorCode::TokenAudienceInvalid => "token_audience_invalid",
             ErrorCode::TokenClientInvalid => "token_client_invalid",
             ErrorCode::TokenTenantMissing => "token_tenant_missing",
@@ -155,6 +162,7 @@ impl ErrorCode {
             ErrorCode::RateLimited { .. } => "rate_limited",
             ErrorCode::ClusterUnknown { .. } => "cluster_unknown",
             ErrorCode::NoMatchingRule { .. } => "no_matching_rule",
+            ErrorCode::WorkloadNotAdmitted => "workload_not_admitted",
             ErrorCode::RoleNotPermitted { .. } => "role_not_permitted",
             ErrorCode::RoleRequired { .. } => "role_required",
             ErrorCode::TtlInvalid => "ttl_invalid",
@@ -191,6 +199,7 @@ impl ErrorCode {
             | ErrorCode::TokenNotYetValid { .. }
             | ErrorCode::TokenIssuedInFuture { .. }
             | ErrorCode::TokenIssuerInvalid
+            | ErrorCode::TokenIssuerUntrusted
             | ErrorCode::TokenAudienceInvalid
             | ErrorCode::TokenClientInvalid
             | ErrorCode::TokenTenantMissing
@@ -200,6 +209,7 @@ impl ErrorCode {
             | ErrorCode::TokenReplayed => 401,
             ErrorCode::GroupsOverageUnresolved
             | ErrorCode::NoMatchingRule { .. }
+            | ErrorCode::WorkloadNotAdmitted
             | ErrorCode::RoleNotPermitted { .. }
             | ErrorCode::RoleRequired { .. }
             | ErrorCode::IdentityDenied
@@ -287,6 +297,7 @@ mod tests {
             ErrorCode::TokenNotYetValid { server_time: time() },
             ErrorCode::TokenIssuedInFuture { server_time: time() },
             ErrorCode::TokenIssuerInvalid,
+            ErrorCode::TokenIssuerUntrusted,
             ErrorCode::TokenAudienceInvalid,
             ErrorCode::TokenClientInvalid,
             ErrorCode::TokenTenantMissing,
@@ -300,6 +311,7 @@ mod tests {
             },
             ErrorCode::ClusterUnknown { clusters: list() },
             ErrorCode::NoMatchingRule { would_grant: list() },
+            ErrorCode::WorkloadNotAdmitted,
             ErrorCode::RoleNotPermitted {
                 refused: list(),
                 entitled: list(),

@@ -48,6 +48,12 @@ pub fn explain(error: &ApiError, cluster: &str) -> String {
             "no group or app role of yours grants a role on cluster `{cluster}`; ask for membership in one of: {}",
             list(would_grant)
         ),
+        ErrorCode::WorkloadNotAdmitted => format!(
+            "no workload rule of cluster `{cluster}` admits this token; the server's audit record of this request says which rule and claim missed ({detail})"
+        ),
+        ErrorCode::TokenIssuerUntrusted => format!(
+            "the server trusts no issuer named in this token ({detail}); an administrator adds it under identity.trusted_issuers"
+        ),
         ErrorCode::RoleNotPermitted { refused, entitled } => format!(
             "you may not have {} on cluster `{cluster}`; you are entitled to: {}. Ask with --role for one of those",
             list(refused),

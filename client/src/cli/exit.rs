@@ -52,6 +52,7 @@ impl Outcome {
             }
             // Who you are is not allowed what you asked: policy or deny list.
             ErrorCode::NoMatchingRule { .. }
+            | ErrorCode::WorkloadNotAdmitted
             | ErrorCode::RoleNotPermitted { .. }
             | ErrorCode::RoleRequired { .. }
             | ErrorCode::IdentityDenied
@@ -68,6 +69,7 @@ impl Outcome {
             | ErrorCode::TokenKeyUnknown
             | ErrorCode::TokenSignatureInvalid
             | ErrorCode::TokenIssuerInvalid
+            | ErrorCode::TokenIssuerUntrusted
             | ErrorCode::TokenAudienceInvalid
             | ErrorCode::TokenClientInvalid
             | ErrorCode::TokenSubjectMissing
