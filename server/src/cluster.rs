@@ -130,7 +130,6 @@ pub fn load_clusters(
 ) -> Result<(Clusters, ClusterWarnings), ClusterError> {
     let mut clusters = BTreeMap::new();
     let mut warnings = Vec::new();
-    let tenancy = config.identity.tenancy();
     for (name, cluster_config) in &config.clusters {
         let fail = |message: String| ClusterError::Cluster {
             cluster: name.clone(),
@@ -193,7 +192,7 @@ pub fn load_clusters(
                 })
             }
         };
-        let policy = ClusterPolicy::new(cluster_config.policy(&tenancy)).map_err(|e| match e {
+        let policy = ClusterPolicy::new(cluster_config.policy(&config.identity)).map_err(|e| match e {
             // Named by its place in the file, as the `auditors` and
             // `admins` app roles are by `app::check`.
             PolicyConfigError::AppRole { index, message } => ClusterError::Config(ConfigError::Invalid(

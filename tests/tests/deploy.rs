@@ -601,9 +601,8 @@ fn every_provider_pages_server_configuration_loads() {
                 Config::from_yaml(&block).unwrap_or_else(|e| panic!("{}: {e}\n{block}", page.display()));
             // The rules as the server checks them at start (role names,
             // selectors), which needs no file.
-            let tenancy = config.identity.tenancy();
             for (name, cluster) in &config.clusters {
-                talos_sso_server::policy::ClusterPolicy::new(cluster.policy(&tenancy))
+                talos_sso_server::policy::ClusterPolicy::new(cluster.policy(&config.identity))
                     .unwrap_or_else(|e| panic!("{}: cluster {name}: {e}", page.display()));
             }
             // The clusters, in the mode production uses, with CA material

@@ -276,6 +276,8 @@ fn entra(emulator: &EmulatorHandle) -> IssuerConfig {
         leeway: Duration::from_secs(300),
         entra_graph: None,
         ca_file: None,
+        jwks_file: None,
+        certificates_per_token: None,
     }
 }
 

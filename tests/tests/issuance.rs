@@ -533,6 +533,7 @@ mod service {
             expires_at: time::OffsetDateTime::now_utc() + time::Duration::minutes(5),
             claims: Default::default(),
             application: None,
+            workload: None,
         }
     }
 

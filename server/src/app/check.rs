@@ -54,7 +54,7 @@ mod tests {
         // A rule's are checked with the rest of the rule, when its
         // cluster's policy is built (`cluster::load_clusters` says where).
         let rule_refused = |config: Config| {
-            crate::policy::ClusterPolicy::new(config.clusters["prod"].policy(&config.identity.tenancy()))
+            crate::policy::ClusterPolicy::new(config.clusters["prod"].policy(&config.identity))
                 .unwrap_err()
                 .to_string()
         };
@@ -103,8 +103,8 @@ mod tests {
         let tenancy = pinned.identity.tenancy();
         let both = [HOME.to_owned(), PARTNER.to_owned()];
         assert_eq!(tenancy.tenants(LOGIN_ISSUER), Some(&both[..]));
-        assert_eq!(pinned.clusters["prod"].policy(&tenancy).tenancy, tenancy);
-        crate::policy::ClusterPolicy::new(pinned.clusters["prod"].policy(&tenancy)).unwrap();
+        assert_eq!(pinned.clusters["prod"].policy(&pinned.identity).tenancy, tenancy);
+        crate::policy::ClusterPolicy::new(pinned.clusters["prod"].policy(&pinned.identity)).unwrap();
         // One tenant: the role alone is that tenant's.
         let single = with(MINIMAL, "auditors: { app_roles: [Talos.Auditor] }\n").unwrap();
         assert_eq!(single.identity.tenancy().home(LOGIN_ISSUER), Some(HOME));

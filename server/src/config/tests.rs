@@ -210,7 +210,7 @@ fn minimal_config_gets_defaults() {
     let prod = &config.clusters["prod"];
     assert_eq!(prod.ttl, Duration::from_secs(300));
     assert_eq!(prod.max_ttl, Duration::from_secs(900));
-    assert_eq!(prod.policy(&config.identity.tenancy()).rules.len(), 1);
+    assert_eq!(prod.policy(&config.identity).rules.len(), 1);
     let login = config.identity.login_issuer();
     assert_eq!(login.audiences, ["11111111-2222-3333-4444-555555555555"]);
     assert_eq!(

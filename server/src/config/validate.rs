@@ -83,6 +83,7 @@ impl Config {
             }
         }
         self.validate_issuer_names()?;
+        self.validate_workloads()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid("log.format is `text` or `json`"));
         }
@@ -123,6 +124,94 @@ impl Config {
                         names.join(", ")
                     )));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Workload issuers and rules, as far as the file alone tells: workload
+    /// issuers' own keys, rules named once and naming a workload issuer,
+    /// lifetimes within the cluster's, and people's rules and examples kept
+    /// apart from workloads. Claims and roles are `policy::workloads`'.
+    fn validate_workloads(&self) -> Result<(), ConfigError> {
+        let kinds = self.identity.workload_kinds();
+        for issuer in &self.identity.trusted_issuers {
+            let section = issuer.section();
+            if !issuer.is_workload() {
+                if issuer.jwks_file.is_some() || issuer.certificates_per_token.is_some() {
+                    return Err(invalid(format!(
+                        "{section}: `jwks_file` and `certificates_per_token` are for workload issuers \
+                         (kind kubernetes, github-actions or gitlab-ci)"
+                    )));
+                }
+                continue;
+            }
+            if issuer
+                .certificates_per_token
+                .is_some_and(|uses| !(1..=super::MAX_CERTIFICATES_PER_TOKEN).contains(&uses))
+            {
+                return Err(invalid(format!(
+                    "{section}.certificates_per_token: from 1 to {}",
+                    super::MAX_CERTIFICATES_PER_TOKEN
+                )));
+            }
+            if issuer.jwks_file.is_some() && issuer.discovery_url.is_some() {
+                return Err(invalid(format!(
+                    "{section}: set `jwks_file` or `discovery_url`, not both"
+                )));
+            }
+        }
+        let names = kinds.keys().cloned().collect::<Vec<_>>().join(", ");
+        for (cluster, config) in &self.clusters {
+            for (index, rule) in config.rules.iter().enumerate() {
+                if let Some(workload) = rule.issuers.iter().find(|name| kinds.contains_key(*name)) {
+                    return Err(invalid(format!(
+                        "clusters.{cluster}.rules[{index}] names workload issuer `{workload}`: \
+                         workloads are judged by `workloads` rules only"
+                    )));
+                }
+            }
+            for (index, rule) in config.workloads.iter().enumerate() {
+                let at = format!("clusters.{cluster}.workloads[{index}]");
+                if !valid_name(&rule.name) {
+                    return Err(invalid(format!("{at}.name: use letters, digits, `-`, `_`, `.`")));
+                }
+                if config.workloads[..index]
+                    .iter()
+                    .any(|other| other.name == rule.name)
+                {
+                    return Err(invalid(format!(
+                        "{at}: two workload rules of cluster `{cluster}` are named `{}`",
+                        rule.name
+                    )));
+                }
+                if !kinds.contains_key(&rule.issuer) {
+                    return Err(invalid(format!(
+                        "{at}.issuer: `{}` is not a workload issuer; workload issuers: {}",
+                        talos_sso_text::clean(&rule.issuer, 64),
+                        if names.is_empty() { "none" } else { &names }
+                    )));
+                }
+                if let Some(ttl) = rule.ttl
+                    && (ttl.is_zero() || ttl > config.max_ttl)
+                {
+                    return Err(invalid(format!(
+                        "{at}.ttl must be above zero and at most the cluster's max_ttl ({}s)",
+                        config.max_ttl.as_secs()
+                    )));
+                }
+            }
+        }
+        for example in &self.policy_examples {
+            if let Some(issuer) = &example.issuer
+                && !kinds.contains_key(issuer)
+            {
+                return Err(invalid(format!(
+                    "policy example `{}` names `{}`, which is not a workload issuer (examples without \
+                     `issuer` stand for people)",
+                    example.description,
+                    talos_sso_text::clean(issuer, 64)
+                )));
             }
         }
         Ok(())

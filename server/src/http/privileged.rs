@@ -154,6 +154,7 @@ mod tests {
             expires_at: time::OffsetDateTime::UNIX_EPOCH,
             claims: Default::default(),
             application: application.map(str::to_owned),
+            workload: None,
         }
     }
 

@@ -3,9 +3,11 @@
 //! issuers (`identity.trusted_issuers`).
 //!
 //! A token goes to the one issuer whose rules accept its (unverified)
-//! `iss`, before any key work; a token no issuer accepts goes to the login
-//! issuer, whose checks refuse it as they always have (its signature first,
-//! then `token_issuer_invalid`). The issuer verifies it with its own keys
+//! `iss` (and, when a people's issuer and a workload issuer share it, its
+//! `aud`), before any key work; a token whose `iss` no issuer accepts is
+//! refused at once (`token_issuer_untrusted`), one without a readable
+//! payload goes to the login issuer, whose checks refuse it (its signature
+//! first). The issuer verifies it with its own keys
 //! and rules, its kind completes what the token could not carry (Entra
 //! group overage), and only the groups some rule names are kept.
 
@@ -17,7 +19,7 @@ use time::OffsetDateTime;
 
 use super::auth_error::AuthError;
 use super::issuer::{Issuer, IssuerError};
-use super::token::{ClaimSet, Jwt, unverified_claims};
+use super::token::{ClaimSet, Jwt, TokenError, string_claim, unverified_claims};
 use super::{ClaimedIdentity, VerifiedIdentity};
 use crate::config::IdentityConfig;
 
@@ -58,6 +60,17 @@ impl Authenticator {
     pub async fn discover(identity: &IdentityConfig) -> Result<Self, IssuerError> {
         let min_refresh = identity.jwks_min_refresh_interval;
         let login = Issuer::discover(&identity.login_issuer(), min_refresh).await?;
+        let metadata = login.provider().metadata();
+        if metadata.authorization_endpoint.is_empty() || metadata.token_endpoint.is_empty() {
+            return Err(IssuerError::Kind {
+                name: crate::config::LOGIN_ISSUER.into(),
+                reason: format!(
+                    "the discovery document of {} names no authorization_endpoint or token_endpoint: \
+                     people cannot log in with it",
+                    metadata.issuer
+                ),
+            });
+        }
         let mut trusted = Vec::with_capacity(identity.trusted_issuers.len());
         for config in &identity.trusted_issuers {
             trusted.push(Issuer::discover(config, min_refresh).await?);
@@ -74,12 +87,31 @@ impl Authenticator {
         &self.login
     }
 
-    /// The issuer whose rules accept these (unverified) claims; the login
-    /// issuer when none does.
-    fn route(&self, claims: Option<&ClaimSet>) -> &Issuer {
-        claims
-            .and_then(|claims| self.issuers().find(|issuer| issuer.rules().accepts(claims)))
-            .unwrap_or(&self.login)
+    /// The issuer whose rules accept these (unverified) claims: of those
+    /// that accept its `iss`, the one for its `aud`, else the first. `None`
+    /// when no issuer accepts its `iss`.
+    fn route_claims(&self, claims: &ClaimSet) -> Option<&Issuer> {
+        let mut accepting = self.issuers().filter(|issuer| issuer.rules().accepts(claims));
+        let first = accepting.next()?;
+        Some(
+            std::iter::once(first)
+                .chain(accepting)
+                .find(|issuer| issuer.rules().for_audience(claims))
+                .unwrap_or(first),
+        )
+    }
+
+    /// The issuer a token goes to: [`Authenticator::route_claims`], the
+    /// login issuer for claims that cannot be read.
+    fn route(&self, claims: Option<&ClaimSet>) -> Result<&Issuer, TokenError> {
+        let Some(claims) = claims else {
+            return Ok(&self.login);
+        };
+        self.route_claims(claims)
+            .ok_or_else(|| match string_claim(claims, "iss") {
+                Some(iss) => TokenError::IssuerUntrusted(talos_sso_text::clean(iss, 200)),
+                None => TokenError::Malformed("no iss"),
+            })
     }
 
     /// Verify `token` and complete who it names (groups from Graph on
@@ -91,7 +123,7 @@ impl Authenticator {
         relevant: &RelevantGroups,
     ) -> Result<VerifiedIdentity, AuthError> {
         let jwt = Jwt::parse(token)?;
-        let issuer = self.route(jwt.unverified_claims());
+        let issuer = self.route(jwt.unverified_claims())?;
         let verified = issuer.verify_parsed(jwt, now).await?;
         let mut verified = issuer.rules().complete(verified).await?;
         verified.groups.retain(|g| relevant.contains(g));
@@ -102,7 +134,8 @@ impl Authenticator {
     /// issuer it names (the login issuer when none accepts it).
     pub fn claimed(&self, token: &str) -> Option<ClaimedIdentity> {
         let claims = unverified_claims(token)?;
-        Some(self.route(Some(&claims)).rules().claimed(&claims))
+        let issuer = self.route_claims(&claims).unwrap_or(&self.login);
+        Some(issuer.rules().claimed(&claims))
     }
 
     /// Age of the login issuer's key set (for `/readyz`). Only the login

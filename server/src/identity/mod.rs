@@ -64,6 +64,9 @@ pub struct VerifiedIdentity {
     /// `None` for a person. Applications get no certificate unless a rule
     /// names them (`policy`), and read the trail only as `auditors` allow.
     pub application: Option<String>,
+    /// A workload's token (CI job, service account): its kind and the
+    /// claims workload rules match. Judged by workload rules only.
+    pub workload: Option<issuer::workload::Workload>,
 }
 
 /// Longest token id used as a replay key as it is; longer ones are hashed.
@@ -85,6 +88,7 @@ impl VerifiedIdentity {
             expires_at: signed.expires_at,
             claims: signed.claims,
             application: principal.application,
+            workload: principal.workload,
         }
     }
 
@@ -189,6 +193,7 @@ mod tests {
             expires_at: OffsetDateTime::UNIX_EPOCH,
             claims: Default::default(),
             application: None,
+            workload: None,
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct ProviderSettings {
     pub http_timeout: Duration,
     /// Authorities trusted beyond the system's (`identity.ca_file`).
     pub extra_roots: Vec<reqwest::Certificate>,
+    /// The key set from this JWKS file instead of discovery (a workload
+    /// issuer that cannot be reached).
+    pub jwks_file: Option<std::path::PathBuf>,
 }
 
 impl ProviderSettings {
@@ -44,6 +47,7 @@ impl ProviderSettings {
             min_refresh_interval: Duration::from_secs(300),
             http_timeout: Duration::from_secs(10),
             extra_roots: Vec::new(),
+            jwks_file: None,
         }
     }
 
@@ -74,7 +78,11 @@ pub enum ProviderError {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct ProviderMetadata {
     pub issuer: String,
+    /// Empty for issuers nobody logs in with (workload issuers publish no
+    /// endpoints); the login issuer must have both (`Authenticator`).
+    #[serde(default)]
     pub authorization_endpoint: String,
+    #[serde(default)]
     pub token_endpoint: String,
     #[serde(default)]
     pub device_authorization_endpoint: Option<String>,
@@ -93,6 +101,8 @@ pub struct IssuerKeys {
     http: reqwest::Client,
     /// Where discovery is read from, and the issuer it must name.
     discovery_url: String,
+    /// The key set's file, for an issuer without discovery.
+    jwks_file: Option<std::path::PathBuf>,
     expected_issuer: String,
     /// Re-read by the background refresher, so a moved `jwks_uri` is followed.
     metadata: RwLock<ProviderMetadata>,
@@ -160,6 +170,32 @@ pub fn extra_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, 
         .collect()
 }
 
+/// Largest JWKS file read (a key set is a few KiB).
+const MAX_JWKS_FILE: u64 = 1024 * 1024;
+
+/// The key set in the JWKS file at `path` (`jwks_file`).
+fn read_keys(path: &std::path::Path) -> Result<KeySet, ProviderError> {
+    let url = format!("file {}", path.display());
+    let unreadable = |reason: String| ProviderError::Unreachable {
+        url: url.clone(),
+        reason,
+    };
+    let size = std::fs::metadata(path)
+        .map_err(|e| unreadable(e.to_string()))?
+        .len();
+    if size > MAX_JWKS_FILE {
+        return Err(unreadable(format!(
+            "{size} bytes; a key set is at most {MAX_JWKS_FILE}"
+        )));
+    }
+    let text = crate::text_file::read(path).map_err(|e| unreadable(e.to_string()))?;
+    KeySet::from_json(&text).map_err(|e| ProviderError::Malformed {
+        url: url.clone(),
+        what: "JWKS",
+        reason: e.to_string(),
+    })
+}
+
 /// `builder`, also trusting `roots`.
 pub fn with_roots(builder: reqwest::ClientBuilder, roots: &[reqwest::Certificate]) -> reqwest::ClientBuilder {
     roots.iter().fold(builder, |builder, root| {
@@ -180,13 +216,30 @@ impl IssuerKeys {
                 reason: e.to_string(),
             })?;
         let discovery_url = settings.discovery_url();
-        let metadata = Self::fetch_metadata(&http, &discovery_url, &settings.issuer).await?;
-        let keys = Self::fetch_keys(&http, &metadata.jwks_uri).await?;
+        let (metadata, keys) = match &settings.jwks_file {
+            Some(path) => {
+                let metadata = ProviderMetadata {
+                    issuer: settings.issuer.clone(),
+                    authorization_endpoint: String::new(),
+                    token_endpoint: String::new(),
+                    device_authorization_endpoint: None,
+                    jwks_uri: format!("file {}", path.display()),
+                    authorization_response_iss_parameter_supported: false,
+                };
+                (metadata, read_keys(path)?)
+            }
+            None => {
+                let metadata = Self::fetch_metadata(&http, &discovery_url, &settings.issuer).await?;
+                let keys = Self::fetch_keys(&http, &metadata.jwks_uri).await?;
+                (metadata, keys)
+            }
+        };
         tracing::info!(name = %settings.name, issuer = %metadata.issuer, keys = keys.len(), "identity provider discovered");
         Ok(Self {
             name: settings.name.clone(),
             http,
             discovery_url,
+            jwks_file: settings.jwks_file.clone(),
             expected_issuer: settings.issuer.clone(),
             metadata: RwLock::new(metadata),
             keys: RwLock::new(Arc::new(keys)),
@@ -223,6 +276,9 @@ impl IssuerKeys {
     /// Read the discovery document again; on any failure the previous one
     /// stays in use.
     pub async fn rediscover(&self) -> Result<(), ProviderError> {
+        if self.jwks_file.is_some() {
+            return Ok(());
+        }
         let metadata = Self::fetch_metadata(&self.http, &self.discovery_url, &self.expected_issuer).await?;
         match self.metadata.write() {
             Ok(mut guard) => *guard = metadata,
@@ -294,9 +350,17 @@ impl IssuerKeys {
         result
     }
 
+    /// Whether the keys come from a file rather than discovery.
+    pub fn from_file(&self) -> bool {
+        self.jwks_file.is_some()
+    }
+
     async fn fetch_and_store(&self) -> Result<usize, ProviderError> {
-        let jwks_uri = self.metadata().jwks_uri;
-        match Self::fetch_keys(&self.http, &jwks_uri).await {
+        let fetched = match &self.jwks_file {
+            Some(path) => read_keys(path),
+            None => Self::fetch_keys(&self.http, &self.metadata().jwks_uri).await,
+        };
+        match fetched {
             Ok(keys) => {
                 let count = keys.len();
                 match self.keys.write() {

@@ -132,6 +132,8 @@ pub fn entra_config() -> IssuerConfig {
         leeway: std::time::Duration::from_secs(300),
         entra_graph: None,
         ca_file: None,
+        jwks_file: None,
+        certificates_per_token: None,
     }
 }
 

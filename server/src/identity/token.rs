@@ -71,6 +71,8 @@ pub enum TokenError {
     IssuedInFuture,
     #[error("the token's issuer `{0}` is not accepted")]
     WrongIssuer(String),
+    #[error("the server trusts no issuer `{0}`")]
+    IssuerUntrusted(String),
     #[error("the token is not meant for this server (audience)")]
     WrongAudience,
     #[error("the token was issued to another client (azp/appid)")]
@@ -107,6 +109,7 @@ impl TokenError {
                 server_time: server_time(),
             },
             TokenError::WrongIssuer(_) => ErrorCode::TokenIssuerInvalid,
+            TokenError::IssuerUntrusted(_) => ErrorCode::TokenIssuerUntrusted,
             TokenError::WrongAudience => ErrorCode::TokenAudienceInvalid,
             TokenError::WrongClient => ErrorCode::TokenClientInvalid,
             TokenError::TenantMissing => ErrorCode::TokenTenantMissing,

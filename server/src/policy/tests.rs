@@ -80,6 +80,7 @@ fn prod() -> ClusterPolicy {
         default_roles: strings(&["os:operator", "os:reader", "os:etcd:backup"]),
         allow_impersonator: false,
         tenancy: home_tenant(),
+        ..Default::default()
     })
     .unwrap()
 }
@@ -295,6 +296,7 @@ fn configuration_mistakes_are_refused() {
             default_roles: vec![],
             allow_impersonator,
             tenancy: Tenancy::default(),
+            ..Default::default()
         })
         .map(|_| ())
     };
@@ -331,6 +333,7 @@ fn configuration_mistakes_are_refused() {
         default_roles: strings(&["admin"]),
         allow_impersonator: false,
         tenancy: Tenancy::default(),
+        ..Default::default()
     });
     assert!(matches!(bad_default, Err(PolicyConfigError::UnknownRole { .. })));
 }
@@ -345,6 +348,7 @@ fn impersonator_is_granted_only_when_named_and_allowed() {
         default_roles: strings(&["os:admin"]),
         allow_impersonator: true,
         tenancy: Tenancy::default(),
+        ..Default::default()
     })
     .unwrap();
     // An admin never gets impersonator by being an admin.

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{CaConfig, GatewayConfig, NextCaConfig, PolicyConfig, Rule, TalosCaConfig, Tenancy};
+use super::{
+    CaConfig, GatewayConfig, IdentityConfig, NextCaConfig, PolicyConfig, Rule, TalosCaConfig, WorkloadRule,
+};
 use crate::config::de::duration;
 use crate::config::defaults::{default_max_ttl, default_skew, default_ttl};
 
@@ -59,17 +61,23 @@ pub struct ClusterConfig {
     /// records every API call.
     #[serde(default)]
     pub gateway: Option<GatewayConfig>,
+    /// Workload rules (`policy::workloads`): what CI jobs and service
+    /// accounts may have here.
+    #[serde(default)]
+    pub workloads: Vec<WorkloadRule>,
 }
 
 impl ClusterConfig {
     /// The cluster's rules, with the issuers' tenants they are read
     /// against (`IdentityConfig::tenancy`, of the `identity` section).
-    pub fn policy(&self, tenancy: &Tenancy) -> PolicyConfig {
+    pub fn policy(&self, identity: &IdentityConfig) -> PolicyConfig {
         PolicyConfig {
             rules: self.rules.clone(),
             default_roles: self.default_roles.clone(),
             allow_impersonator: self.allow_impersonator,
-            tenancy: tenancy.clone(),
+            tenancy: identity.tenancy(),
+            workloads: self.workloads.clone(),
+            workload_kinds: identity.workload_kinds(),
         }
     }
 }

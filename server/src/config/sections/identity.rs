@@ -107,6 +107,8 @@ impl IdentityConfig {
             leeway: self.leeway,
             entra_graph: self.entra_graph.clone(),
             ca_file: self.ca_file.clone(),
+            jwks_file: None,
+            certificates_per_token: None,
         }
     }
 
@@ -124,12 +126,30 @@ impl IdentityConfig {
     pub fn issuers(&self) -> Vec<IssuerConfig> {
         std::iter::once(self.login_issuer())
             .chain(self.trusted_issuers.iter().map(|trusted| IssuerConfig {
-                ca_file: self.ca_file.clone(),
+                ca_file: trusted.ca_file.clone().or_else(|| self.ca_file.clone()),
                 ..trusted.clone()
             }))
             .collect()
     }
+
+    /// The workload issuers (`kubernetes`, `github-actions`, `gitlab-ci`)
+    /// by name, with their kind: what workload rules name.
+    pub fn workload_kinds(&self) -> std::collections::BTreeMap<String, String> {
+        self.trusted_issuers
+            .iter()
+            .filter(|issuer| issuer.is_workload())
+            .map(|issuer| (issuer.name.clone(), issuer.kind.clone()))
+            .collect()
+    }
 }
+
+/// How many certificates one workload token may mint unless its issuer
+/// says otherwise: enough for an hour of five-minute certificates renewed
+/// early, from a projected token that rotates every 48 minutes.
+pub const DEFAULT_CERTIFICATES_PER_TOKEN: u32 = 20;
+
+/// The most `certificates_per_token` may be.
+pub const MAX_CERTIFICATES_PER_TOKEN: u32 = 100;
 
 /// One issuer whose tokens are accepted: an entry of
 /// `identity.trusted_issuers`, or the login issuer built from `identity`.
@@ -140,7 +160,8 @@ pub struct IssuerConfig {
     /// Names the issuer in logs and messages; unique (`login` is the
     /// login issuer's).
     pub name: String,
-    /// `entra` or `oidc`.
+    /// `entra` or `oidc` (people, other directories), or a workload kind:
+    /// `kubernetes`, `github-actions`, `gitlab-ci`.
     pub kind: String,
     /// Its issuer, exactly as its discovery document says it.
     pub issuer: String,
@@ -160,12 +181,39 @@ pub struct IssuerConfig {
     #[serde(default = "default_leeway", deserialize_with = "duration")]
     pub leeway: Duration,
     pub entra_graph: Option<GraphConfig>,
-    /// `identity.ca_file`, for every issuer alike.
-    #[serde(skip)]
+    /// A PEM bundle trusted for this issuer's discovery and keys instead
+    /// of `identity.ca_file` (a Kubernetes API server's own CA).
+    #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Workload issuers: the issuer's key set as a JWKS file, read at start
+    /// and at each refresh, instead of discovery (a Kubernetes cluster
+    /// whose service-account issuer is not reachable from here).
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    /// Workload issuers: how many certificates one token may mint while it
+    /// is valid (default [`DEFAULT_CERTIFICATES_PER_TOKEN`]). People's
+    /// tokens mint one.
+    #[serde(default)]
+    pub certificates_per_token: Option<u32>,
 }
 
 impl IssuerConfig {
+    /// Whether its tokens are workloads' (CI jobs, service accounts), judged
+    /// by workload rules only, never by people's.
+    pub fn is_workload(&self) -> bool {
+        talos_sso_api::audit::workload::KINDS.contains(&self.kind.as_str())
+    }
+
+    /// How many certificates one of its tokens may mint.
+    pub fn token_uses(&self) -> u32 {
+        if self.is_workload() {
+            self.certificates_per_token
+                .unwrap_or(DEFAULT_CERTIFICATES_PER_TOKEN)
+        } else {
+            1
+        }
+    }
+
     /// Where this issuer is in the configuration, for messages.
     pub fn section(&self) -> String {
         if !self.clients.is_empty() {

@@ -92,6 +92,29 @@ impl<'de> Deserialize<'de> for GroupRef {
     }
 }
 
+/// A workload rule of a cluster: which tokens of one workload issuer it
+/// admits, by their claims, and what it grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRule {
+    /// Names the rule in `check`, the audit trail and the server log;
+    /// unique in the cluster.
+    pub name: String,
+    /// The workload issuer (an `identity.trusted_issuers` name) whose
+    /// tokens it judges.
+    pub issuer: String,
+    /// Claim values that must all match (the claims the issuer's kind
+    /// offers): exact, or a glob where `*` matches any run of characters
+    /// and `?` one (`refs/tags/v*`).
+    pub claims: std::collections::BTreeMap<String, String>,
+    /// Talos roles it grants.
+    pub roles: Vec<String>,
+    /// Certificate lifetime when the client asks for none (default: the
+    /// cluster's `ttl`; at most its `max_ttl`).
+    #[serde(default, deserialize_with = "crate::config::de::optional_duration")]
+    pub ttl: Option<std::time::Duration>,
+}
+
 /// The policy part of a cluster's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -106,6 +129,11 @@ pub struct PolicyConfig {
     /// `identity`, not from the cluster).
     #[serde(skip)]
     pub tenancy: Tenancy,
+    /// Workload rules: the only rules workload tokens are judged by.
+    pub workloads: Vec<WorkloadRule>,
+    /// The workload issuers by name, with their kind (from `identity`).
+    #[serde(skip)]
+    pub workload_kinds: std::collections::BTreeMap<String, String>,
 }
 
 /// The tenants each issuer allows, by configured name: what app-role
@@ -159,6 +187,10 @@ pub struct PolicyExample {
     pub description: String,
     /// The cluster whose rules it checks (in the server configuration).
     pub cluster: String,
+    /// A workload issuer's name: the example stands for a token of that
+    /// workload, whose `claims` the cluster's workload rules judge.
+    /// Without it, a person of the login issuer.
+    pub issuer: Option<String>,
     pub username: String,
     pub subject: String,
     pub groups: Vec<String>,

@@ -62,6 +62,7 @@ pub fn restore(text: &str) -> Option<VerifiedIdentity> {
         expires_at: OffsetDateTime::UNIX_EPOCH,
         claims: Default::default(),
         application: None,
+        workload: None,
     })
 }
 
@@ -85,6 +86,7 @@ mod tests {
             expires_at: OffsetDateTime::UNIX_EPOCH,
             claims: [("nonce".to_owned(), "n".into())].into_iter().collect(),
             application: None,
+            workload: None,
         };
         let text = keep(&identity);
         assert!(!text.contains("nonce"), "claims are not kept: {text}");

@@ -15,10 +15,16 @@
 //! - what `check` verifies beyond discovery and keys.
 //!
 //! The kinds: `oidc` (any OpenID Connect provider) and `entra` (Microsoft
-//! Entra ID). A new kind is a module here and one entry in `KINDS`.
+//! Entra ID) for people; `kubernetes`, `github-actions` and `gitlab-ci`
+//! for workloads (`workload`). A new kind is a module here and one entry in
+//! `KINDS`.
 
 mod entra;
+mod github_actions;
+mod gitlab_ci;
+mod kubernetes;
 mod oidc;
+pub mod workload;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,7 +44,13 @@ use crate::config::IssuerConfig;
 use talos_sso_text::clean_field;
 
 /// Every kind of issuer, by the name `kind` takes in the configuration.
-const KINDS: &[Registration] = &[oidc::KIND, entra::KIND];
+const KINDS: &[Registration] = &[
+    oidc::KIND,
+    entra::KIND,
+    kubernetes::KIND,
+    github_actions::KIND,
+    gitlab_ci::KIND,
+];
 
 /// Entra's tenant for personal Microsoft accounts: refused unless an Entra
 /// issuer lists it in `allowed_tenants`.
@@ -105,6 +117,9 @@ pub struct Principal {
     /// For an application's own token (client credentials): its client id
     /// (`azp`/`appid`). `None` for a person.
     pub application: Option<String>,
+    /// For a workload's token: its kind and the claims rules match. `None`
+    /// for a person or an application.
+    pub workload: Option<workload::Workload>,
 }
 
 /// One kind, as the configuration names it.
@@ -136,8 +151,11 @@ pub fn accepted_issuers(config: &IssuerConfig) -> Result<Vec<String>, String> {
 }
 
 /// Check the configured issuers at load (their names are the
-/// configuration's business): kinds, each kind's own rules, and that no
-/// `iss` is accepted by two issuers (a token must belong to exactly one).
+/// configuration's business): kinds, each kind's own rules, and that a
+/// token belongs to exactly one issuer: no `iss` is accepted by two,
+/// except by a people's issuer and a workload issuer with no audience in
+/// common (GitLab signs both people's and jobs' tokens), which a token's
+/// `aud` then tells apart.
 pub fn validate(issuers: &[IssuerConfig]) -> Result<(), String> {
     let mut accepted: Vec<(String, &IssuerConfig)> = Vec::new();
     for config in issuers {
@@ -147,12 +165,17 @@ pub fn validate(issuers: &[IssuerConfig]) -> Result<(), String> {
             return Err(format!("{section}.audiences: name at least one accepted `aud`"));
         }
         for iss in (kind.accepted_issuers)(config).map_err(|e| format!("{section}: {e}"))? {
-            if let Some((_, owner)) = accepted
-                .iter()
-                .find(|(seen, owner)| owner.name != config.name && seen.eq_ignore_ascii_case(&iss))
-            {
+            let clash = accepted.iter().find(|(seen, owner)| {
+                owner.name != config.name && seen.eq_ignore_ascii_case(&iss) && !apart(owner, config)
+            });
+            if let Some((_, owner)) = clash {
+                let how = if owner.is_workload() != config.is_workload() {
+                    "give each its own audiences (a token's `aud` says which it is for)"
+                } else {
+                    "configure each issuer once"
+                };
                 return Err(format!(
-                    "{} and {section} both accept tokens of issuer `{iss}`: configure each issuer once",
+                    "{} and {section} both accept tokens of issuer `{iss}`: {how}",
                     owner.section()
                 ));
             }
@@ -160,6 +183,12 @@ pub fn validate(issuers: &[IssuerConfig]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether two issuers of the same `iss` are told apart by their tokens'
+/// audiences: one people's and one workload's, no audience in common.
+fn apart(one: &IssuerConfig, other: &IssuerConfig) -> bool {
+    one.is_workload() != other.is_workload() && !one.audiences.iter().any(|aud| other.audiences.contains(aud))
 }
 
 /// Everything one issuer requires of a token, and how its kind reads it.
@@ -190,6 +219,15 @@ impl IssuerRules {
     /// Whether `claims` (not verified) name this issuer.
     pub fn accepts(&self, claims: &ClaimSet) -> bool {
         string_claim(claims, "iss").is_some_and(|iss| self.kind.accepts(iss, claims))
+    }
+
+    /// Whether `claims` (not verified) name one of this issuer's audiences:
+    /// what tells a people's issuer and a workload issuer of the same `iss`
+    /// apart.
+    pub fn for_audience(&self, claims: &ClaimSet) -> bool {
+        string_list(claims, "aud")
+            .iter()
+            .any(|aud| self.token.audiences.contains(aud))
     }
 
     /// Verify `token` with `keys` at `now`: the shared checks, then the kind's.
@@ -266,6 +304,7 @@ impl Issuer {
         settings.name = config.name.clone();
         settings.discovery_url = config.discovery_url.clone();
         settings.min_refresh_interval = min_refresh_interval;
+        settings.jwks_file = config.jwks_file.clone();
         if let Some(path) = &config.ca_file {
             settings.extra_roots =
                 super::provider::extra_roots(path).map_err(|reason| IssuerError::Kind {
@@ -329,8 +368,13 @@ impl Issuer {
         } else {
             format!("trusted issuer {}", self.name)
         };
+        let how = if self.provider.from_file() {
+            "key file"
+        } else {
+            "discovery"
+        };
         let mut lines = vec![format!(
-            "{who}: {} answers (discovery, {} signing keys from {})",
+            "{who}: {} answers ({how}, {} signing keys from {})",
             metadata.issuer,
             self.provider.key_count(),
             metadata.jwks_uri
@@ -371,6 +415,7 @@ fn principal(
         groups: string_list(claims, "groups"),
         app_roles: string_list(claims, "roles"),
         application: application.map(str::to_owned),
+        workload: None,
     })
 }
 
