@@ -21,11 +21,13 @@ pub(super) const SCHEMA: Schema = Schema {
         "namespace_id",
         "ref",
         "ref_type",
+        "ref_path",
         "ref_protected",
         "environment",
         "environment_protected",
         "deployment_tier",
         "pipeline_source",
+        "runner_environment",
         "sub",
     ],
     anchors: &[
