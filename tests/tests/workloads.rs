@@ -17,7 +17,7 @@ use talos_sso::key::ClientKey;
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::x509::ParsedCertificate;
 use talos_sso_tests::emulator::{CLI_CLIENT_ID, TokenKind};
-use talos_sso_tests::harness::{Answer, Backend, TestEnv};
+use talos_sso_tests::harness::{Answer, Backend, TestEnv, config_yaml, server_cli};
 use talos_sso_tests::workload_tokens::{
     Alg, GITHUB_ISSUER, WorkloadIssuer, github_claims, gitlab_claims, kubernetes_claims, patched,
 };
