@@ -504,5 +504,37 @@ async fn a_workload_token_mints_up_to_its_cap_and_is_checked_as_every_token(back
         ask(&env, &k8s_shaped, &[]).await.code(),
         Some("token_subject_missing")
     );
+    // A projected token whose `sub` and `kubernetes.io` name different
+    // service accounts is no token of that cluster's.
+    let mismatched = k8s.sign(&patched(
+        kubernetes_claims(k8s, AUDIENCE, "default", "builder"),
+        json!({"sub": "system:serviceaccount:backup:talos-backup"}),
+    ));
+    assert_eq!(ask(&env, &mismatched, &[]).await.code(), Some("token_malformed"));
+
+    // `check` reaches each workload issuer and lists what each rule admits.
+    let text = with_workloads(
+        config_yaml(&env.emulator, &env.work, &env.database_url),
+        &issuers,
+        2,
+    );
+    let path = env.work.path().join("workloads.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = server_cli(&["check", "--config", path.to_str().unwrap()])
+        .await
+        .unwrap_or_else(|e| e);
+    for line in [
+        format!("trusted issuer k8s-prod: {K8S_ISSUER} answers (key file, 1 signing keys"),
+        format!("trusted issuer github: {GITHUB_ISSUER} answers (discovery, 1 signing keys"),
+        "cluster prod: workload rule etcd-backup: k8s-prod tokens with namespace=backup, \
+         service_account=talos-backup get os:etcd:backup"
+            .into(),
+        "cluster prod: workload rule infra-release: github tokens with environment=production, \
+         ref=refs/tags/v*, repository=org/infra get os:admin for 600s"
+            .into(),
+        "policy examples: 4 passed".into(),
+    ] {
+        assert!(out.contains(&line), "`{line}` not in:\n{out}");
+    }
     env.finish().await;
 }
