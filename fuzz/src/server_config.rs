@@ -68,7 +68,6 @@ pub fn run(data: &[u8]) {
     // The `csr` target's CA, signing for its own key.
     let ca = crate::csr::ca();
     let spki = ca.signer().spki();
-    let tenancy = config.identity.tenancy();
     for (name, cluster) in &config.clusters {
         assert!(
             !cluster.ttl.is_zero() && cluster.ttl <= cluster.max_ttl,
@@ -78,7 +77,7 @@ pub fn run(data: &[u8]) {
             .ca
             .source()
             .unwrap_or_else(|e| panic!("cluster {name}: loaded without a CA source: {e}"));
-        if let Ok(policy) = ClusterPolicy::new(cluster.policy(&tenancy)) {
+        if let Ok(policy) = ClusterPolicy::new(cluster.policy(&config.identity)) {
             let _ = (policy.grantable_roles(), policy.referenced_groups().count());
             for example in config.policy_examples.iter().filter(|e| &e.cluster == name) {
                 let _ = policy.check_example(example);

@@ -52,6 +52,8 @@ fn issuer_config(name: &str, kind: &str, issuer: &str, tenants: &[&str]) -> Issu
         leeway: LEEWAY,
         entra_graph: None,
         ca_file: None,
+        jwks_file: None,
+        certificates_per_token: None,
     }
 }
 

@@ -36,6 +36,11 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn start(backend: Backend, extra: &str) -> Gateway {
+        Self::start_with(backend, extra, |yaml| yaml).await
+    }
+
+    /// As [`Gateway::start`], the configuration then passed through `edit`.
+    pub async fn start_with(backend: Backend, extra: &str, edit: impl FnOnce(String) -> String) -> Gateway {
         let files = GatewayFiles::new();
         let store: Arc<OnceLock<AuditStore>> = Arc::default();
         let hook_store = store.clone();
@@ -62,7 +67,8 @@ impl Gateway {
             .await
             .expect("stand-in apid");
         let upstream = standin.addr();
-        let env = TestEnv::start_with(backend, |yaml| files.gateway_config(&yaml, upstream, extra)).await;
+        let env =
+            TestEnv::start_with(backend, |yaml| edit(files.gateway_config(&yaml, upstream, extra))).await;
         let _ = store.set(env.server.app.audit.store().clone());
         Gateway {
             files,

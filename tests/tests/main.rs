@@ -131,6 +131,7 @@ mod feed;
 mod gateway;
 mod gateway_config;
 mod gateway_edges;
+mod gateway_workloads;
 mod gitops;
 mod hostile;
 mod hsm;

@@ -4,7 +4,8 @@
 use super::decision::Applicant;
 use super::rules::ClusterPolicy;
 use crate::config::PolicyExample;
-use crate::identity::issuer::workload::{Workload, schema};
+use crate::identity::issuer::workload::Workload;
+use crate::identity::issuer::workload_schema as schema;
 
 impl ClusterPolicy {
     /// Check one example; the error says what was expected and what happened.

@@ -25,6 +25,7 @@
 //!   per request); a rule may only grant it when the cluster sets
 //!   `allow_impersonator`.
 //!
+//! - `roles`: Talos's role names, and the mistakes rules are refused for.
 //! - `rules`: a cluster's rules, checked at load, and which match a token.
 //! - `app_roles`: app-role selectors and the tenant they count in.
 //! - `decision`: who applies, what a decision grants, and denials.
@@ -39,12 +40,14 @@ mod decision;
 mod defaults;
 mod entitlement;
 mod examples;
+mod roles;
 mod rules;
 mod workloads;
 
 pub use app_roles::{AppRoleSelector, check_app_roles};
 pub use decision::{Applicant, Decision, Denial};
-pub use rules::{ClusterPolicy, PolicyConfigError};
+pub use roles::PolicyConfigError;
+pub use rules::ClusterPolicy;
 pub use workloads::{WorkloadDenial, WorkloadGrant, WorkloadMiss, WorkloadRules};
 
 /// Every role Talos knows (`role.All`, Talos 1.13). Older nodes ignore the

@@ -3,31 +3,12 @@
 
 use std::collections::BTreeSet;
 
+use super::IMPERSONATOR;
 use super::app_roles::{AppRoleSelector, check_app_roles};
 use super::decision::Applicant;
+use super::roles::{PolicyConfigError, check_role_name};
 use super::workloads::WorkloadRules;
-use super::{IMPERSONATOR, TALOS_ROLES};
 use crate::config::{PolicyConfig, Rule};
-
-/// A configuration mistake in a cluster's rules.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyConfigError {
-    #[error("rule {index} grants no roles")]
-    RuleWithoutRoles { index: usize },
-    #[error("rule {index} has no selector (groups, app_roles, users or claims): it would match everyone")]
-    RuleWithoutSelector { index: usize },
-    #[error("`{role}` is not a Talos role; known roles: {}", TALOS_ROLES.join(", "))]
-    UnknownRole { role: String },
-    #[error(
-        "rule {index} grants os:impersonator, which lets its holder act with any role; \
-         set allow_impersonator: true on the cluster if that is really intended"
-    )]
-    ImpersonatorNotAllowed { index: usize },
-    #[error("rule {index}: {message}")]
-    AppRole { index: usize, message: String },
-    #[error("workloads[{index}]: {message}")]
-    Workload { index: usize, message: String },
-}
 
 /// A cluster's checked rules.
 #[derive(Debug, Clone)]
@@ -119,16 +100,6 @@ impl ClusterPolicy {
             }
         }
         out.into_iter().collect()
-    }
-}
-
-pub(super) fn check_role_name(role: &str) -> Result<(), PolicyConfigError> {
-    if TALOS_ROLES.contains(&role) {
-        Ok(())
-    } else {
-        Err(PolicyConfigError::UnknownRole {
-            role: role.to_owned(),
-        })
     }
 }
 

@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use wildmatch::WildMatch;
 
-use super::rules::check_role_name;
-use super::{IMPERSONATOR, PolicyConfigError};
+use super::IMPERSONATOR;
+use super::roles::{PolicyConfigError, check_role_name};
 use crate::config::WorkloadRule;
-use crate::identity::issuer::workload::{Workload, schema};
+use crate::identity::issuer::workload::Workload;
+use crate::identity::issuer::workload_schema as schema;
 
 /// How a rule compares one claim.
 #[derive(Debug, Clone)]

@@ -52,6 +52,15 @@ const KINDS: &[Registration] = &[
     gitlab_ci::KIND,
 ];
 
+/// The workload kinds' schemas: the claims their rules may name.
+const WORKLOAD_SCHEMAS: [&workload::Schema; 3] =
+    [&kubernetes::SCHEMA, &github_actions::SCHEMA, &gitlab_ci::SCHEMA];
+
+/// The schema of workload kind `kind`; `None` for people's kinds.
+pub fn workload_schema(kind: &str) -> Option<&'static workload::Schema> {
+    WORKLOAD_SCHEMAS.into_iter().find(|schema| schema.kind == kind)
+}
+
 /// Entra's tenant for personal Microsoft accounts: refused unless an Entra
 /// issuer lists it in `allowed_tenants`.
 pub(super) const CONSUMER_TENANT: &str = "9188040d-6c67-4c5b-b112-36a304b66dad";

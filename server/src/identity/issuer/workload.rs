@@ -31,18 +31,6 @@ pub struct Schema {
     pub anchors: &'static [&'static str],
 }
 
-/// The workload kinds' schemas.
-const SCHEMAS: [&Schema; 3] = [
-    &super::kubernetes::SCHEMA,
-    &super::github_actions::SCHEMA,
-    &super::gitlab_ci::SCHEMA,
-];
-
-/// The schema of workload kind `kind`; `None` for people's kinds.
-pub fn schema(kind: &str) -> Option<&'static Schema> {
-    SCHEMAS.into_iter().find(|schema| schema.kind == kind)
-}
-
 /// Who a workload token names, and the claims rules may match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {
