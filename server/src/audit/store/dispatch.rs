@@ -236,6 +236,9 @@ impl AuditStore {
                 node: postgres::node_condition,
                 node_index: true,
                 api_call: postgres::API_CALL,
+                kind: postgres::kind_condition,
+                workload: postgres::WORKLOAD,
+                person: postgres::PERSON,
             },
             AuditStore::Sqlite(_) => Dialect {
                 role: if order.far_bound(filter) {
@@ -247,6 +250,9 @@ impl AuditStore {
                 node: sqlite::node_condition,
                 node_index: false,
                 api_call: sqlite::API_CALL,
+                kind: sqlite::kind_condition,
+                workload: sqlite::WORKLOAD,
+                person: sqlite::PERSON,
             },
         };
         self.records(Statement::matching(filter, &dialect, self.chain_rows(), order))
