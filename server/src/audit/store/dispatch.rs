@@ -229,6 +229,11 @@ impl AuditStore {
     }
 
     async fn matching(&self, filter: &AuditFilter, order: Order) -> Result<Vec<StoredRecord>, StoreError> {
+        self.records(self.matching_statement(filter, order)).await
+    }
+
+    /// The statement that reads the records of `filter` in `order`.
+    pub(super) fn matching_statement(&self, filter: &AuditFilter, order: Order) -> Statement {
         let dialect = match self {
             AuditStore::Postgres(_) => Dialect {
                 role: postgres::role_condition,
@@ -255,8 +260,7 @@ impl AuditStore {
                 person: sqlite::PERSON,
             },
         };
-        self.records(Statement::matching(filter, &dialect, self.chain_rows(), order))
-            .await
+        Statement::matching(filter, &dialect, self.chain_rows(), order)
     }
 
     async fn records(&self, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {

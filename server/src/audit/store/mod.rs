@@ -51,6 +51,8 @@ pub mod roles;
 pub mod schema;
 pub mod sqlite;
 mod types;
+#[cfg(test)]
+mod workload_plans;
 
 pub use dispatch::AuditStore;
 pub use postgres::LockAhead;

@@ -240,9 +240,8 @@ pub(super) fn node_condition(n: usize) -> String {
 pub(super) const WORKLOAD: &str = "json_type(details, '$.workload') IS NOT NULL";
 
 /// A kind filter for placeholder `$n`, written as the index
-/// `audit_events_workload_kind` (migration 0010) holds it: the kind alone,
-/// so that SQLite seeks it there rather than walking every workload's
-/// record through the partial index for [`WORKLOAD`].
+/// `audit_events_workload_kind` (migration 0010) holds it, which is not
+/// partial: the kind alone is the whole test.
 pub(super) fn kind_condition(n: usize) -> String {
     format!("json_extract(details, '$.workload.kind') = ${n}")
 }
