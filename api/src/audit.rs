@@ -135,6 +135,25 @@ pub mod workload {
     pub const KINDS: [&str; 3] = [KUBERNETES, GITHUB_ACTIONS, GITLAB_CI];
 }
 
+/// What the `kind` filter may name: one workload kind
+/// ([`workload::KINDS`]), any workload, or a person.
+pub mod record_kind {
+    use super::workload;
+
+    /// Records that hold `details.workload`, whatever its kind.
+    pub const WORKLOAD: &str = "workload";
+    /// Records of a verified identity that hold no `details.workload`.
+    pub const PERSON: &str = "person";
+    /// Every value a `kind` filter may take.
+    pub const ALL: [&str; 5] = [
+        workload::KUBERNETES,
+        workload::GITHUB_ACTIONS,
+        workload::GITLAB_CI,
+        WORKLOAD,
+        PERSON,
+    ];
+}
+
 /// One decision, before it gets its place in the chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -310,6 +329,12 @@ pub struct AuditQuery {
     /// (`10.5.0.2`). No other event matches it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Whose records: a workload kind (`github-actions`, `kubernetes`,
+    /// `gitlab-ci`: records whose `details.workload.kind` it is), `workload`
+    /// (any of them) or `person` (verified records without
+    /// `details.workload`); one of [`record_kind::ALL`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The `next_cursor` of the previous page (a sequence number, 0 or more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -335,6 +360,7 @@ impl AuditQuery {
             client_ip: each(&self.client_ip),
             method: each(&self.method),
             node: each(&self.node),
+            kind: each(&self.kind),
             cursor: each(&self.cursor),
             limit: each(&self.limit),
         }
@@ -421,6 +447,15 @@ mod tests {
         let back: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back.to_string(), text);
         assert_eq!(back["x"].as_f64(), Some(3.632_698_987_798_045_4e276));
+    }
+
+    #[test]
+    fn a_kind_filter_takes_every_workload_kind_then_workload_and_person() {
+        assert_eq!(record_kind::ALL[..workload::KINDS.len()], workload::KINDS);
+        assert_eq!(
+            record_kind::ALL[workload::KINDS.len()..],
+            [record_kind::WORKLOAD, record_kind::PERSON]
+        );
     }
 
     #[test]

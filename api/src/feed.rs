@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::audit::{StoredRecord, api_call, event, format_micros, outcome};
+use crate::audit::{StoredRecord, api_call, event, format_micros, outcome, workload};
 
 /// The path of the follow stream; it takes the filters of `GET /v1/audit`.
 pub const STREAM_PATH: &str = "/v1/audit/stream";
@@ -228,7 +228,26 @@ pub fn ecs_document(stored: &StoredRecord, server_version: Option<&str>) -> Valu
             ("version", json!(server_version)),
         ]),
     );
-    put(&mut doc, "labels", object(&[("cluster", json!(record.cluster))]));
+    // A workload's kind and issuer are what a SIEM rule keys on (every
+    // GitHub Actions certificate, one issuer's refusals): labels, ECS's
+    // keyword pairs for that; the rest stays under `talos_sso.details`.
+    let workload_field = |key: &str| {
+        record
+            .details
+            .get(workload::KEY)
+            .and_then(|w| w.get(key))
+            .and_then(Value::as_str)
+            .map_or(Value::Null, Value::from)
+    };
+    put(
+        &mut doc,
+        "labels",
+        object(&[
+            ("cluster", json!(record.cluster)),
+            ("workload_kind", workload_field(workload::KIND)),
+            ("workload_issuer", workload_field(workload::ISSUER)),
+        ]),
+    );
     let details = match &record.details {
         Value::Object(fields) if fields.is_empty() => Value::Null,
         other => other.clone(),
@@ -380,6 +399,31 @@ mod tests {
         call.record.details["class"] = json!("read");
         assert_eq!(ecs_document(&call, None)["event"]["type"], json!(["access"]));
         assert_eq!(outcome::ALL.len(), 4, "an outcome this test does not map");
+    }
+
+    #[test]
+    fn a_workload_certificate_labels_its_kind_and_issuer() {
+        let mut issued = stored(event::CERTIFICATE_ISSUED, outcome::SUCCESS);
+        issued.record.details = json!({"workload": {
+            "kind": "github-actions", "issuer": "github", "rules": ["deploy"],
+            "claims": {"repository": "acme/infra"}, "token_use": 1, "token_uses_max": 1,
+        }});
+        let doc = ecs_document(&issued, None);
+        assert_eq!(
+            doc["labels"],
+            json!({"cluster": "prod", "workload_kind": "github-actions", "workload_issuer": "github"})
+        );
+        assert_eq!(doc["event"]["category"], json!(["authentication"]));
+        assert_eq!(
+            doc["talos_sso"]["details"]["workload"]["claims"]["repository"],
+            "acme/infra"
+        );
+        // A person's record has no workload labels; nor has a workload
+        // object whose kind is not text.
+        let person = ecs_document(&stored(event::CERTIFICATE_ISSUED, outcome::SUCCESS), None);
+        assert_eq!(person["labels"], json!({"cluster": "prod"}));
+        issued.record.details = json!({"workload": {"kind": 7}});
+        assert_eq!(ecs_document(&issued, None)["labels"], json!({"cluster": "prod"}));
     }
 
     #[test]

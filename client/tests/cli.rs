@@ -47,6 +47,10 @@ mod gateway;
 #[path = "cli/api_calls.rs"]
 mod api_calls;
 
+/// `audit list --kind`: workload logins in the trail.
+#[path = "cli/workloads.rs"]
+mod workloads;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.

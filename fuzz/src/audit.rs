@@ -4,7 +4,8 @@
 //! as axum reads it (`Query<AuditQuery>`), cleaned as the handler cleans
 //! it, then checked by `http::audit::filter`. Properties: nothing panics;
 //! an accepted filter is within bounds (cursor, page size, known outcome
-//! and event, a method that is a gRPC path or a prefix of one, one node)
+//! and event, a method that is a gRPC path or a prefix of one, one node,
+//! a known workload kind)
 //! and its times have the one text form of a time (they are
 //! bound into SQL and compared with stored times); a refusal names a
 //! parameter the query has.
@@ -24,10 +25,10 @@ use arbitrary::{Arbitrary, Unstructured};
 use axum::extract::Query;
 use axum::http::Uri;
 use serde_json::{Map, Value};
-use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
+use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE, workload};
 use talos_sso_api::chain::canonical_encoding_by_value;
 use talos_sso_api::{AuditQuery, audit::StoredRecord};
-use talos_sso_server::audit::store::MethodFilter;
+use talos_sso_server::audit::store::{KindFilter, MethodFilter};
 use talos_sso_server::audit::{
     AuditRecord, ChainCheck, GENESIS_HASH, RecordExt, canonical_encoding, chain, event, format_micros,
     outcome, parse_micros, record_hash,
@@ -75,6 +76,13 @@ pub fn run_query(data: &[u8]) {
                     !n.is_empty() && !n.contains(|c: char| c == ',' || c.is_whitespace()),
                     "node {n:?} accepted"
                 );
+            }
+            // A kind is one the trail records, `workload` or `person`.
+            match &f.kind {
+                Some(KindFilter::Workload(k)) => {
+                    assert!(workload::KINDS.contains(&k.as_str()), "kind {k:?} accepted")
+                }
+                Some(KindFilter::AnyWorkload | KindFilter::Person) | None => {}
             }
             for t in [f.since, f.until].into_iter().flatten() {
                 let text = format_micros(t);

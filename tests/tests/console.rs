@@ -6,7 +6,8 @@
 //! checks, the security headers, CSRF, one record per view, the charts'
 //! SQL and the exports; two replicas sharing one session
 //! (`console_replicas.rs`); Talos API calls, filtered and per person
-//! (`console_api_calls.rs`).
+//! (`console_api_calls.rs`); workload logins, filtered by kind and on a
+//! record's page (`console_workloads.rs`).
 //!
 //! A missing Chromium or `tests/console/node_modules` fails the test with
 //! what to install; it is never skipped. `CONSOLE_SCREENSHOTS=<dir>` keeps
@@ -27,6 +28,9 @@ mod replicas;
 
 #[path = "console_api_calls.rs"]
 mod api_calls;
+
+#[path = "console_workloads.rs"]
+mod workloads;
 
 const AUDITOR: &str = "sam@example.com";
 const ADMIN: &str = "alice@example.com";

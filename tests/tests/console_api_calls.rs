@@ -39,7 +39,7 @@ fn call(user: &str, request_id: &str, result: &str, details: serde_json::Value) 
 }
 
 /// The rows of the table that follows `heading` on `page`.
-fn rows_after<'a>(page: &'a str, heading: &str) -> Vec<&'a str> {
+pub(super) fn rows_after<'a>(page: &'a str, heading: &str) -> Vec<&'a str> {
     let section = &page[page
         .find(heading)
         .unwrap_or_else(|| panic!("no {heading}: {page}"))..];

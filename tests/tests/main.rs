@@ -65,6 +65,8 @@
 //!   the database refuses) through the store and the group-commit writer.
 //! - `audit_sql`: docs/audit.md's SQL and the store's filters, checked
 //!   against a seeded trail on both stores.
+//! - `audit_workloads`: workload logins in the trail: the `kind` filter
+//!   and the view `audit_workloads`, on both stores.
 //! - `console`: the web console in a real headless Chromium (login through
 //!   the emulator, filters, a record's chain position, refusals, the deny
 //!   list and the CLI, a tampered trail), and over HTTP on both stores.
@@ -118,6 +120,7 @@ mod accepted_ca_patches;
 mod accepted_ca_rotation;
 mod accepted_ca_tools;
 mod audit_sql;
+mod audit_workloads;
 mod batch;
 mod ca_sources;
 mod checkpoints;

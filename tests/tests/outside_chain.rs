@@ -27,7 +27,7 @@ on_both_stores!(
 const LOGIN_ISS: &str = "https://login.example/t/v2.0";
 
 /// Every view that reads `audit_events`, and an event each one shows.
-const VIEWS: [(&str, &str, &str); 9] = [
+const VIEWS: [(&str, &str, &str); 10] = [
     ("issued_certificates", event::CERTIFICATE_ISSUED, outcome::SUCCESS),
     ("denied_requests", event::CERTIFICATE_DENIED, outcome::DENIED),
     ("audit_issued", event::BREAK_GLASS_ISSUED, outcome::SUCCESS),
@@ -41,10 +41,13 @@ const VIEWS: [(&str, &str, &str); 9] = [
     ),
     ("audit_break_glass", event::BREAK_GLASS_ISSUED, outcome::SUCCESS),
     ("audit_api_calls", event::API_CALL, outcome::SUCCESS),
+    // Every planted row holds a workload, for this view.
+    ("audit_workloads", event::CERTIFICATE_ISSUED, outcome::SUCCESS),
 ];
 
 /// An INSERT of a record at `seq` that no server wrote: verified, of the
-/// login issuer, tying `username` to the subject `made-up`.
+/// login issuer, tying `username` to the subject `made-up`, and holding a
+/// workload (so that `audit_workloads` would show it too).
 fn planted(backend: Backend, seq: i64, event: &str, outcome: &str, username: &str) -> String {
     let (time, verified, empty, roles) = match backend {
         Backend::Postgres => ("now()", "true", "'{}'", "'{os:admin}'"),
@@ -54,7 +57,7 @@ fn planted(backend: Backend, seq: i64, event: &str, outcome: &str, username: &st
         "INSERT INTO audit_events (seq, occurred_at, request_id, event, outcome, cluster, issuer, subject, \
          username, identity_verified, groups_evaluated, roles_requested, roles_granted, details, prev_hash, hash) \
          VALUES ({seq}, {time}, 'planted', '{event}', '{outcome}', 'prod', '{LOGIN_ISS}', 'made-up', \
-         '{username}', {verified}, {empty}, {empty}, {roles}, '{{}}', 'x', 'y')"
+         '{username}', {verified}, {empty}, {empty}, {roles}, '{{\"workload\": {{\"kind\": \"kubernetes\"}}}}', 'x', 'y')"
     )
 }
 

@@ -7,7 +7,7 @@ use anyhow::anyhow;
 use clap::{Args, Subcommand};
 
 use talos_sso_api::AuditQuery;
-use talos_sso_api::audit::{MAX_PAGE, event, outcome};
+use talos_sso_api::audit::{MAX_PAGE, event, outcome, record_kind};
 
 use super::explained;
 use super::format::{Format, print_data};
@@ -55,6 +55,16 @@ pub struct AuditFilterArgs {
     /// A node an api.call record names (e.g. 10.5.0.2).
     #[arg(long)]
     pub node: Option<String>,
+    #[arg(long, help = kind_help())]
+    pub kind: Option<String>,
+}
+
+/// The help of `--kind`: the values the server takes, and what each keeps.
+fn kind_help() -> String {
+    format!(
+        "{}: the certificate records of one workload kind, of any workload, or the records of people",
+        alternatives(&record_kind::ALL)
+    )
 }
 
 /// `a, b or c`: the values a filter may take, as its help says them (no
@@ -83,6 +93,7 @@ impl AuditFilterArgs {
             client_ip: self.client_ip.clone(),
             method: self.method.clone(),
             node: self.node.clone(),
+            kind: self.kind.clone(),
             cursor: None,
             limit: None,
         }
@@ -351,7 +362,7 @@ mod tests {
     use crate::cli::{Cli, Command};
 
     #[test]
-    fn the_filter_help_names_every_event_and_outcome() {
+    fn the_filter_help_names_every_event_outcome_and_kind() {
         let mut cli = Cli::command();
         cli.build();
         let list = cli
@@ -370,6 +381,11 @@ mod tests {
         assert!(
             events.ends_with(", api.call or gateway.certificate_issued"),
             "{events}"
+        );
+        assert_eq!(
+            help("kind"),
+            "kubernetes, github-actions, gitlab-ci, workload or person: the certificate records of one \
+             workload kind, of any workload, or the records of people"
         );
     }
 
@@ -393,6 +409,8 @@ mod tests {
             "/machine.MachineService/Etcd*",
             "--node",
             "10.5.0.2",
+            "--kind",
+            "github-actions",
         ])
         .unwrap();
         let Command::Audit(AuditCommand::Export { filter, .. }) = cli.command else {
@@ -408,6 +426,7 @@ mod tests {
                 outcome: Some("success".into()),
                 method: Some("/machine.MachineService/Etcd*".into()),
                 node: Some("10.5.0.2".into()),
+                kind: Some("github-actions".into()),
                 ..AuditQuery::default()
             }
         );

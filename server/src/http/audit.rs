@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use serde_json::json;
-use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE};
+use talos_sso_api::audit::{DEFAULT_PAGE, MAX_PAGE, record_kind};
 use talos_sso_api::{AuditPage, AuditQuery, ChainStatus};
 
 use super::caller::Caller;
@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::privileged::{Privilege, authorize, commit};
 use super::{QueryParams, query_or_400};
 use crate::app::App;
-use crate::audit::store::{AuditFilter, MethodFilter};
+use crate::audit::store::{AuditFilter, KindFilter, MethodFilter};
 use crate::audit::{event, outcome};
 use talos_sso_api::checkpoint::{Checkpoint, trigger};
 use talos_sso_text as text;
@@ -86,6 +86,16 @@ fn node_filter(text: &str) -> Result<String, ParamError> {
     Ok(text.to_owned())
 }
 
+/// A `kind` filter: one workload kind, `workload` or `person`
+/// ([`record_kind::ALL`]).
+fn kind_filter(text: &str) -> KindFilter {
+    match text {
+        record_kind::WORKLOAD => KindFilter::AnyWorkload,
+        record_kind::PERSON => KindFilter::Person,
+        kind => KindFilter::Workload(kind.to_owned()),
+    }
+}
+
 /// The store filter `query` asks for; `query` is cleaned exactly as stored
 /// records are ([`text::clean_field`]), so a filter matches what was kept.
 pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilter, ParamError> {
@@ -109,6 +119,7 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
     };
     one_of(&query.outcome, "outcome", &outcome::ALL)?;
     one_of(&query.event, "event", &event::ALL)?;
+    one_of(&query.kind, "kind", &record_kind::ALL)?;
     let method = query.method.as_deref().map(method_filter).transpose()?;
     let node = query.node.as_deref().map(node_filter).transpose()?;
     Ok(AuditFilter {
@@ -124,6 +135,7 @@ pub fn filter(query: &AuditQuery, now: time::OffsetDateTime) -> Result<AuditFilt
         client_ip: query.client_ip.clone(),
         method,
         node,
+        kind: query.kind.as_deref().map(kind_filter),
         except_event: None,
         after_seq: match &query.cursor {
             Some(c) => bounded_int("cursor", c, 0, i64::MAX)?,
@@ -268,5 +280,35 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn kind_filters_name_a_workload_kind_any_workload_or_a_person() {
+        let now = time::macros::datetime!(2026-12-01 12:00 UTC);
+        let kind = |text: &str| {
+            filter(
+                &AuditQuery {
+                    kind: Some(text.into()),
+                    ..AuditQuery::default()
+                },
+                now,
+            )
+        };
+        for (text, want) in [
+            ("github-actions", KindFilter::Workload("github-actions".into())),
+            ("kubernetes", KindFilter::Workload("kubernetes".into())),
+            ("gitlab-ci", KindFilter::Workload("gitlab-ci".into())),
+            ("workload", KindFilter::AnyWorkload),
+            ("person", KindFilter::Person),
+        ] {
+            assert_eq!(kind(text).unwrap().kind, Some(want), "{text}");
+        }
+        for bad in ["", "GitHub-Actions", "github", "people", "kubernetes,gitlab-ci"] {
+            let (name, why) = kind(bad).unwrap_err();
+            assert_eq!(name, "kind", "{bad:?}");
+            assert!(why.contains("github-actions") && why.contains("person"), "{why}");
+        }
+        let none = filter(&AuditQuery::default(), now).unwrap();
+        assert_eq!(none.kind, None);
     }
 }

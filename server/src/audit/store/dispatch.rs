@@ -229,6 +229,11 @@ impl AuditStore {
     }
 
     async fn matching(&self, filter: &AuditFilter, order: Order) -> Result<Vec<StoredRecord>, StoreError> {
+        self.records(self.matching_statement(filter, order)).await
+    }
+
+    /// The statement that reads the records of `filter` in `order`.
+    pub(super) fn matching_statement(&self, filter: &AuditFilter, order: Order) -> Statement {
         let dialect = match self {
             AuditStore::Postgres(_) => Dialect {
                 role: postgres::role_condition,
@@ -236,6 +241,9 @@ impl AuditStore {
                 node: postgres::node_condition,
                 node_index: true,
                 api_call: postgres::API_CALL,
+                kind: postgres::kind_condition,
+                workload: postgres::WORKLOAD,
+                person: postgres::PERSON,
             },
             AuditStore::Sqlite(_) => Dialect {
                 role: if order.far_bound(filter) {
@@ -247,10 +255,12 @@ impl AuditStore {
                 node: sqlite::node_condition,
                 node_index: false,
                 api_call: sqlite::API_CALL,
+                kind: sqlite::kind_condition,
+                workload: sqlite::WORKLOAD,
+                person: sqlite::PERSON,
             },
         };
-        self.records(Statement::matching(filter, &dialect, self.chain_rows(), order))
-            .await
+        Statement::matching(filter, &dialect, self.chain_rows(), order)
     }
 
     async fn records(&self, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {

@@ -51,11 +51,13 @@ pub mod roles;
 pub mod schema;
 pub mod sqlite;
 mod types;
+#[cfg(test)]
+mod workload_plans;
 
 pub use dispatch::AuditStore;
 pub use postgres::LockAhead;
 pub use types::{
-    Append, Appended, AuditFilter, ChartCounts, ChartWindow, DenyChange, DenyEntry, IssuerScope,
+    Append, Appended, AuditFilter, ChartCounts, ChartWindow, DenyChange, DenyEntry, IssuerScope, KindFilter,
     MethodFilter, OUTSIDE_CHAIN_NAMED, OutsideChain, StoreError, StoreOptions, TokenClaim, WRITE_TIMEOUT,
 };
 
@@ -141,7 +143,7 @@ mod tests {
     /// as databases already hold them: sqlx refuses to start on a database
     /// whose applied migration has another checksum, so a released file
     /// must never change. A new migration is a new file, added here.
-    const RELEASED: [(&str, i64, &str); 18] = [
+    const RELEASED: [(&str, i64, &str); 20] = [
         (
             "postgres",
             1,
@@ -231,6 +233,16 @@ mod tests {
             "sqlite",
             9,
             "a1ff04c5e574402a355104d5d00701b840647e8adea3a3737d5090f3701b72d39684c4a6ff0ce5bd95f9fba4c4b1ea9a",
+        ),
+        (
+            "postgres",
+            10,
+            "bde91b6f56a49cd4bc992e2773bb3f4be4afbe2eddf4ed2134a72c843b553dbfec10b3f050b4a8d92e4d19815e4bcc08",
+        ),
+        (
+            "sqlite",
+            10,
+            "6cca4e89297af522196b5a496b8b6bb3b2892f0eb18fec65a9e2fda3c479d3c1102972cebec3253221b5dd18efe002b6",
         ),
     ];
 

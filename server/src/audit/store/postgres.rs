@@ -111,6 +111,22 @@ pub(super) fn node_condition(n: usize) -> String {
     format!("details->'nodes' @> jsonb_build_array(${n}::text)")
 }
 
+/// The test that a record is a workload's (it holds `details.workload`):
+/// the predicate of the partial indexes of migration 0010, which a query
+/// must state for them to serve.
+pub(super) const WORKLOAD: &str = "details ? 'workload'";
+
+/// A kind filter for placeholder `$n`: the record is a workload's of that
+/// kind, as the index `audit_events_workload_kind` (migration 0010) holds
+/// it: compared as JSON, so that a kind that is not a string (`7`) is not
+/// the text `'7'` (SQLite's `json_extract` keeps the two apart too).
+pub(super) fn kind_condition(n: usize) -> String {
+    format!("{WORKLOAD} AND details->'workload'->'kind' = to_jsonb(${n}::text)")
+}
+
+/// The test that a record is a person's: a verified identity, no workload.
+pub(super) const PERSON: &str = "identity_verified AND NOT (details ? 'workload')";
+
 pub(super) async fn records(pool: &PgPool, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {
     let rows = bound(query, std::convert::identity).fetch_all(pool).await?;
     rows.iter().map(stored_record).collect()

@@ -9,7 +9,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 use talos_sso_api::audit::MAX_PAGE;
 use time::OffsetDateTime;
 
-use super::types::{AuditFilter, ChartWindow, DenyChange, DenyEntry, MethodFilter, StoreError};
+use super::types::{AuditFilter, ChartWindow, DenyChange, DenyEntry, KindFilter, MethodFilter, StoreError};
 use crate::audit::{AuditRecord, StoredRecord};
 
 /// Every column of `audit_events`, in the order both backends write them.
@@ -263,6 +263,15 @@ impl Statement {
                 Bind::Text(Some(node.clone())),
             );
         }
+        // Only a workload's records hold `details.workload`.
+        if let Some(KindFilter::Workload(kind)) = &filter.kind {
+            add(&dialect.kind, Bind::Text(Some(kind.clone())));
+        }
+        match &filter.kind {
+            Some(KindFilter::AnyWorkload) => conditions.push(dialect.workload.to_owned()),
+            Some(KindFilter::Person) => conditions.push(dialect.person.to_owned()),
+            Some(KindFilter::Workload(_)) | None => {}
+        }
         binds.push(Bind::Int(filter.limit.clamp(1, MAX_PAGE)));
         let direction = match order {
             Order::OldestFirst => "",
@@ -299,6 +308,13 @@ pub(super) struct Dialect {
     /// The test that a record is an API call, as the method's index needs
     /// it written.
     pub(super) api_call: &'static str,
+    /// The test that placeholder `n` is the kind of a workload's record,
+    /// as the backend's index of it (migration 0010) needs it written.
+    pub(super) kind: fn(usize) -> String,
+    /// The test that a record is a workload's, of any kind.
+    pub(super) workload: &'static str,
+    /// The test that a record is a person's.
+    pub(super) person: &'static str,
 }
 
 #[cfg(test)]
@@ -311,6 +327,9 @@ impl Dialect {
             node: |n| format!("node = ${n}"),
             node_index: false,
             api_call: "A",
+            kind: |n| format!("kind = ${n}"),
+            workload: "W",
+            person: "P",
         }
     }
 }
@@ -532,6 +551,30 @@ mod tests {
             ),
             "{node}"
         );
+    }
+
+    #[test]
+    fn kind_filters_write_each_backends_workload_tests() {
+        let sql = |kind: KindFilter| {
+            let filter = AuditFilter {
+                kind: Some(kind),
+                ..Default::default()
+            };
+            let statement = Statement::matching(&filter, &Dialect::placeholders(), "V", Order::OldestFirst);
+            let sql = statement.sql;
+            (
+                sql[sql.find(" WHERE ").unwrap_or(0)..].to_owned(),
+                statement.binds,
+            )
+        };
+        let (one, binds) = sql(KindFilter::Workload("gitlab-ci".into()));
+        assert_eq!(one, " WHERE seq > $1 AND V AND kind = $2 ORDER BY seq LIMIT $3");
+        assert_eq!(binds[1], Bind::Text(Some("gitlab-ci".into())));
+        let (any, binds) = sql(KindFilter::AnyWorkload);
+        assert_eq!(any, " WHERE seq > $1 AND V AND W ORDER BY seq LIMIT $2");
+        assert_eq!(binds.len(), 2);
+        let (person, _) = sql(KindFilter::Person);
+        assert_eq!(person, " WHERE seq > $1 AND V AND P ORDER BY seq LIMIT $2");
     }
 
     #[test]

@@ -234,6 +234,21 @@ pub(super) fn node_condition(n: usize) -> String {
     )
 }
 
+/// The test that a record is a workload's (it holds `details.workload`),
+/// written as the predicate of the partial index `audit_events_workload`
+/// (migration 0010), which SQLite uses only for a query that states it.
+pub(super) const WORKLOAD: &str = "json_type(details, '$.workload') IS NOT NULL";
+
+/// A kind filter for placeholder `$n`, written as the index
+/// `audit_events_workload_kind` (migration 0010) holds it, which is not
+/// partial: the kind alone is the whole test.
+pub(super) fn kind_condition(n: usize) -> String {
+    format!("json_extract(details, '$.workload.kind') = ${n}")
+}
+
+/// The test that a record is a person's: a verified identity, no workload.
+pub(super) const PERSON: &str = "identity_verified = 1 AND json_type(details, '$.workload') IS NULL";
+
 pub(super) async fn records(pool: &SqlitePool, query: Statement) -> Result<Vec<StoredRecord>, StoreError> {
     let rows = bound(query, format_micros).fetch_all(pool).await?;
     rows.iter().map(stored_record).collect()

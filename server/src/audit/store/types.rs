@@ -123,6 +123,8 @@ pub struct AuditFilter {
     /// A node an `api.call` record names in `details.nodes` (other events
     /// never match).
     pub node: Option<String>,
+    /// Whose records: one workload kind, any workload, or people.
+    pub kind: Option<KindFilter>,
     /// Leave out the records of this event (for a view that shows them
     /// apart, such as a person's API calls; the API has no such filter).
     pub except_event: Option<String>,
@@ -157,6 +159,18 @@ impl MethodFilter {
         }
         None
     }
+}
+
+/// Whose records a `kind` filter keeps. A workload's certificate records
+/// hold `details.workload`; a person's records do not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KindFilter {
+    /// Records whose `details.workload.kind` is this text.
+    Workload(String),
+    /// Records that hold `details.workload`, of any kind.
+    AnyWorkload,
+    /// Records of a verified identity without `details.workload`.
+    Person,
 }
 
 /// A token id to claim, and until when the claim matters.

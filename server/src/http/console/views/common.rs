@@ -16,6 +16,7 @@ use talos_sso_api::audit::{api_call, event};
 use talos_sso_api::{AuditQuery, AuditRecord, ChainStatus, StoredRecord};
 
 use super::super::{Auditor, Console, Viewer, page, record_view};
+use super::workload::Workload;
 use crate::app::App;
 use crate::audit::format_micros;
 use crate::audit::store::AuditFilter;
@@ -101,6 +102,8 @@ pub struct Filters {
     pub method: String,
     /// A node an API call named.
     pub node: String,
+    /// A workload kind, `workload` or `person`.
+    pub kind: String,
     /// Cursor: records before this `seq` (newest first).
     #[serde(skip_serializing)]
     pub before: String,
@@ -129,6 +132,7 @@ impl Filters {
             client_ip: some(&self.client_ip),
             method: some(&self.method),
             node: some(&self.node),
+            kind: some(&self.kind),
             cursor: None,
             limit: None,
         }
@@ -165,7 +169,7 @@ impl Filters {
         url.finish()
     }
 
-    fn pairs(&self) -> [(&'static str, &String); 12] {
+    fn pairs(&self) -> [(&'static str, &String); 13] {
         [
             ("since", &self.since),
             ("until", &self.until),
@@ -179,6 +183,7 @@ impl Filters {
             ("client_ip", &self.client_ip),
             ("method", &self.method),
             ("node", &self.node),
+            ("kind", &self.kind),
         ]
     }
 }
@@ -199,7 +204,11 @@ pub(super) fn records_table(records: &[StoredRecord]) -> Markup {
                     tr {
                         td { a href={ "/ui/records/" (r.seq) } { (r.seq) } }
                         td.mono { (when(rec.occurred_at)) }
-                        td { (rec.event) @if rec.event == event::API_CALL { br; (api_call_summary(rec)) } }
+                        td {
+                            (rec.event)
+                            @if rec.event == event::API_CALL { br; (api_call_summary(rec)) }
+                            @if let Some(workload) = Workload::of(rec) { br; (workload.summary()) }
+                        }
                         td class={ "outcome-" (rec.outcome) } { (rec.outcome) @if let Some(reason) = &rec.reason_code { " (" (reason) ")" } }
                         td {
                             @if let Some(user) = &rec.username {

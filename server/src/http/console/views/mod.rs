@@ -14,6 +14,7 @@ mod held;
 mod person;
 mod record;
 mod trail;
+mod workload;
 
 pub use chain::{CsrfForm, chain, verify_again};
 pub use charts::{CHART_DAYS_MAX, CHART_HOURS_MAX, ChartCache, ChartQuery, charts};

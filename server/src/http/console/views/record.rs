@@ -9,6 +9,7 @@ use maud::html;
 use serde_json::json;
 
 use super::common::Look;
+use super::workload::Workload;
 use crate::audit::format_micros;
 use crate::http::console::page;
 
@@ -105,6 +106,7 @@ pub async fn record(look: Look, Path(seq): Path<String>) -> Response {
             @if seq > 1 { a href={ "/ui/records/" (seq - 1) } { "Previous record" } }
             @if seq < head.0 { a href={ "/ui/records/" (seq + 1) } { "Next record" } }
         }
+        @if let Some(workload) = Workload::of(r) { (workload.section()) }
         h2 { "Fields" }
         dl.fields {
             @for (name, value) in &fields { dt { (name) } dd.mono { (value) } }

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::common::{Filters, Look, PAGE, records_table};
 use crate::audit::{event, outcome};
 use crate::http::console::page;
+use talos_sso_api::audit::record_kind;
 
 fn filter_form(filters: &Filters) -> Markup {
     let text_input = |name: &str, label: &str, value: &str, hint: &str| {
@@ -38,6 +39,7 @@ fn filter_form(filters: &Filters) -> Markup {
             (text_input("client_ip", "Client address", &filters.client_ip, "203.0.113.7"))
             (text_input("method", "API method (api.call)", &filters.method, "/machine.MachineService/Reboot or …/Etcd*"))
             (text_input("node", "Node (api.call)", &filters.node, "10.5.0.2"))
+            (select("kind", "Kind (workload or person)", &filters.kind, &record_kind::ALL))
             button type="submit" { "Filter" }
             a href="/ui" { "Clear" }
         }
