@@ -140,8 +140,29 @@ impl SystemEnv<'_> {
     }
 }
 
+/// Log in with `args` where no person answers (`watch`, and `exec` with a
+/// workload's token): the new certificate's validity, or why there is
+/// none, as [`schedule`] judges it.
+pub(super) async fn renew_unattended(args: &LoginArgs) -> Result<Validity, RenewalError> {
+    // `login`'s own line is not what a watch says.
+    let mut said = Vec::new();
+    match login_with(args, None, &mut said).await {
+        Ok(record) => validity(&record.talosconfig, &record.context)
+            .ok_or_else(|| RenewalError::Transient("the certificate written cannot be read back".into())),
+        Err(error) => {
+            let reason = super::error_text(&error);
+            match Outcome::of_error(&error) {
+                outcome @ (Outcome::LoginNeeded | Outcome::Refused) => {
+                    Err(RenewalError::Gone { outcome, reason })
+                }
+                Outcome::Success | Outcome::Error | Outcome::Usage => Err(RenewalError::Transient(reason)),
+            }
+        }
+    }
+}
+
 /// The certificate of `context` in `talosconfig`.
-fn validity(talosconfig: &Path, context: &str) -> Option<Validity> {
+pub(super) fn validity(talosconfig: &Path, context: &str) -> Option<Validity> {
     let stored = talosconfig::read_context(talosconfig, context).ok().flatten()?;
     let leaf = crate::certinfo::leaf_info(&stored.crt_pem)?;
     Some(Validity {
@@ -187,6 +208,7 @@ impl WatchEnv for SystemEnv<'_> {
             roles: record.roles.clone(),
             ttl: None,
             method: LoginMethod::default(),
+            github: Default::default(),
             timeout: LOGIN_TIMEOUT,
             talosconfig: Some(record.talosconfig.clone()),
             context: Some(record.context.clone()),
@@ -197,23 +219,7 @@ impl WatchEnv for SystemEnv<'_> {
             ttl_up_to_cluster_max: false,
             silent_only: true,
         };
-        // `login`'s own line is not what a watch says.
-        let mut said = Vec::new();
-        match login_with(&args, None, &mut said).await {
-            Ok(record) => validity(&record.talosconfig, &record.context)
-                .ok_or_else(|| RenewalError::Transient("the certificate written cannot be read back".into())),
-            Err(error) => {
-                let reason = super::error_text(&error);
-                match Outcome::of_error(&error) {
-                    outcome @ (Outcome::LoginNeeded | Outcome::Refused) => {
-                        Err(RenewalError::Gone { outcome, reason })
-                    }
-                    Outcome::Success | Outcome::Error | Outcome::Usage => {
-                        Err(RenewalError::Transient(reason))
-                    }
-                }
-            }
-        }
+        renew_unattended(&args).await
     }
 
     fn report(&mut self, event: Event) {
@@ -237,7 +243,7 @@ fn stamp(at: OffsetDateTime) -> String {
 
 /// The line the watch prints for `event`; cluster names and reasons come
 /// from the configuration, the server and the provider: escaped.
-fn event_line(event: &Event) -> String {
+pub(super) fn event_line(event: &Event) -> String {
     use talos_sso_text::escape;
     let now = stamp(OffsetDateTime::now_utc());
     match event {
