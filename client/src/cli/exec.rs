@@ -54,7 +54,7 @@ pub struct ExecArgs {
 }
 
 pub(super) async fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
-    let workload = super::workload::source(&args.login, &args.github)?;
+    let workload = args.login.workload_source(&args.github)?;
     let saved = state::load();
     let (cluster, mut record) = args.select.one(&saved).map_err(|error| {
         // No cluster named and none logged in to yet: a login is needed

@@ -142,6 +142,16 @@ pub struct LoginMethod {
     pub token_store: Option<TokenStore>,
 }
 
+impl LoginMethod {
+    /// The workload token source chosen instead of a person's login, if any.
+    pub(super) fn workload_source(
+        &self,
+        github: &GitHubActionsArgs,
+    ) -> anyhow::Result<Option<WorkloadSource>> {
+        super::workload::source(self.token_file.as_deref(), self.device || self.keyboard, github)
+    }
+}
+
 /// How long a command that logs in again waits for the browser.
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -326,7 +336,7 @@ pub async fn login_with(
     opener: Option<Opener>,
     out: &mut dyn Write,
 ) -> anyhow::Result<LoginRecord> {
-    let workload = super::workload::source(&args.method, &args.github)?;
+    let workload = args.method.workload_source(&args.github)?;
     if workload.is_some() && (args.watch || args.silent_only) {
         bail!(
             "a watch renews a person's login with its saved refresh token; a workload keeps its \

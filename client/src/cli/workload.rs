@@ -4,10 +4,11 @@
 //! workload's token ([`crate::login::workload`]), read or fetched anew for
 //! each certificate and never saved.
 
+use std::path::Path;
+
 use anyhow::bail;
 use clap::Args;
 
-use super::login::LoginMethod;
 use crate::login::Tokens;
 use crate::login::workload::WorkloadSource;
 
@@ -25,17 +26,16 @@ pub struct GitHubActionsArgs {
     pub audience: Option<String>,
 }
 
-/// The workload token source the command line chose, if any.
+/// The workload token source the command line chose, if any: `token_file`
+/// or `github`; `person_flow` is whether it also asked for a person's way
+/// of logging in (`--device`, `--keyboard`).
 pub(super) fn source(
-    method: &LoginMethod,
+    token_file: Option<&Path>,
+    person_flow: bool,
     github: &GitHubActionsArgs,
 ) -> anyhow::Result<Option<WorkloadSource>> {
-    let chosen = WorkloadSource::chosen(
-        method.token_file.as_deref(),
-        github.github_actions,
-        github.audience.as_deref(),
-    )?;
-    if chosen.is_some() && (method.device || method.keyboard) {
+    let chosen = WorkloadSource::chosen(token_file, github.github_actions, github.audience.as_deref())?;
+    if chosen.is_some() && person_flow {
         bail!(
             "--device and --keyboard are ways for a person to log in; a workload's token \
              (--token-file, --github-actions) needs neither"
@@ -79,7 +79,7 @@ mod tests {
             panic!("{:?}", cli.command);
         };
         assert_eq!(
-            source(&args.method, &args.github).unwrap(),
+            source(args.method.token_file.as_deref(), false, &args.github).unwrap(),
             Some(WorkloadSource::GitHubActions {
                 audience: "talos-sso".into()
             })
@@ -98,10 +98,10 @@ mod tests {
         let Command::Exec(args) = cli.command else {
             panic!("{:?}", cli.command);
         };
-        let error = source(&args.login, &args.github).unwrap_err().to_string();
+        let error = args.login.workload_source(&args.github).unwrap_err().to_string();
         assert!(error.contains("needs neither"), "{error}");
         assert_eq!(
-            source(&LoginMethod::default(), &GitHubActionsArgs::default()).unwrap(),
+            source(None, false, &GitHubActionsArgs::default()).unwrap(),
             None,
             "no flag: a person's login"
         );
