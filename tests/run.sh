@@ -136,15 +136,18 @@ for folder in tests/oidc-provider tests/console; do
   fi
 done
 
-# grpcio (gRPC's C core, from PyPI) for the third gRPC client
-# (tests/grpc/grpcio_client.py): a venv in the target folder the tests run
-# from, made only when it cannot import grpc.
+# Python libraries from PyPI the tests drive, in a venv in the target
+# folder the tests run from, made only when it cannot import them: grpcio
+# (gRPC's C core) for the third gRPC client (tests/grpc/grpcio_client.py),
+# and PyJWT for workload tokens signed by a JWT implementation of its own
+# (tests/workload/mint.py).
 grpcio_venv="${CARGO_TARGET_DIR:-target}/grpcio-venv"
-if ! "$grpcio_venv/bin/python" -c 'import grpc' >/dev/null 2>&1; then
-  echo "grpcio: installing into $grpcio_venv"
+if ! "$grpcio_venv/bin/python" -c 'import grpc, jwt, cryptography' >/dev/null 2>&1; then
+  echo "python test libraries: installing into $grpcio_venv"
   rm -rf "$grpcio_venv"
   python3 -m venv "$grpcio_venv"
-  "$grpcio_venv/bin/pip" install -q --disable-pip-version-check grpcio==1.85.4
+  "$grpcio_venv/bin/pip" install -q --disable-pip-version-check grpcio==1.85.4 \
+    'PyJWT[crypto]==2.10.1' cryptography==51.0.1
 fi
 
 # The audit store tests run against a real Postgres: each test makes its own

@@ -125,9 +125,8 @@ pub mod workload {
     /// Each workload rule of the token's issuer that did not admit it, and
     /// the claims it missed (refused): `[{rule, claims: [...]}]`.
     pub const MISSES: &str = "misses";
-    /// Which certificate of its token this is (1 for the first), and how
-    /// many one token may mint.
-    pub const TOKEN_USE: &str = "token_use";
+    /// How many certificates one token of its issuer may mint (each is a
+    /// record with the token's `token_id`).
     pub const TOKEN_USES_MAX: &str = "token_uses_max";
     pub const KUBERNETES: &str = "kubernetes";
     pub const GITHUB_ACTIONS: &str = "github-actions";

@@ -49,3 +49,4 @@ pub mod standin_apid;
 pub mod strategic_merge;
 pub mod talos_checker;
 pub mod tls_front;
+pub mod workload_tokens;

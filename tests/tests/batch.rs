@@ -116,6 +116,7 @@ fn issuance(username: &str, token: &str) -> Append {
         claim: Some(TokenClaim {
             token_id: token.into(),
             expires_at: Some(OffsetDateTime::now_utc() + time::Duration::minutes(5)),
+            uses: 1,
         }),
         deny_check: true,
         deny_change: None,
@@ -485,7 +486,45 @@ async fn a_large_batch_reads_back_as_written(backend: Backend) {
     store.finish().await;
 }
 
+/// A workload's token may be claimed `uses` times: each use is recorded
+/// under a key of its own, in one batch or across batches, until every key
+/// is taken; then it is a replay like a person's second use. A person's
+/// token with the same id is a key of its own only if its id differs.
+async fn a_workload_token_is_claimed_up_to_its_uses(backend: Backend) {
+    let store = Store::open(backend).await;
+    let workload = |n: u32| {
+        let mut append = issuance(&format!("job-{n}"), "ci:jti-1");
+        append.claim.as_mut().unwrap().uses = 3;
+        append
+    };
+    let first = store
+        .store
+        .append_batch(&[workload(1), workload(2)])
+        .await
+        .unwrap();
+    assert_eq!(
+        first.iter().map(kind).collect::<Vec<_>>(),
+        ["recorded", "recorded"]
+    );
+    let next = store
+        .store
+        .append_batch(&[workload(3), workload(4), issuance("person", "ci:jti-1")])
+        .await
+        .unwrap();
+    assert_eq!(
+        next.iter().map(kind).collect::<Vec<_>>(),
+        ["recorded", "replayed", "replayed"],
+        "{backend:?}: three uses, then none; a single-use claim of the first key is a replay"
+    );
+    assert_eq!(
+        store.used_tokens().await,
+        ["ci:jti-1", "ci:jti-1#2", "ci:jti-1#3"]
+    );
+    store.finish().await;
+}
+
 on_both_stores!(
+    a_workload_token_is_claimed_up_to_its_uses,
     one_batch_gives_each_record_its_own_outcome,
     a_claim_is_made_only_for_a_record_no_entry_blocks,
     a_refused_batch_leaves_nothing_behind,

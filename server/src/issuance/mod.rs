@@ -23,12 +23,15 @@ use crate::audit::{AuditRecord, RecordExt, StoredRecord, event, outcome};
 use crate::certificate::{self, CsrError, IssueError, LeafRequest, SignedLeaf};
 use crate::cluster::{Cluster, Clusters};
 use crate::identity::VerifiedIdentity;
+use crate::identity::issuer::workload::Workload;
 use crate::keys::SignError;
 use crate::metrics::Metrics;
-use crate::policy::{Applicant, Denial};
+use crate::policy::{Applicant, Denial, WorkloadDenial};
 use crate::x509::X509Error;
 use refusal::RefusalRecorder;
+use serde_json::{Value, json};
 use talos_sso_api::ErrorCode;
+use talos_sso_api::audit::workload as keys;
 use talos_sso_text as text;
 
 /// What a person asks for (the body of `POST /v1/certificates`).
@@ -42,6 +45,8 @@ pub enum IssuanceError {
     ClusterUnknown { requested: String, known: Vec<String> },
     #[error("{0}")]
     Policy(Denial),
+    #[error("{0}")]
+    Workload(WorkloadDenial),
     #[error("ttl_seconds must be at least 1")]
     TtlInvalid,
     #[error("at most {} seconds on cluster `{cluster}`", max.as_secs())]
@@ -74,6 +79,7 @@ impl IssuanceError {
                 clusters: known.clone(),
             },
             IssuanceError::Policy(denial) => denial.error_code(),
+            IssuanceError::Workload(denial) => denial.error_code(),
             IssuanceError::TtlInvalid => ErrorCode::TtlInvalid,
             IssuanceError::TtlTooLong { max, .. } => ErrorCode::TtlTooLong {
                 max_ttl_seconds: max.as_secs(),
@@ -126,10 +132,12 @@ pub struct Issuance<'a, R> {
 }
 
 impl<'a, R: Recorder> Issuance<'a, R> {
-    /// A certificate for a verified person: the cluster's policy decides the
-    /// roles, the TTL is checked against the cluster's limits, the CSR is
-    /// verified, and the record is committed with the token's replay claim
-    /// and the deny-list check in the same transaction.
+    /// A certificate for a verified person or workload: the cluster's
+    /// policy (a workload's: its workload rules) decides the roles, the TTL
+    /// is checked against the cluster's limits, the CSR is verified, and
+    /// the record is committed with the token's replay claim (a workload's
+    /// token may be claimed up to its issuer's `certificates_per_token`
+    /// times) and the deny-list check in the same transaction.
     ///
     /// `record` holds what is known of the request (caller, identity);
     /// it becomes the record of the decision, whichever it is.
@@ -137,7 +145,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
         &self,
         identity: &VerifiedIdentity,
         request: &CertificateRequest,
-        record: AuditRecord,
+        mut record: AuditRecord,
         now: OffsetDateTime,
     ) -> Result<Issued<'a>, IssuanceError> {
         let Some(cluster) = self.clusters.get(&request.cluster) else {
@@ -148,22 +156,18 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             };
             return Err(self.refuse(record, error).await);
         };
-        let applicant = Applicant {
-            issuer_name: identity.issuer_name.clone(),
-            tenant: identity.tenant.clone(),
-            subject: identity.subject.clone(),
-            username: identity.username.clone(),
-            groups: identity.groups.clone(),
-            app_roles: identity.app_roles.clone(),
-            raw: identity.claims.clone(),
-            application: identity.application.is_some(),
-        };
-        let granted = match cluster.policy.decide(&applicant, &request.roles) {
-            Ok(decision) => decision.granted,
-            Err(denial) => return Err(self.refuse(record, IssuanceError::Policy(denial)).await),
+        let (granted, default_ttl) = match &identity.workload {
+            Some(workload) => match decide_workload(cluster, identity, workload, request, &mut record) {
+                Ok(grant) => grant,
+                Err(denial) => return Err(self.refuse(record, IssuanceError::Workload(denial)).await),
+            },
+            None => match cluster.policy.decide(&applicant(identity), &request.roles) {
+                Ok(decision) => (decision.granted, cluster.config.ttl),
+                Err(denial) => return Err(self.refuse(record, IssuanceError::Policy(denial)).await),
+            },
         };
         let ttl = match request.ttl_seconds {
-            None => cluster.config.ttl,
+            None => default_ttl,
             Some(0) => return Err(self.refuse(record, IssuanceError::TtlInvalid).await),
             Some(seconds) => Duration::from_secs(seconds),
         };
@@ -183,6 +187,7 @@ impl<'a, R: Recorder> Issuance<'a, R> {
         let claim = TokenClaim {
             token_id: identity.replay_key(),
             expires_at: Some(identity.expires_at),
+            uses: identity.workload.as_ref().map_or(1, |w| w.token_uses),
         };
         let commit = Commit {
             issued_event: event::CERTIFICATE_ISSUED,
@@ -332,6 +337,74 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             metrics: self.metrics,
         }
     }
+}
+
+/// What people's rules read of a verified person.
+fn applicant(identity: &VerifiedIdentity) -> Applicant {
+    Applicant {
+        issuer_name: identity.issuer_name.clone(),
+        tenant: identity.tenant.clone(),
+        subject: identity.subject.clone(),
+        username: identity.username.clone(),
+        groups: identity.groups.clone(),
+        app_roles: identity.app_roles.clone(),
+        raw: identity.claims.clone(),
+        application: identity.application.is_some(),
+        workload: false,
+    }
+}
+
+/// The cluster's workload rules on a workload's token: the roles and the
+/// default lifetime they grant. Either way `record.details.workload` says
+/// what was judged; a refusal also says which rules missed which claims,
+/// there and in the log, never in the answer.
+fn decide_workload(
+    cluster: &Cluster,
+    identity: &VerifiedIdentity,
+    workload: &Workload,
+    request: &CertificateRequest,
+    record: &mut AuditRecord,
+) -> Result<(Vec<String>, Duration), WorkloadDenial> {
+    let decided = cluster
+        .policy
+        .workloads
+        .decide(&identity.issuer_name, workload, &request.roles);
+    let claims: serde_json::Map<String, Value> = workload
+        .claims
+        .iter()
+        .map(|(name, value)| (name.clone(), Value::String(text::clean_field(value))))
+        .collect();
+    let mut facts = json!({
+        keys::KIND: workload.kind,
+        keys::ISSUER: identity.issuer_name,
+        keys::CLAIMS: claims,
+        keys::TOKEN_USES_MAX: workload.token_uses,
+    });
+    let answer = match decided {
+        Ok(grant) => {
+            facts[keys::RULES] = json!(grant.rules);
+            Ok((grant.granted, grant.ttl.unwrap_or(cluster.config.ttl)))
+        }
+        Err(denial) => {
+            if let WorkloadDenial::NotAdmitted { misses } = &denial {
+                let misses: Vec<Value> = misses
+                    .iter()
+                    .map(|miss| json!({ "rule": miss.rule, keys::CLAIMS: miss.claims }))
+                    .collect();
+                let misses = Value::Array(misses);
+                tracing::info!(request_id = %record.request_id, cluster = %cluster.name,
+                    issuer = %identity.issuer_name, subject = %text::clean_field(&identity.subject),
+                    misses = %misses, "workload token not admitted");
+                facts[keys::MISSES] = misses;
+            }
+            Err(denial)
+        }
+    };
+    if !record.details.is_object() {
+        record.details = json!({});
+    }
+    record.details[keys::KEY] = facts;
+    answer
 }
 
 /// How an issuance is committed.

@@ -31,6 +31,9 @@ pub struct Applicant {
     /// person's: only a rule that names it in `users` judges it, so that
     /// an app role or a group shared with people grants it nothing.
     pub application: bool,
+    /// The token is a workload's (CI job, service account): no people's
+    /// rule judges it, whatever its issuer and claims.
+    pub workload: bool,
 }
 
 /// A denial: the policy refusing the roles asked for (or any role), with

@@ -31,6 +31,8 @@
 //! - `entitlement`: the roles a token entitles to, and the decision.
 //! - `defaults`: what is granted when nothing is asked for.
 //! - `examples`: the configured examples, checked at start.
+//! - `workloads`: workload rules, by claims, for CI jobs and service
+//!   accounts (never for people, as people's rules are never for them).
 
 mod app_roles;
 mod decision;
@@ -38,10 +40,12 @@ mod defaults;
 mod entitlement;
 mod examples;
 mod rules;
+mod workloads;
 
 pub use app_roles::{AppRoleSelector, check_app_roles};
 pub use decision::{Applicant, Decision, Denial};
 pub use rules::{ClusterPolicy, PolicyConfigError};
+pub use workloads::{WorkloadDenial, WorkloadGrant, WorkloadMiss, WorkloadRules};
 
 /// Every role Talos knows (`role.All`, Talos 1.13). Older nodes ignore the
 /// newer ones (`os:image:verifier`, `os:meta:writer`).

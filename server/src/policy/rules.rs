@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use super::app_roles::{AppRoleSelector, check_app_roles};
 use super::decision::Applicant;
+use super::workloads::WorkloadRules;
 use super::{IMPERSONATOR, TALOS_ROLES};
 use crate::config::{PolicyConfig, Rule};
 
@@ -24,6 +25,8 @@ pub enum PolicyConfigError {
     ImpersonatorNotAllowed { index: usize },
     #[error("rule {index}: {message}")]
     AppRole { index: usize, message: String },
+    #[error("workloads[{index}]: {message}")]
+    Workload { index: usize, message: String },
 }
 
 /// A cluster's checked rules.
@@ -32,6 +35,8 @@ pub struct ClusterPolicy {
     pub(super) config: PolicyConfig,
     /// Each rule's app-role selectors, read once at load (by rule index).
     pub(super) app_roles: Vec<Vec<AppRoleSelector>>,
+    /// The workload rules: the only rules workload tokens are judged by.
+    pub workloads: WorkloadRules,
 }
 
 impl ClusterPolicy {
@@ -62,7 +67,16 @@ impl ClusterPolicy {
         for role in &config.default_roles {
             check_role_name(role)?;
         }
-        Ok(Self { config, app_roles })
+        let workloads = WorkloadRules::new(
+            &config.workloads,
+            &config.workload_kinds,
+            config.allow_impersonator,
+        )?;
+        Ok(Self {
+            config,
+            app_roles,
+            workloads,
+        })
     }
 
     /// The group ids this cluster's rules mention: the only ones worth
@@ -81,6 +95,12 @@ impl ClusterPolicy {
             .rules
             .iter()
             .flat_map(|r| r.roles.iter().map(String::as_str))
+            .chain(
+                self.config
+                    .workloads
+                    .iter()
+                    .flat_map(|r| r.roles.iter().map(String::as_str)),
+            )
             .collect();
         roles.into_iter().map(str::to_owned).collect()
     }
@@ -136,7 +156,8 @@ pub(super) fn rule_matches(
     } else {
         rule.issuers.contains(&claims.issuer_name)
     };
-    if !issuer || (claims.application && rule.users.is_empty()) {
+    // A workload is judged by workload rules only, whatever its issuer.
+    if !issuer || claims.workload || (claims.application && rule.users.is_empty()) {
         return false;
     }
     let groups = rule.groups.is_empty()

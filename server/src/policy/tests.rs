@@ -97,6 +97,7 @@ fn person(username: &str, groups: &[&str], app_roles: &[&str], tid: &str) -> App
         app_roles: strings(app_roles),
         raw,
         application: false,
+        workload: false,
     }
 }
 

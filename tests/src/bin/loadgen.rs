@@ -244,7 +244,11 @@ async fn storage_floor(store: &AuditStore, records: &[StoredRecord], batch: usiz
             record.token_id = Some(token_id.clone());
             Append {
                 record,
-                claim: Some(TokenClaim { token_id, expires_at }),
+                claim: Some(TokenClaim {
+                    token_id,
+                    expires_at,
+                    uses: 1,
+                }),
                 deny_check: true,
                 deny_change: None,
             }

@@ -34,6 +34,18 @@ pub(super) fn claim_answers(claims: &[(&TokenClaim, OffsetDateTime)], inserted: 
         .collect()
 }
 
+/// The keys of a token that may be claimed `uses` times: its id for the
+/// first use, as a single-use token's, then `ID#2` to `ID#uses`.
+pub(super) fn use_keys(token_id: &str, uses: u32) -> impl Iterator<Item = String> + '_ {
+    (1..=uses.max(1)).map(move |n| {
+        if n == 1 {
+            token_id.to_owned()
+        } else {
+            format!("{token_id}#{n}")
+        }
+    })
+}
+
 /// `(subject, username)` of deny-list entries that match a batch.
 pub(super) type DeniedPairs = Vec<(Option<String>, Option<String>)>;
 
@@ -95,15 +107,43 @@ pub(super) trait BatchTx {
     }
     /// Claim these token ids, each used at its time, in order: one answer
     /// per claim, `false` when the id was claimed before (a replay),
-    /// earlier in this list included. Each id goes to the backend once
-    /// ([`distinct_claims`]); the ids it inserted answer every claim
-    /// ([`claim_answers`]).
+    /// earlier in this list included. Each single-use id goes to the
+    /// backend once ([`distinct_claims`]); the ids it inserted answer every
+    /// claim ([`claim_answers`]). A token that may be claimed `uses` times
+    /// (a workload's) takes the first free of its [`use_keys`], one
+    /// statement per key tried: a replay once all are taken.
     async fn claim_tokens(
         &mut self,
         claims: &[(&TokenClaim, OffsetDateTime)],
     ) -> Result<Vec<bool>, StoreError> {
-        let inserted = self.insert_claims(&distinct_claims(claims)).await?;
-        Ok(claim_answers(claims, inserted))
+        let single: Vec<(&TokenClaim, OffsetDateTime)> = claims
+            .iter()
+            .filter(|(claim, _)| claim.uses <= 1)
+            .copied()
+            .collect();
+        let inserted = self.insert_claims(&distinct_claims(&single)).await?;
+        let mut single_answers = claim_answers(&single, inserted).into_iter();
+        let mut answers = Vec::with_capacity(claims.len());
+        for (claim, at) in claims {
+            if claim.uses <= 1 {
+                answers.push(single_answers.next().unwrap_or(false));
+                continue;
+            }
+            let mut fresh = false;
+            for token_id in use_keys(&claim.token_id, claim.uses) {
+                let key = TokenClaim {
+                    token_id,
+                    expires_at: claim.expires_at,
+                    uses: 1,
+                };
+                if !self.insert_claims(&[&(&key, *at)]).await?.is_empty() {
+                    fresh = true;
+                    break;
+                }
+            }
+            answers.push(fresh);
+        }
+        Ok(answers)
     }
     /// Insert these claims (each token id once), leaving any claimed
     /// before as it is; the token ids it inserted.

@@ -593,6 +593,7 @@ mod tests {
             claim: Some(TokenClaim {
                 token_id: token_id.into(),
                 expires_at: None,
+                uses: 1,
             }),
             deny_check: true,
             deny_change: None,
@@ -676,6 +677,7 @@ mod tests {
         let claim = |id: &str| TokenClaim {
             token_id: id.into(),
             expires_at: None,
+            uses: 1,
         };
         let (a, b, c) = (claim("a"), claim("b"), claim("c"));
         let at = OffsetDateTime::UNIX_EPOCH;

@@ -164,6 +164,9 @@ impl MethodFilter {
 pub struct TokenClaim {
     pub token_id: String,
     pub expires_at: Option<OffsetDateTime>,
+    /// How many times the token may be claimed: 1 for people's tokens; a
+    /// workload's token mints up to its issuer's `certificates_per_token`.
+    pub uses: u32,
 }
 
 /// One record to append.

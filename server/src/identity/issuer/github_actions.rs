@@ -5,9 +5,9 @@
 //! exactly (the schema's anchors); `repository_id` and
 //! `repository_owner_id` survive a rename and a re-created name.
 
-use std::collections::BTreeMap;
-
-use super::workload::{Schema, WorkloadKind, accepted_issuers, registration, required, top_level};
+use super::workload::{
+    Identified, Schema, WorkloadKind, accepted_issuers, registration, required, top_level,
+};
 use super::{Kind, Registration};
 use crate::config::IssuerConfig;
 use crate::identity::token::{ClaimSet, TokenError};
@@ -45,12 +45,13 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
     Ok(Box::new(WorkloadKind {
         schema: &SCHEMA,
         issuers: accepted_issuers(config)?,
+        token_uses: config.token_uses(),
         subject_claim: "repository",
         identify,
     }))
 }
 
-fn identify(claims: &ClaimSet) -> Result<(String, BTreeMap<String, String>), TokenError> {
+fn identify(claims: &ClaimSet) -> Result<Identified, TokenError> {
     let repository = required(claims, "repository")?;
     Ok((repository.to_owned(), top_level(claims, SCHEMA.claims)))
 }

@@ -5,9 +5,9 @@
 //! anchors). GitLab sends `ref_protected` and `environment_protected` as
 //! the strings `"true"` and `"false"`.
 
-use std::collections::BTreeMap;
-
-use super::workload::{Schema, WorkloadKind, accepted_issuers, registration, required, top_level};
+use super::workload::{
+    Identified, Schema, WorkloadKind, accepted_issuers, registration, required, top_level,
+};
 use super::{Kind, Registration};
 use crate::config::IssuerConfig;
 use crate::identity::token::{ClaimSet, TokenError};
@@ -21,11 +21,13 @@ pub(super) const SCHEMA: Schema = Schema {
         "namespace_id",
         "ref",
         "ref_type",
+        "ref_path",
         "ref_protected",
         "environment",
         "environment_protected",
         "deployment_tier",
         "pipeline_source",
+        "runner_environment",
         "sub",
     ],
     anchors: &[
@@ -43,12 +45,13 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
     Ok(Box::new(WorkloadKind {
         schema: &SCHEMA,
         issuers: accepted_issuers(config)?,
+        token_uses: config.token_uses(),
         subject_claim: "project_path",
         identify,
     }))
 }
 
-fn identify(claims: &ClaimSet) -> Result<(String, BTreeMap<String, String>), TokenError> {
+fn identify(claims: &ClaimSet) -> Result<Identified, TokenError> {
     let project = required(claims, "project_path")?;
     Ok((project.to_owned(), top_level(claims, SCHEMA.claims)))
 }

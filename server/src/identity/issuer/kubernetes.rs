@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::workload::{Schema, WorkloadKind, accepted_issuers, registration, required};
+use super::workload::{Identified, Schema, WorkloadKind, accepted_issuers, registration, required};
 use super::{Kind, Registration};
 use crate::config::IssuerConfig;
 use crate::identity::token::{ClaimSet, TokenError};
@@ -35,6 +35,7 @@ fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
     Ok(Box::new(WorkloadKind {
         schema: &SCHEMA,
         issuers: accepted_issuers(config)?,
+        token_uses: config.token_uses(),
         subject_claim: "sub",
         identify,
     }))
@@ -45,7 +46,7 @@ fn nested<'a>(claim: &'a Value, object: &str, field: &str) -> Option<&'a str> {
     claim.get(object)?.get(field)?.as_str().filter(|s| !s.is_empty())
 }
 
-fn identify(claims: &ClaimSet) -> Result<(String, BTreeMap<String, String>), TokenError> {
+fn identify(claims: &ClaimSet) -> Result<Identified, TokenError> {
     let sub = required(claims, "sub")?;
     let (namespace, name) = sub
         .strip_prefix("system:serviceaccount:")

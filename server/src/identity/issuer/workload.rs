@@ -52,6 +52,9 @@ pub struct Workload {
     /// (`true`, `42` for booleans and numbers), each at most
     /// [`MAX_CLAIM_LEN`] bytes.
     pub claims: BTreeMap<String, String>,
+    /// How many certificates its token may mint (its issuer's
+    /// `certificates_per_token`).
+    pub token_uses: u32,
 }
 
 /// Longest claim value kept for rules; a longer one matches no rule.
@@ -99,22 +102,24 @@ pub fn common_name(kind: &str, subject: &str) -> String {
 
 /// A workload's principal: its subject, its CN, its token id, no groups.
 pub(super) fn principal(
-    kind: &'static str,
+    kind: &WorkloadKind,
     claims: &ClaimSet,
     subject: &str,
     offered: BTreeMap<String, String>,
 ) -> Principal {
+    let kind_name = kind.schema.kind;
     Principal {
         tenant: None,
         subject: subject.to_owned(),
-        username: common_name(kind, subject),
+        username: common_name(kind_name, subject),
         token_id: string_claim(claims, "jti").map(str::to_owned),
         groups: Vec::new(),
         app_roles: Vec::new(),
         application: None,
         workload: Some(Workload {
-            kind,
+            kind: kind_name,
             claims: offered,
+            token_uses: kind.token_uses,
         }),
     }
 }
@@ -151,16 +156,21 @@ pub(super) fn accepted_issuers(config: &IssuerConfig) -> Result<Vec<String>, Str
     Ok(issuers)
 }
 
+/// A verified workload token's subject, and the claims rules match.
+pub(super) type Identified = (String, BTreeMap<String, String>);
+
 /// A workload kind: its name, the issuers it accepts, how it finds the
 /// subject and the claims rules match.
 #[derive(Debug)]
 pub(super) struct WorkloadKind {
     pub(super) schema: &'static Schema,
     pub(super) issuers: Vec<String>,
+    /// How many certificates one token may mint.
+    pub(super) token_uses: u32,
     /// The claim a refused token's record takes its subject from.
     pub(super) subject_claim: &'static str,
     /// The subject, and the claims rules match, of a verified token.
-    pub(super) identify: fn(&ClaimSet) -> Result<(String, BTreeMap<String, String>), TokenError>,
+    pub(super) identify: fn(&ClaimSet) -> Result<Identified, TokenError>,
 }
 
 impl Kind for WorkloadKind {
@@ -170,7 +180,7 @@ impl Kind for WorkloadKind {
 
     fn identify(&self, claims: &ClaimSet) -> Result<Principal, TokenError> {
         let (subject, offered) = (self.identify)(claims)?;
-        Ok(principal(self.schema.kind, claims, &subject, offered))
+        Ok(principal(self, claims, &subject, offered))
     }
 
     fn claimed(&self, claims: &ClaimSet) -> ClaimedIdentity {
