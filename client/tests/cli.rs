@@ -47,6 +47,10 @@ mod gateway;
 #[path = "cli/api_calls.rs"]
 mod api_calls;
 
+/// Workloads: `--token-file`, `--github-actions`, `exec` on a rotated token.
+#[path = "cli/workload.rs"]
+mod workload;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.
