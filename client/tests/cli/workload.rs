@@ -144,9 +144,14 @@ async fn login_with_a_token_file_writes_the_workloads_certificate_and_keeps_no_t
     );
 
     // The same token mints another certificate (a workload's may, up to
-    // its issuer's cap): both records name that token.
-    let (code, _, err) = machine.run(&login).await;
+    // its issuer's cap): both records name that token. `--debug` shows the
+    // exchanges, not the token.
+    let mut debug = login.to_vec();
+    debug.push("--debug");
+    let (code, _, err) = machine.run(&debug).await;
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("sending the token from the token file"), "{err}");
+    assert!(!err.contains(&token), "{err}");
     let issued = issued_pods(&env).await;
     assert_eq!(issued.len(), 2, "{issued:?}");
     assert!(
@@ -356,8 +361,13 @@ async fn on_github_actions_login_and_exec_ask_the_runner_for_a_token_each_time()
             .env("ACTIONS_ID_TOKEN_REQUEST_TOKEN", "runner-request-token");
         command
     };
-    let (code, out, err) = super::run_command(in_the_job(&["login", "--github-actions"])).await;
+    let (code, out, err) = super::run_command(in_the_job(&["login", "--github-actions", "--debug"])).await;
     assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("identity provider request: GET") && !err.contains("runner-request-token"),
+        "the runner's exchange shown, its request token not: {err}"
+    );
+    assert!(!err.contains("eyJ"), "no token in the debug output: {err}");
     assert!(
         out.contains("Logged in to prod as github-actions:acme/infra with os:reader"),
         "{out}"
