@@ -104,6 +104,13 @@ pub(super) async fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         silent_only: false,
     };
     if !fresh_enough {
+        if workload.is_none() && record.as_ref().is_some_and(|r| r.workload) {
+            let error = anyhow!(
+                "the certificate of cluster `{cluster}` was a workload's and needs renewing: pass its \
+                 --token-file (or --github-actions) again"
+            );
+            return Err(exit::classed(Outcome::LoginNeeded, error));
+        }
         record = Some(login(&login_args, &mut std::io::stderr()).await?);
     }
     let record = record.ok_or_else(|| anyhow!("no login for cluster `{cluster}`"))?;

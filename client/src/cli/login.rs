@@ -445,6 +445,7 @@ pub async fn login_with(
             endpoints: issued.endpoints.clone(),
             nodes: issued.nodes.clone(),
         }),
+        workload: workload.is_some(),
     };
     let chosen_explicitly = args.cluster.is_some();
     state::update(|s| {

@@ -258,6 +258,7 @@ mod tests {
             roles: vec![format!("os:admin{hostile}")],
             not_after: String::new(),
             targets_written: None,
+            workload: false,
         };
         let status = LoginStatus {
             cluster: hostile.into(),

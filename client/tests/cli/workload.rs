@@ -161,6 +161,21 @@ async fn login_with_a_token_file_writes_the_workloads_certificate_and_keeps_no_t
         "{issued:?}"
     );
 
+    // Its login is the workload's to renew: not a watch's, and not a
+    // person's `exec` (which would put a person's certificate there).
+    let (code, _, err) = machine.run(&["watch"]).await;
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("a workload's login is renewed by `talos-sso exec --token-file`"),
+        "{err}"
+    );
+    let (code, _, err) = machine.run(&["exec", "--ttl", "1h", "--", "true"]).await;
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("pass its --token-file (or --github-actions) again"),
+        "{err}"
+    );
+
     // A service account no rule admits: refused (5), with the request id
     // the audit record of the refusal is found by.
     std::fs::write(file, k8s_token(&k8s, "default", "web-0")).unwrap();

@@ -62,14 +62,24 @@ pub fn lock_talosconfig(talosconfig: &Path) -> anyhow::Result<FileLock> {
 /// `talos-sso watch`: keep the selected logins (default: every one) fresh.
 pub async fn watch(args: &WatchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let saved = state::load();
-    let selected = args.select.select(&saved);
+    let (workloads, selected): (Vec<_>, Vec<_>) = args
+        .select
+        .select(&saved)
+        .into_iter()
+        .partition(|(_, record)| record.workload);
     if selected.is_empty() {
-        let what = if args.select.is_narrowed() {
-            format!("no login for {}", args.select.describe())
+        let error = if !workloads.is_empty() {
+            // Its token is the workload's to present again, not ours.
+            anyhow!(
+                "nothing to keep fresh: a workload's login is renewed by `talos-sso exec --token-file` \
+                 (or --github-actions), not by a watch"
+            )
+        } else if args.select.is_narrowed() {
+            let what = args.select.describe();
+            anyhow!("nothing to keep fresh: no login for {what}; run `talos-sso login` first")
         } else {
-            "no login yet".to_owned()
+            anyhow!("nothing to keep fresh: no login yet; run `talos-sso login` first")
         };
-        let error = anyhow!("nothing to keep fresh: {what}; run `talos-sso login` first");
         return Err(exit::classed(Outcome::LoginNeeded, error));
     }
     let mut locks = BTreeMap::new();
@@ -184,7 +194,7 @@ impl WatchEnv for SystemEnv<'_> {
         let saved = state::load();
         let mut logins = Vec::new();
         for (cluster, record) in self.select.select(&saved) {
-            if self.holds(&record.talosconfig) {
+            if !record.workload && self.holds(&record.talosconfig) {
                 logins.push(Watched {
                     cluster: cluster.clone(),
                     validity: validity(&record.talosconfig, &record.context),
