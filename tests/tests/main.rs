@@ -150,3 +150,4 @@ mod standin_apid;
 mod strategic_merge;
 mod tools;
 mod verification;
+mod workloads;
