@@ -64,6 +64,12 @@ pub struct LoginRecord {
     /// person's own and the next login keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets_written: Option<crate::talosconfig::Targets>,
+    /// Made with a workload's token (`--token-file`, `--github-actions`):
+    /// renewed only with such a token again, never by `watch` or a
+    /// person's login, which would put a person's certificate in the
+    /// workload's context.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workload: bool,
 }
 
 pub fn path() -> Option<PathBuf> {

@@ -51,6 +51,10 @@ mod api_calls;
 #[path = "cli/workloads.rs"]
 mod workloads;
 
+/// Workloads: `--token-file`, `--github-actions`, `exec` on a rotated token.
+#[path = "cli/workload.rs"]
+mod workload;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_talos-sso");
 
 /// A person's machine: its own HOME, config and cache directories.
@@ -2115,30 +2119,25 @@ async fn audit_export_follow_prints_new_records_and_goes_on_with_a_fresh_token()
     owned.finish().await;
 }
 
+/// An empty token file is said so before anything is asked of the server
+/// (nothing listens at port 9), by `login` and `audit` alike.
 #[tokio::test]
-async fn a_token_file_is_for_reading_the_trail_not_for_logging_in() {
+async fn a_token_file_without_a_token_is_refused_before_any_request() {
     let machine = Machine::new();
     let file = machine.home.path().join("token");
     std::fs::write(&file, "").unwrap();
     let file = file.to_str().unwrap();
-    let (code, _, err) = machine
-        .run(&["login", "--server", "http://127.0.0.1:9", "--token-file", file])
-        .await;
-    assert_eq!(code, 1);
-    assert!(
-        err.contains("--token-file (or TALOS_SSO_TOKEN_FILE) is for the `audit` and `deny` commands"),
-        "{err}"
-    );
-    let (code, _, err) = machine
-        .run(&[
-            "audit",
-            "list",
-            "--server",
-            "http://127.0.0.1:9",
-            "--token-file",
-            file,
-        ])
-        .await;
-    assert_eq!(code, 1);
-    assert!(err.contains("is empty; write the bearer token into it"), "{err}");
+    for command in [&["login"][..], &["audit", "list"]] {
+        let mut args = command.to_vec();
+        args.extend(["--server", "http://127.0.0.1:9", "--token-file", file]);
+        let (code, _, err) = machine.run(&args).await;
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "the token file {file} is empty; write the bearer token into it"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!machine.talosconfig().exists());
 }

@@ -1,5 +1,7 @@
 //! `login` and `logout`: a certificate written into the talosconfig, and
-//! taken out again; and the fresh token that `audit` and `deny` need.
+//! taken out again; and the fresh token that `audit` and `deny` need. A
+//! person logs in; a workload sends its own token instead (`--token-file`,
+//! `--github-actions`, see [`super::workload`]), and nothing is saved.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,11 +15,13 @@ use talos_sso_api::audit::parse_micros;
 use talos_sso_api::{CertificateRequest, ClusterInfo, ServerInfo};
 
 use super::select::LoginSelection;
+use super::workload::GitHubActionsArgs;
 use super::{explained, human_duration};
 use crate::api::ApiClient;
 use crate::key::ClientKey;
 use crate::login::browser::{BrowserOptions, Opener, system_opener};
 use crate::login::cache::Cache;
+use crate::login::workload::WorkloadSource;
 use crate::login::{LoginClient, Tokens, cache};
 use crate::state::{self, LoginRecord, TokenStore};
 use crate::talosconfig::{self, ContextEntry};
@@ -39,6 +43,8 @@ pub struct LoginArgs {
     pub ttl: Option<Duration>,
     #[command(flatten)]
     pub method: LoginMethod,
+    #[command(flatten)]
+    pub github: GitHubActionsArgs,
     /// How long to wait for the browser.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
     pub timeout: Duration,
@@ -122,9 +128,11 @@ pub struct LoginMethod {
     /// http://localhost:PORT/callback (with --keyboard: 8000 unless given).
     #[arg(long)]
     pub callback_port: Option<u16>,
-    /// Send the bearer token in this file instead of logging in (`audit`
-    /// and `deny` commands): a service principal's own token, kept fresh by
-    /// whatever obtains it; read again at each reconnection of `--follow`.
+    /// Send the bearer token in this file instead of logging in: a
+    /// workload's token for `login` and `exec` (a Kubernetes projected
+    /// service-account token, read again for each certificate), a service
+    /// principal's own token for `audit` and `deny` (read again at each
+    /// reconnection of `--follow`). Never saved.
     #[arg(long, env = "TALOS_SSO_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Where saved logins (refresh tokens) are kept: the operating system's
@@ -134,34 +142,14 @@ pub struct LoginMethod {
     pub token_store: Option<TokenStore>,
 }
 
-/// Largest token file read (tokens are a few KiB).
-const MAX_TOKEN_FILE: u64 = 64 * 1024;
-
-/// The bearer token in `path`: one line of printable ASCII (a JWT), the
-/// surrounding whitespace ignored. Never shown in an error.
-pub(super) fn token_from_file(path: &Path) -> anyhow::Result<Tokens> {
-    use std::io::Read;
-    let shown = path.display();
-    let file = std::fs::File::open(path).with_context(|| format!("reading the token file {shown}"))?;
-    let mut text = String::new();
-    file.take(MAX_TOKEN_FILE + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("reading the token file {shown}"))?;
-    if text.len() as u64 > MAX_TOKEN_FILE {
-        bail!("the token file {shown} is larger than {MAX_TOKEN_FILE} bytes: it holds no token");
+impl LoginMethod {
+    /// The workload token source chosen instead of a person's login, if any.
+    pub(super) fn workload_source(
+        &self,
+        github: &GitHubActionsArgs,
+    ) -> anyhow::Result<Option<WorkloadSource>> {
+        super::workload::source(self.token_file.as_deref(), self.device || self.keyboard, github)
     }
-    let token = text.trim();
-    if token.is_empty() {
-        bail!("the token file {shown} is empty; write the bearer token into it");
-    }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        bail!("the token file {shown} holds more than one token, or text that is no token");
-    }
-    Ok(Tokens {
-        bearer: zeroize::Zeroizing::new(token.to_owned()),
-        refresh_token: None,
-        username: String::new(),
-    })
 }
 
 /// How long a command that logs in again waits for the browser.
@@ -348,12 +336,19 @@ pub async fn login_with(
     opener: Option<Opener>,
     out: &mut dyn Write,
 ) -> anyhow::Result<LoginRecord> {
-    if args.method.token_file.is_some() {
+    let workload = args.method.workload_source(&args.github)?;
+    if workload.is_some() && (args.watch || args.silent_only) {
         bail!(
-            "--token-file (or TALOS_SSO_TOKEN_FILE) is for the `audit` and `deny` commands; \
-             a certificate is for a person who logs in"
+            "a watch renews a person's login with its saved refresh token; a workload keeps its \
+             certificate fresh with `talos-sso exec --token-file` (or --github-actions)"
         );
     }
+    // The workload's token first: a file that holds none is said before
+    // anything is asked of the server.
+    let workload_tokens = match &workload {
+        Some(source) => Some(super::workload::tokens(source).await?),
+        None => None,
+    };
     let saved = state::load();
     let server = args.server.clone().or(saved.server.clone()).ok_or_else(|| {
         anyhow!("no server yet: run `talos-sso login --server https://talos-sso.example.com` once")
@@ -370,21 +365,26 @@ pub async fn login_with(
         args.cluster.as_deref().or(saved.default_cluster.as_deref()),
         &info,
     )?;
-    let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;
-    let interaction = if args.silent_only {
-        Interaction::SilentOnly
-    } else {
-        Interaction::Allowed
+    let tokens = match workload_tokens {
+        Some(tokens) => tokens,
+        None => {
+            let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;
+            let interaction = if args.silent_only {
+                Interaction::SilentOnly
+            } else {
+                Interaction::Allowed
+            };
+            obtain_tokens(
+                &provider,
+                &server,
+                &args.method,
+                args.timeout,
+                opener,
+                interaction,
+            )
+            .await?
+        }
     };
-    let tokens = obtain_tokens(
-        &provider,
-        &server,
-        &args.method,
-        args.timeout,
-        opener,
-        interaction,
-    )
-    .await?;
 
     let key = ClientKey::generate()?;
     let csr = key.csr_pem()?;
@@ -445,6 +445,7 @@ pub async fn login_with(
             endpoints: issued.endpoints.clone(),
             nodes: issued.nodes.clone(),
         }),
+        workload: workload.is_some(),
     };
     let chosen_explicitly = args.cluster.is_some();
     state::update(|s| {
@@ -596,7 +597,8 @@ pub(super) async fn authenticated(
     let trust = trusted(&saved, &server, None, None)?;
     let api = ApiClient::trusting(&server, trust.server.as_ref())?;
     if let Some(path) = &login.token_file {
-        return Ok((api, token_from_file(path)?));
+        let source = WorkloadSource::File(path.clone());
+        return Ok((api, super::workload::tokens(&source).await?));
     }
     let info = api.info().await.map_err(explained)?;
     let provider = LoginClient::discover(&info, trust.provider.as_ref()).await?;

@@ -7,6 +7,8 @@
 //!   that reaches the server needs.
 //! - `status`: what each login holds, read back from the talosconfig.
 //! - `exec`: a command run with a fresh certificate.
+//! - `workload`: a workload's own token instead of a person's login
+//!   (`--token-file`, `--github-actions`).
 //! - `watch`: certificates kept fresh in the background.
 //! - `exit`: the process status of each outcome (4 a login is needed, 5
 //!   refused, ...).
@@ -34,11 +36,12 @@ pub mod output;
 pub mod select;
 pub mod status;
 pub mod watch;
+pub mod workload;
 
 use self::audit::AuditCommand;
 use self::deny::DenyCommand;
 use self::format::Format;
-use self::login::{LoginArgs, LoginMethod};
+use self::login::LoginArgs;
 use self::select::LoginSelection;
 use crate::api::ApiError;
 
@@ -87,21 +90,10 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Make sure the certificate is valid for at least a minute (renewing it
     /// when needed), then run a command with TALOSCONFIG set to it
-    /// (default: the default cluster's login).
-    Exec {
-        #[command(flatten)]
-        select: LoginSelection,
-        #[command(flatten)]
-        login: LoginMethod,
-        /// How long the command may run (e.g. `30m` for `talosctl
-        /// upgrade-k8s`): the certificate is renewed to cover it, up to the
-        /// cluster's longest (default: at least a minute left).
-        #[arg(long, value_parser = humantime::parse_duration)]
-        ttl: Option<std::time::Duration>,
-        /// The command, after `--` (e.g. `-- talosctl get members`).
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    /// (default: the default cluster's login). With a workload's token
+    /// (--token-file, --github-actions) the certificate is also renewed
+    /// while the command runs, from a token read or fetched anew.
+    Exec(exec::ExecArgs),
     /// Read the audit trail (auditors only): list, show, export, verify.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -180,12 +172,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }),
         Command::Logout { select, all } => login::logout(&select, all, &mut out).map(|_| ExitCode::SUCCESS),
-        Command::Exec {
-            select,
-            login,
-            ttl,
-            command,
-        } => exec::exec(&select, &login, ttl, &command).await,
+        Command::Exec(args) => exec::exec(&args).await,
         Command::Version { server, output } => status::version(server.as_deref(), output, &mut out).await,
         Command::Audit(command) => {
             let terminal = std::io::IsTerminal::is_terminal(&out);
@@ -271,6 +258,7 @@ mod tests {
             roles: vec![format!("os:admin{hostile}")],
             not_after: String::new(),
             targets_written: None,
+            workload: false,
         };
         let status = LoginStatus {
             cluster: hostile.into(),

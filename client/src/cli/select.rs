@@ -124,6 +124,7 @@ mod tests {
             roles: vec![],
             not_after: String::new(),
             targets_written: None,
+            workload: false,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Logging in with the identity provider: discovery, the browser flow
 //! (authorization code + PKCE on a loopback redirect), the device flow, and
-//! silent renewal with a cached refresh token.
+//! silent renewal with a cached refresh token; and the tokens a workload
+//! brings instead (`workload`: a token file, GitHub Actions).
 //!
 //! The ID token that comes back is verified here too (signature from the
 //! provider's keys, issuer, audience, expiry, and the nonce for the browser
@@ -9,6 +10,8 @@
 pub mod browser;
 pub mod cache;
 pub mod device;
+pub mod github_actions;
+pub mod workload;
 
 use std::time::Duration;
 

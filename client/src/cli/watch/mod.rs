@@ -62,14 +62,24 @@ pub fn lock_talosconfig(talosconfig: &Path) -> anyhow::Result<FileLock> {
 /// `talos-sso watch`: keep the selected logins (default: every one) fresh.
 pub async fn watch(args: &WatchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let saved = state::load();
-    let selected = args.select.select(&saved);
+    let (workloads, selected): (Vec<_>, Vec<_>) = args
+        .select
+        .select(&saved)
+        .into_iter()
+        .partition(|(_, record)| record.workload);
     if selected.is_empty() {
-        let what = if args.select.is_narrowed() {
-            format!("no login for {}", args.select.describe())
+        let error = if !workloads.is_empty() {
+            // Its token is the workload's to present again, not ours.
+            anyhow!(
+                "nothing to keep fresh: a workload's login is renewed by `talos-sso exec --token-file` \
+                 (or --github-actions), not by a watch"
+            )
+        } else if args.select.is_narrowed() {
+            let what = args.select.describe();
+            anyhow!("nothing to keep fresh: no login for {what}; run `talos-sso login` first")
         } else {
-            "no login yet".to_owned()
+            anyhow!("nothing to keep fresh: no login yet; run `talos-sso login` first")
         };
-        let error = anyhow!("nothing to keep fresh: {what}; run `talos-sso login` first");
         return Err(exit::classed(Outcome::LoginNeeded, error));
     }
     let mut locks = BTreeMap::new();
@@ -140,8 +150,29 @@ impl SystemEnv<'_> {
     }
 }
 
+/// Log in with `args` where no person answers (`watch`, and `exec` with a
+/// workload's token): the new certificate's validity, or why there is
+/// none, as [`schedule`] judges it.
+pub(super) async fn renew_unattended(args: &LoginArgs) -> Result<Validity, RenewalError> {
+    // `login`'s own line is not what a watch says.
+    let mut said = Vec::new();
+    match login_with(args, None, &mut said).await {
+        Ok(record) => validity(&record.talosconfig, &record.context)
+            .ok_or_else(|| RenewalError::Transient("the certificate written cannot be read back".into())),
+        Err(error) => {
+            let reason = super::error_text(&error);
+            match Outcome::of_error(&error) {
+                outcome @ (Outcome::LoginNeeded | Outcome::Refused) => {
+                    Err(RenewalError::Gone { outcome, reason })
+                }
+                Outcome::Success | Outcome::Error | Outcome::Usage => Err(RenewalError::Transient(reason)),
+            }
+        }
+    }
+}
+
 /// The certificate of `context` in `talosconfig`.
-fn validity(talosconfig: &Path, context: &str) -> Option<Validity> {
+pub(super) fn validity(talosconfig: &Path, context: &str) -> Option<Validity> {
     let stored = talosconfig::read_context(talosconfig, context).ok().flatten()?;
     let leaf = crate::certinfo::leaf_info(&stored.crt_pem)?;
     Some(Validity {
@@ -163,7 +194,7 @@ impl WatchEnv for SystemEnv<'_> {
         let saved = state::load();
         let mut logins = Vec::new();
         for (cluster, record) in self.select.select(&saved) {
-            if self.holds(&record.talosconfig) {
+            if !record.workload && self.holds(&record.talosconfig) {
                 logins.push(Watched {
                     cluster: cluster.clone(),
                     validity: validity(&record.talosconfig, &record.context),
@@ -187,6 +218,7 @@ impl WatchEnv for SystemEnv<'_> {
             roles: record.roles.clone(),
             ttl: None,
             method: LoginMethod::default(),
+            github: Default::default(),
             timeout: LOGIN_TIMEOUT,
             talosconfig: Some(record.talosconfig.clone()),
             context: Some(record.context.clone()),
@@ -197,23 +229,7 @@ impl WatchEnv for SystemEnv<'_> {
             ttl_up_to_cluster_max: false,
             silent_only: true,
         };
-        // `login`'s own line is not what a watch says.
-        let mut said = Vec::new();
-        match login_with(&args, None, &mut said).await {
-            Ok(record) => validity(&record.talosconfig, &record.context)
-                .ok_or_else(|| RenewalError::Transient("the certificate written cannot be read back".into())),
-            Err(error) => {
-                let reason = super::error_text(&error);
-                match Outcome::of_error(&error) {
-                    outcome @ (Outcome::LoginNeeded | Outcome::Refused) => {
-                        Err(RenewalError::Gone { outcome, reason })
-                    }
-                    Outcome::Success | Outcome::Error | Outcome::Usage => {
-                        Err(RenewalError::Transient(reason))
-                    }
-                }
-            }
-        }
+        renew_unattended(&args).await
     }
 
     fn report(&mut self, event: Event) {
@@ -237,7 +253,7 @@ fn stamp(at: OffsetDateTime) -> String {
 
 /// The line the watch prints for `event`; cluster names and reasons come
 /// from the configuration, the server and the provider: escaped.
-fn event_line(event: &Event) -> String {
+pub(super) fn event_line(event: &Event) -> String {
     use talos_sso_text::escape;
     let now = stamp(OffsetDateTime::now_utc());
     match event {
