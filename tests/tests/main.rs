@@ -155,3 +155,4 @@ mod strategic_merge;
 mod tools;
 mod verification;
 mod workload_examples;
+mod workloads;

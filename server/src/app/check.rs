@@ -266,4 +266,75 @@ mod tests {
         );
         std::fs::remove_dir_all(dir).unwrap();
     }
+
+    #[test]
+    fn workload_issuers_and_rules_are_kept_apart_from_peoples() {
+        const LOGIN: &str = "https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0";
+        let with_issuer = |issuer: &str| {
+            MINIMAL.replace(
+                "  allowed_tenants:",
+                &format!("  trusted_issuers:\n    - {issuer}\n  allowed_tenants:"),
+            )
+        };
+        let refused = |text: String| loaded(&text).unwrap_err().to_string();
+        // GitLab signs people's and jobs' tokens with one `iss`: allowed
+        // only when the audiences tell them apart.
+        let gitlab = |audience: &str| {
+            with_issuer(&format!(
+                "{{ name: gitlab, kind: gitlab-ci, issuer: \"{LOGIN}\", jwks_file: /j.json, audiences: [\"{audience}\"] }}"
+            ))
+        };
+        let error = refused(gitlab("11111111-2222-3333-4444-555555555555"));
+        assert!(
+            error.contains("both accept tokens of issuer") && error.contains("give each its own audiences"),
+            "{error}"
+        );
+        loaded(&gitlab("talos-sso-ci")).unwrap();
+        // Two workload issuers of one `iss` are one issuer twice.
+        let twice = with_issuer(
+            "{ name: a, kind: kubernetes, issuer: \"https://k8s\", audiences: [x] }\n    \
+             - { name: b, kind: kubernetes, issuer: \"https://k8s\", audiences: [y] }",
+        );
+        assert!(refused(twice).contains("configure each issuer once"));
+        // People's rules never name a workload issuer; workload rules name
+        // nothing else; examples too.
+        let k8s = with_issuer(
+            "{ name: k8s, kind: kubernetes, issuer: \"https://k8s\", jwks_file: /j.json, audiences: [x] }",
+        );
+        let people = k8s.replace(
+            "roles: [os:admin] }",
+            "roles: [os:admin], issuers: [login, k8s] }",
+        );
+        assert!(refused(people).contains("rules[0] names workload issuer `k8s`"));
+        let workload = |issuer: &str| {
+            format!(
+                "{k8s}    workloads:\n      - {{ name: w, issuer: {issuer}, claims: {{ namespace: b }}, roles: [os:reader] }}\n"
+            )
+        };
+        loaded(&workload("k8s")).unwrap();
+        assert!(
+            refused(workload("login"))
+                .contains("workloads[0].issuer: `login` is not a workload issuer; workload issuers: k8s")
+        );
+        let example = |issuer: &str| {
+            format!(
+                "{k8s}policy_examples:\n  - {{ description: d, cluster: prod, issuer: {issuer}, expect_roles: [] }}\n"
+            )
+        };
+        assert!(refused(example("login")).contains("names `login`, which is not a workload issuer"));
+        // Key files, caps and lifetimes.
+        let oidc_file =
+            with_issuer("{ name: o, kind: oidc, issuer: \"https://o\", jwks_file: /j.json, audiences: [x] }");
+        assert!(refused(oidc_file).contains("are for workload issuers"));
+        let cap = with_issuer(
+            "{ name: k, kind: kubernetes, issuer: \"https://k\", audiences: [x], certificates_per_token: 101 }",
+        );
+        assert!(refused(cap).contains("certificates_per_token: from 1 to 100"));
+        let long = workload("k8s").replace("roles: [os:reader] }", "roles: [os:reader], ttl: 16m }");
+        assert!(refused(long).contains("ttl must be above zero and at most the cluster's max_ttl (900s)"));
+        let named = with_issuer(
+            "{ name: k, kind: kubernetes, issuer: \"https://k\", audiences: [x], username_claim: sub }",
+        );
+        assert!(refused(named).contains("`username_claim` is for people's issuers"));
+    }
 }

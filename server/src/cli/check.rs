@@ -79,6 +79,9 @@ pub(super) async fn run(
                 )?;
             }
         }
+        for line in cluster.policy.workloads.describe() {
+            writeln!(out, "cluster {name}: {line}")?;
+        }
         if let Some(next) = &cluster.next_ca {
             writeln!(
                 out,

@@ -512,6 +512,7 @@ fn an_application_is_granted_only_by_a_rule_that_names_it() {
 }
 
 mod app_roles;
+mod workloads;
 
 /// A refusal lists what would grant a role; a group the rule names is
 /// shown with the name people know it by, next to the id tokens carry.
