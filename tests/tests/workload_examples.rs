@@ -98,7 +98,8 @@ impl Cluster {
             .await
             .unwrap();
         let endpoint = apid.addr();
-        let env = TestEnv::start_with(Backend::Sqlite, |base| {
+        // From a file, so that `check` can read the same configuration.
+        let env = TestEnv::start_from_file(Backend::Sqlite, |base| {
             merged(&base, fragment, jwks_file, endpoint, &cert_file, &key_file)
         })
         .await;

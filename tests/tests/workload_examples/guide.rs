@@ -2,6 +2,7 @@
 //! written: their configuration starts a server, the guide's commands parse.
 
 use serde_yaml_ng::Value;
+use talos_sso_tests::harness::server_cli;
 use talos_sso_tests::workload_tokens::{Alg, WorkloadIssuer};
 
 use super::{Cluster, examples, text};
@@ -50,7 +51,8 @@ fn shell_words(line: &str) -> Vec<String> {
 
 /// The guide's configuration and configuration.md's workload section load
 /// into a running server (keys from a test JWKS file instead of each
-/// issuer's), rules and policy examples as written; every `talos-sso`
+/// issuer's), rules and policy examples as written, and `check` lists the
+/// rules; every `talos-sso`
 /// command of the guide parses with the CLI's own command line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guides_configuration_loads_and_its_commands_parse() {
@@ -85,6 +87,17 @@ async fn the_guides_configuration_loads_and_its_commands_parse() {
             .map(|rule| rule.name.as_str())
             .collect();
         assert_eq!(loaded, written, "{document}");
+        // `check` lists each rule as it read it, as the guide says.
+        let config_file = cluster.env.config_file();
+        let checked = server_cli(&["check", "--config", config_file.to_str().unwrap()])
+            .await
+            .unwrap_or_else(|e| panic!("{document}: {e}"));
+        for name in &written {
+            assert!(
+                checked.contains(&format!("cluster prod: workload rule {name}: ")),
+                "{document}: {checked}"
+            );
+        }
         cluster.env.finish().await;
     }
 
