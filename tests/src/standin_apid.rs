@@ -66,6 +66,7 @@ pub const ADMIN: &str = "os:admin";
 pub const OPERATOR: &str = "os:operator";
 pub const READER: &str = "os:reader";
 pub const IMPERSONATOR: &str = "os:impersonator";
+pub const ETCD_BACKUP: &str = "os:etcd:backup";
 
 /// The metadata key apid reads roles from (Talos's
 /// `APIAuthzRoleMetadataKey`).
@@ -337,6 +338,7 @@ pub fn allowed_roles(method: &str) -> &'static [&'static str] {
     match method {
         proto::VERSION | proto::LOGS => &[ADMIN, OPERATOR, READER],
         proto::REBOOT => &[ADMIN, OPERATOR],
+        proto::ETCD_SNAPSHOT => &[ADMIN, OPERATOR, ETCD_BACKUP],
         _ => &[ADMIN],
     }
 }
@@ -423,12 +425,17 @@ async fn handle(
             });
             return grpc().server_streaming(service, request).await;
         }
-        proto::READ => {
+        proto::READ | proto::ETCD_SNAPSHOT => {
+            let len = if method == proto::READ {
+                proto::READ_DATA_LEN
+            } else {
+                proto::SNAPSHOT_DATA_LEN
+            };
             let mut guard = Some(guard);
             let service = tower::service_fn(move |_: Request<Empty>| {
                 let stream = guard.take().map(|guard| Once {
                     item: Some(Chunk {
-                        data: proto::pattern(0, proto::READ_DATA_LEN),
+                        data: proto::pattern(0, len),
                     }),
                     guard: Some(guard),
                 });

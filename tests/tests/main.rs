@@ -84,6 +84,10 @@
 //! - `layers`: the module graph of the sources: imports point one way (the
 //!   server's layers), and no two sibling modules depend on each other.
 //! - `man_pages`: the committed manual pages match the CLI's commands.
+//! - `workload_examples`: deploy/examples run as written (the etcd backup
+//!   CronJob's script, the GitHub Actions and GitLab CI jobs' steps) with
+//!   the real CLI, a workload token of each kind, a real server and the
+//!   apid stand-in: the certificate's CN and roles, the audit record.
 //! - `outside_chain`: rows below the hash chain's first `seq`, on both
 //!   stores: refused by the database, left out of every view and read, and
 //!   a trail already holding one neither migrated, served nor verified.
@@ -154,4 +158,5 @@ mod standin_apid;
 mod strategic_merge;
 mod tools;
 mod verification;
+mod workload_examples;
 mod workloads;

@@ -57,11 +57,16 @@ pub const ROLLBACK: &str = "/machine.MachineService/Rollback";
 pub const LOGS: &str = "/machine.MachineService/Logs";
 pub const READ: &str = "/machine.MachineService/Read";
 pub const ETCD_RECOVER: &str = "/machine.MachineService/EtcdRecover";
+pub const ETCD_SNAPSHOT: &str = "/machine.MachineService/EtcdSnapshot";
 pub const CONTAINER_RUN: &str = "/machine.DebugService/ContainerRun";
 
 /// Read's one message carries this much data: Talos takes messages up to
 /// 32 MiB, and this one, encoded, is just under.
 pub const READ_DATA_LEN: usize = 32 * 1024 * 1024 - 64;
+
+/// EtcdSnapshot's one message carries this much data (a small etcd
+/// database stands in for a real one).
+pub const SNAPSHOT_DATA_LEN: usize = 64 * 1024;
 
 /// Rollback's status message: non-ASCII, so percent-encoded on the wire.
 pub const ROLLBACK_MESSAGE: &str = "nothing to roll back: état";
