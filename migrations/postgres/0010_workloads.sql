@@ -11,8 +11,8 @@
 -- configured name of the issuer that verified the token; `rules` names the
 -- workload rules that admitted it (issued), `misses` each rule that did not
 -- and the claims it missed (refused), `claims` the token's claims that
--- rules can name. `token_use` is which certificate of its token this is,
--- of at most `token_uses_max`.
+-- rules can name; `token_uses_max` how many certificates one token may
+-- mint (each such record carries the token's `token_id`).
 CREATE VIEW audit_workloads AS
     SELECT seq, occurred_at, event, outcome, reason_code, cluster, username, subject,
            roles_granted, serial,
@@ -21,8 +21,6 @@ CREATE VIEW audit_workloads AS
            details->'workload'->'rules' AS rules,
            details->'workload'->'misses' AS misses,
            details->'workload'->'claims' AS claims,
-           CASE WHEN jsonb_typeof(details->'workload'->'token_use') = 'number'
-                THEN (details->'workload'->>'token_use')::numeric END AS token_use,
            CASE WHEN jsonb_typeof(details->'workload'->'token_uses_max') = 'number'
                 THEN (details->'workload'->>'token_uses_max')::numeric END AS token_uses_max,
            client_ip, request_id

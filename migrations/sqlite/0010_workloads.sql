@@ -10,8 +10,6 @@ CREATE VIEW audit_workloads AS
            json_extract(details, '$.workload.rules') AS rules,
            json_extract(details, '$.workload.misses') AS misses,
            json_extract(details, '$.workload.claims') AS claims,
-           CASE WHEN json_type(details, '$.workload.token_use') IN ('integer', 'real')
-                THEN json_extract(details, '$.workload.token_use') END AS token_use,
            CASE WHEN json_type(details, '$.workload.token_uses_max') IN ('integer', 'real')
                 THEN json_extract(details, '$.workload.token_uses_max') END AS token_uses_max,
            client_ip, request_id

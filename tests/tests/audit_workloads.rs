@@ -295,9 +295,8 @@ async fn the_workloads_view_lifts_each_workloads_facts(backend: Backend) {
         Option<String>,
         Option<String>,
         Option<i64>,
-        Option<i64>,
     );
-    let sql = "SELECT seq, event, CAST(kind AS TEXT), workload_issuer, CAST(token_use AS BIGINT), \
+    let sql = "SELECT seq, event, CAST(kind AS TEXT), workload_issuer, \
                CAST(token_uses_max AS BIGINT) FROM audit_workloads ORDER BY seq";
     let rows: Vec<Row> = match &bare.store {
         AuditStore::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
@@ -315,7 +314,6 @@ async fn the_workloads_view_lifts_each_workloads_facts(backend: Backend) {
                 w.get("kind")
                     .map(|k| k.as_str().map_or_else(|| k.to_string(), str::to_owned)),
                 w.get("issuer").and_then(Value::as_str).map(str::to_owned),
-                w.get("token_use").and_then(Value::as_i64),
                 w.get("token_uses_max").and_then(Value::as_i64),
             )
         })

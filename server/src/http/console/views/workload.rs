@@ -22,7 +22,8 @@ pub(super) struct Workload<'a> {
     pub misses: Vec<(&'a str, Vec<&'a str>)>,
     /// The token's claims, each as its JSON text unless it is a string.
     pub claims: Vec<(&'a str, String)>,
-    pub token_use: Option<(i64, Option<i64>)>,
+    /// How many certificates one token of its issuer may mint.
+    pub token_uses_max: Option<i64>,
 }
 
 /// The strings of a JSON list, others left out.
@@ -66,14 +67,13 @@ impl<'a> Workload<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        let uses = |key: &str| details.get(key).and_then(Value::as_i64);
         Some(Self {
             kind: text(workload::KIND)?,
             issuer: text(workload::ISSUER),
             rules: texts(details.get(workload::RULES)),
             misses,
             claims,
-            token_use: uses(workload::TOKEN_USE).map(|n| (n, uses(workload::TOKEN_USES_MAX))),
+            token_uses_max: details.get(workload::TOKEN_USES_MAX).and_then(Value::as_i64),
         })
     }
 
@@ -99,8 +99,8 @@ impl<'a> Workload<'a> {
                         li { "rule " code { (rule) } @if !claims.is_empty() { ": " (claims.join(", ")) } }
                     } } }
                 }
-                @if let Some((used, max)) = self.token_use {
-                    dt { "Token use" } dd { (used) @if let Some(max) = max { " of " (max) } }
+                @if let Some(max) = self.token_uses_max {
+                    dt { "Certificates per token" } dd { "up to " (max) }
                 }
                 dt { "Claims" } dd { table.claims { tbody { @for (name, value) in &self.claims {
                     tr { th.mono { (name) } td.mono { (value) } }
@@ -123,17 +123,17 @@ mod tests {
             "kind": "gitlab-ci", "issuer": "gitlab",
             "misses": [{"rule": "deploy", "claims": ["ref", "project_path"]}, {"claims": ["x"]}],
             "claims": {"project_path": "<script>alert(1)</script>", "pipeline_id": 42},
-            "token_use": 2, "token_uses_max": 3,
+            "token_uses_max": 3,
         }});
         let found = Workload::of(&record).unwrap();
         assert_eq!(found.kind, "gitlab-ci");
         assert_eq!(found.misses, vec![("deploy", vec!["ref", "project_path"])]);
-        assert_eq!(found.token_use, Some((2, Some(3))));
+        assert_eq!(found.token_uses_max, Some(3));
         let page = found.section().into_string();
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
         assert!(!page.contains("<script>"), "{page}");
         assert!(page.contains("<td class=\"mono\">42</td>"), "{page}");
-        assert!(page.contains("2 of 3"), "{page}");
+        assert!(page.contains("up to 3"), "{page}");
         assert!(found.summary().into_string().contains("<code>gitlab</code>"));
         // A workload whose kind is not text is shown as no workload.
         record.details = json!({"workload": {"kind": 7}});
