@@ -46,7 +46,7 @@ async fn workloads_in_the_console(backend: Backend) {
             outcome::SUCCESS,
             json!({"kind": "github-actions", "issuer": "github", "rules": ["deploy-prod"],
                    "claims": {"repository": "acme/<script>alert(1)</script>", "run_attempt": 2},
-                   "token_use": 1, "token_uses_max": 1}),
+                   "token_uses_max": 1}),
         ),
         workload(
             "system:serviceaccount:ci:builder",
@@ -55,7 +55,7 @@ async fn workloads_in_the_console(backend: Backend) {
             json!({"kind": "kubernetes", "issuer": "in-cluster",
                    "misses": [{"rule": "builders", "claims": ["kubernetes.io/namespace"]}],
                    "claims": {"sub": "system:serviceaccount:ci:builder"},
-                   "token_use": 1, "token_uses_max": 3}),
+                   "token_uses_max": 3}),
         ),
     ];
     records[1].record.reason_code = Some("workload_not_admitted".into());
@@ -119,7 +119,7 @@ async fn workloads_in_the_console(backend: Backend) {
         "{record}"
     );
     assert!(!record.contains("<script>alert"), "{record}");
-    assert!(record.contains("1 of 1"), "{record}");
+    assert!(record.contains("Certificates per token</dt><dd>up to 1"), "{record}");
     let (_, refusal) = page(
         auditor
             .get(&format!("{base}/ui/records/{}", appended[1].stored().seq))
