@@ -289,13 +289,7 @@ async fn kind_filters_match_a_scan_of_every_record(backend: Backend) {
 
 async fn the_workloads_view_lifts_each_workloads_facts(backend: Backend) {
     let (bare, records) = seeded(backend).await;
-    type Row = (
-        i64,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-    );
+    type Row = (i64, String, Option<String>, Option<String>, Option<i64>);
     let sql = "SELECT seq, event, CAST(kind AS TEXT), workload_issuer, \
                CAST(token_uses_max AS BIGINT) FROM audit_workloads ORDER BY seq";
     let rows: Vec<Row> = match &bare.store {

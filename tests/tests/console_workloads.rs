@@ -119,7 +119,10 @@ async fn workloads_in_the_console(backend: Backend) {
         "{record}"
     );
     assert!(!record.contains("<script>alert"), "{record}");
-    assert!(record.contains("Certificates per token</dt><dd>up to 1"), "{record}");
+    assert!(
+        record.contains("Certificates per token</dt><dd>up to 1"),
+        "{record}"
+    );
     let (_, refusal) = page(
         auditor
             .get(&format!("{base}/ui/records/{}", appended[1].stored().seq))

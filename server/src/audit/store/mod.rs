@@ -237,12 +237,12 @@ mod tests {
         (
             "postgres",
             10,
-            "bde91b6f56a49cd4bc992e2773bb3f4be4afbe2eddf4ed2134a72c843b553dbfec10b3f050b4a8d92e4d19815e4bcc08",
+            "8416caa7632b8d1357509d67392a9147ca9edcac1d60be0989aacc1186958c02c586daf1f3e8d74d2a69f21d28aa8d0b",
         ),
         (
             "sqlite",
             10,
-            "6cca4e89297af522196b5a496b8b6bb3b2892f0eb18fec65a9e2fda3c479d3c1102972cebec3253221b5dd18efe002b6",
+            "12caee082d301629d42f8b31658481e348fb856e8b968e9ced9ff111a61e18bcbfeb66600a35370589f8589c2c4ffc4d",
         ),
     ];
 
