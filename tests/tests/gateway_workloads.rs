@@ -14,7 +14,7 @@ use talos_sso_tests::standin_apid::proto;
 use talos_sso_tests::workload_tokens::{Alg, WorkloadIssuer, kubernetes_claims};
 
 const AUDIENCE: &str = "talos-sso";
-const SUBJECT: &str = "system:serviceaccount:backup:talos-backup";
+const SUBJECT: &str = "k8s:system:serviceaccount:backup:talos-backup";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_s_calls_go_through_the_gateway_as_a_person_s() {

@@ -108,7 +108,7 @@ fn with_workloads(yaml: String, issuers: &Issuers, github_cap: u32) -> String {
     let workloads = r#"    workloads:
       - { name: etcd-backup, issuer: k8s-prod, claims: { namespace: backup, service_account: talos-backup }, roles: [os:etcd:backup] }
       - { name: infra-release, issuer: github, claims: { repository: org/infra, environment: production, ref: "refs/tags/v*" }, roles: [os:admin], ttl: 10m }
-      - { name: gitlab-deploy, issuer: gitlab, claims: { project_path: group/infra, ref_protected: "true" }, roles: [os:operator] }
+      - { name: gitlab-deploy, issuer: gitlab, claims: { project_id: "20", ref_protected: "true" }, roles: [os:operator] }
     rules:
       - { claims: { repository: org/infra }, roles: [os:reader] }
 "#;
@@ -134,12 +134,19 @@ async fn start(backend: Backend, github_cap: u32) -> (TestEnv, Issuers) {
 }
 
 async fn ask(env: &TestEnv, token: &str, roles: &[&str]) -> Answer {
-    let csr = ClientKey::generate().unwrap().csr_pem().unwrap();
+    ask_for(env, token, json!({"roles": roles})).await
+}
+
+/// A certificate request with `fields` (roles, ttl_seconds) for cluster
+/// `prod` and a fresh key.
+async fn ask_for(env: &TestEnv, token: &str, mut fields: Value) -> Answer {
+    fields["cluster"] = json!("prod");
+    fields["csr"] = json!(ClientKey::generate().unwrap().csr_pem().unwrap());
     let request = env
         .http
         .post(format!("{}/v1/certificates", env.server.base_url))
         .bearer_auth(token)
-        .json(&json!({"cluster": "prod", "csr": csr, "roles": roles}));
+        .json(&fields);
     Answer::read(request.send().await.unwrap()).await
 }
 
@@ -196,7 +203,8 @@ async fn each_kind_is_admitted_by_its_rule_and_refused_by_a_near_miss(backend: B
     let record = record_of(&env, &backup).await.record;
     assert_eq!(
         record.subject.as_deref(),
-        Some("system:serviceaccount:backup:talos-backup")
+        Some("k8s-prod:system:serviceaccount:backup:talos-backup"),
+        "the issuer's name, then the service account"
     );
     assert_eq!(record.details["workload"]["kind"], "kubernetes");
     assert_eq!(record.details["workload"]["rules"], json!(["etcd-backup"]));
@@ -309,6 +317,15 @@ async fn each_kind_is_admitted_by_its_rule_and_refused_by_a_near_miss(backend: B
     )
     .await;
     assert_eq!(more.code(), Some("role_not_permitted"), "{}", more.body);
+    // The rule's lifetime is also the longest it grants.
+    let longer = ask_for(
+        &env,
+        &github.sign(&release_again(github)),
+        json!({"ttl_seconds": 601}),
+    )
+    .await;
+    assert_eq!(longer.code(), Some("ttl_too_long"), "{}", longer.body);
+    assert_eq!(longer.body["max_ttl_seconds"], 600);
 
     // GitLab, whose issuer is also the people's: a protected ref deploys,
     // an unprotected one does not.
@@ -337,10 +354,23 @@ async fn each_kind_is_admitted_by_its_rule_and_refused_by_a_near_miss(backend: B
     // GitHub's claims is judged by GitLab's rules only.
     let disguised = patched(
         gitlab_claims(gitlab, AUDIENCE, "group/other", "main", true, None),
-        json!({"repository": "org/infra", "environment": "production", "ref": "refs/tags/v1.4.0"}),
+        json!({"project_id": "21", "repository": "org/infra", "environment": "production", "ref": "refs/tags/v1.4.0"}),
     );
     let answer = ask(&env, &gitlab.sign(&disguised), &[]).await;
     assert_eq!(answer.code(), Some("workload_not_admitted"), "{}", answer.body);
+    // A job of the same GitLab asking for the people's audience is no
+    // person, whoever signed it: refused before any rule.
+    let job_as_person = env
+        .emulator
+        .token_with(
+            "bob@example.com",
+            TokenKind::id(),
+            json!({"pipeline_id": "574", "job_id": "302", "project_path": "group/infra",
+                   "repository": "org/infra", "groups": []}),
+        )
+        .unwrap();
+    let answer = ask(&env, &job_as_person, &[]).await;
+    assert_eq!(answer.code(), Some("token_audience_invalid"), "{}", answer.body);
 
     // People's rules never judge a workload: the people's rule naming
     // `repository: org/infra` grants this GitHub token nothing (it is
@@ -383,22 +413,36 @@ async fn each_kind_is_admitted_by_its_rule_and_refused_by_a_near_miss(backend: B
     let answer = ask(&env, &person, &["os:admin"]).await;
     assert_eq!(answer.code(), Some("role_not_permitted"), "{}", answer.body);
 
-    // The deny list names a workload by its subject: the repository.
+    // The deny list names a workload by its subject: the repository's or
+    // project's id, which a rename or a move keeps.
+    let moved = gitlab_claims(gitlab, AUDIENCE, "group/infra-moved", "main", true, None);
+    let answer = ask(&env, &gitlab.sign(&moved), &[]).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    assert_eq!(certificate_of(&answer).0, "gitlab-ci:group/infra-moved");
+    let subject = record_of(&env, &answer).await.record.subject;
+    assert_eq!(subject.as_deref(), Some("gitlab:project_id:20"));
     let admin = env
         .emulator
         .token_with("alice@example.com", TokenKind::id(), json!({}))
         .unwrap();
-    let denied = env
-        .http
-        .post(format!("{}/v1/deny", env.server.base_url))
-        .bearer_auth(admin)
-        .json(&json!({"subject": "org/infra", "reason": "INC-42 leaked workflow"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(denied.status(), 201, "{}", denied.text().await.unwrap());
+    for subject in ["github:repository_id:74", "gitlab:project_id:20"] {
+        let denied = env
+            .http
+            .post(format!("{}/v1/deny", env.server.base_url))
+            .bearer_auth(&admin)
+            .json(&json!({"subject": subject, "reason": "INC-42 leaked workflow"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(denied.status(), 201, "{}", denied.text().await.unwrap());
+    }
     let answer = ask(&env, &github.sign(&release_again(github)), &[]).await;
     assert_eq!(answer.code(), Some("identity_denied"), "{}", answer.body);
+    for path in ["group/infra", "group/infra-moved"] {
+        let job = gitlab_claims(gitlab, AUDIENCE, path, "main", true, None);
+        let answer = ask(&env, &gitlab.sign(&job), &[]).await;
+        assert_eq!(answer.code(), Some("identity_denied"), "{path}: {}", answer.body);
+    }
     // Other workloads are not.
     let backup = ask(
         &env,

@@ -135,6 +135,12 @@ impl Config {
     /// apart from workloads. Claims and roles are `policy::workloads`'.
     fn validate_workloads(&self) -> Result<(), ConfigError> {
         let kinds = self.identity.workload_kinds();
+        if self.identity.login_issuer().is_workload() {
+            return Err(invalid(
+                "identity.kind: people log in with the login issuer; a workload issuer goes under \
+                 identity.trusted_issuers",
+            ));
+        }
         for issuer in &self.identity.trusted_issuers {
             let section = issuer.section();
             if !issuer.is_workload() {

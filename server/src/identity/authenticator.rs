@@ -101,17 +101,36 @@ impl Authenticator {
         )
     }
 
+    /// Whether a token routed to a people's issuer is a workload's of the
+    /// same `iss` (a GitLab job asking for the people's audience): it
+    /// carries a claim only that workload kind's tokens carry.
+    fn workload_posing_as_person(&self, chosen: &Issuer, claims: &ClaimSet) -> bool {
+        chosen.rules().workload_schema().is_none()
+            && self.issuers().any(|issuer| {
+                issuer.rules().accepts(claims)
+                    && issuer
+                        .rules()
+                        .workload_schema()
+                        .is_some_and(|schema| schema.marks(claims))
+            })
+    }
+
     /// The issuer a token goes to: [`Authenticator::route_claims`], the
     /// login issuer for claims that cannot be read.
     fn route(&self, claims: Option<&ClaimSet>) -> Result<&Issuer, TokenError> {
         let Some(claims) = claims else {
             return Ok(&self.login);
         };
-        self.route_claims(claims)
+        let chosen = self
+            .route_claims(claims)
             .ok_or_else(|| match string_claim(claims, "iss") {
                 Some(iss) => TokenError::IssuerUntrusted(talos_sso_text::clean(iss, 200)),
                 None => TokenError::Malformed("no iss"),
-            })
+            })?;
+        if self.workload_posing_as_person(chosen, claims) {
+            return Err(TokenError::WrongAudience);
+        }
+        Ok(chosen)
     }
 
     /// Verify `token` and complete who it names (groups from Graph on

@@ -156,13 +156,15 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             };
             return Err(self.refuse(record, error).await);
         };
-        let (granted, default_ttl) = match &identity.workload {
+        // The lifetime when none is asked for, and the longest one may ask
+        // for: the cluster's, or for a workload its rules' `ttl` for both.
+        let (granted, default_ttl, max_ttl) = match &identity.workload {
             Some(workload) => match decide_workload(cluster, identity, workload, request, &mut record) {
                 Ok(grant) => grant,
                 Err(denial) => return Err(self.refuse(record, IssuanceError::Workload(denial)).await),
             },
             None => match cluster.policy.decide(&applicant(identity), &request.roles) {
-                Ok(decision) => (decision.granted, cluster.config.ttl),
+                Ok(decision) => (decision.granted, cluster.config.ttl, cluster.config.max_ttl),
                 Err(denial) => return Err(self.refuse(record, IssuanceError::Policy(denial)).await),
             },
         };
@@ -171,7 +173,11 @@ impl<'a, R: Recorder> Issuance<'a, R> {
             Some(0) => return Err(self.refuse(record, IssuanceError::TtlInvalid).await),
             Some(seconds) => Duration::from_secs(seconds),
         };
-        if let Err(error) = within_max_ttl(cluster, ttl) {
+        if ttl > max_ttl {
+            let error = IssuanceError::TtlTooLong {
+                cluster: cluster.name.clone(),
+                max: max_ttl,
+            };
             return Err(self.refuse(record, error).await);
         }
         let public_key = match certificate::verify_csr(request.csr.as_bytes()) {
@@ -354,8 +360,8 @@ fn applicant(identity: &VerifiedIdentity) -> Applicant {
     }
 }
 
-/// The cluster's workload rules on a workload's token: the roles and the
-/// default lifetime they grant. Either way `record.details.workload` says
+/// The cluster's workload rules on a workload's token: the roles, the
+/// default lifetime and the longest they grant (a rule's `ttl` is both). Either way `record.details.workload` says
 /// what was judged; a refusal also says which rules missed which claims,
 /// there and in the log, never in the answer.
 fn decide_workload(
@@ -364,7 +370,7 @@ fn decide_workload(
     workload: &Workload,
     request: &CertificateRequest,
     record: &mut AuditRecord,
-) -> Result<(Vec<String>, Duration), WorkloadDenial> {
+) -> Result<(Vec<String>, Duration, Duration), WorkloadDenial> {
     let decided = cluster
         .policy
         .workloads
@@ -383,7 +389,10 @@ fn decide_workload(
     let answer = match decided {
         Ok(grant) => {
             facts[keys::RULES] = json!(grant.rules);
-            Ok((grant.granted, grant.ttl.unwrap_or(cluster.config.ttl)))
+            match grant.ttl {
+                Some(ttl) => Ok((grant.granted, ttl, ttl)),
+                None => Ok((grant.granted, cluster.config.ttl, cluster.config.max_ttl)),
+            }
         }
         Err(denial) => {
             if let WorkloadDenial::NotAdmitted { misses } = &denial {

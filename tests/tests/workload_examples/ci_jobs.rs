@@ -231,7 +231,7 @@ async fn the_gitlab_ci_job_logs_in_with_its_id_token() {
         .http
         .post(format!("{}/v1/deny", cluster.env.server.base_url))
         .bearer_auth(admin)
-        .json(&json!({"subject": "platform/talos", "reason": "leaked pipeline"}))
+        .json(&json!({"subject": "gitlab:project_id:20", "reason": "leaked pipeline"}))
         .send()
         .await
         .unwrap();
@@ -249,7 +249,7 @@ async fn the_gitlab_ci_job_logs_in_with_its_id_token() {
         panic!("one refusal: {denied:#?}");
     };
     assert_eq!(refusal.record.reason_code.as_deref(), Some("identity_denied"));
-    assert_eq!(refusal.record.subject.as_deref(), Some("platform/talos"));
+    assert_eq!(refusal.record.subject.as_deref(), Some("gitlab:project_id:20"));
     assert_eq!(cluster.apid.calls().len(), 1, "no second call");
     cluster.env.finish().await;
 }

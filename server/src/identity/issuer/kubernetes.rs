@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::workload::{Identified, Schema, WorkloadKind, accepted_issuers, registration, required};
-use super::{Kind, Registration};
-use crate::config::IssuerConfig;
+use super::Registration;
+use super::workload::{Identified, Schema, registration, required};
 use crate::identity::token::{ClaimSet, TokenError};
 
 pub(super) const SCHEMA: Schema = Schema {
@@ -27,26 +26,20 @@ pub(super) const SCHEMA: Schema = Schema {
         "sub",
     ],
     anchors: &["namespace", "service_account_uid", "sub"],
+    subject: "sub",
+    name: "sub",
+    markers: &["kubernetes.io"],
+    identify,
 };
 
-pub(super) const KIND: Registration = registration(&SCHEMA, build);
-
-fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
-    Ok(Box::new(WorkloadKind {
-        schema: &SCHEMA,
-        issuers: accepted_issuers(config)?,
-        token_uses: config.token_uses(),
-        subject_claim: "sub",
-        identify,
-    }))
-}
+pub(super) const KIND: Registration = registration(&SCHEMA);
 
 /// `object.field` of the `kubernetes.io` claim, as text.
 fn nested<'a>(claim: &'a Value, object: &str, field: &str) -> Option<&'a str> {
     claim.get(object)?.get(field)?.as_str().filter(|s| !s.is_empty())
 }
 
-fn identify(claims: &ClaimSet) -> Result<Identified, TokenError> {
+fn identify(_schema: &Schema, claims: &ClaimSet) -> Result<Identified, TokenError> {
     let sub = required(claims, "sub")?;
     let (namespace, name) = sub
         .strip_prefix("system:serviceaccount:")
@@ -78,5 +71,9 @@ fn identify(claims: &ClaimSet) -> Result<Identified, TokenError> {
     put("pod", nested(k8s, "pod", "name"));
     put("pod_uid", nested(k8s, "pod", "uid"));
     put("node", nested(k8s, "node", "name"));
-    Ok((sub.to_owned(), offered))
+    Ok(Identified {
+        subject: sub.to_owned(),
+        name: sub.to_owned(),
+        claims: offered,
+    })
 }

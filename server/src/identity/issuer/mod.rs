@@ -109,6 +109,11 @@ pub trait Kind: Send + Sync + std::fmt::Debug {
     fn graph_stats(&self) -> Option<Arc<GraphStats>> {
         None
     }
+
+    /// A workload kind's schema; `None` for people's kinds.
+    fn workload_schema(&self) -> Option<&'static workload::Schema> {
+        None
+    }
 }
 
 /// Who a verified token is about, as its issuer's kind reads it.
@@ -228,6 +233,11 @@ impl IssuerRules {
     /// Whether `claims` (not verified) name this issuer.
     pub fn accepts(&self, claims: &ClaimSet) -> bool {
         string_claim(claims, "iss").is_some_and(|iss| self.kind.accepts(iss, claims))
+    }
+
+    /// The workload kind's schema; `None` for a people's issuer.
+    pub fn workload_schema(&self) -> Option<&'static workload::Schema> {
+        self.kind.workload_schema()
     }
 
     /// Whether `claims` (not verified) name one of this issuer's audiences:

@@ -2,10 +2,15 @@
 //! share: a token names a workload, never a person, and offers a fixed set
 //! of claims that workload rules may name ([`Schema`]).
 //!
-//! A workload's subject is what a deny-list entry names: the service
-//! account (`system:serviceaccount:NS:NAME`), the repository, the project.
-//! Its username, the certificate's CN, is `KIND:SUBJECT`, shortened with a
-//! hash to fit RFC 5280's 64 characters. Its token may mint several
+//! A workload's subject is what a deny-list entry names, and what its
+//! owner cannot change: `ISSUER:system:serviceaccount:NS:NAME` for a
+//! service account, `ISSUER:repository_id:74` for a GitHub repository,
+//! `ISSUER:project_id:20` for a GitLab project (a renamed repository is the
+//! same subject; `ISSUER` is the configured issuer's name, so that two
+//! clusters or two GitLabs never share one). Its username, the
+//! certificate's CN, is `KIND:NAME` (the service account, the repository's
+//! or project's path), shortened with a hash to fit RFC 5280's 64
+//! characters. Its token may mint several
 //! certificates (`certificates_per_token`), so that a job longer than one
 //! certificate renews from the same token.
 
@@ -20,7 +25,6 @@ use crate::identity::token::{ClaimSet, TokenError, string_claim};
 use talos_sso_api::issuer::is_template;
 
 /// The claims a workload kind offers to rules.
-#[derive(Debug, PartialEq, Eq)]
 pub struct Schema {
     pub kind: &'static str,
     /// Every claim a rule may name, as rules name them.
@@ -29,6 +33,33 @@ pub struct Schema {
     /// keeps a rule from admitting every repository on GitHub, or every
     /// service account of a cluster.
     pub anchors: &'static [&'static str],
+    /// The claim whose value names the workload for good: its owner cannot
+    /// change it (`repository_id`, `project_id`, `sub`).
+    pub subject: &'static str,
+    /// The claim that names it for people (the CN): `repository`,
+    /// `project_path`, `sub`.
+    pub name: &'static str,
+    /// Claims only this kind's tokens carry (any of them): a token with one
+    /// of them is never a person's, whatever audience it names (GitLab lets
+    /// a job ask for any audience, the people's client id included).
+    pub markers: &'static [&'static str],
+    /// The subject, name and claims rules match of a verified token.
+    pub identify: fn(&Schema, &ClaimSet) -> Result<Identified, TokenError>,
+}
+
+/// How most kinds read a token: the subject `CLAIM:VALUE` of
+/// [`Schema::subject`], the name of [`Schema::name`], the claims rules
+/// match from the top level.
+pub(super) fn identify_top_level(schema: &Schema, claims: &ClaimSet) -> Result<Identified, TokenError> {
+    let id = claims
+        .get(schema.subject)
+        .and_then(claim_value)
+        .ok_or(TokenError::SubjectMissing(schema.subject))?;
+    Ok(Identified {
+        subject: format!("{}:{id}", schema.subject),
+        name: required(claims, schema.name)?.to_owned(),
+        claims: top_level(claims, schema.claims),
+    })
 }
 
 /// Who a workload token names, and the claims rules may match.
@@ -88,18 +119,15 @@ pub fn common_name(kind: &str, subject: &str) -> String {
     format!("{}~{}", &full[..keep], &digest[..16])
 }
 
-/// A workload's principal: its subject, its CN, its token id, no groups.
-pub(super) fn principal(
-    kind: &WorkloadKind,
-    claims: &ClaimSet,
-    subject: &str,
-    offered: BTreeMap<String, String>,
-) -> Principal {
+/// A workload's principal: its subject (qualified by its issuer's name),
+/// its CN, its token id, no groups.
+pub(super) fn principal(kind: &WorkloadKind, claims: &ClaimSet, identified: Identified) -> Principal {
     let kind_name = kind.schema.kind;
+    let offered = identified.claims;
     Principal {
         tenant: None,
-        subject: subject.to_owned(),
-        username: common_name(kind_name, subject),
+        subject: format!("{}:{}", kind.issuer_name, identified.subject),
+        username: common_name(kind_name, &identified.name),
         token_id: string_claim(claims, "jti").map(str::to_owned),
         groups: Vec::new(),
         app_roles: Vec::new(),
@@ -112,13 +140,14 @@ pub(super) fn principal(
     }
 }
 
-/// Who a refused workload token claims to be, for its record.
-pub(super) fn claimed(claims: &ClaimSet, subject_claim: &str) -> ClaimedIdentity {
+/// Who a refused workload token claims to be, for its record: its name
+/// (nobody vouched for it, so it is no subject a deny entry could match).
+pub(super) fn claimed(claims: &ClaimSet, name_claim: &str) -> ClaimedIdentity {
     ClaimedIdentity {
         issuer: claim_text(claims, "iss"),
         tenant: None,
-        subject: claim_text(claims, subject_claim),
-        username: None,
+        subject: None,
+        username: claim_text(claims, name_claim),
         token_id: claimed_token_id(claims),
     }
 }
@@ -144,21 +173,46 @@ pub(super) fn accepted_issuers(config: &IssuerConfig) -> Result<Vec<String>, Str
     Ok(issuers)
 }
 
-/// A verified workload token's subject, and the claims rules match.
-pub(super) type Identified = (String, BTreeMap<String, String>);
+/// What a workload kind reads of a verified token.
+#[derive(Debug)]
+pub struct Identified {
+    /// `CLAIM:VALUE` (`repository_id:74`), or the service account; the
+    /// issuer's name is put before it.
+    pub subject: String,
+    /// What the CN names.
+    pub name: String,
+    /// The claims rules match.
+    pub claims: BTreeMap<String, String>,
+}
 
 /// A workload kind: its name, the issuers it accepts, how it finds the
 /// subject and the claims rules match.
 #[derive(Debug)]
 pub(super) struct WorkloadKind {
-    pub(super) schema: &'static Schema,
-    pub(super) issuers: Vec<String>,
+    schema: &'static Schema,
+    /// The configured issuer's name, before each subject.
+    issuer_name: String,
+    issuers: Vec<String>,
     /// How many certificates one token may mint.
-    pub(super) token_uses: u32,
-    /// The claim a refused token's record takes its subject from.
-    pub(super) subject_claim: &'static str,
-    /// The subject, and the claims rules match, of a verified token.
-    pub(super) identify: fn(&ClaimSet) -> Result<Identified, TokenError>,
+    token_uses: u32,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind)
+    }
+}
+
+/// The kind `config` names, ready to read its tokens.
+fn build(config: &IssuerConfig) -> Result<Box<dyn Kind>, String> {
+    let schema = super::workload_schema(&config.kind)
+        .ok_or_else(|| format!("`{}` is not a workload kind", config.kind))?;
+    Ok(Box::new(WorkloadKind {
+        schema,
+        issuer_name: config.name.clone(),
+        issuers: accepted_issuers(config)?,
+        token_uses: config.token_uses(),
+    }))
 }
 
 impl Kind for WorkloadKind {
@@ -167,20 +221,30 @@ impl Kind for WorkloadKind {
     }
 
     fn identify(&self, claims: &ClaimSet) -> Result<Principal, TokenError> {
-        let (subject, offered) = (self.identify)(claims)?;
-        Ok(principal(self, claims, &subject, offered))
+        let identified = (self.schema.identify)(self.schema, claims)?;
+        Ok(principal(self, claims, identified))
     }
 
     fn claimed(&self, claims: &ClaimSet) -> ClaimedIdentity {
-        claimed(claims, self.subject_claim)
+        claimed(claims, self.schema.name)
+    }
+
+    fn workload_schema(&self) -> Option<&'static Schema> {
+        Some(self.schema)
     }
 }
 
-/// The registration of a workload kind.
-pub(super) const fn registration(
-    schema: &'static Schema,
-    build: fn(&IssuerConfig) -> Result<Box<dyn Kind>, String>,
-) -> Registration {
+impl Schema {
+    /// Whether `claims` (not verified) carry a claim only this kind's
+    /// tokens carry.
+    pub fn marks(&self, claims: &ClaimSet) -> bool {
+        self.markers.iter().any(|marker| claims.contains_key(*marker))
+    }
+}
+
+/// The registration of a workload kind: one `build` for every kind, which
+/// finds the kind's schema by name.
+pub(super) const fn registration(schema: &'static Schema) -> Registration {
     Registration {
         name: schema.kind,
         accepted_issuers,

@@ -67,6 +67,8 @@ fn a_workload_rule_names_known_claims_an_anchor_exactly_and_real_roles() {
         &[("repository", "org/*"), ("environment", "production")][..],
         &[("repository_owner", "or?")][..],
         &[("repository", "")][..],
+        // A repository's admin chooses what makes up its `sub`: no anchor.
+        &[("sub", "repo:org/infra:environment:production")][..],
     ] {
         let error = refused(workload_rule("r", "github", claims, &["os:admin"]));
         assert!(
