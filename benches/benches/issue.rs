@@ -73,6 +73,8 @@ fn entra_token(now: OffsetDateTime) -> Option<(String, KeySet, IssuerRules)> {
         leeway: Duration::from_secs(300),
         entra_graph: None,
         ca_file: None,
+        jwks_file: None,
+        certificates_per_token: None,
     })
     .ok()?;
     Some((format!("{input}.{}", B64.encode(sig)), keys, rules))
