@@ -18,6 +18,7 @@ use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::x509::ParsedCertificate;
 use talos_sso_tests::emulator::{CLI_CLIENT_ID, TokenKind};
 use talos_sso_tests::harness::{Answer, Backend, TestEnv, config_yaml, server_cli};
+use talos_sso_tests::tls_front::TlsFront;
 use talos_sso_tests::workload_tokens::{
     Alg, GITHUB_ISSUER, WorkloadIssuer, github_claims, gitlab_claims, kubernetes_claims, patched,
 };
@@ -61,12 +62,28 @@ impl Issuers {
 /// GitHub's discovery document as GitHub serves it (no authorization or
 /// token endpoint: nobody logs in there), and its key set.
 async fn serve_discovery(github: &WorkloadIssuer) -> (String, tokio::task::JoinHandle<()>) {
+    serve_discovery_at(github, None).await
+}
+
+/// `issuer`'s discovery document and key set, served over plain HTTP; the
+/// document names the key set at `public` (a TLS front) when given.
+async fn serve_discovery_at(
+    issuer: &WorkloadIssuer,
+    public: Option<(&TlsFront, &str)>,
+) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
-    let jwks = std::fs::read_to_string(&github.jwks_file).unwrap();
+    let base = match public {
+        Some((front, url)) => {
+            front.forward_to(address);
+            url.trim_end_matches('/').to_owned()
+        }
+        None => format!("http://{address}"),
+    };
+    let jwks = std::fs::read_to_string(&issuer.jwks_file).unwrap();
     let document = json!({
-        "issuer": GITHUB_ISSUER,
-        "jwks_uri": format!("http://{address}/.well-known/jwks"),
+        "issuer": issuer.issuer,
+        "jwks_uri": format!("{base}/.well-known/jwks"),
         "subject_types_supported": ["public", "pairwise"],
         "response_types_supported": ["id_token"],
         "claims_supported": ["sub", "aud", "exp", "iat", "iss", "jti", "nbf", "ref", "repository",

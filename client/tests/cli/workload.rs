@@ -16,7 +16,7 @@ use talos_sso_tests::workload_tokens::{
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Machine, context_fields};
+use super::{Machine, auditor, context_fields};
 
 const K8S_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 const AUDIENCE: &str = "talos-sso";
@@ -193,6 +193,50 @@ async fn login_with_a_token_file_writes_the_workloads_certificate_and_keeps_no_t
     assert!(
         err.contains(&format!("(request id {})", refused.request_id)),
         "{err}"
+    );
+
+    // The trail with the workload's records verifies offline, by the CLI
+    // and by an implementation of docs/audit.md that shares no code with
+    // talos-sso, and lists them by kind.
+    let sam = auditor(&env).await;
+    let (code, listed, err) = sam
+        .run(&["audit", "list", "--kind", "kubernetes", "--output", "json"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let kinds: Vec<serde_json::Value> = listed.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(kinds.len() >= 3, "{listed}");
+    assert!(
+        kinds
+            .iter()
+            .all(|r| r["details"]["workload"]["kind"] == "kubernetes"),
+        "{listed}"
+    );
+    let (code, exported, err) = sam.run(&["audit", "export", "--output", "json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(exported.contains("\"workload_not_admitted\""), "{exported}");
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.jsonl");
+    std::fs::write(&export, &exported).unwrap();
+    let total = exported.lines().count();
+    let (code, out, err) = sam
+        .run(&["audit", "verify", "--file", export.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("audit chain intact: {total} records verified")),
+        "{out}"
+    );
+    let script = tokio::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/audit-verify.py"))
+        .arg(&export)
+        .output()
+        .await
+        .unwrap();
+    let script_out = String::from_utf8_lossy(&script.stdout);
+    assert_eq!(script.status.code(), Some(0), "{script_out}");
+    assert!(
+        script_out.starts_with(&format!("intact: {total} records")),
+        "{script_out}"
     );
     env.finish().await;
 }
