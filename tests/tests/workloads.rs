@@ -104,7 +104,62 @@ async fn serve_discovery_at(
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    (format!("http://{address}/.well-known/openid-configuration"), task)
+    (format!("{base}/.well-known/openid-configuration"), task)
+}
+
+/// A Kubernetes API server's discovery is served with a certificate of the
+/// cluster's own CA: the issuer's `ca_file` is what reaches it, and without
+/// it the server does not start, and says which issuer it could not reach.
+#[tokio::test]
+async fn a_kubernetes_issuer_behind_its_own_ca_is_reached_with_its_ca_file() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = talos_sso_tests::harness::tls_files(scratch.path());
+    let front = TlsFront::bind(&cert, &key).await.unwrap();
+    let k8s = WorkloadIssuer::new(K8S_ISSUER, Alg::Rs256);
+    let url = front.url();
+    let (discovery, _task) = serve_discovery_at(&k8s, Some((&front, &url))).await;
+    let ca_file = scratch.path().join("cluster-ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let trusted = |with_ca: bool| {
+        let ca = if with_ca {
+            format!(", ca_file: \"{}\"", ca_file.display())
+        } else {
+            String::new()
+        };
+        format!(
+            "identity:\n  trusted_issuers:\n    - {{ name: k8s-prod, kind: kubernetes, issuer: \"{K8S_ISSUER}\", \
+             discovery_url: \"{discovery}\", audiences: [\"{AUDIENCE}\"]{ca} }}\n"
+        )
+    };
+    let rules = "    workloads:\n      - { name: etcd-backup, issuer: k8s-prod, claims: { namespace: backup }, roles: [os:etcd:backup] }\n    rules:\n";
+
+    let work = talos_sso_tests::harness::Workdir::new();
+    let emulator = talos_sso_tests::emulator::EmulatorHandle::start(Default::default())
+        .await
+        .unwrap();
+    let database = format!("sqlite://{}", work.path().join("audit.db").display());
+    let yaml = config_yaml(&emulator, &work, &database)
+        .replacen("identity:\n", &trusted(false), 1)
+        .replacen("    rules:\n", rules, 1);
+    let refused = talos_sso_server::server::Server::bind(
+        talos_sso_server::config::Config::from_yaml(&yaml).unwrap(),
+        std::sync::Arc::new(talos_sso_server::app::SystemClock),
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("issuer `k8s-prod`"), "{refused}");
+
+    let env = TestEnv::start_with_emulator(Backend::Sqlite, emulator, |yaml| {
+        yaml.replacen("identity:\n", &trusted(true), 1)
+            .replacen("    rules:\n", rules, 1)
+    })
+    .await;
+    let token = k8s.sign(&kubernetes_claims(&k8s, AUDIENCE, "backup", "talos-backup"));
+    let answer = ask(&env, &token, &[]).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    env.finish().await;
 }
 
 /// The server's configuration with the workload issuers and rules added.
