@@ -1167,6 +1167,36 @@ async fn the_security_team_reads_the_audit_trail() {
     env.finish().await;
 }
 
+/// `exported` (an `audit export --output json`) verifies offline, by the
+/// CLI (run by `auditor`) and by tests/audit-verify.py, an implementation
+/// of docs/audit.md that shares no code with talos-sso.
+async fn assert_verifies_offline(auditor: &Machine, exported: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.jsonl");
+    std::fs::write(&export, exported).unwrap();
+    let total = exported.lines().count();
+    let (code, out, err) = auditor
+        .run(&["audit", "verify", "--file", export.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("audit chain intact: {total} records verified")),
+        "{out}"
+    );
+    let script = tokio::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/audit-verify.py"))
+        .arg(&export)
+        .output()
+        .await
+        .unwrap();
+    let script_out = String::from_utf8_lossy(&script.stdout);
+    assert_eq!(script.status.code(), Some(0), "{script_out}");
+    assert!(
+        script_out.starts_with(&format!("intact: {total} records")),
+        "{script_out}"
+    );
+}
+
 /// Sam (security group) logs in through the browser with a first audit
 /// command; later ones are silent.
 async fn auditor(env: &TestEnv) -> Machine {
