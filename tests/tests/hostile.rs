@@ -110,7 +110,8 @@ async fn poisoned_requests_fail_alone_while_honest_ones_issue(backend: Backend) 
             body: Some(json!({"cluster": "prod", "csr": csr}).to_string()),
             headers: vec![],
             status: 401,
-            code: Some("token_signature_invalid"),
+            // Its `iss` is a NUL: no issuer's, refused before any key work.
+            code: Some("token_issuer_untrusted"),
         });
         shots.push(Shot {
             kind: "hostile headers, no token",
@@ -208,7 +209,7 @@ async fn poisoned_requests_fail_alone_while_honest_ones_issue(backend: Backend) 
     for (event, reason, sent) in [
         ("certificate.denied", "token_missing", 12),
         ("audit.query", "token_missing", 6),
-        ("certificate.denied", "token_signature_invalid", 6),
+        ("certificate.denied", "token_issuer_untrusted", 6),
     ] {
         let recorded = rows
             .iter()

@@ -767,7 +767,8 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
     assert_eq!((status, body["code"].as_str()), (401, Some("token_key_unknown")));
     assert_eq!(entra.counters().jwks, entra_fetches + 1);
 
-    // An issuer nobody configured: refused as always.
+    // An issuer nobody configured: refused with its own code, before any
+    // key work.
     let (status, body) = issue(
         &env,
         &entra
@@ -781,7 +782,7 @@ async fn the_server_trusts_an_entra_and_an_oidc_issuer_at_once() {
     .await;
     assert_eq!(
         (status, body["code"].as_str()),
-        (401, Some("token_issuer_invalid"))
+        (401, Some("token_issuer_untrusted"))
     );
 
     // Records keep the token's `iss`; a refused token is read by the kind

@@ -351,7 +351,7 @@ async fn tokens_are_refused_each_with_its_code() {
             "wrong iss",
             Some(bearer(&token(json!({"iss": "https://evil.example/v2.0"})))),
             401,
-            "token_issuer_invalid",
+            "token_issuer_untrusted",
         ),
         (
             "iss of another tenant at the same provider",
@@ -359,7 +359,7 @@ async fn tokens_are_refused_each_with_its_code() {
                 "iss": format!("{}/00000000-0000-0000-0000-000000000000/v2.0", emulator.base_url)
             })))),
             401,
-            "token_issuer_invalid",
+            "token_issuer_untrusted",
         ),
         (
             "no iss",
