@@ -58,7 +58,12 @@ async fn a_login_to_a_gateway_cluster_reaches_apid_through_the_gateway_only() {
         .wait_for_refusals(std::time::Duration::from_secs(30), 1)
         .await
         .expect("apid refused the handshake");
-    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    // Go's client may dial again after a refused handshake: every dial is
+    // refused, and apid sees no call from it (below).
+    assert!(
+        refusals.iter().all(|r| r.contains("peer sent no certificates")),
+        "{refusals:?}"
+    );
     assert_eq!(
         standin
             .calls()
