@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use talos_sso::key::ClientKey;
 use talos_sso_server::audit::StoredRecord;
 use talos_sso_server::x509::ParsedCertificate;
-use talos_sso_tests::emulator::{CLI_CLIENT_ID, TokenKind};
+use talos_sso_tests::emulator::TokenKind;
 use talos_sso_tests::harness::{Answer, Backend, TestEnv, config_yaml, server_cli};
 use talos_sso_tests::tls_front::TlsFront;
 use talos_sso_tests::workload_tokens::{
@@ -260,12 +260,7 @@ async fn each_kind_is_admitted_by_its_rule_and_refused_by_a_near_miss(backend: B
     let (k8s, github, gitlab) = (&issuers.k8s, &issuers.github, &issuers.gitlab);
 
     // Kubernetes: the backup service account gets etcd backups.
-    let backup = ask(
-        &env,
-        &k8s.sign(&kubernetes_claims(k8s, AUDIENCE, "backup", "talos-backup")),
-        &[],
-    )
-    .await;
+    let backup = ask(&env, &backup_token(k8s), &[]).await;
     assert_eq!(backup.status, 201, "{}", backup.body);
     assert_eq!(backup.body["roles"], json!(["os:etcd:backup"]));
     // Its lifetime is the cluster's ttl (plus the clock-skew allowance
@@ -516,17 +511,17 @@ async fn each_kind_is_admitted_by_its_rule_and_refused_by_a_near_miss(backend: B
         assert_eq!(answer.code(), Some("identity_denied"), "{path}: {}", answer.body);
     }
     // Other workloads are not.
-    let backup = ask(
-        &env,
-        &k8s.sign(&kubernetes_claims(k8s, AUDIENCE, "backup", "talos-backup")),
-        &[],
-    )
-    .await;
+    let backup = ask(&env, &backup_token(k8s), &[]).await;
     assert_eq!(backup.status, 201, "{}", backup.body);
     let check = env.server.app.audit.store().verify_chain().await.unwrap();
     assert_eq!(check.first_broken, None);
-    let _ = CLI_CLIENT_ID;
     env.finish().await;
+}
+
+/// A projected token of the backup service account the etcd-backup rule
+/// admits.
+fn backup_token(k8s: &WorkloadIssuer) -> String {
+    k8s.sign(&kubernetes_claims(k8s, AUDIENCE, "backup", "talos-backup"))
 }
 
 fn release_again(github: &WorkloadIssuer) -> Value {
